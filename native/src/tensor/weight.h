@@ -1,0 +1,29 @@
+// A 2-D weight matrix as the kernels see it: y[n, out] = x[n, in] · Wᵀ.
+// Views into the memory-mapped checkpoint; never owns or copies the bytes.
+#pragma once
+#include <cstdint>
+#include <string>
+#include "tensor/dtype.h"
+
+namespace rapid {
+
+enum class WeightKind : uint8_t {
+  Dense,   // data: dtype [out, in]
+  Affine,  // MLX affine: data uint32 [out, in*bits/32]; scales, biases: dtype [out, in/group]
+};
+
+struct Weight {
+  WeightKind kind = WeightKind::Dense;
+  DType dtype = DType::F32;      // Dense: element dtype; Affine: dtype of scales and biases
+  int64_t out = 0, in = 0;       // logical shape [out, in]
+  const void* data = nullptr;
+  const void* scales = nullptr;  // Affine only
+  const void* biases = nullptr;  // Affine only
+  int bits = 0;                  // Affine only: 4 or 8 (others rejected at load, naming the module)
+  int group = 0;                 // Affine only: 32, 64 or 128
+  std::string name;              // module path, for error messages
+
+  bool valid() const { return data != nullptr; }
+};
+
+}  // namespace rapid
