@@ -101,6 +101,7 @@ export interface NativeConvertOptions {
 }
 
 export interface NativeAddon {
+  abi: number; // must equal NATIVE_ABI in binding.ts; bump both when this surface changes
   version: string;
   loadModel(dir: string, options: NativeLoadOptions): NativeModel;
   inspectCheckpoint(dir: string): NativeTensorInfo[];

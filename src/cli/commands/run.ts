@@ -1,0 +1,111 @@
+// `rapid run MODEL --prompt TEXT`: one-shot generation in-process, streamed to stdout.
+import type { Command } from 'commander';
+import { resolveSamplingParams } from '../../engine/sampling-params.js';
+import { openTextModel } from '../../engine/text-model.js';
+import type { GenerateDone } from '../../engine/generate.js';
+import { parseFloatOption, parseIntOption } from '../options.js';
+
+interface RunOptions {
+  prompt?: string;
+  system?: string;
+  maxTokens: number;
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  minP?: number;
+  seed?: number;
+  stop?: string[];
+  raw?: boolean;
+  json?: boolean;
+  threads?: number;
+  precision: 'exact' | 'fast';
+}
+
+function collect(value: string, previous: string[] = []): string[] {
+  return [...previous, value];
+}
+
+export function registerRun(program: Command): void {
+  program
+    .command('run')
+    .description('Generate a reply to one prompt, streamed to stdout')
+    .argument('<model>', 'model directory (config.json, *.safetensors, tokenizer.json)')
+    .option('-p, --prompt <text>', 'the user message (or the raw prompt with --raw); read from stdin when omitted')
+    .option('-s, --system <text>', 'system message')
+    .option('-n, --max-tokens <n>', 'maximum tokens to generate', parseIntOption('--max-tokens'), 256)
+    .option('-t, --temperature <t>', 'sampling temperature; 0 = greedy (default: the model\'s, else 0.7)', parseFloatOption('--temperature'))
+    .option('--top-p <p>', 'nucleus sampling mass', parseFloatOption('--top-p'))
+    .option('--top-k <k>', 'sample among the k most likely tokens (0 = off)', parseIntOption('--top-k'))
+    .option('--min-p <p>', 'drop tokens below p x the top probability', parseFloatOption('--min-p'))
+    .option('--seed <n>', 'random seed (same seed, same output)', parseIntOption('--seed'))
+    .option('--stop <text>', 'stop string (repeatable)', collect)
+    .option('--raw', 'send the prompt as is, without the chat template')
+    .option('--json', 'print one JSON object: text, token_ids, finish_reason, usage, timings')
+    .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
+    .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .action(async (dir: string, opts: RunOptions) => {
+      if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
+      if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
+      const model = await openTextModel(dir, { threads: opts.threads, precision: opts.precision });
+      try {
+        const params = resolveSamplingParams(
+          {
+            temperature: opts.temperature ?? model.defaults.temperature ?? 0.7,
+            topP: opts.topP ?? model.defaults.topP,
+            topK: opts.topK ?? model.defaults.topK,
+            minP: opts.minP,
+            seed: opts.seed,
+            maxTokens: opts.maxTokens,
+            stop: opts.stop,
+          },
+          { maxTokens: 256 },
+        );
+        const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
+        let done: GenerateDone | undefined;
+        for await (const ev of model.generate(promptIds, params)) {
+          if (ev.type === 'delta') {
+            if (!opts.json) process.stdout.write(ev.text);
+          } else done = ev;
+        }
+        if (!done) throw new Error('generation ended without a result');
+        if (opts.json) {
+          process.stdout.write(
+            `${JSON.stringify({
+              text: done.text,
+              token_ids: done.tokenIds,
+              finish_reason: done.finishReason,
+              usage: { prompt_tokens: done.usage.promptTokens, completion_tokens: done.usage.completionTokens, total_tokens: done.usage.totalTokens },
+              timings: {
+                prefill_ms: round(done.timings.prefillMs),
+                decode_ms: round(done.timings.decodeMs),
+                prefill_tokens_per_second: round(done.timings.prefillTokensPerSecond),
+                decode_tokens_per_second: round(done.timings.decodeTokensPerSecond),
+              },
+            })}\n`,
+          );
+        } else {
+          process.stdout.write('\n');
+          if (process.stderr.isTTY) {
+            const t = done.timings;
+            process.stderr.write(
+              `[${done.usage.promptTokens} prompt tokens at ${t.prefillTokensPerSecond.toFixed(1)} tok/s, ` +
+                `${done.usage.completionTokens} generated at ${t.decodeTokensPerSecond.toFixed(1)} tok/s, finish: ${done.finishReason}]\n`,
+            );
+          }
+        }
+      } finally {
+        model.close();
+      }
+    });
+}
+
+function round(x: number): number {
+  return Math.round(x * 100) / 100;
+}
+
+async function readStdin(): Promise<string> {
+  const chunks: Buffer[] = [];
+  for await (const c of process.stdin) chunks.push(c as Buffer);
+  return Buffer.concat(chunks).toString('utf8').trimEnd();
+}

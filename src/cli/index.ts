@@ -1,0 +1,27 @@
+// rapid's command line: one file per subcommand under ./commands, wired here.
+import { Command } from 'commander';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { packageRoot } from '../native/binding.js';
+import { registerRun } from './commands/run.js';
+import { registerConvert } from './commands/convert.js';
+
+function packageVersion(): string {
+  const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+export function buildProgram(): Command {
+  const program = new Command('rapid')
+    .description('Run vision-language and text LLMs locally.')
+    .version(packageVersion(), '-v, --version')
+    .showHelpAfterError()
+    .configureHelp({ sortSubcommands: false });
+  registerRun(program);
+  registerConvert(program);
+  return program;
+}
+
+export async function main(argv: string[]): Promise<void> {
+  await buildProgram().parseAsync(argv);
+}

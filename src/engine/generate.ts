@@ -1,0 +1,171 @@
+// Drives one sequence through the native step contract: chunked prefill, then decode until a stop
+// token, a stop string, max_tokens or the context limit. The continuous-batching scheduler replaces
+// this loop for the server; `rapid run` and the fixture tests use it directly.
+import type { NativeModel, NativeSampleParams, NativeStepRow, NativeTopLogprob } from '../native/types.js';
+import { InvalidRequestError, StepError } from './errors.js';
+import type { KvBlockAllocator } from './kv-blocks.js';
+import type { SamplingParams } from './sampling-params.js';
+
+export type FinishReason = 'stop' | 'length';
+
+export interface TextStream {
+  /** Text completed by this token (may be empty while a UTF-8 character is incomplete). */
+  push(token: number): string;
+  /** Whatever is still held back at the end. */
+  flush(): string;
+}
+
+export interface StopFilter {
+  /** Returns the text safe to emit now, and whether a stop string was hit (text truncated before it). */
+  push(text: string): { text: string; stopped: boolean };
+  flush(): string;
+}
+
+export interface GenerateDelta {
+  type: 'delta';
+  text: string;
+  token: number;
+  logprob?: number;
+  topLogprobs?: NativeTopLogprob[];
+}
+
+export interface GenerateDone {
+  type: 'done';
+  text: string;
+  finishReason: FinishReason;
+  tokenIds: number[];
+  usage: { promptTokens: number; completionTokens: number; totalTokens: number };
+  timings: { prefillMs: number; decodeMs: number; prefillTokensPerSecond: number; decodeTokensPerSecond: number };
+}
+
+export type GenerateEvent = GenerateDelta | GenerateDone;
+
+export interface GenerateOptions {
+  model: NativeModel;
+  blocks: KvBlockAllocator;
+  contextLength: number;
+  promptIds: number[];
+  params: SamplingParams;
+  stopTokenIds: ReadonlySet<number>;
+  text: TextStream;
+  stops: StopFilter;
+  prefillChunk?: number;
+  requestId?: string;
+  signal?: AbortSignal;
+}
+
+let nextId = 0;
+
+export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateEvent> {
+  const { model, blocks, params, promptIds } = opts;
+  if (promptIds.length === 0) throw new InvalidRequestError('prompt is empty', 'prompt');
+  if (promptIds.length >= opts.contextLength) {
+    throw new InvalidRequestError(
+      `prompt is ${promptIds.length} tokens; this model's context is ${opts.contextLength} tokens. Shorten the prompt.`,
+      'prompt',
+    );
+  }
+  const requestId = opts.requestId ?? `gen-${++nextId}`;
+  const chunk = Math.max(1, opts.prefillChunk ?? 512);
+  const maxTotal = Math.min(opts.contextLength, promptIds.length + params.maxTokens);
+  const table: number[] = [];
+  const output: number[] = [];
+  const prompt = Int32Array.from(promptIds);
+  let text = '';
+  let finishReason: FinishReason = 'length';
+  let prefillMs = 0;
+  let decodeMs = 0;
+  let stoppedByString = false;
+
+  const sample = (): NativeSampleParams => ({
+    temperature: params.temperature,
+    topP: params.topP,
+    topK: params.topK,
+    minP: params.minP,
+    repetitionPenalty: params.repetitionPenalty,
+    presencePenalty: params.presencePenalty,
+    frequencyPenalty: params.frequencyPenalty,
+    seed: params.seed,
+    counter: output.length,
+    logprobs: params.logprobs,
+    promptTokens: params.repetitionPenalty !== 1 ? prompt : undefined,
+    outputTokens: Int32Array.from(output),
+  });
+
+  const step = async (tokens: Int32Array, contextLen: number, withSample: boolean) => {
+    if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
+    if (!blocks.ensure(table, contextLen + tokens.length)) {
+      throw new StepError(`KV cache is full (${blocks.numBlocks} blocks of ${blocks.blockSize}); raise the KV cache budget`);
+    }
+    const positions = new Int32Array(tokens.length);
+    for (let i = 0; i < tokens.length; i++) positions[i] = contextLen + i;
+    const row: NativeStepRow = { requestId, tokens, positions, blockTable: Int32Array.from(table), contextLen };
+    if (withSample) row.sample = sample();
+    const res = await model.step({ rows: [row] });
+    const r = res.rows.find((x) => x.requestId === requestId);
+    if (!r) throw new StepError(`step returned no result for ${requestId}`);
+    if (r.error) throw new StepError(r.error);
+    return r;
+  };
+
+  try {
+    let t0 = performance.now();
+    let last = await (async () => {
+      let r;
+      for (let start = 0; start < prompt.length; start += chunk) {
+        const end = Math.min(prompt.length, start + chunk);
+        r = await step(prompt.subarray(start, end), start, end === prompt.length);
+      }
+      return r!;
+    })();
+    prefillMs = performance.now() - t0;
+    t0 = performance.now();
+    for (;;) {
+      const token = last.token;
+      if (token === undefined) throw new StepError('sampler returned no token');
+      output.push(token);
+      if (opts.stopTokenIds.has(token)) {
+        finishReason = 'stop';
+        break;
+      }
+      const piece = opts.stops.push(opts.text.push(token));
+      if (piece.text || params.logprobs >= 0) {
+        text += piece.text;
+        yield { type: 'delta', text: piece.text, token, logprob: last.logprob, topLogprobs: last.topLogprobs };
+      }
+      if (piece.stopped) {
+        finishReason = 'stop';
+        stoppedByString = true;
+        break;
+      }
+      const contextLen = promptIds.length + output.length - 1;
+      if (contextLen + 1 >= maxTotal) break;
+      last = await step(Int32Array.of(token), contextLen, true);
+    }
+    decodeMs = performance.now() - t0;
+    if (!stoppedByString) {
+      const tail = opts.stops.push(opts.text.flush());
+      const rest = tail.stopped ? tail.text : tail.text + opts.stops.flush();
+      if (tail.stopped) finishReason = 'stop';
+      if (rest) {
+        text += rest;
+        yield { type: 'delta', text: rest, token: output[output.length - 1] };
+      }
+    }
+  } finally {
+    blocks.release(table);
+  }
+  yield {
+    type: 'done',
+    text,
+    finishReason,
+    tokenIds: output,
+    usage: { promptTokens: promptIds.length, completionTokens: output.length, totalTokens: promptIds.length + output.length },
+    timings: {
+      prefillMs,
+      decodeMs,
+      prefillTokensPerSecond: prefillMs > 0 ? (promptIds.length / prefillMs) * 1000 : 0,
+      decodeTokensPerSecond: decodeMs > 0 && output.length > 1 ? ((output.length - 1) / decodeMs) * 1000 : 0,
+    },
+  };
+}

@@ -1,0 +1,14 @@
+// Library entry: the engine pieces usable in-process, and the native loader's report.
+export { loadNative, nativeCandidates } from './native/binding.js';
+export type { LoadedNative, NativeRejection, NativeSource } from './native/binding.js';
+export type * from './native/types.js';
+export { resolveSamplingParams } from './engine/sampling-params.js';
+export type { SamplingParams } from './engine/sampling-params.js';
+export { InvalidRequestError, StepError } from './engine/errors.js';
+
+/** Which native binary this process loaded, from where, and why others were rejected. */
+export async function nativeInfo(): Promise<{ path: string; source: string; rejected: { path: string; reason: string }[] }> {
+  const { loadNative } = await import('./native/binding.js');
+  const n = loadNative();
+  return { path: n.path, source: n.source, rejected: n.rejected.map((r) => ({ path: r.path, reason: r.reason })) };
+}
