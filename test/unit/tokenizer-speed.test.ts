@@ -1,0 +1,32 @@
+// Encoding 1 MB of mixed text (CJK, emoji, code, special tokens) must take well under a few
+// seconds; the BPE word cache must not change results.
+
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { expect, it } from 'vitest';
+
+import { Tokenizer } from '../../src/tokenizer/tokenizer.js';
+
+const FIXTURES = fileURLToPath(new URL('../fixtures/tokenizers', import.meta.url));
+
+for (const kind of ['bytelevel', 'sentencepiece']) {
+  it(`${kind}: encodes 1 MB of mixed text quickly and deterministically`, () => {
+    const cases = (JSON.parse(readFileSync(join(FIXTURES, kind, 'cases.json'), 'utf8')) as { cases: Array<{ text: string }> }).cases;
+    const corpus = cases.map((c) => c.text).join('\n');
+    let text = '';
+    for (let i = 0; text.length < 1_000_000; i++) text += `${corpus}\n#${i} ${i * 7919}\n`;
+    text = text.slice(0, 1_000_000);
+    const tok = Tokenizer.fromFile(join(FIXTURES, kind, 'tokenizer.json'));
+    const t0 = performance.now();
+    const ids = tok.encode(text);
+    const ms = performance.now() - t0;
+    console.log(`${kind}: 1 MB -> ${ids.length} tokens in ${ms.toFixed(0)} ms`);
+    expect(ms).toBeLessThan(5000);
+    // A fresh tokenizer (cold cache) gives the same ids on a slice.
+    const slice = text.slice(0, 50_000);
+    expect(Tokenizer.fromFile(join(FIXTURES, kind, 'tokenizer.json')).encode(slice)).toEqual(tok.encode(slice));
+    expect(tok.decode(ids, { skipSpecialTokens: false })).toBe(tok.decode(tok.encode(text)));
+  }, 30000);
+}
