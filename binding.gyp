@@ -8,7 +8,7 @@
       "cflags!": ["-fno-exceptions", "-fno-rtti"],
       "cflags_cc!": ["-fno-exceptions", "-fno-rtti", "-std=gnu++17"],
       "cflags_cc": ["-std=c++20", "-O3", "-fexceptions", "-Wall", "-Wextra", "-Wno-unused-parameter", "-pthread"],
-      "ldflags": ["-pthread"],
+      "ldflags": ["-pthread", "-Wl,-z,now"],
       "conditions": [
         ["OS=='mac'", {
           "xcode_settings": {

@@ -15,9 +15,9 @@ export interface TextStream {
   flush(): string;
 }
 
+/** Stop strings over streamed text (StopMatcher): emits what is safe, truncates before a stop string. */
 export interface StopFilter {
-  /** Returns the text safe to emit now, and whether a stop string was hit (text truncated before it). */
-  push(text: string): { text: string; stopped: boolean };
+  push(text: string): { text: string; stop: string | null };
   flush(): string;
 }
 
@@ -133,7 +133,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
         text += piece.text;
         yield { type: 'delta', text: piece.text, token, logprob: last.logprob, topLogprobs: last.topLogprobs };
       }
-      if (piece.stopped) {
+      if (piece.stop !== null) {
         finishReason = 'stop';
         stoppedByString = true;
         break;
@@ -145,8 +145,8 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     decodeMs = performance.now() - t0;
     if (!stoppedByString) {
       const tail = opts.stops.push(opts.text.flush());
-      const rest = tail.stopped ? tail.text : tail.text + opts.stops.flush();
-      if (tail.stopped) finishReason = 'stop';
+      const rest = tail.stop !== null ? tail.text : tail.text + opts.stops.flush();
+      if (tail.stop !== null) finishReason = 'stop';
       if (rest) {
         text += rest;
         yield { type: 'delta', text: rest, token: output[output.length - 1] };

@@ -31,11 +31,17 @@ export function packageRoot(): string {
   return resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 }
 
-/** Tags encoded in a prebuildify file name, e.g. "node.napi.glibc.node" or "rapid.napi.node". */
+/** Checks the tags of a prebuildify file name ("rapid-vlm.glibc.node", "node.abi115.node"). */
 function prebuildTagsMatch(file: string): string | null {
   if (!file.endsWith('.node')) return 'not a .node file';
   const tags = file.slice(0, -'.node'.length).split('.');
-  if (!tags.includes('napi')) return 'not a Node-API build (no "napi" tag)';
+  // Node-API builds carry no ABI tag; an abiNNN tag pins one Node major's ABI.
+  const abi = tags.find((t) => /^abi\d+$/.test(t));
+  if (abi && !tags.includes('napi') && abi !== `abi${process.versions.modules}`) {
+    return `built for Node ABI ${abi.slice(3)}, this Node has ABI ${process.versions.modules}`;
+  }
+  const runtime = tags.find((t) => t === 'electron' || t === 'node-webkit');
+  if (runtime) return `built for ${runtime}, not Node`;
   const libc = tags.find((t) => t === 'glibc' || t === 'musl');
   if (libc && process.platform === 'linux') {
     const report = process.report?.getReport() as { header?: { glibcVersionRuntime?: string } } | undefined;

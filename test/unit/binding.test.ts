@@ -16,17 +16,19 @@ function fakeRoot(): string {
 afterEach(() => rmSync(root, { recursive: true, force: true }));
 
 describe('native loader', () => {
-  it('rejects prebuilds for another platform and non-Node-API files, with reasons', () => {
+  it('rejects prebuilds for another platform, another Node ABI or runtime, with reasons', () => {
     const r = fakeRoot();
     mkdirSync(join(r, 'prebuilds', 'win32-arm64'), { recursive: true });
     writeFileSync(join(r, 'prebuilds', 'win32-arm64', 'rapid.napi.node'), '');
     mkdirSync(join(r, 'prebuilds', tuple), { recursive: true });
-    writeFileSync(join(r, 'prebuilds', tuple, 'rapid.abi115.node'), '');
-    writeFileSync(join(r, 'prebuilds', tuple, 'rapid.napi.node'), '');
+    writeFileSync(join(r, 'prebuilds', tuple, 'rapid.abi1.node'), '');
+    writeFileSync(join(r, 'prebuilds', tuple, 'rapid.electron.napi.node'), '');
+    writeFileSync(join(r, 'prebuilds', tuple, 'rapid-vlm.glibc.node'), '');
     const { candidates, rejected } = nativeCandidates(r);
     expect(candidates.map((c) => c.source)).toEqual(['prebuild']);
     expect(rejected.find((x) => x.path.includes('win32-arm64'))?.reason).toMatch(`built for win32-arm64, this machine is ${tuple}`);
-    expect(rejected.find((x) => x.path.includes('abi115'))?.reason).toMatch(/not a Node-API build/);
+    expect(rejected.find((x) => x.path.includes('abi1.'))?.reason).toMatch(`built for Node ABI 1, this Node has ABI ${process.versions.modules}`);
+    expect(rejected.find((x) => x.path.includes('electron'))?.reason).toMatch(/built for electron/);
   });
 
   it('prefers a prebuild, but a newer local build wins and the prebuild is reported as older', () => {

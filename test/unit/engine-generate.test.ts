@@ -5,6 +5,7 @@ import { generate, type GenerateEvent, type StopFilter, type TextStream } from '
 import { KvBlockAllocator } from '../../src/engine/kv-blocks.js';
 import { resolveSamplingParams } from '../../src/engine/sampling-params.js';
 import { InvalidRequestError, StepError } from '../../src/engine/errors.js';
+import { StopMatcher } from '../../src/engine/stop-matcher.js';
 import type { NativeModel, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 
 /** Emits `script` tokens in order; records every plan it was given. */
@@ -30,27 +31,8 @@ function scriptedModel(script: number[], failAt = -1): NativeModel & { plans: Na
 
 // Token t decodes to String.fromCharCode(96 + t): 1 -> "a", 2 -> "b", ...
 const letters = (): TextStream => ({ push: (t) => String.fromCharCode(96 + t), flush: () => '' });
-function stopOn(stop: string): StopFilter {
-  let held = '';
-  return {
-    push(text) {
-      held += text;
-      const i = held.indexOf(stop);
-      if (i >= 0) return { text: held.slice(0, i), stopped: true };
-      let keep = 0;
-      for (let k = Math.min(stop.length - 1, held.length); k > 0; k--) if (stop.startsWith(held.slice(-k))) { keep = k; break; }
-      const out = held.slice(0, held.length - keep);
-      held = held.slice(held.length - keep);
-      return { text: out, stopped: false };
-    },
-    flush() {
-      const out = held;
-      held = '';
-      return out;
-    },
-  };
-}
-const noStop = (): StopFilter => stopOn('\u0000never');
+const stopOn = (stop: string): StopFilter => new StopMatcher({ stopStrings: [stop] });
+const noStop = (): StopFilter => new StopMatcher();
 
 async function collect(it: AsyncGenerator<GenerateEvent>): Promise<GenerateEvent[]> {
   const out: GenerateEvent[] = [];

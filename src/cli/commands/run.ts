@@ -47,7 +47,7 @@ export function registerRun(program: Command): void {
       if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
-      const model = await openTextModel(dir, { threads: opts.threads, precision: opts.precision });
+      const model = openTextModel(dir, { threads: opts.threads, precision: opts.precision });
       try {
         const params = resolveSamplingParams(
           {

@@ -1,0 +1,119 @@
+// A text model ready to generate in-process: the native model, its tokenizer, chat template, stop
+// ids and generation defaults, loaded from one local directory.
+import { existsSync, readFileSync, statSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { loadNative } from '../native/binding.js';
+import type { NativeLoadOptions, NativeModel, NativeModelInfo } from '../native/types.js';
+import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
+import { ChatTemplate, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../template/chat-template.js';
+import { StreamingDetokenizer } from './detokenizer.js';
+import { StopMatcher } from './stop-matcher.js';
+import { generate, type GenerateEvent } from './generate.js';
+import { KvBlockAllocator } from './kv-blocks.js';
+import type { SamplingParams } from './sampling-params.js';
+
+export interface GenerationDefaults {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+}
+
+export interface PromptInput {
+  prompt?: string;
+  system?: string;
+  messages?: ChatMessage[];
+  /** Send `prompt` as is, without the chat template. */
+  raw?: boolean;
+  /** Extra chat template variables, e.g. enable_thinking. */
+  templateArgs?: Record<string, unknown>;
+}
+
+export interface TextModel {
+  dir: string;
+  native: NativeModel;
+  info: NativeModelInfo;
+  text: TokenizerBundle;
+  template: ChatTemplate | null;
+  defaults: GenerationDefaults;
+  blocks: KvBlockAllocator;
+  encodePrompt(input: PromptInput): number[];
+  generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal): AsyncGenerator<GenerateEvent>;
+  close(): void;
+}
+
+function readJson(path: string): Record<string, unknown> | null {
+  if (!existsSync(path)) return null;
+  return JSON.parse(readFileSync(path, 'utf8')) as Record<string, unknown>;
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+/** Throws a message that says what is wrong with `dir` as a model directory. */
+export function checkModelDir(dir: string): string {
+  const abs = resolve(dir);
+  if (!existsSync(abs)) throw new Error(`model directory not found: ${dir}`);
+  if (!statSync(abs).isDirectory()) throw new Error(`not a directory: ${dir} (give the folder that holds config.json)`);
+  if (!existsSync(join(abs, 'config.json'))) throw new Error(`no config.json in ${dir}: is this a model directory?`);
+  if (!existsSync(join(abs, 'tokenizer.json'))) throw new Error(`no tokenizer.json in ${dir}: rapid needs the Hugging Face tokenizer file`);
+  return abs;
+}
+
+export function openTextModel(dir: string, options: NativeLoadOptions = {}): TextModel {
+  const abs = checkModelDir(dir);
+  const text = loadTokenizerDir(abs);
+  const picked = selectChatTemplate(text.chatTemplates);
+  const template = picked ? new ChatTemplate(picked.source, picked.name) : null;
+  const gen = readJson(join(abs, 'generation_config.json')) ?? {};
+  const defaults: GenerationDefaults = {
+    temperature: num(gen.temperature),
+    topP: num(gen.top_p),
+    topK: num(gen.top_k),
+  };
+  const native = loadNative().addon.loadModel(abs, options);
+  const info = native.info();
+  const blocks = new KvBlockAllocator(info.numBlocks, info.blockSize);
+
+  const encodePrompt = (input: PromptInput): number[] => {
+    if (input.raw) return text.tokenizer.encode(input.prompt ?? '', { addSpecialTokens: true });
+    if (!template) {
+      throw new Error(`${dir} has no chat template: pass --raw to send the prompt as is`);
+    }
+    const messages: ChatMessage[] = input.messages ?? [
+      ...(input.system !== undefined ? [{ role: 'system', content: input.system }] : []),
+      { role: 'user', content: input.prompt ?? '' },
+    ];
+    const rendered = template.render({
+      messages,
+      addGenerationPrompt: true,
+      specialTokens: text.specialTokens,
+      extra: input.templateArgs,
+    });
+    return encodeChatPrompt(text.tokenizer, rendered, text.bosToken);
+  };
+
+  return {
+    dir: abs,
+    native,
+    info,
+    text,
+    template,
+    defaults,
+    blocks,
+    encodePrompt,
+    generate: (promptIds, params, signal) =>
+      generate({
+        model: native,
+        blocks,
+        contextLength: info.contextLength,
+        promptIds,
+        params,
+        stopTokenIds: text.stopTokenIds,
+        text: new StreamingDetokenizer(text.tokenizer, { skipSpecialTokens: true }),
+        stops: new StopMatcher({ stopStrings: params.stop }),
+        signal,
+      }),
+    close: () => native.close(),
+  };
+}
