@@ -5,6 +5,8 @@ import { join } from 'node:path';
 import { packageRoot } from '../native/binding.js';
 import { registerRun } from './commands/run.js';
 import { registerConvert } from './commands/convert.js';
+import { registerModels } from './commands/models.js';
+import { registerDoctor } from './commands/doctor.js';
 
 function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as { version: string };
@@ -19,6 +21,8 @@ export function buildProgram(): Command {
     .configureHelp({ sortSubcommands: false });
   registerRun(program);
   registerConvert(program);
+  registerModels(program);
+  registerDoctor(program);
   return program;
 }
 

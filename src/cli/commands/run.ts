@@ -2,6 +2,8 @@
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openTextModel } from '../../engine/text-model.js';
+import { resolveModelDetailed } from '../../models/resolve-model.js';
+import { createProgressPrinter } from '../../models/progress-printer.js';
 import type { GenerateDone } from '../../engine/generate.js';
 import { parseFloatOption, parseIntOption } from '../options.js';
 
@@ -29,7 +31,7 @@ export function registerRun(program: Command): void {
   program
     .command('run')
     .description('Generate a reply to one prompt, streamed to stdout')
-    .argument('<model>', 'model directory (config.json, *.safetensors, tokenizer.json)')
+    .argument('<model>', 'a model directory, a catalog alias (see `rapid models`) or an org/name repo; pulled on first use')
     .option('-p, --prompt <text>', 'the user message (or the raw prompt with --raw); read from stdin when omitted')
     .option('-s, --system <text>', 'system message')
     .option('-n, --max-tokens <n>', 'maximum tokens to generate', parseIntOption('--max-tokens'), 256)
@@ -43,18 +45,21 @@ export function registerRun(program: Command): void {
     .option('--json', 'print one JSON object: text, token_ids, finish_reason, usage, timings')
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
-    .action(async (dir: string, opts: RunOptions) => {
+    .action(async (spec: string, opts: RunOptions) => {
       if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
-      const model = openTextModel(dir, { threads: opts.threads, precision: opts.precision });
+      const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
+      const recommended = resolved.entry?.sampling ?? {};
+      const model = openTextModel(resolved.dir, { threads: opts.threads, precision: opts.precision });
       try {
         const params = resolveSamplingParams(
           {
-            temperature: opts.temperature ?? model.defaults.temperature ?? 0.7,
-            topP: opts.topP ?? model.defaults.topP,
-            topK: opts.topK ?? model.defaults.topK,
-            minP: opts.minP,
+            temperature: opts.temperature ?? model.defaults.temperature ?? recommended.temperature ?? 0.7,
+            topP: opts.topP ?? model.defaults.topP ?? recommended.topP,
+            topK: opts.topK ?? model.defaults.topK ?? recommended.topK,
+            minP: opts.minP ?? recommended.minP,
+            repetitionPenalty: recommended.repetitionPenalty,
             seed: opts.seed,
             maxTokens: opts.maxTokens,
             stop: opts.stop,

@@ -1,0 +1,44 @@
+// CPU features: what the addon detected (systemInfo) or, without an addon, what the OS reports;
+// and whether the kernels in use match the CPU.
+import { readFileSync } from 'node:fs';
+import { cpus } from 'node:os';
+import type { NativeSystemInfo } from '../../native/types.js';
+import type { CheckResult } from '../types.js';
+
+/** Feature flags from /proc/cpuinfo, normalised to the addon's names (avx2, fma, f16c, avx512f, neon). */
+export function osCpuFlags(): string[] {
+  try {
+    const info = readFileSync('/proc/cpuinfo', 'utf8');
+    const line = /^(flags|Features)\s*:\s*(.*)$/m.exec(info);
+    const flags = new Set((line?.[2] ?? '').split(/\s+/));
+    if (flags.has('asimd')) flags.add('neon');
+    return ['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni', 'avx_vnni', 'neon', 'asimddp'].filter((f) => flags.has(f));
+  } catch {
+    return process.arch === 'arm64' ? ['neon'] : [];
+  }
+}
+
+export function checkCpuFeatures(sys: NativeSystemInfo | undefined, arch: string = process.arch): CheckResult {
+  const simd = sys?.simd ?? osCpuFlags();
+  const model = cpus()[0]?.model?.trim() ?? 'unknown CPU';
+  const from = sys ? `kernels: ${sys.kernel}` : 'from the OS (native binary not loaded)';
+  const has = (f: string) => simd.some((s) => s.toLowerCase() === f);
+  const avx512 = simd.some((s) => s.toLowerCase().startsWith('avx512'));
+  const list = simd.length ? simd.join(', ') : 'none detected';
+  const base = { id: 'cpu', title: 'CPU features', details: { model, simd, kernel: sys?.kernel, avx512 } };
+  if (arch === 'x64') {
+    if (!has('avx2') || !has('fma')) {
+      return { ...base, status: 'warn', finding: `${model}: ${list}; no AVX2/FMA, so rapid uses its portable kernels (several times slower) (${from})`, fix: 'use a CPU with AVX2 and FMA (Intel Haswell / AMD Zen or newer) for usable speed' };
+    }
+    if (sys && sys.kernel === 'generic') {
+      return { ...base, status: 'warn', finding: `${model}: the CPU has AVX2 but the addon runs its generic kernels`, fix: 'rebuild the addon on this machine (`npm run build:native`) or install a prebuild with AVX2 kernels' };
+    }
+    const note = avx512 ? '; AVX-512 present (rapid uses its AVX2 kernels)' : '; no AVX-512 (not needed)';
+    return { ...base, status: 'ok', finding: `${model}: ${list} (${from})${note}` };
+  }
+  if (arch === 'arm64') {
+    if (sys && sys.kernel === 'generic') return { ...base, status: 'warn', finding: `${model}: NEON available but the addon runs its generic kernels`, fix: 'rebuild the addon on this machine (`npm run build:native`)' };
+    return { ...base, status: 'ok', finding: `${model}: ${simd.length ? list : 'NEON'} (${from})` };
+  }
+  return { ...base, status: 'warn', finding: `${model} (${arch}): no SIMD kernels for this architecture`, fix: 'expect slow generation; x86-64 with AVX2 or arm64 is recommended' };
+}
