@@ -1,0 +1,136 @@
+// Module entry: loadModel, inspectCheckpoint, convert, systemInfo, memoryBandwidth, version, abi.
+// Type conversion only; C++ exceptions surface as JS errors with their message intact.
+#include <napi.h>
+#include <thread>
+#include "addon/model_wrap.h"
+#include "addon/runtime.h"
+#include "cpu/matmul.h"
+#include "format/safetensors.h"
+#include "quant/quantize.h"
+
+namespace rapid {
+namespace {
+
+constexpr int kAbi = 1;  // must equal NATIVE_ABI in src/native/binding.ts
+constexpr const char* kVersion = "0.1.0";
+
+std::string str_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {
+  if (info.Length() <= i || !info[i].IsString())
+    throw Napi::TypeError::New(info.Env(), std::string(name) + " must be a string");
+  return info[i].As<Napi::String>().Utf8Value();
+}
+
+// Runs fn, turning std::exception into a JS Error with the same message.
+template <typename F>
+auto guarded(Napi::Env env, F&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw Napi::Error::New(env, e.what());
+  }
+}
+
+Napi::Value LoadModel(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string dir = str_arg(info, 0, "dir");
+  LoadOptions o;
+  if (info.Length() > 1 && info[1].IsObject()) {
+    Napi::Object opts = info[1].As<Napi::Object>();
+    auto num = [&](const char* k, double def) {
+      Napi::Value v = opts.Get(k);
+      if (v.IsUndefined()) return def;
+      if (!v.IsNumber()) throw Napi::TypeError::New(env, std::string("options.") + k + " must be a number");
+      return v.As<Napi::Number>().DoubleValue();
+    };
+    o.threads = int(num("threads", 0));
+    o.kv_bytes = int64_t(num("kvCacheBytes", 0));
+    o.block_size = int(num("blockSize", 16));
+    Napi::Value p = opts.Get("precision");
+    if (!p.IsUndefined()) {
+      const std::string ps = p.IsString() ? p.As<Napi::String>().Utf8Value() : "";
+      if (ps == "exact") o.precision = Precision::Exact;
+      else if (ps == "fast") o.precision = Precision::Fast;
+      else throw Napi::TypeError::New(env, "options.precision must be 'exact' or 'fast'");
+    }
+  }
+  std::shared_ptr<Runtime> rt = guarded(env, [&] { return load_runtime(dir, o); });
+  return ModelWrap::NewInstance(env, std::move(rt));
+}
+
+Napi::Value InspectCheckpoint(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string dir = str_arg(info, 0, "dir");
+  std::unique_ptr<Checkpoint> ck = guarded(env, [&] { return Checkpoint::open(dir); });
+  const auto& ts = ck->tensors();
+  Napi::Array out = Napi::Array::New(env, ts.size());
+  for (size_t i = 0; i < ts.size(); ++i) {
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("name", ts[i].name);
+    o.Set("dtype", dtype_name(ts[i].dtype));
+    Napi::Array shape = Napi::Array::New(env, ts[i].shape.size());
+    for (size_t d = 0; d < ts[i].shape.size(); ++d) shape.Set(uint32_t(d), Napi::Number::New(env, double(ts[i].shape[d])));
+    o.Set("shape", shape);
+    o.Set("file", ts[i].file);
+    out.Set(uint32_t(i), o);
+  }
+  return out;
+}
+
+Napi::Value Convert(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  const std::string src = str_arg(info, 0, "src"), dst = str_arg(info, 1, "dst");
+  if (info.Length() < 3 || !info[2].IsObject()) throw Napi::TypeError::New(env, "options must be { bits, groupSize }");
+  Napi::Object o = info[2].As<Napi::Object>();
+  if (!o.Get("bits").IsNumber() || !o.Get("groupSize").IsNumber())
+    throw Napi::TypeError::New(env, "options.bits and options.groupSize must be numbers");
+  const int bits = o.Get("bits").As<Napi::Number>().Int32Value();
+  const int group = o.Get("groupSize").As<Napi::Number>().Int32Value();
+  guarded(env, [&] { convert_checkpoint(src, dst, bits, group); return 0; });
+  return env.Undefined();
+}
+
+Napi::Value SystemInfo(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  Napi::Object o = Napi::Object::New(env);
+  const std::vector<std::string> f = cpu_simd_features();
+  Napi::Array simd = Napi::Array::New(env, f.size());
+  for (size_t i = 0; i < f.size(); ++i) simd.Set(uint32_t(i), f[i]);
+  o.Set("simd", simd);
+  o.Set("kernel", matmul_kernel_name());
+  o.Set("threads", Napi::Number::New(env, ThreadPool::hardware_threads()));
+  return o;
+}
+
+Napi::Value MemoryBandwidth(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (info.Length() < 2 || !info[0].IsNumber() || !info[1].IsNumber())
+    throw Napi::TypeError::New(env, "memoryBandwidth(bytes: number, threads: number)");
+  const double bytes = info[0].As<Napi::Number>().DoubleValue();
+  const int threads = info[1].As<Napi::Number>().Int32Value();
+  if (!(bytes >= 1 << 20)) throw Napi::RangeError::New(env, "bytes must be at least 1 MiB");
+  return Napi::Number::New(env, guarded(env, [&] {
+    ThreadPool pool(threads > 0 ? threads : ThreadPool::hardware_threads());
+    return measure_read_bandwidth(pool, size_t(bytes));
+  }));
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("abi", Napi::Number::New(env, kAbi));
+  exports.Set("version", Napi::String::New(env, kVersion));
+  exports.Set("loadModel", Napi::Function::New(env, LoadModel, "loadModel"));
+  exports.Set("inspectCheckpoint", Napi::Function::New(env, InspectCheckpoint, "inspectCheckpoint"));
+  exports.Set("convert", Napi::Function::New(env, Convert, "convert"));
+  exports.Set("systemInfo", Napi::Function::New(env, SystemInfo, "systemInfo"));
+  exports.Set("memoryBandwidth", Napi::Function::New(env, MemoryBandwidth, "memoryBandwidth"));
+  ModelWrap::Init(env);
+  return exports;
+}
+
+}  // namespace
+}  // namespace rapid
+
+static Napi::Object InitRapidNative(Napi::Env env, Napi::Object exports) { return rapid::Init(env, exports); }
+
+NODE_API_MODULE(rapid_native, InitRapidNative)

@@ -1,0 +1,130 @@
+#include "addon/convert_plan.h"
+#include <cmath>
+#include <cstring>
+
+namespace rapid {
+
+static std::vector<int32_t> int32s(const Napi::Object& o, const char* key, const std::string& where, bool required) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined() && !required) return {};
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
+    throw Napi::TypeError::New(o.Env(), where + "." + key + " must be an Int32Array");
+  Napi::Int32Array a = v.As<Napi::Int32Array>();
+  return std::vector<int32_t>(a.Data(), a.Data() + a.ElementLength());
+}
+
+static double number(const Napi::Object& o, const char* key, const std::string& where, double def, bool required) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined()) {
+    if (required) throw Napi::TypeError::New(o.Env(), where + "." + key + " is required");
+    return def;
+  }
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), where + "." + key + " must be a number");
+  return v.As<Napi::Number>().DoubleValue();
+}
+
+static SampleParams sample_from_js(const Napi::Object& s, const std::string& where) {
+  SampleParams p;
+  p.temperature = float(number(s, "temperature", where, 0, false));
+  p.top_p = float(number(s, "topP", where, 1, false));
+  const double top_k = number(s, "topK", where, 0, false);
+  if (!(top_k >= 0 && top_k <= 2147483647.0) || std::floor(top_k) != top_k)
+    throw Napi::TypeError::New(s.Env(), where + ".topK must be an integer >= 0");
+  p.top_k = int(top_k);
+  p.min_p = float(number(s, "minP", where, 0, false));
+  p.repetition_penalty = float(number(s, "repetitionPenalty", where, 1, false));
+  p.presence_penalty = float(number(s, "presencePenalty", where, 0, false));
+  p.frequency_penalty = float(number(s, "frequencyPenalty", where, 0, false));
+  const double seed = number(s, "seed", where, 0, false), counter = number(s, "counter", where, 0, false);
+  if (!(seed >= 0 && seed < 9007199254740992.0) || std::floor(seed) != seed)
+    throw Napi::TypeError::New(s.Env(), where + ".seed must be an integer in [0, 2^53)");
+  if (!(counter >= 0 && counter < 9007199254740992.0) || std::floor(counter) != counter)
+    throw Napi::TypeError::New(s.Env(), where + ".counter must be an integer in [0, 2^53)");
+  p.seed = uint64_t(seed);
+  p.counter = uint64_t(counter);
+  const double lp = number(s, "logprobs", where, -1, false);
+  if (!(lp >= -1 && lp <= 1e6) || std::floor(lp) != lp)
+    throw Napi::TypeError::New(s.Env(), where + ".logprobs must be an integer >= -1");
+  p.logprobs = int(lp);
+  p.prompt_tokens = int32s(s, "promptTokens", where, false);
+  p.output_tokens = int32s(s, "outputTokens", where, false);
+  std::vector<int32_t> mask = int32s(s, "bitmask", where, false);
+  p.bitmask.resize(mask.size());
+  if (!mask.empty()) std::memcpy(p.bitmask.data(), mask.data(), mask.size() * sizeof(int32_t));
+  return p;
+}
+
+StepPlan plan_from_js(const Napi::Value& v) {
+  Napi::Env env = v.Env();
+  if (!v.IsObject()) throw Napi::TypeError::New(env, "step plan must be an object { rows: [...] }");
+  Napi::Value rowsv = v.As<Napi::Object>().Get("rows");
+  if (!rowsv.IsArray()) throw Napi::TypeError::New(env, "plan.rows must be an array");
+  Napi::Array rows = rowsv.As<Napi::Array>();
+  StepPlan plan;
+  plan.rows.resize(rows.Length());
+  for (uint32_t i = 0; i < rows.Length(); ++i) {
+    const std::string where = "rows[" + std::to_string(i) + "]";
+    Napi::Value rv = rows.Get(i);
+    if (!rv.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
+    Napi::Object r = rv.As<Napi::Object>();
+    StepRow& row = plan.rows[i];
+    Napi::Value id = r.Get("requestId");
+    if (!id.IsString()) throw Napi::TypeError::New(env, where + ".requestId must be a string");
+    row.request_id = id.As<Napi::String>().Utf8Value();
+    row.tokens = int32s(r, "tokens", where, true);
+    row.positions = int32s(r, "positions", where, true);
+    row.block_table = int32s(r, "blockTable", where, true);
+    const double ctx = number(r, "contextLen", where, 0, true);
+    if (!(ctx >= 0) || std::floor(ctx) != ctx) throw Napi::TypeError::New(env, where + ".contextLen must be an integer >= 0");
+    row.context_len = int64_t(ctx);
+    Napi::Value s = r.Get("sample");
+    if (!s.IsUndefined() && !s.IsNull()) {
+      if (!s.IsObject()) throw Napi::TypeError::New(env, where + ".sample must be an object");
+      row.has_sample = true;
+      row.sample = sample_from_js(s.As<Napi::Object>(), where + ".sample");
+    }
+    Napi::Value wl = r.Get("wantLogits");
+    row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
+  }
+  return plan;
+}
+
+Napi::Object result_to_js(Napi::Env env, StepResult& r) {
+  Napi::Object out = Napi::Object::New(env);
+  Napi::Array rows = Napi::Array::New(env, r.rows.size());
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    StepRowResult& rr = r.rows[i];
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("requestId", rr.request_id);
+    if (!rr.error.empty()) o.Set("error", rr.error);
+    if (rr.has_token) o.Set("token", Napi::Number::New(env, rr.token));
+    if (rr.has_logprob) {
+      o.Set("logprob", Napi::Number::New(env, rr.logprob));
+      if (!rr.top_logprobs.empty()) {
+        Napi::Array top = Napi::Array::New(env, rr.top_logprobs.size());
+        for (size_t k = 0; k < rr.top_logprobs.size(); ++k) {
+          Napi::Object t = Napi::Object::New(env);
+          t.Set("token", Napi::Number::New(env, rr.top_logprobs[k].first));
+          t.Set("logprob", Napi::Number::New(env, rr.top_logprobs[k].second));
+          top.Set(uint32_t(k), t);
+        }
+        o.Set("topLogprobs", top);
+      }
+    }
+    if (!rr.logits.empty()) {
+      Napi::Float32Array a = Napi::Float32Array::New(env, rr.logits.size());
+      std::memcpy(a.Data(), rr.logits.data(), rr.logits.size() * sizeof(float));
+      o.Set("logits", a);
+    }
+    rows.Set(uint32_t(i), o);
+  }
+  out.Set("rows", rows);
+  Napi::Object t = Napi::Object::New(env);
+  t.Set("forwardMs", Napi::Number::New(env, r.forward_ms));
+  t.Set("sampleMs", Napi::Number::New(env, r.sample_ms));
+  t.Set("tokens", Napi::Number::New(env, double(r.tokens)));
+  out.Set("timings", t);
+  return out;
+}
+
+}  // namespace rapid

@@ -1,0 +1,35 @@
+#include "addon/runtime.h"
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include "models/registry.h"
+
+namespace rapid {
+
+// MemAvailable from /proc/meminfo in bytes (0 if unknown, e.g. not Linux).
+static int64_t available_memory() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  int64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+std::shared_ptr<Runtime> load_runtime(const std::string& dir, const LoadOptions& o) {
+  auto rt = std::make_shared<Runtime>();
+  rt->model = load_model(dir);
+  rt->pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
+  rt->precision = o.precision;
+  int64_t budget = o.kv_bytes;
+  if (budget <= 0) {
+    // A quarter of available memory, capped at 2 GiB; pages are only committed when written.
+    const int64_t avail = available_memory();
+    budget = std::min<int64_t>(avail > 0 ? avail / 4 : (int64_t(512) << 20), int64_t(2) << 30);
+  }
+  rt->kv = std::make_unique<KvPool>(rt->model->kv_layers(), o.block_size, size_t(budget));
+  return rt;
+}
+
+}  // namespace rapid

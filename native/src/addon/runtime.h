@@ -1,0 +1,31 @@
+// What a loaded model owns on the native side: weights, the KV pool, the thread pool, and the
+// one-step-in-flight flag. Shared between the JS wrapper and a running step worker.
+#pragma once
+#include <atomic>
+#include <memory>
+#include <string>
+#include "cpu/matmul.h"
+#include "cpu/threadpool.h"
+#include "kv/kv_pool.h"
+#include "models/model.h"
+
+namespace rapid {
+
+struct LoadOptions {
+  int threads = 0;          // <= 0: hardware threads
+  int64_t kv_bytes = 0;     // <= 0: default share of available memory
+  int block_size = 16;
+  Precision precision = Precision::Fast;
+};
+
+struct Runtime {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<KvPool> kv;
+  Precision precision = Precision::Fast;
+  std::atomic<bool> busy{false};
+};
+
+std::shared_ptr<Runtime> load_runtime(const std::string& dir, const LoadOptions& o);
+
+}  // namespace rapid

@@ -1,0 +1,66 @@
+// Internal interface between the matmul driver (cpu/matmul.cpp) and the per-ISA kernel files
+// (cpu/kernels_scalar.cpp, cpu/kernels_avx2.cpp). Not for use outside native/src/cpu.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include "tensor/weight.h"
+
+namespace rapid::kern {
+
+// Activations quantized for the Fast path (int8 per block, like llama.cpp q8).
+// Layout of q depends on the weight bits so that the kernel needs no shuffles (see xq_perm).
+struct XQuant {
+  int8_t* q = nullptr;   // [n, K] permuted int8
+  float* d = nullptr;    // [n, nblk] block scales (x ≈ d * q)
+  float* dT = nullptr;   // [nblk, ldd] the same scales block-major, rows zero padded (ldd = n rounded up to 4)
+  int64_t ldd = 0;
+  float* sx = nullptr;   // [n, ngp] exact f32 Σx per weight group, zero padded to ngp
+  float* sxT = nullptr;  // [ngp, ldd] the same sums group-major, zero padded
+  int64_t K = 0, nblk = 0, ngp = 0;
+  int xb = 64;           // elements per x block (natural order)
+  int perm = 0;          // 0 natural, 32 or 64: evens then odds within each chunk of `perm`
+};
+
+// Fast layout parameters for a weight.
+inline void xq_layout(const Weight& W, int& xb, int& perm) {
+  xb = W.group == 32 ? 32 : 64;
+  perm = W.bits == 4 ? (W.group == 32 ? 32 : 64) : 0;
+}
+
+// Entry points implemented per ISA.
+struct Kernels {
+  const char* name;
+  // Quantizes one activation row x[K] into q/d/sx (row slices of an XQuant).
+  void (*quantize_x)(const float* x, int64_t K, int xb, int perm, int group, int64_t ngp, int8_t* q,
+                     float* d, float* sx);
+  // y[c*ldy + r] for rows r in [r0, r1) and x rows c in [0, n): Fast path, W Affine bits 4 or 8.
+  void (*fast_rows)(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
+                    int64_t ldy, float* scratch);
+  // Converts weight row r to f32 (any Weight kind); returns out (or a direct pointer for F32 Dense).
+  const float* (*row_f32)(const Weight& W, int64_t r, float* out);
+  // y[c*ldy + r] = dot(w_r, x_c) for R (1..2) weight rows and n x rows, length K.
+  void (*dot_rows)(const float* const* w, int R, const float* x, int64_t ldx, int64_t n, int64_t K,
+                   float* y, int64_t ldy);
+  // Exact y[r] = W[r,:] · x for r in [r0, r1), one activation row (decode). scratch: 2*W.in floats.
+  void (*gemv_exact)(const Weight& W, const float* x, int64_t r0, int64_t r1, float* y, float* scratch);
+  // Reads n uint64 words (bandwidth probe); returns a checksum so the reads are not elided.
+  uint64_t (*read_sum)(const uint64_t* p, size_t n);
+};
+
+// Rows a GEMV prefetches ahead (software prefetch). Intel server cores need it to reach their
+// bandwidth; AMD's hardware prefetchers do not. Set once by the driver (env RAPID_PREFETCH_ROWS).
+extern int g_prefetch_rows;
+
+const Kernels& scalar_kernels();
+#if defined(__x86_64__)
+const Kernels& avx2_kernels();
+#endif
+bool cpu_has_avx2_fma_f16c();
+
+// Bytes of scratch fast_rows needs per thread.
+inline size_t fast_scratch_floats(const Weight& W) {
+  int64_t ng = W.in / W.group;
+  return size_t((ng + 8) * 8 * 4 + 64);
+}
+
+}  // namespace rapid::kern

@@ -1,0 +1,44 @@
+// Matrix kernels over Weight views: y[n, out] = x[n, in] · Wᵀ for Dense (F32/F16/BF16) and MLX
+// Affine (2..8 bits) weights, with runtime SIMD dispatch (AVX2+FMA+F16C on x86-64, scalar elsewhere).
+// Quantized weights are dequantized on the fly inside the kernel; no dequantized copy is ever made.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "cpu/threadpool.h"
+#include "tensor/weight.h"
+
+namespace rapid {
+
+enum class Precision {
+  Exact,  // f32 activations, f32 accumulation (matches an f64 reference to ~1e-5 relative)
+  Fast,   // Affine weights: activations quantized to int8 per 32-element block (like llama.cpp q8)
+};
+
+// y[n, W.out] = x[n, W.in] · Wᵀ. x and y are row-major, contiguous, and must not alias.
+// Parallel over output rows (and rows of x for large n). Dense weights ignore `p`.
+void matmul(ThreadPool& pool, const Weight& W, const float* x, float* y, int64_t n,
+            Precision p = Precision::Exact);
+
+// Same, but with explicit strides (elements between consecutive rows of x and y).
+void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t ldx, float* y,
+                    int64_t ldy, int64_t n, Precision p = Precision::Exact);
+
+// Gathers and dequantizes rows: out[i, :] = E[ids[i], :], out is [n, E.in] f32.
+// Throws std::runtime_error if an id is outside [0, E.out).
+void embedding_rows(const Weight& E, const int32_t* ids, int64_t n, float* out);
+
+// Detected CPU features used for dispatch, e.g. {"avx2","fma","f16c"} or {"neon"} or {}.
+std::vector<std::string> cpu_simd_features();
+
+// Name of the kernel family chosen at runtime: "avx2" or "scalar" (or "neon").
+const char* matmul_kernel_name();
+
+// Forces the scalar kernels (tests compare both paths); returns the previous setting.
+bool force_scalar_kernels(bool on);
+
+// Measures sustained multi-threaded read bandwidth over a buffer of `bytes` (bytes/s).
+double measure_read_bandwidth(ThreadPool& pool, size_t bytes);
+
+}  // namespace rapid

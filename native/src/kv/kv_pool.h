@@ -1,0 +1,52 @@
+// The paged KV block pool: one allocation sized from a byte budget, split into num_blocks blocks of
+// block_size tokens. Storage is f32. Per layer, K and V are [num_blocks, block_size, n_kv_heads, head_dim].
+// The pool holds no per-request state: which blocks belong to whom travels in each step's plan.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+namespace rapid {
+
+struct KvLayerSpec {
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int cache_of = -1;  // >= 0: this layer reads another layer's cache and has none of its own (Gemma 4)
+};
+
+class KvPool {
+ public:
+  // Throws if the budget cannot hold at least one block.
+  KvPool(std::vector<KvLayerSpec> layers, int block_size, size_t budget_bytes);
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return num_blocks_; }
+  size_t bytes() const { return bytes_; }
+  size_t bytes_per_block() const { return per_block_; }
+  const KvLayerSpec& layer(int l) const { return layers_[size_t(l)]; }
+  int num_layers() const { return int(layers_.size()); }
+
+  // Raw addressing of one layer's cache: slot (block, offset) of K starts at
+  // k + block * block_stride + offset * token_stride; V likewise. [n_kv_heads, head_dim] per slot.
+  struct View {
+    float* k;
+    float* v;
+    size_t block_stride;
+    size_t token_stride;
+  };
+  View view(int layer);
+
+ private:
+  std::vector<KvLayerSpec> layers_;
+  std::vector<size_t> layer_off_;  // float offset of each owning layer's K region; V follows it
+  int block_size_ = 16;
+  int num_blocks_ = 0;
+  size_t per_block_ = 0;
+  size_t bytes_ = 0;
+  struct Free { void operator()(float* p) const { std::free(p); } };
+  std::unique_ptr<float, Free> data_;  // calloc: zeroed pages are committed lazily, on first write
+};
+
+}  // namespace rapid

@@ -1,0 +1,72 @@
+#include "layers/attention.h"
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include "layers/attention_tile.h"
+
+namespace rapid {
+
+void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) {
+  const KvPool::View kvv = kv.view(layer);
+  const int bs = kv.block_size();
+  for (const SeqSpan& sp : spans)
+    for (int64_t i = 0; i < sp.n; ++i) {
+      const int64_t slot = sp.context_len + i;
+      const size_t off = size_t(sp.block_table[slot / bs]) * kvv.block_stride + size_t(slot % bs) * kvv.token_stride;
+      std::memcpy(kvv.k + off, k + (sp.start + i) * int64_t(kvv.token_stride), kvv.token_stride * sizeof(float));
+      std::memcpy(kvv.v + off, v + (sp.start + i) * int64_t(kvv.token_stride), kvv.token_stride * sizeof(float));
+    }
+}
+
+namespace {
+struct WorkItem {
+  int span;
+  int kv_head;
+  int64_t t0, t1;  // query token range within the span
+};
+}  // namespace
+
+void paged_attention(ThreadPool& pool, KvPool& kv, int layer, const float* q, float* out,
+                     const std::vector<SeqSpan>& spans, const AttnShape& s) {
+  const int hd = s.head_dim;
+  const int group = s.n_heads / s.n_kv_heads;  // query heads per KV head, processed together
+  const int bs = kv.block_size();
+  // Work items: (row, KV head, query chunk). The chunk size depends only on the row's own
+  // length, so a row's arithmetic never depends on its neighbours.
+  std::vector<WorkItem> items;
+  for (size_t r = 0; r < spans.size(); ++r) {
+    const SeqSpan& sp = spans[r];
+    const int64_t ctx = sp.context_len + sp.n;
+    const int64_t chunk = std::clamp<int64_t>((int64_t(1) << 18) / (int64_t(group) * (ctx + 16)), 1, 32);
+    for (int h = 0; h < s.n_kv_heads; ++h)
+      for (int64_t t = 0; t < sp.n; t += chunk) items.push_back({int(r), h, t, std::min(sp.n, t + chunk)});
+  }
+
+  const KvPool::View kvv = kv.view(layer);
+  pool.parallel_for(int64_t(items.size()), [&](int64_t b, int64_t e) {
+    AttnScratch scratch;
+    for (int64_t it = b; it < e; ++it) {
+      const WorkItem& w = items[size_t(it)];
+      const SeqSpan& sp = spans[size_t(w.span)];
+      AttnTile tile;
+      tile.hd = hd;
+      tile.group = group;
+      tile.n_heads = s.n_heads;
+      tile.scale = s.scale;
+      tile.window = s.window;
+      tile.q = q + (sp.start + w.t0) * s.n_heads * hd + int64_t(w.kv_head) * group * hd;
+      tile.out = out + (sp.start + w.t0) * s.n_heads * hd + int64_t(w.kv_head) * group * hd;
+      tile.n_q = w.t1 - w.t0;
+      tile.qpos0 = sp.context_len + w.t0;
+      tile.k_base = kvv.k + size_t(w.kv_head) * size_t(hd);
+      tile.v_base = kvv.v + size_t(w.kv_head) * size_t(hd);
+      tile.block_stride = kvv.block_stride;
+      tile.token_stride = kvv.token_stride;
+      tile.block_table = sp.block_table;
+      tile.block_size = bs;
+      attention_tile(tile, scratch);
+    }
+  });
+}
+
+}  // namespace rapid

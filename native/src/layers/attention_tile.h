@@ -1,0 +1,36 @@
+// The attention inner kernel: G query heads sharing one KV head × a chunk of consecutive query
+// tokens of one sequence, against that sequence's keys read through its block table.
+// S = Q·Kᵀ·scale, causal (+ sliding window) mask, softmax, O = P·V — tiled so each key is loaded once
+// per tile. AVX2+FMA or portable scalar, chosen once per process.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace rapid {
+
+struct AttnTile {
+  int hd = 0, group = 1, n_heads = 0;
+  float scale = 1;
+  int window = 0;                  // 0 = full causal
+  const float* q = nullptr;        // query (t, g) at q[t*n_heads*hd + g*hd]
+  float* out = nullptr;            // same layout as q
+  int64_t n_q = 0;                 // query tokens in the chunk
+  int64_t qpos0 = 0;               // KV index of the first query token
+  const float* k_base = nullptr;   // layer K + kv_head*hd
+  const float* v_base = nullptr;   // layer V + kv_head*hd
+  size_t block_stride = 0, token_stride = 0;
+  const int32_t* block_table = nullptr;
+  int block_size = 16;
+};
+
+struct AttnScratch {
+  std::vector<float> qt;  // [M, hd] gathered queries, M = n_q * group
+  std::vector<float> kt;  // [hd, Nkp] keys transposed, zero padded to Nkp
+  std::vector<float> s;   // [M, Nkp] scores → probabilities
+  std::vector<float> o;   // [M, hd] outputs before scattering to heads
+};
+
+void attention_tile(const AttnTile& t, AttnScratch& scratch);
+
+}  // namespace rapid

@@ -1,0 +1,93 @@
+#include "layers/rope.h"
+#include <cmath>
+#include <stdexcept>
+#include "format/json.h"
+
+namespace rapid {
+
+RopeSpec rope_default(int head_dim, int rot_dim, double theta, double linear_factor) {
+  RopeSpec s;
+  s.head_dim = head_dim;
+  s.rot_dim = rot_dim;
+  s.inv_freq.resize(size_t(rot_dim / 2));
+  for (int j = 0; j < rot_dim / 2; ++j) {
+    // transformers: 1 / theta ** (arange(0, d, 2).float() / d), in f32
+    const float e = float(2 * j) / float(rot_dim);
+    s.inv_freq[size_t(j)] = float(1.0 / std::pow(theta, double(e)));
+    if (linear_factor != 1.0) s.inv_freq[size_t(j)] = s.inv_freq[size_t(j)] / float(linear_factor);
+  }
+  if (linear_factor != 1.0) s.type = "linear";
+  return s;
+}
+
+// Llama 3.1 frequency-dependent scaling (transformers _compute_llama3_parameters).
+static void apply_llama3(RopeSpec& s, double factor, double low_ff, double high_ff, double orig_ctx) {
+  const double low_wavelen = orig_ctx / low_ff, high_wavelen = orig_ctx / high_ff;
+  for (float& f : s.inv_freq) {
+    const double inv = f;
+    const double wavelen = 2.0 * M_PI / inv;
+    double out = wavelen > low_wavelen ? inv / factor : inv;
+    if (!(wavelen < high_wavelen) && !(wavelen > low_wavelen)) {
+      const double smooth = (orig_ctx / wavelen - low_ff) / (high_ff - low_ff);
+      out = (1 - smooth) * out / factor + smooth * out;
+    }
+    f = float(out);
+  }
+  s.type = "llama3";
+}
+
+RopeSpec rope_from_params(const Json* p, int head_dim, double theta_default, const std::string& where) {
+  double theta = theta_default;
+  std::string type = "default";
+  double partial = 1.0;
+  if (p && p->is_object()) {
+    theta = p->get_double("rope_theta", theta_default);
+    type = p->get_string("rope_type", p->get_string("type", "default"));
+    partial = p->get_double("partial_rotary_factor", 1.0);
+  }
+  const int rot_dim = int(double(head_dim) * partial) / 2 * 2;
+  if (type == "default") return rope_default(head_dim, rot_dim, theta, 1.0);
+  if (type == "linear") return rope_default(head_dim, rot_dim, theta, p->get_double("factor", 1.0));
+  if (type == "llama3") {
+    RopeSpec s = rope_default(head_dim, rot_dim, theta, 1.0);
+    apply_llama3(s, p->get_double("factor", 8.0), p->get_double("low_freq_factor", 1.0),
+                 p->get_double("high_freq_factor", 4.0), p->get_double("original_max_position_embeddings", 8192));
+    return s;
+  }
+  throw std::runtime_error(where + ": unsupported rope_type \"" + type + "\" (supported: default, linear, llama3)");
+}
+
+RopeTable rope_table(const RopeSpec& s, const int32_t* positions, int64_t n) {
+  RopeTable t;
+  t.half = s.rot_dim / 2;
+  t.head_dim = s.head_dim;
+  t.cos.resize(size_t(n * t.half));
+  t.sin.resize(size_t(n * t.half));
+  for (int64_t i = 0; i < n; ++i)
+    for (int j = 0; j < t.half; ++j) {
+      const int axis = s.section_axis.empty() ? 0 : s.section_axis[size_t(j)];
+      // The angle is an f32 product as in transformers; cos/sin of it rounded once from double.
+      const float ang = float(positions[axis * n + i]) * s.inv_freq[size_t(j)];
+      t.cos[size_t(i * t.half + j)] = float(std::cos(double(ang))) * s.attention_scaling;
+      t.sin[size_t(i * t.half + j)] = float(std::sin(double(ang))) * s.attention_scaling;
+    }
+  return t;
+}
+
+void apply_rope(float* x, int64_t n, int n_heads, const RopeTable& t) {
+  const int half = t.half;
+  for (int64_t i = 0; i < n; ++i) {
+    const float* cs = t.cos.data() + i * half;  // [half]
+    const float* sn = t.sin.data() + i * half;  // [half]
+    for (int h = 0; h < n_heads; ++h) {
+      float* v = x + (i * n_heads + h) * t.head_dim;  // [head_dim]
+      for (int j = 0; j < half; ++j) {
+        const float a = v[j], b = v[j + half];
+        v[j] = a * cs[j] - b * sn[j];
+        v[j + half] = b * cs[j] + a * sn[j];
+      }
+    }
+  }
+}
+
+}  // namespace rapid

@@ -1,0 +1,21 @@
+// Small vector primitives for the layers (dot, axpy, exp, GLU), with an AVX2+FMA path chosen at
+// run time and a portable scalar path. One dispatch for the whole process, so every row of every
+// batch goes through the same arithmetic (batch invariance).
+#pragma once
+#include <cstdint>
+#include "layers/activations.h"
+
+namespace rapid::vec {
+
+// True when the AVX2+FMA path is in use.
+bool simd_enabled();
+
+float dot(const float* a, const float* b, int64_t n);
+// y[i] += a * x[i]
+void axpy(float a, const float* x, float* y, int64_t n);
+// x[i] = exp(x[i] - shift); returns the sum of the results.
+float exp_shift_sum(float* x, int64_t n, float shift);
+// gate[i] = act(gate[i]) * up[i]
+void glu(float* gate, const float* up, int64_t n, Activation a);
+
+}  // namespace rapid::vec

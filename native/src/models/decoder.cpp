@@ -1,0 +1,223 @@
+#include "models/decoder.h"
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+namespace rapid {
+
+const Json& text_config(const Json& config) {
+  const Json* t = config.find("text_config");
+  return (t && t->is_object()) ? *t : config;
+}
+
+static int64_t req_int(const Json& c, const char* key, const std::string& arch) {
+  const Json* v = c.find(key);
+  if (!v || v->is_null())
+    throw std::runtime_error(arch + ": config.json is missing \"" + std::string(key) + "\"");
+  return v->as_int();
+}
+
+DecoderConfig read_common_config(const Json& c, const std::string& arch) {
+  DecoderConfig d;
+  d.vocab = req_int(c, "vocab_size", arch);
+  d.hidden = req_int(c, "hidden_size", arch);
+  d.ffn = req_int(c, "intermediate_size", arch);
+  d.n_layers = int(req_int(c, "num_hidden_layers", arch));
+  d.n_heads = int(req_int(c, "num_attention_heads", arch));
+  d.n_kv_heads = int(c.get_int("num_key_value_heads", d.n_heads));
+  d.head_dim = int(c.get_int("head_dim", d.hidden / d.n_heads));
+  d.max_positions = c.get_int("max_position_embeddings", 0);
+  d.rms_eps = float(c.get_double("rms_norm_eps", 1e-6));
+  if (d.n_heads <= 0 || d.n_kv_heads <= 0 || d.n_heads % d.n_kv_heads != 0)
+    throw std::runtime_error(arch + ": num_attention_heads " + std::to_string(d.n_heads) +
+                             " is not a multiple of num_key_value_heads " + std::to_string(d.n_kv_heads));
+  d.attn_scale = 1.0f / std::sqrt(float(d.head_dim));
+  d.window.assign(size_t(d.n_layers), 0);
+  d.rope_of.assign(size_t(d.n_layers), 0);
+  const Json* lt = c.find("layer_types");
+  if (lt && lt->is_array()) {
+    if (int(lt->size()) != d.n_layers)
+      throw std::runtime_error(arch + ": layer_types has " + std::to_string(lt->size()) + " entries for " +
+                               std::to_string(d.n_layers) + " layers");
+    const int64_t w = c.get_int("sliding_window", 0);
+    for (int i = 0; i < d.n_layers; ++i) {
+      const std::string& t = lt->at(size_t(i)).as_string();
+      if (t == "sliding_attention") {
+        if (w <= 0) throw std::runtime_error(arch + ": layer " + std::to_string(i) + " is sliding but sliding_window is unset");
+        d.window[size_t(i)] = int(w);
+      } else if (t != "full_attention") {
+        throw std::runtime_error(arch + ": unsupported layer type \"" + t + "\" at layer " + std::to_string(i));
+      }
+    }
+  }
+  return d;
+}
+
+static bool has_module(const Checkpoint& ckpt, const std::string& path) {
+  return ckpt.has(path + ".weight") || ckpt.has(path + ".scales");
+}
+
+DecoderNames find_decoder_names(const Checkpoint& ckpt, bool tie_word_embeddings) {
+  DecoderNames n;
+  for (const char* p : {"model", "language_model.model", "model.language_model"})
+    if (has_module(ckpt, std::string(p) + ".embed_tokens")) { n.model = p; break; }
+  if (n.model.empty())
+    throw std::runtime_error("missing tensor embed_tokens.weight in " + ckpt.dir() +
+                             " (tried prefixes model., language_model.model., model.language_model.)");
+  if (!tie_word_embeddings)
+    for (const char* h : {"lm_head", "language_model.lm_head"})
+      if (has_module(ckpt, h)) { n.head = h; break; }
+  return n;
+}
+
+namespace {
+
+struct Layer {
+  NormWeight input_norm;      // [hidden]
+  NormWeight post_attn_norm;  // [hidden] Llama: before the MLP; Gemma: after attention
+  NormWeight pre_ffn_norm;    // [hidden] Gemma only
+  NormWeight post_ffn_norm;   // [hidden] Gemma only
+  NormWeight q_norm, k_norm;  // [head_dim] Qwen3/Gemma
+  Linear q, k, v, o;          // q [heads*hd, hidden], k/v [kv*hd, hidden], o [hidden, heads*hd]
+  GatedMlp mlp;
+};
+
+class DecoderModel final : public Model {
+ public:
+  DecoderModel(std::unique_ptr<Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg, const DecoderNames& names,
+               ModelInfo info)
+      : ckpt_(std::move(ckpt)), cfg_(std::move(cfg)), info_(std::move(info)) {
+    const Checkpoint& c = *ckpt_;
+    const std::string& m = names.model;
+    const DecoderConfig& d = cfg_;
+    embed_ = load_embedding(c, qc, m + ".embed_tokens");
+    if (embed_.out != d.vocab || embed_.in != d.hidden)
+      throw std::runtime_error("module " + m + ".embed_tokens has shape [" + std::to_string(embed_.out) + ", " +
+                               std::to_string(embed_.in) + "], expected [" + std::to_string(d.vocab) + ", " +
+                               std::to_string(d.hidden) + "]");
+    if (!names.head.empty()) {
+      head_ = load_linear(c, qc, names.head, d.vocab, d.hidden, false).w;
+    } else {
+      head_ = embed_;  // tied: x · Eᵀ, quantized or not
+    }
+    final_norm_ = load_norm(c, m + ".norm", d.hidden, d.rms_eps, d.norm_offset);
+    const int64_t qd = int64_t(d.n_heads) * d.head_dim, kd = int64_t(d.n_kv_heads) * d.head_dim;
+    layers_.resize(size_t(d.n_layers));
+    for (int i = 0; i < d.n_layers; ++i) {
+      const std::string p = m + ".layers." + std::to_string(i);
+      Layer& L = layers_[size_t(i)];
+      L.input_norm = load_norm(c, p + ".input_layernorm", d.hidden, d.rms_eps, d.norm_offset);
+      L.post_attn_norm = load_norm(c, p + ".post_attention_layernorm", d.hidden, d.rms_eps, d.norm_offset);
+      if (d.sandwich_norms) {
+        L.pre_ffn_norm = load_norm(c, p + ".pre_feedforward_layernorm", d.hidden, d.rms_eps, d.norm_offset);
+        L.post_ffn_norm = load_norm(c, p + ".post_feedforward_layernorm", d.hidden, d.rms_eps, d.norm_offset);
+      }
+      L.q = load_linear(c, qc, p + ".self_attn.q_proj", qd, d.hidden, d.qkv_bias);
+      L.k = load_linear(c, qc, p + ".self_attn.k_proj", kd, d.hidden, d.qkv_bias);
+      L.v = load_linear(c, qc, p + ".self_attn.v_proj", kd, d.hidden, d.qkv_bias);
+      L.o = load_linear(c, qc, p + ".self_attn.o_proj", d.hidden, qd, d.o_bias);
+      if (d.qk_norm) {
+        L.q_norm = load_norm(c, p + ".self_attn.q_norm", d.head_dim, d.rms_eps, d.norm_offset);
+        L.k_norm = load_norm(c, p + ".self_attn.k_norm", d.head_dim, d.rms_eps, d.norm_offset);
+      }
+      L.mlp = load_gated_mlp(c, qc, p + ".mlp", d.hidden, d.ffn, d.act);
+    }
+    info_.vocab_size = d.vocab;
+    info_.hidden_size = d.hidden;
+    info_.num_layers = d.n_layers;
+    info_.context_length = d.max_positions;
+    info_.quantization = qc.describe();
+    info_.weight_bytes = ckpt_->mapped_bytes();
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<KvLayerSpec> kv_layers() const override {
+    return std::vector<KvLayerSpec>(size_t(cfg_.n_layers), KvLayerSpec{cfg_.n_kv_heads, cfg_.head_dim, -1});
+  }
+
+  void forward(const Batch& b, KvPool& kv, ThreadPool& pool, Precision prec, float* logits) override {
+    const DecoderConfig& d = cfg_;
+    const int64_t T = int64_t(b.tokens.size());
+    const int64_t H = d.hidden;
+    const int64_t qd = int64_t(d.n_heads) * d.head_dim, kd = int64_t(d.n_kv_heads) * d.head_dim;
+    std::vector<float> h(static_cast<size_t>(T * H));     // [T, hidden] residual stream
+    std::vector<float> xn(static_cast<size_t>(T * H));    // [T, hidden] normed input of a sub-block
+    std::vector<float> q(static_cast<size_t>(T * qd));    // [T, n_heads, hd]
+    std::vector<float> k(static_cast<size_t>(T * kd));    // [T, n_kv, hd]
+    std::vector<float> v(static_cast<size_t>(T * kd));    // [T, n_kv, hd]
+    std::vector<float> att(static_cast<size_t>(T * qd));  // [T, n_heads, hd]
+    std::vector<float> o(static_cast<size_t>(T * H));     // [T, hidden] sub-block output
+    std::vector<float> scratch;
+
+    embedding_rows(embed_, b.tokens.data(), T, h.data());
+    if (d.embed_scale != 1.0f)
+      for (float& x : h) x *= d.embed_scale;
+
+    auto norm_rows = [&](const float* x, float* y, int64_t rows, const NormWeight& w) {
+      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
+        rms_norm(x + r0 * w.dim(), y + r0 * w.dim(), r1 - r0, w);
+      });
+    };
+
+    std::vector<RopeTable> rope_tables;  // one per distinct RoPE spec, shared by its layers
+    for (const RopeSpec& rs : d.ropes) rope_tables.push_back(rope_table(rs, b.positions.data(), T));
+
+    for (int l = 0; l < d.n_layers; ++l) {
+      const Layer& L = layers_[size_t(l)];
+      AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.attn_scale, d.window[size_t(l)]};
+      norm_rows(h.data(), xn.data(), T, L.input_norm);
+      linear(pool, L.q, xn.data(), q.data(), T, prec);
+      linear(pool, L.k, xn.data(), k.data(), T, prec);
+      linear(pool, L.v, xn.data(), v.data(), T, prec);
+      if (d.qk_norm) {
+        norm_rows(q.data(), q.data(), T * d.n_heads, L.q_norm);
+        norm_rows(k.data(), k.data(), T * d.n_kv_heads, L.k_norm);
+      }
+      const RopeTable& rope = rope_tables[size_t(d.rope_of[size_t(l)])];
+      apply_rope(q.data(), T, d.n_heads, rope);
+      apply_rope(k.data(), T, d.n_kv_heads, rope);
+      write_kv(kv, l, k.data(), v.data(), b.spans);
+      paged_attention(pool, kv, l, q.data(), att.data(), b.spans, shape);
+      linear(pool, L.o, att.data(), o.data(), T, prec);
+      if (d.sandwich_norms) norm_rows(o.data(), o.data(), T, L.post_attn_norm);
+      for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
+
+      norm_rows(h.data(), xn.data(), T, d.sandwich_norms ? L.pre_ffn_norm : L.post_attn_norm);
+      gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
+      if (d.sandwich_norms) norm_rows(o.data(), o.data(), T, L.post_ffn_norm);
+      for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
+    }
+
+    // Only the requested rows go through the final norm and the (large) head.
+    const int64_t m = int64_t(b.logit_rows.size());
+    if (m == 0) return;
+    std::vector<float> sel(static_cast<size_t>(m * H));  // [m, hidden]
+    for (int64_t i = 0; i < m; ++i)
+      std::memcpy(sel.data() + i * H, h.data() + b.logit_rows[size_t(i)] * H, size_t(H) * sizeof(float));
+    norm_rows(sel.data(), sel.data(), m, final_norm_);
+    matmul(pool, head_, sel.data(), logits, m, prec);
+    if (d.final_softcap > 0) {
+      const float cap = d.final_softcap;
+      for (int64_t i = 0; i < m * d.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
+    }
+  }
+
+ private:
+  std::unique_ptr<Checkpoint> ckpt_;  // owns the mappings every Weight points into
+  DecoderConfig cfg_;
+  ModelInfo info_;
+  Weight embed_;   // [vocab, hidden]
+  Weight head_;    // [vocab, hidden]
+  NormWeight final_norm_;
+  std::vector<Layer> layers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_decoder(std::unique_ptr<Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
+                                    const DecoderNames& names, ModelInfo info) {
+  return std::make_unique<DecoderModel>(std::move(ckpt), qc, std::move(cfg), names, std::move(info));
+}
+
+}  // namespace rapid

@@ -1,0 +1,59 @@
+// The decoder-only transformer shared by the text families (Qwen2, Qwen3, Llama/Mistral, Gemma 3):
+// pre-norm blocks of GQA attention over the paged KV pool and a gated MLP. A family file reads its
+// config into DecoderConfig, names its tensors, and the blocks here do the rest.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+#include "format/json.h"
+#include "format/safetensors.h"
+#include "layers/linear.h"
+#include "layers/mlp.h"
+#include "layers/norm.h"
+#include "layers/rope.h"
+#include "models/model.h"
+#include "quant/mlx_quant.h"
+
+namespace rapid {
+
+struct DecoderConfig {
+  int64_t vocab = 0, hidden = 0, ffn = 0;
+  int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t max_positions = 0;
+  float rms_eps = 1e-6f;
+  bool norm_offset = false;     // Gemma: (1 + w)
+  bool qkv_bias = false;        // Qwen2; Llama attention_bias
+  bool o_bias = false;          // Llama attention_bias
+  bool qk_norm = false;         // Qwen3, Gemma 3: RMSNorm over head_dim before RoPE
+  bool sandwich_norms = false;  // Gemma 3: post_attention/pre_feedforward/post_feedforward norms
+  Activation act = Activation::Silu;
+  float embed_scale = 1.0f;     // Gemma: sqrt(hidden), rounded to the weight dtype
+  float attn_scale = 0;         // multiplies q·k
+  float final_softcap = 0;      // 0 = none; else logits = cap·tanh(logits/cap)
+  std::vector<int> window;      // [n_layers] sliding window W, 0 = full attention
+  std::vector<int> rope_of;     // [n_layers] index into ropes
+  std::vector<RopeSpec> ropes;
+};
+
+// Key prefixes found in the checkpoint: the text decoder ("model.") and the head ("lm_head").
+struct DecoderNames {
+  std::string model;  // e.g. "model", "language_model.model", "model.language_model"
+  std::string head;   // e.g. "lm_head", "language_model.lm_head"; empty when tied/absent
+};
+
+// Picks the text-decoder prefix by probing for "<prefix>.embed_tokens.weight" and the head by probing
+// for "<head>.weight" (or .scales); throws listing the tried prefixes when none matches.
+DecoderNames find_decoder_names(const Checkpoint& ckpt, bool tie_word_embeddings);
+
+// Reads the keys every family shares (sizes, eps, head_dim, max positions, layer_types windows).
+// `c` is the text config; family-specific fields are filled by the caller.
+DecoderConfig read_common_config(const Json& c, const std::string& arch);
+
+// Builds the model: maps tensors, checks every shape, fills ModelInfo.
+std::unique_ptr<Model> make_decoder(std::unique_ptr<Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
+                                    const DecoderNames& names, ModelInfo info);
+
+// "text_config" when present (multimodal wrappers), else the config itself.
+const Json& text_config(const Json& config);
+
+}  // namespace rapid

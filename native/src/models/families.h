@@ -1,0 +1,26 @@
+// Loader entry points of the text families; registry.cpp maps config.json to one of them.
+#pragma once
+#include <memory>
+#include <string>
+#include "format/json.h"
+#include "format/safetensors.h"
+#include "layers/activations.h"
+#include "models/model.h"
+
+namespace rapid {
+
+using FamilyLoader = std::unique_ptr<Model> (*)(std::unique_ptr<Checkpoint> ckpt, const Json& config,
+                                                const std::string& arch);
+
+std::unique_ptr<Model> load_qwen2(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen3(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_llama(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_gemma3(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
+
+// HF hidden_act names → Activation; throws naming the value when unsupported.
+Activation parse_activation(const std::string& name, const std::string& arch);
+
+// The RoPE object of a text config: rope_parameters (transformers 5) or rope_scaling + rope_theta (4.x).
+const Json* rope_params(const Json& c);
+
+}  // namespace rapid

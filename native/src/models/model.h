@@ -1,0 +1,46 @@
+// The Model interface every family implements: config facts, weights, and one forward over a mixed
+// batch (prefill chunks and decode tokens together) that returns logits only for the requested tokens.
+// A model sees spans of tokens and KV blocks, never requests.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include "cpu/matmul.h"
+#include "kv/kv_pool.h"
+#include "layers/attention.h"
+
+namespace rapid {
+
+struct ModelInfo {
+  std::string architecture;  // config.json architectures[0]
+  std::string family;        // registry name
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int num_layers = 0;
+  int64_t context_length = 0;  // max_position_embeddings
+  std::string quantization;    // QuantConfig::describe()
+  size_t weight_bytes = 0;     // bytes of mapped checkpoint files
+  int pos_axes = 1;            // 1, or 3 for mRoPE (positions are [3, n] axis-major per row)
+  std::vector<int> mrope_sections;
+};
+
+// One forward's input: all rows' new tokens concatenated.
+struct Batch {
+  std::vector<int32_t> tokens;      // [T]
+  std::vector<int32_t> positions;   // [pos_axes, T] axis-major
+  std::vector<SeqSpan> spans;       // one per row, in batch order
+  std::vector<int64_t> logit_rows;  // token indices into [0, T) whose logits are wanted
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+  // The KV layout the pool must provide, one entry per decoder layer.
+  virtual std::vector<KvLayerSpec> kv_layers() const = 0;
+  // logits [batch.logit_rows.size(), vocab]. Writes the batch's K/V into the pool.
+  virtual void forward(const Batch& batch, KvPool& kv, ThreadPool& pool, Precision p, float* logits) = 0;
+};
+
+}  // namespace rapid

@@ -1,0 +1,42 @@
+// Per-row token selection from one logits row: bitmask → penalties → (greedy | temperature → top-k →
+// top-p → min-p → counter-based draw), plus logprobs.
+// Logprobs are the log-softmax of the logits after the bitmask and penalties, before temperature and
+// truncation (so greedy and sampled rows report comparable numbers; masked tokens are -inf).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace rapid {
+
+struct SampleParams {
+  float temperature = 0;          // 0 = greedy (argmax, lowest id on ties)
+  float top_p = 1;                // 1 = off
+  int top_k = 0;                  // 0 = off
+  float min_p = 0;                // 0 = off
+  float repetition_penalty = 1;   // HF: over prompt + output tokens, logit>0 ? l/p : l*p
+  float presence_penalty = 0;     // OpenAI: over output tokens, -= p if count > 0
+  float frequency_penalty = 0;    // OpenAI: over output tokens, -= f * count
+  uint64_t seed = 0;
+  uint64_t counter = 0;
+  int logprobs = -1;              // -1 none; 0 sampled token only; k > 0 plus top-k alternatives
+  std::vector<int32_t> prompt_tokens;
+  std::vector<int32_t> output_tokens;
+  std::vector<uint32_t> bitmask;  // empty = no grammar; else ceil(vocab/32) words, bit set = allowed
+};
+
+struct SampleOutput {
+  int32_t token = -1;
+  float logprob = 0;                          // valid when logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;  // [logprobs] best first (ties: lower id first)
+};
+
+// Checks ranges (token ids < vocab, bitmask length, finite params); returns "" or an error message.
+std::string validate_sample_params(const SampleParams& p, int64_t vocab);
+
+// logits [vocab] is modified in place (used as scratch). Throws std::runtime_error if the bitmask
+// allows no token.
+SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p);
+
+}  // namespace rapid

@@ -1,0 +1,143 @@
+#include "step/executor.h"
+#include <chrono>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+#include <unordered_set>
+
+namespace rapid {
+
+std::string validate_row(const StepRow& row, const ModelInfo& info, const KvPool& kv) {
+  const int64_t n = int64_t(row.tokens.size());
+  if (row.request_id.empty()) return "requestId is empty";
+  if (n == 0) return "row has no tokens";
+  for (int32_t t : row.tokens)
+    if (t < 0 || t >= info.vocab_size)
+      return "token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(info.vocab_size) + ")";
+  if (int64_t(row.positions.size()) != info.pos_axes * n)
+    return "positions has " + std::to_string(row.positions.size()) + " entries, expected " +
+           std::to_string(info.pos_axes * n) + (info.pos_axes > 1 ? " (mRoPE: 3 axes x tokens)" : "");
+  for (int32_t p : row.positions)
+    if (p < 0) return "position " + std::to_string(p) + " is negative";
+  if (row.context_len < 0) return "contextLen must be >= 0";
+  const int64_t need = (row.context_len + n + kv.block_size() - 1) / kv.block_size();
+  if (int64_t(row.block_table.size()) < need)
+    return "blockTable has " + std::to_string(row.block_table.size()) + " blocks; contextLen " +
+           std::to_string(row.context_len) + " + " + std::to_string(n) + " tokens need " + std::to_string(need) +
+           " of " + std::to_string(kv.block_size()) + " tokens";
+  for (int32_t b : row.block_table)
+    if (b < 0 || b >= kv.num_blocks())
+      return "block id " + std::to_string(b) + " is outside the KV pool [0, " + std::to_string(kv.num_blocks()) + ")";
+  if (row.has_sample) {
+    std::string e = validate_sample_params(row.sample, info.vocab_size);
+    if (!e.empty()) return e;
+  }
+  return "";
+}
+
+static double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision precision, const StepPlan& plan) {
+  const ModelInfo& info = model.info();
+  const int64_t vocab = info.vocab_size;
+  StepResult res;
+  res.rows.resize(plan.rows.size());
+
+  // Validate; a block may be written by only one row per step (shared prefix blocks are read-only).
+  std::vector<bool> ok(plan.rows.size(), false);
+  std::unordered_set<std::string> ids;
+  std::set<int32_t> written;
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    const StepRow& row = plan.rows[r];
+    StepRowResult& out = res.rows[r];
+    out.request_id = row.request_id;
+    std::string err = validate_row(row, info, kv);
+    if (err.empty() && !ids.insert(row.request_id).second) err = "duplicate requestId in this step";
+    if (err.empty()) {
+      const int64_t n = int64_t(row.tokens.size()), bs = kv.block_size();
+      std::vector<int32_t> mine;
+      for (int64_t s = row.context_len / bs; s <= (row.context_len + n - 1) / bs; ++s) mine.push_back(row.block_table[size_t(s)]);
+      for (int32_t b : mine)
+        if (written.count(b)) { err = "KV block " + std::to_string(b) + " is written by another row in this step"; break; }
+      if (err.empty()) written.insert(mine.begin(), mine.end());
+    }
+    if (!err.empty()) out.error = err;
+    else ok[r] = true;
+  }
+
+  // One batch over every valid row; logits for each sampling row's last token and wantLogits rows.
+  Batch batch;
+  struct Where { int64_t first_logit = -1; int64_t n_logits = 0; int64_t sample_logit = -1; };
+  std::vector<Where> where(plan.rows.size());
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    if (!ok[r]) continue;
+    const StepRow& row = plan.rows[r];
+    const int64_t start = int64_t(batch.tokens.size()), n = int64_t(row.tokens.size());
+    batch.tokens.insert(batch.tokens.end(), row.tokens.begin(), row.tokens.end());
+    batch.spans.push_back({start, n, row.context_len, row.block_table.data(), int64_t(row.block_table.size())});
+    if (row.want_logits) {
+      where[r].first_logit = int64_t(batch.logit_rows.size());
+      where[r].n_logits = n;
+      for (int64_t i = 0; i < n; ++i) batch.logit_rows.push_back(start + i);
+      if (row.has_sample) where[r].sample_logit = where[r].first_logit + n - 1;
+    } else if (row.has_sample) {
+      where[r].sample_logit = int64_t(batch.logit_rows.size());
+      batch.logit_rows.push_back(start + n - 1);
+    }
+  }
+  const int64_t T = int64_t(batch.tokens.size());
+  res.tokens = T;
+  // positions are axis-major per row; the batch keeps them axis-major over all T tokens.
+  batch.positions.resize(size_t(info.pos_axes * T));
+  for (size_t r = 0, s = 0; r < plan.rows.size(); ++r) {
+    if (!ok[r]) continue;
+    const SeqSpan& sp = batch.spans[s++];
+    for (int a = 0; a < info.pos_axes; ++a)
+      std::memcpy(batch.positions.data() + a * T + sp.start, plan.rows[r].positions.data() + a * sp.n,
+                  size_t(sp.n) * sizeof(int32_t));
+  }
+  if (T == 0) return res;
+
+  auto t0 = std::chrono::steady_clock::now();
+  std::vector<float> logits(batch.logit_rows.size() * size_t(vocab));  // [m, vocab]
+  model.forward(batch, kv, pool, precision, logits.data());
+  res.forward_ms = ms_since(t0);
+
+  t0 = std::chrono::steady_clock::now();
+  std::vector<size_t> samplers;
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    if (!ok[r]) continue;
+    if (where[r].n_logits > 0)
+      res.rows[r].logits.assign(logits.begin() + where[r].first_logit * vocab,
+                                logits.begin() + (where[r].first_logit + where[r].n_logits) * vocab);
+    if (plan.rows[r].has_sample) samplers.push_back(r);
+  }
+  // Rows sample independently; each thread takes whole rows, so the result never depends on neighbours.
+  pool.parallel_for(int64_t(samplers.size()), [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(static_cast<size_t>(vocab));
+    for (int64_t i = b; i < e; ++i) {
+      const size_t r = samplers[size_t(i)];
+      StepRowResult& out = res.rows[r];
+      const SampleParams& sp = plan.rows[r].sample;
+      std::memcpy(scratch.data(), logits.data() + where[r].sample_logit * vocab, size_t(vocab) * sizeof(float));
+      try {
+        SampleOutput so = sample_token(scratch.data(), vocab, sp);
+        out.has_token = true;
+        out.token = so.token;
+        if (sp.logprobs >= 0) {
+          out.has_logprob = true;
+          out.logprob = so.logprob;
+          out.top_logprobs = std::move(so.top);
+        }
+      } catch (const std::exception& ex) {
+        out.error = std::string("sampling failed: ") + ex.what();
+      }
+    }
+  });
+  res.sample_ms = ms_since(t0);
+  return res;
+}
+
+}  // namespace rapid

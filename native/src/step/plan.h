@@ -1,0 +1,45 @@
+// The step contract in C++: a plain-data batch plan in, per-request results out, rows keyed by
+// requestId. Mirrors NativeStepPlan / NativeStepResult of src/native/types.ts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+#include "sampling/sampler.h"
+
+namespace rapid {
+
+struct StepRow {
+  std::string request_id;
+  std::vector<int32_t> tokens;       // [n] new tokens this step
+  std::vector<int32_t> positions;    // [pos_axes * n] axis-major
+  std::vector<int32_t> block_table;  // KV blocks of the sequence, in order
+  int64_t context_len = 0;           // tokens already in KV
+  bool has_sample = false;
+  SampleParams sample;
+  bool want_logits = false;          // raw logits of every token of the row
+};
+
+struct StepPlan {
+  std::vector<StepRow> rows;
+};
+
+struct StepRowResult {
+  std::string request_id;
+  bool has_token = false;
+  int32_t token = -1;
+  bool has_logprob = false;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top_logprobs;
+  std::vector<float> logits;  // [n * vocab] when want_logits
+  std::string error;          // non-empty: this row failed (the others did not)
+};
+
+struct StepResult {
+  std::vector<StepRowResult> rows;  // same order as the plan
+  double forward_ms = 0;
+  double sample_ms = 0;
+  int64_t tokens = 0;               // tokens in the forward
+};
+
+}  // namespace rapid
