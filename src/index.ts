@@ -5,6 +5,10 @@ export type * from './native/types.js';
 export { resolveSamplingParams } from './engine/sampling-params.js';
 export type { SamplingParams } from './engine/sampling-params.js';
 export { InvalidRequestError, StepError } from './engine/errors.js';
+export { Engine } from './engine/engine.js';
+export { createTextEngine } from './engine/text-engine.js';
+export { openTextModel } from './engine/text-model.js';
+export { createServer } from './server/server.js';
 
 /** Which native binary this process loaded, from where, and why others were rejected. */
 export async function nativeInfo(): Promise<{ path: string; source: string; rejected: { path: string; reason: string }[] }> {

@@ -4,6 +4,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { packageRoot } from '../native/binding.js';
 import { registerRun } from './commands/run.js';
+import { registerServe } from './commands/serve.js';
 import { registerConvert } from './commands/convert.js';
 import { registerModels } from './commands/models.js';
 import { registerDoctor } from './commands/doctor.js';
@@ -19,6 +20,7 @@ export function buildProgram(): Command {
     .version(packageVersion(), '-v, --version')
     .showHelpAfterError()
     .configureHelp({ sortSubcommands: false });
+  registerServe(program);
   registerRun(program);
   registerConvert(program);
   registerModels(program);

@@ -1,0 +1,152 @@
+// `rapid serve MODEL`: the continuous-batching engine behind the OpenAI-compatible HTTP server.
+import { basename, resolve } from 'node:path';
+import { InvalidArgumentError, type Command } from 'commander';
+import type { Engine } from '../../engine/engine.js';
+import { createTextEngine } from '../../engine/text-engine.js';
+import { openTextModel, type TextModel } from '../../engine/text-model.js';
+import { createServer, type RapidServer } from '../../server/server.js';
+import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
+import { resolveModelDetailed } from '../../models/resolve-model.js';
+import { createProgressPrinter } from '../../models/progress-printer.js';
+import { parseIntOption } from '../options.js';
+
+export interface ServeOptions {
+  host: string;
+  port: number;
+  apiKey?: string;
+  servedModelName?: string;
+  maxNumSeqs: number;
+  maxBatchedTokens: number;
+  maxWaiting: number;
+  kvCacheMemory?: number; // bytes
+  blockSize?: number;
+  threads?: number;
+  precision: 'exact' | 'fast';
+  stepTimeout: number; // seconds
+  prefixCache: boolean;
+  maxBodyBytes: number;
+  shutdownGrace: number; // seconds
+  /** Sampling defaults below the model's generation_config (e.g. the catalog's recommendation). */
+  recommended?: SamplingDefaults;
+}
+
+export interface RunningServer {
+  url: string;
+  server: RapidServer;
+  engine: Engine;
+  model: TextModel;
+  /** Graceful stop: no new requests, in-flight ones finish (or fail after the grace period), model closed. */
+  close(graceMs?: number): Promise<void>;
+}
+
+const SIZE_UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kb: 1e3, kib: 1024, m: 1024 ** 2, mb: 1e6, mib: 1024 ** 2, g: 1024 ** 3, gb: 1e9, gib: 1024 ** 3 };
+
+/** "2GiB", "512M", "1.5g", "1000000" -> bytes. */
+export function parseByteSize(value: string): number {
+  const m = /^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$/i.exec(value);
+  const unit = m ? SIZE_UNITS[m[2]!.toLowerCase()] : undefined;
+  if (!m || unit === undefined) throw new InvalidArgumentError(`expected a size such as 2GiB, 512MiB or a byte count, got "${value}"`);
+  const bytes = Math.floor(Number(m[1]) * unit);
+  if (bytes <= 0) throw new InvalidArgumentError(`size must be positive, got "${value}"`);
+  return bytes;
+}
+
+/** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
+export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer> {
+  const model = openTextModel(dir, {
+    threads: opts.threads,
+    precision: opts.precision ?? 'fast',
+    kvCacheBytes: opts.kvCacheMemory,
+    blockSize: opts.blockSize,
+  });
+  const engine = createTextEngine(model, {
+    maxNumSeqs: opts.maxNumSeqs ?? 16,
+    maxBatchedTokens: opts.maxBatchedTokens ?? 512,
+    maxWaiting: opts.maxWaiting ?? 256,
+    stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
+    enablePrefixCache: opts.prefixCache ?? true,
+    log,
+  });
+  const id = opts.servedModelName ?? basename(resolve(dir));
+  const server = createServer({
+    engine,
+    model: servedModelFrom(model, id, opts.recommended),
+    apiKey: opts.apiKey,
+    maxBodyBytes: opts.maxBodyBytes,
+    log,
+  });
+  let addr;
+  try {
+    addr = await server.listen(opts.port ?? 8000, opts.host ?? '127.0.0.1');
+  } catch (err) {
+    model.close();
+    throw err;
+  }
+  let closing: Promise<void> | undefined;
+  return {
+    url: addr.url,
+    server,
+    engine,
+    model,
+    close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
+      closing ??= server.close(graceMs).finally(() => model.close());
+      return closing;
+    },
+  };
+}
+
+export function registerServe(program: Command): void {
+  program
+    .command('serve')
+    .description('Serve a model over an OpenAI-compatible HTTP API with continuous batching')
+    .argument('<model>', 'a model directory, a catalog alias (see `rapid models`) or an org/name repo; pulled on first use')
+    .option('--host <host>', 'interface to bind (loopback by default; 0.0.0.0 exposes it to the network)', '127.0.0.1')
+    .option('--port <port>', 'TCP port', parseIntOption('--port'), 8000)
+    .option('--api-key <key>', 'require Authorization: Bearer <key> on every route but /health (default: $RAPID_API_KEY)')
+    .option('--served-model-name <name>', 'the model name clients send (default: the directory name)')
+    .option('--max-num-seqs <n>', 'requests decoded together at most', parseIntOption('--max-num-seqs'), 16)
+    .option('--max-batched-tokens <n>', 'tokens per step at most (prefill chunks + decodes)', parseIntOption('--max-batched-tokens'), 512)
+    .option('--max-waiting <n>', 'queued requests at most; more get 503', parseIntOption('--max-waiting'), 256)
+    .option('--kv-cache-memory <size>', 'KV cache budget, e.g. 2GiB (default: a share of free RAM)', parseByteSize)
+    .option('--block-size <n>', 'tokens per KV block', parseIntOption('--block-size'))
+    .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
+    .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
+    .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')
+    .option('--max-body-bytes <size>', 'largest request body accepted', parseByteSize, 8 * 1024 * 1024)
+    .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
+    .action(async (spec: string, opts: ServeOptions) => {
+      if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
+      const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
+      const dir = resolved.dir;
+      const name = opts.servedModelName ?? (resolved.source === 'local' ? basename(resolve(dir)) : spec);
+      const running = await startServer(
+        dir,
+        { ...opts, servedModelName: name, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling },
+        log,
+      );
+      const info = running.model.info;
+      log(
+        `serving ${name} on ${running.url}/v1 ` +
+          `(${info.family}, context ${info.contextLength}, KV ${info.numBlocks} blocks of ${info.blockSize}, ${info.threads} threads)`,
+      );
+      let signals = 0;
+      const stop = (sig: string) => {
+        if (++signals > 1) {
+          log(`${sig} again: exiting now`);
+          process.exit(130);
+        }
+        log(`${sig}: no longer accepting requests; finishing in-flight ones (up to ${opts.shutdownGrace}s)`);
+        running.close(opts.shutdownGrace * 1000).then(
+          () => process.exit(0),
+          (err: unknown) => {
+            log(`shutdown failed: ${(err as Error).message}`);
+            process.exit(1);
+          },
+        );
+      };
+      process.on('SIGINT', () => stop('SIGINT'));
+      process.on('SIGTERM', () => stop('SIGTERM'));
+    });
+}

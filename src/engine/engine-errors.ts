@@ -1,0 +1,34 @@
+// Errors a request can end with inside the engine. Each carries a code the server maps to an HTTP
+// status (before a stream starts) or to an SSE error event (after).
+import { StepError } from './errors.js';
+
+export type EngineErrorCode =
+  | 'step_failed' // the forward pass of a step threw
+  | 'sampler_failed' // the native side returned an error for this row
+  | 'detokenizer_failed' // output processing threw for this request
+  | 'watchdog' // a step did not return within the bound
+  | 'kv_cache_full' // this request alone cannot fit in the KV pool
+  | 'shutdown'; // the engine stopped before the request finished
+
+/** A terminal failure of one request (StepError, so callers of generate() treat it alike). */
+export class EngineRequestError extends StepError {
+  constructor(
+    message: string,
+    readonly code: EngineErrorCode,
+  ) {
+    super(message);
+    this.name = 'EngineRequestError';
+  }
+}
+
+/** The engine cannot take the request now (queue full, draining, unhealthy): retry later. */
+export class EngineUnavailableError extends Error {
+  constructor(
+    message: string,
+    readonly reason: 'overloaded' | 'shutting_down' | 'unhealthy',
+    readonly retryAfterSeconds = 1,
+  ) {
+    super(message);
+    this.name = 'EngineUnavailableError';
+  }
+}

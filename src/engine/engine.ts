@@ -1,0 +1,458 @@
+// The continuous-batching engine: schedule -> one native step over the whole mixed batch (on the
+// addon's own thread, awaited through its Promise) -> update each request. A failed step fails
+// exactly its requests and the loop goes on; a step that never returns trips a watchdog. Every
+// request ends with a done event or an error; nothing is retried silently.
+import type { NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
+import { BlockManager } from './block-manager.js';
+import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
+import { InvalidRequestError } from './errors.js';
+import type { TextStream } from './generate.js';
+import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
+import type { SamplingParams } from './sampling-params.js';
+import { Scheduler, type SchedulerOutput } from './scheduler.js';
+
+/** Test-only fault hooks; reachable only through the constructor, never from HTTP. */
+export interface EngineFaults {
+  /** Runs before each native step: throw to fail the step, or return a promise to stall it. */
+  step?(plan: NativeStepPlan): void | Promise<void>;
+  /** Runs for each sampled row: throw to fail that row as the sampler would. */
+  sampler?(requestId: string, token: number): void;
+  /** Runs before output processing of each token: throw to fail that request's detokenizer. */
+  detokenizer?(requestId: string, token: number): void;
+}
+
+export interface EngineOptions {
+  model: NativeModel;
+  /** A fresh streaming detokenizer per request. */
+  newTextStream: () => TextStream;
+  stopTokenIds?: Iterable<number>;
+  /** Defaults from model.info(). */
+  contextLength?: number;
+  vocabSize?: number;
+  blockSize?: number;
+  numBlocks?: number;
+  maxNumSeqs?: number;
+  maxBatchedTokens?: number;
+  maxWaiting?: number;
+  /** A step that takes longer fails its requests and marks the engine unhealthy until it returns. */
+  stepTimeoutMs?: number;
+  enablePrefixCache?: boolean;
+  faults?: EngineFaults;
+  log?: (message: string) => void;
+}
+
+export interface SubmitOptions {
+  promptIds: readonly number[];
+  params: SamplingParams;
+  id?: string;
+  cacheSalt?: string;
+}
+
+export interface RequestHandle {
+  readonly id: string;
+  readonly numPromptTokens: number;
+  /** Deltas, then one done event; throws EngineRequestError if the request fails. */
+  readonly events: AsyncIterable<EngineEvent>;
+  abort(): void;
+}
+
+export interface EngineHealth {
+  ok: boolean;
+  reason?: string;
+}
+
+export interface EngineStats {
+  healthy: boolean;
+  unhealthyReason: string | null;
+  draining: boolean;
+  waiting: number;
+  running: number;
+  maxNumSeqs: number;
+  maxBatchedTokens: number;
+  contextLength: number;
+  kv: { numBlocks: number; blockSize: number; usedBlocks: number; cachedBlocks: number; freeBlocks: number; usage: number };
+  prefixCache: { enabled: boolean; queryTokens: number; hitTokens: number; hitRate: number };
+  steps: number;
+  stepFailures: number;
+  watchdogTrips: number;
+  preemptions: number;
+  requests: { submitted: number; stop: number; length: number; abort: number; error: number };
+  tokens: { prompt: number; generated: number; computed: number };
+  generatedTokensPerSecond: number; // over the last 10 s
+  lastStepMs: number;
+}
+
+/** The part of the engine the server uses; a fake can stand in for it in tests. */
+export interface EngineLike {
+  readonly contextLength: number;
+  submit(options: SubmitOptions): RequestHandle;
+  health(): EngineHealth;
+  ready(): EngineHealth;
+  stats(): EngineStats;
+  shutdown(graceMs: number): Promise<void>;
+}
+
+class WatchdogTrip extends Error {}
+
+const THROUGHPUT_WINDOW_MS = 10_000;
+
+export class Engine implements EngineLike {
+  readonly contextLength: number;
+  readonly vocabSize: number;
+  readonly blocks: BlockManager;
+  readonly scheduler: Scheduler;
+  private readonly model: NativeModel;
+  private readonly newTextStream: () => TextStream;
+  private readonly stopTokenIds: ReadonlySet<number>;
+  private readonly stepTimeoutMs: number;
+  private readonly faults: EngineFaults;
+  private readonly log: (message: string) => void;
+  private readonly requests = new Map<string, EngineRequest>();
+  private looping = false;
+  private loopDone: Promise<void> = Promise.resolve();
+  private draining = false;
+  private stopped = false;
+  private unhealthy: string | null = null;
+  private nextId = 0;
+  private readonly counters = {
+    steps: 0,
+    stepFailures: 0,
+    watchdogTrips: 0,
+    preemptions: 0,
+    submitted: 0,
+    stop: 0,
+    length: 0,
+    abort: 0,
+    error: 0,
+    promptTokens: 0,
+    generated: 0,
+    computed: 0,
+  };
+  private lastStepMs = 0;
+  private readonly recent: { at: number; tokens: number }[] = [];
+
+  constructor(opts: EngineOptions) {
+    const needInfo = opts.contextLength === undefined || opts.blockSize === undefined || opts.numBlocks === undefined || opts.vocabSize === undefined;
+    const info = needInfo ? opts.model.info() : undefined;
+    this.model = opts.model;
+    this.contextLength = opts.contextLength ?? info!.contextLength;
+    this.vocabSize = opts.vocabSize ?? info!.vocabSize;
+    this.blocks = new BlockManager({
+      numBlocks: opts.numBlocks ?? info!.numBlocks,
+      blockSize: opts.blockSize ?? info!.blockSize,
+      enablePrefixCache: opts.enablePrefixCache,
+    });
+    this.scheduler = new Scheduler(
+      { maxNumSeqs: opts.maxNumSeqs ?? 32, maxBatchedTokens: opts.maxBatchedTokens ?? 512, maxWaiting: opts.maxWaiting ?? 256 },
+      this.blocks,
+    );
+    this.newTextStream = opts.newTextStream;
+    this.stopTokenIds = new Set(opts.stopTokenIds ?? []);
+    this.stepTimeoutMs = opts.stepTimeoutMs ?? 120_000;
+    this.faults = opts.faults ?? {};
+    this.log = opts.log ?? (() => undefined);
+  }
+
+  /**
+   * Queues a request. Throws InvalidRequestError for a prompt that can never run (empty, beyond the
+   * context or the KV pool, token ids outside the vocabulary) and EngineUnavailableError when the
+   * engine cannot take it now.
+   */
+  submit(options: SubmitOptions): RequestHandle {
+    if (this.stopped || this.draining) throw new EngineUnavailableError('the server is shutting down', 'shutting_down');
+    if (this.unhealthy !== null) throw new EngineUnavailableError(`the engine is unhealthy: ${this.unhealthy}`, 'unhealthy', 5);
+    const prompt = options.promptIds;
+    if (prompt.length === 0) throw new InvalidRequestError('the prompt is empty', 'prompt');
+    if (prompt.length >= this.contextLength) {
+      throw new InvalidRequestError(
+        `the prompt is ${prompt.length} tokens; this model's context is ${this.contextLength} tokens (including at least one generated token). Shorten the prompt.`,
+        'prompt',
+      );
+    }
+    for (const t of prompt) {
+      if (!Number.isInteger(t) || t < 0 || t >= this.vocabSize) {
+        throw new InvalidRequestError(`token id ${String(t)} is outside the vocabulary [0, ${this.vocabSize})`, 'prompt');
+      }
+    }
+    if (this.blocks.blocksFor(prompt.length + 1) > this.blocks.numBlocks) {
+      throw new InvalidRequestError(
+        `the prompt is ${prompt.length} tokens; the KV cache holds ${this.blocks.numBlocks * this.blocks.blockSize}. Shorten the prompt or raise --kv-cache-memory.`,
+        'prompt',
+      );
+    }
+    const id = options.id ?? `req-${++this.nextId}`;
+    if (this.requests.has(id)) throw new InvalidRequestError(`request id ${id} is already in use`, 'id');
+    const req = new EngineRequest({
+      id,
+      promptIds: prompt,
+      params: options.params,
+      maxTotalTokens: Math.min(this.contextLength, prompt.length + options.params.maxTokens),
+      stopTokenIds: this.stopTokenIds,
+      text: this.newTextStream(),
+      cacheSalt: options.cacheSalt,
+    });
+    this.scheduler.add(req); // throws when the queue is full
+    this.requests.set(id, req);
+    this.counters.submitted++;
+    this.counters.promptTokens += prompt.length;
+    this.kick();
+    return {
+      id,
+      numPromptTokens: prompt.length,
+      events: req.events,
+      // Bound to this request object: a later request reusing the id is not affected.
+      abort: () => {
+        if (this.requests.get(id) === req) this.end(req, 'abort');
+      },
+    };
+  }
+
+  /** Runs one request to completion, aborting it when `signal` fires or the consumer stops early. */
+  async *generate(options: SubmitOptions, signal?: AbortSignal): AsyncGenerator<EngineEvent> {
+    const handle = this.submit(options);
+    const onAbort = () => handle.abort();
+    signal?.addEventListener('abort', onAbort, { once: true });
+    try {
+      yield* handle.events;
+    } finally {
+      signal?.removeEventListener('abort', onAbort);
+      handle.abort(); // no-op once finished
+    }
+  }
+
+  /** Ends a request now: its KV blocks are free before the next step is scheduled. */
+  abort(id: string): void {
+    const req = this.requests.get(id);
+    if (!req) return;
+    this.end(req, 'abort');
+  }
+
+  health(): EngineHealth {
+    if (this.unhealthy !== null) return { ok: false, reason: this.unhealthy };
+    if (this.stopped) return { ok: false, reason: 'stopped' };
+    return { ok: true };
+  }
+
+  /** Whether new requests are accepted now (for /health/ready). */
+  ready(): EngineHealth {
+    const h = this.health();
+    if (!h.ok) return h;
+    if (this.draining) return { ok: false, reason: 'shutting down' };
+    if (this.scheduler.waiting.length >= this.scheduler.config.maxWaiting) return { ok: false, reason: 'waiting queue is full' };
+    return { ok: true };
+  }
+
+  stats(): EngineStats {
+    const b = this.blocks.stats();
+    const now = performance.now();
+    while (this.recent.length > 0 && now - this.recent[0]!.at > THROUGHPUT_WINDOW_MS) this.recent.shift();
+    let windowTokens = 0;
+    for (const r of this.recent) windowTokens += r.tokens;
+    const span = this.recent.length > 0 ? Math.max(1000, now - this.recent[0]!.at) : 1;
+    const c = this.counters;
+    return {
+      healthy: this.unhealthy === null && !this.stopped,
+      unhealthyReason: this.unhealthy,
+      draining: this.draining,
+      waiting: this.scheduler.waiting.length,
+      running: this.scheduler.running.length,
+      maxNumSeqs: this.scheduler.config.maxNumSeqs,
+      maxBatchedTokens: this.scheduler.config.maxBatchedTokens,
+      contextLength: this.contextLength,
+      kv: { ...pick(b), usage: b.usedBlocks / b.numBlocks },
+      prefixCache: {
+        enabled: this.blocks.prefixCaching,
+        queryTokens: b.prefixQueryTokens,
+        hitTokens: b.prefixHitTokens,
+        hitRate: b.prefixQueryTokens > 0 ? b.prefixHitTokens / b.prefixQueryTokens : 0,
+      },
+      steps: c.steps,
+      stepFailures: c.stepFailures,
+      watchdogTrips: c.watchdogTrips,
+      preemptions: c.preemptions,
+      requests: { submitted: c.submitted, stop: c.stop, length: c.length, abort: c.abort, error: c.error },
+      tokens: { prompt: c.promptTokens, generated: c.generated, computed: c.computed },
+      generatedTokensPerSecond: this.recent.length > 0 ? (windowTokens / span) * 1000 : 0,
+      lastStepMs: this.lastStepMs,
+    };
+  }
+
+  /** Stops admitting, lets in-flight requests finish for up to graceMs, fails the rest, stops. */
+  async shutdown(graceMs: number): Promise<void> {
+    this.draining = true;
+    const deadline = performance.now() + graceMs;
+    while (this.requests.size > 0 && performance.now() < deadline) await sleep(Math.min(20, Math.max(1, deadline - performance.now())));
+    this.stopped = true;
+    for (const req of [...this.requests.values()]) this.failRequest(req, new EngineRequestError('the server shut down before this request finished', 'shutdown'));
+    // A step stuck in native code must not hold the process hostage.
+    await Promise.race([this.loopDone, sleep(1000)]);
+  }
+
+  private kick(): void {
+    if (this.looping || this.stopped) return;
+    this.looping = true;
+    // Start on the next turn so a burst of submissions lands in the same first step.
+    this.loopDone = new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.loop());
+  }
+
+  private async loop(): Promise<void> {
+    try {
+      while (!this.stopped && this.scheduler.hasWork) {
+        await this.runStep();
+        // Let sockets and timers run between steps even if the native side resolves at once.
+        await new Promise<void>((resolve) => setImmediate(resolve));
+      }
+    } catch (err) {
+      // A bug in the engine itself: fail everything rather than leave anyone waiting.
+      this.log(`engine loop failed: ${(err as Error).stack ?? String(err)}`);
+      for (const req of [...this.requests.values()]) this.failRequest(req, new EngineRequestError(`internal engine error: ${(err as Error).message}`, 'step_failed'));
+    } finally {
+      this.looping = false;
+    }
+  }
+
+  private async runStep(): Promise<void> {
+    const out = this.scheduler.schedule();
+    this.counters.preemptions += out.preempted.length;
+    for (const f of out.failed) this.failRequest(f.request, f.error);
+    if (out.rows.length === 0) {
+      if (out.failed.length > 0 || out.preempted.length > 0) return;
+      throw new Error(`scheduler produced an empty step with ${this.scheduler.waiting.length} waiting and ${this.scheduler.running.length} running`);
+    }
+    const plan = buildPlan(out);
+    const t0 = performance.now();
+    let result: NativeStepResult;
+    const work = this.runNative(plan);
+    try {
+      result = await this.withWatchdog(work);
+    } catch (err) {
+      this.counters.stepFailures++;
+      if (err instanceof WatchdogTrip) {
+        await this.onWatchdog(out, work);
+        return;
+      }
+      const msg = (err as Error)?.message ?? String(err);
+      this.log(`step failed (${out.rows.length} rows): ${msg}`);
+      for (const row of out.rows) this.failRequest(row.request, new EngineRequestError(`the step running this request failed: ${msg}`, 'step_failed'));
+      return;
+    }
+    this.lastStepMs = performance.now() - t0;
+    this.counters.steps++;
+    this.counters.computed += out.numTokens;
+    const byId = new Map(result.rows.map((r) => [r.requestId, r]));
+    // Rows the native side failed go first, so their KV never reaches the prefix cache.
+    for (const row of out.rows) {
+      const r = byId.get(row.request.id);
+      if (r === undefined) this.failRequest(row.request, new EngineRequestError('the step returned no result for this request', 'step_failed'));
+      else if (r.error !== undefined) this.failRequest(row.request, new EngineRequestError(`the step failed for this request: ${r.error}`, 'sampler_failed'));
+    }
+    this.scheduler.completeStep(out);
+    this.applyResult(out, byId);
+  }
+
+  private async runNative(plan: NativeStepPlan): Promise<NativeStepResult> {
+    if (this.faults.step) await this.faults.step(plan);
+    return this.model.step(plan);
+  }
+
+  private async withWatchdog(work: Promise<NativeStepResult>): Promise<NativeStepResult> {
+    let timer: NodeJS.Timeout | undefined;
+    const trip = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new WatchdogTrip()), this.stepTimeoutMs);
+    });
+    try {
+      return await Promise.race([work, trip]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+
+  /** A hung step: fail everyone (nothing can run until the native side returns), then wait for it. */
+  private async onWatchdog(out: SchedulerOutput, work: Promise<NativeStepResult>): Promise<void> {
+    this.counters.watchdogTrips++;
+    this.unhealthy = `a step of ${out.rows.length} rows did not return within ${this.stepTimeoutMs} ms`;
+    this.log(`watchdog: ${this.unhealthy}`);
+    const err = new EngineRequestError(`the engine stalled: ${this.unhealthy}`, 'watchdog');
+    for (const req of [...this.requests.values()]) this.failRequest(req, err);
+    // Freed blocks are not reused before the stuck step settles: no new step starts until then.
+    await work.then(
+      () => undefined,
+      () => undefined,
+    );
+    this.unhealthy = null;
+    this.log('watchdog: the stalled step returned; the engine is healthy again');
+  }
+
+  private applyResult(out: SchedulerOutput, byId: ReadonlyMap<string, NativeStepRowResult>): void {
+    let generated = 0;
+    for (const row of out.rows) {
+      const req = row.request;
+      if (req.status !== 'running') continue; // aborted while the step ran, or failed above
+      const r = byId.get(req.id);
+      if (!row.sample) continue;
+      if (r?.token === undefined) {
+        this.failRequest(req, new EngineRequestError('the step returned no token for this request', 'sampler_failed'));
+        continue;
+      }
+      try {
+        this.faults.sampler?.(req.id, r.token);
+      } catch (err) {
+        this.failRequest(req, new EngineRequestError(`sampling failed: ${(err as Error).message}`, 'sampler_failed'));
+        continue;
+      }
+      let reason: EngineFinishReason | null;
+      try {
+        this.faults.detokenizer?.(req.id, r.token);
+        reason = req.appendToken(r.token, r.logprob, r.topLogprobs);
+      } catch (err) {
+        this.failRequest(req, new EngineRequestError(`output processing failed: ${(err as Error).message}`, 'detokenizer_failed'));
+        continue;
+      }
+      generated++;
+      if (reason !== null) this.end(req, reason);
+    }
+    this.counters.generated += generated;
+    if (generated > 0) {
+      const now = performance.now();
+      this.recent.push({ at: now, tokens: generated });
+      while (now - this.recent[0]!.at > THROUGHPUT_WINDOW_MS) this.recent.shift();
+    }
+  }
+
+  private end(req: EngineRequest, reason: EngineFinishReason): void {
+    if (!this.requests.has(req.id)) return;
+    this.scheduler.remove(req);
+    this.requests.delete(req.id);
+    this.counters[reason]++;
+    req.finish(reason);
+  }
+
+  private failRequest(req: EngineRequest, error: Error): void {
+    if (!this.requests.has(req.id)) return;
+    if (req.status !== 'finished') this.scheduler.remove(req);
+    this.requests.delete(req.id);
+    this.counters.error++;
+    req.fail(error);
+  }
+}
+
+function buildPlan(out: SchedulerOutput): NativeStepPlan {
+  const rows: NativeStepRow[] = out.rows.map((s) => {
+    const req = s.request;
+    const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
+    const positions = new Int32Array(s.numTokens);
+    for (let i = 0; i < s.numTokens; i++) positions[i] = s.contextLen + i;
+    const row: NativeStepRow = { requestId: req.id, tokens, positions, blockTable: Int32Array.from(req.blockTable), contextLen: s.contextLen };
+    if (s.sample) row.sample = req.sampleParams();
+    return row;
+  });
+  return { rows };
+}
+
+function pick(b: { numBlocks: number; blockSize: number; usedBlocks: number; cachedBlocks: number; freeBlocks: number }) {
+  return { numBlocks: b.numBlocks, blockSize: b.blockSize, usedBlocks: b.usedBlocks, cachedBlocks: b.cachedBlocks, freeBlocks: b.freeBlocks };
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}

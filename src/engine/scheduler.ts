@@ -1,0 +1,176 @@
+// Continuous batching as plain data. There is no prefill or decode phase: each step, every running
+// request's computed tokens catch up with its known tokens under one token budget. Decodes go
+// first, then unfinished prefill chunks, then new requests in arrival order (FCFS). When the KV pool
+// is full the newest running request is preempted: its blocks are freed and it is recomputed later.
+import { BlockManager } from './block-manager.js';
+import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
+import type { EngineRequest } from './request.js';
+
+export interface SchedulerConfig {
+  maxNumSeqs: number; // running requests at most
+  maxBatchedTokens: number; // tokens per step at most (prefill chunks + decodes)
+  maxWaiting: number; // queued requests at most; more are refused (overload)
+}
+
+export interface ScheduledRow {
+  request: EngineRequest;
+  /** Tokens computed this step: request.tokens[contextLen, contextLen + numTokens). */
+  numTokens: number;
+  contextLen: number;
+  /** Whether this row emits a token (its last known token is computed this step). */
+  sample: boolean;
+}
+
+export interface SchedulerOutput {
+  rows: ScheduledRow[];
+  /** Requests moved back to the waiting queue this step (their KV was freed). */
+  preempted: EngineRequest[];
+  /** Requests that can never fit in the KV pool; they are out of the scheduler already. */
+  failed: { request: EngineRequest; error: EngineRequestError }[];
+  numTokens: number;
+}
+
+export class Scheduler {
+  readonly waiting: EngineRequest[] = [];
+  readonly running: EngineRequest[] = [];
+
+  constructor(
+    readonly config: SchedulerConfig,
+    readonly blocks: BlockManager,
+  ) {
+    if (!(config.maxNumSeqs >= 1 && config.maxBatchedTokens >= 1 && config.maxWaiting >= 0)) {
+      throw new Error('scheduler needs maxNumSeqs >= 1, maxBatchedTokens >= 1, maxWaiting >= 0');
+    }
+  }
+
+  get hasWork(): boolean {
+    return this.waiting.length > 0 || this.running.length > 0;
+  }
+
+  /** Queues a request (FCFS); refuses it when the waiting queue is full. */
+  add(req: EngineRequest): void {
+    if (this.waiting.length >= this.config.maxWaiting) {
+      throw new EngineUnavailableError(`the server is overloaded: ${this.waiting.length} requests are already waiting; retry later`, 'overloaded');
+    }
+    req.status = 'waiting';
+    this.waiting.push(req);
+  }
+
+  /** Takes a request out (finished, aborted or failed) and frees its KV blocks. */
+  remove(req: EngineRequest): void {
+    const list = req.status === 'running' ? this.running : this.waiting;
+    const i = list.indexOf(req);
+    if (i >= 0) list.splice(i, 1);
+    this.blocks.free(req);
+    req.status = 'finished';
+  }
+
+  schedule(): SchedulerOutput {
+    const out: SchedulerOutput = { rows: [], preempted: [], failed: [], numTokens: 0 };
+    let budget = this.config.maxBatchedTokens;
+    const scheduled = new Set<EngineRequest>();
+    const decodes = this.running.filter((r) => r.tokens.length - r.numComputed === 1);
+    const prefills = this.running.filter((r) => r.tokens.length - r.numComputed > 1);
+
+    for (const req of [...decodes, ...prefills]) {
+      if (budget <= 0) break;
+      if (req.status !== 'running') continue; // preempted earlier in this loop
+      const n = Math.min(req.tokens.length - req.numComputed, budget);
+      let ok = this.blocks.allocate(req, [], req.numComputed + n);
+      while (!ok) {
+        const victim = this.lowestPriorityUnscheduled(scheduled);
+        if (victim === undefined || victim === req) {
+          if (scheduled.size === 0 && this.running.length === 1) {
+            // Alone with the whole pool and still short: it can never fit.
+            this.fail(req, out);
+          } else {
+            this.preempt(req, out);
+          }
+          break;
+        }
+        this.preempt(victim, out);
+        ok = this.blocks.allocate(req, [], req.numComputed + n);
+      }
+      if (!ok) continue;
+      this.addRow(out, req, n, scheduled);
+      budget -= n;
+    }
+
+    // Admission only when nothing was preempted: memory is short, let the running ones finish.
+    while (out.preempted.length === 0 && budget > 0 && this.waiting.length > 0 && this.running.length < this.config.maxNumSeqs) {
+      const req = this.waiting[0]!;
+      const prefix = req.numComputed === 0 && req.blockTable.length === 0 ? this.blocks.lookupPrefix(req) : [];
+      const start = prefix.length * this.blocks.blockSize;
+      const n = Math.min(req.tokens.length - start, budget);
+      if (!this.blocks.allocate(req, prefix, start + n)) {
+        if (this.running.length === 0 && out.rows.length === 0 && this.blocks.freeBlocks === this.blocks.numBlocks) {
+          this.waiting.shift();
+          this.fail(req, out); // more than the whole pool for one chunk: never fits
+          continue;
+        }
+        break; // FCFS: nobody overtakes the head of the queue
+      }
+      this.waiting.shift();
+      if (this.blocks.prefixCaching) this.blocks.notePrefixQuery(req.tokens.length, start);
+      req.status = 'running';
+      req.numComputed = start;
+      if (req.cachedTokens < 0) req.cachedTokens = start;
+      this.running.push(req);
+      this.addRow(out, req, n, scheduled);
+      budget -= n;
+    }
+    return out;
+  }
+
+  /** Advances each scheduled row that is still running by its computed tokens; caches full blocks. */
+  completeStep(out: SchedulerOutput): void {
+    for (const row of out.rows) {
+      const req = row.request;
+      if (req.status !== 'running') continue;
+      req.numComputed = row.contextLen + row.numTokens;
+      this.blocks.commit(req);
+    }
+  }
+
+  private addRow(out: SchedulerOutput, req: EngineRequest, n: number, scheduled: Set<EngineRequest>): void {
+    if (req.firstScheduledMs === 0) req.firstScheduledMs = performance.now();
+    out.rows.push({ request: req, numTokens: n, contextLen: req.numComputed, sample: req.numComputed + n === req.tokens.length });
+    out.numTokens += n;
+    scheduled.add(req);
+  }
+
+  /** The most recently admitted running request not scheduled in this step. */
+  private lowestPriorityUnscheduled(scheduled: Set<EngineRequest>): EngineRequest | undefined {
+    for (let i = this.running.length - 1; i >= 0; i--) {
+      const r = this.running[i]!;
+      if (!scheduled.has(r)) return r;
+    }
+    return undefined;
+  }
+
+  private preempt(req: EngineRequest, out: SchedulerOutput): void {
+    const i = this.running.indexOf(req);
+    if (i >= 0) this.running.splice(i, 1);
+    this.blocks.free(req);
+    req.numComputed = 0;
+    req.preemptions++;
+    req.status = 'waiting';
+    this.waiting.unshift(req); // first in line again: it arrived before everyone waiting
+    out.preempted.push(req);
+  }
+
+  private fail(req: EngineRequest, out: SchedulerOutput): void {
+    const i = this.running.indexOf(req);
+    if (i >= 0) this.running.splice(i, 1);
+    this.blocks.free(req);
+    req.status = 'finished';
+    const need = this.blocks.blocksFor(req.tokens.length);
+    out.failed.push({
+      request: req,
+      error: new EngineRequestError(
+        `the KV cache is too small for this request: it needs ${need} blocks of ${this.blocks.blockSize} tokens and the pool has ${this.blocks.numBlocks}; raise --kv-cache-memory or shorten the request`,
+        'kv_cache_full',
+      ),
+    });
+  }
+}

@@ -1,0 +1,215 @@
+// POST /v1/chat/completions and /v1/completions once the body is parsed: submit to the engine,
+// then stream SSE chunks or answer with one JSON object. A client that goes away aborts its
+// request (freeing its KV); a failure after the stream started ends it with an error event.
+import { randomUUID } from 'node:crypto';
+import type { ServerResponse } from 'node:http';
+import type { EngineLike, RequestHandle } from '../engine/engine.js';
+import type { EngineDelta, EngineDone } from '../engine/request.js';
+import { toHttpError } from './http-errors.js';
+import type { ServerMetrics } from './metrics.js';
+import type { ServedModel } from './served-model.js';
+import { SseWriter } from './sse.js';
+import type { GenerationRequest } from './validate.js';
+
+export interface CompletionContext {
+  engine: EngineLike;
+  model: ServedModel;
+  keepAliveMs: number;
+  metrics: ServerMetrics;
+  sendJson(res: ServerResponse, status: number, body: unknown, headers?: Record<string, string>): void;
+}
+
+interface ChatLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+interface TextLogprobs {
+  tokens: string[];
+  token_logprobs: number[];
+  top_logprobs: Record<string, number>[] | null;
+  text_offset: number[];
+}
+
+const utf8 = (s: string) => [...Buffer.from(s, 'utf8')];
+
+/** Builds the response objects of one request, in chat or legacy completion form. */
+class ResponseShaper {
+  readonly id: string;
+  readonly created = Math.floor(Date.now() / 1000);
+  private textOffset = 0;
+
+  constructor(
+    private readonly g: GenerationRequest,
+    private readonly model: ServedModel,
+  ) {
+    this.id = `${g.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replace(/-/g, '')}`;
+  }
+
+  chatLogprob(d: EngineDelta): ChatLogprob {
+    const token = this.model.tokenText(d.token);
+    return {
+      token,
+      logprob: d.logprob!,
+      bytes: utf8(token),
+      top_logprobs: (d.topLogprobs ?? []).map((t) => {
+        const s = this.model.tokenText(t.token);
+        return { token: s, logprob: t.logprob, bytes: utf8(s) };
+      }),
+    };
+  }
+
+  textLogprobs(ds: EngineDelta[]): TextLogprobs {
+    const out: TextLogprobs = { tokens: [], token_logprobs: [], top_logprobs: this.g.logprobs > 0 ? [] : null, text_offset: [] };
+    for (const d of ds) {
+      const s = this.model.tokenText(d.token);
+      out.tokens.push(s);
+      out.token_logprobs.push(d.logprob!);
+      out.text_offset.push(this.textOffset);
+      this.textOffset += s.length;
+      if (out.top_logprobs) out.top_logprobs.push(Object.fromEntries((d.topLogprobs ?? []).map((t) => [this.model.tokenText(t.token), t.logprob])));
+    }
+    return out;
+  }
+
+  usage(done: EngineDone) {
+    return {
+      prompt_tokens: done.usage.promptTokens,
+      completion_tokens: done.usage.completionTokens,
+      total_tokens: done.usage.totalTokens,
+      prompt_tokens_details: { cached_tokens: done.usage.cachedTokens },
+    };
+  }
+
+  chunk(text: string | null, lp: EngineDelta[], finish: string | null, first = false): unknown {
+    const withLp = this.g.logprobs >= 0 && lp.length > 0;
+    const base = { id: this.id, created: this.created, model: this.model.id };
+    if (this.g.kind === 'chat') {
+      const delta: Record<string, string> = {};
+      if (first) delta.role = 'assistant';
+      if (text !== null) delta.content = text;
+      return {
+        ...base,
+        object: 'chat.completion.chunk',
+        system_fingerprint: null,
+        choices: [{ index: 0, delta, logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null, finish_reason: finish }],
+        ...(this.g.includeUsage ? { usage: null } : {}),
+      };
+    }
+    return {
+      ...base,
+      object: 'text_completion',
+      system_fingerprint: null,
+      choices: [{ index: 0, text: text ?? '', logprobs: withLp ? this.textLogprobs(lp) : null, finish_reason: finish }],
+      ...(this.g.includeUsage ? { usage: null } : {}),
+    };
+  }
+
+  usageChunk(done: EngineDone): unknown {
+    const object = this.g.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
+    return { id: this.id, object, created: this.created, model: this.model.id, system_fingerprint: null, choices: [], usage: this.usage(done) };
+  }
+
+  full(text: string, lp: EngineDelta[], done: EngineDone): unknown {
+    const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(done) };
+    const withLp = this.g.logprobs >= 0;
+    if (this.g.kind === 'chat') {
+      return {
+        ...base,
+        object: 'chat.completion',
+        choices: [
+          {
+            index: 0,
+            message: { role: 'assistant', content: text },
+            logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null,
+            finish_reason: done.finishReason,
+          },
+        ],
+      };
+    }
+    return {
+      ...base,
+      object: 'text_completion',
+      choices: [{ index: 0, text, logprobs: withLp ? this.textLogprobs(lp) : null, finish_reason: done.finishReason }],
+    };
+  }
+}
+
+export async function handleGeneration(ctx: CompletionContext, res: ServerResponse, g: GenerationRequest): Promise<void> {
+  const shaper = new ResponseShaper(g, ctx.model);
+  const started = performance.now();
+  // Throws before anything is written: the caller answers with the error's status.
+  const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id });
+  let finished = false;
+  res.on('close', () => {
+    if (!finished) {
+      ctx.metrics.disconnects++;
+      handle.abort(); // client went away: free its KV now
+    }
+  });
+  let firstAt = 0;
+  const onDelta = () => {
+    if (firstAt === 0) {
+      firstAt = performance.now();
+      ctx.metrics.observeTtft((firstAt - started) / 1000);
+    }
+  };
+
+  if (g.stream) {
+    const sse = new SseWriter(res, ctx.keepAliveMs);
+    sse.open();
+    if (g.kind === 'chat') sse.send(shaper.chunk('', [], null, true)); // the role comes first
+    try {
+      for await (const ev of handle.events) {
+        if (ev.type === 'delta') {
+          onDelta();
+          const lp = ev.logprob !== undefined ? [ev] : [];
+          if (ev.text || lp.length > 0) sse.send(shaper.chunk(ev.text, lp, null));
+          continue;
+        }
+        finished = true;
+        if (ev.finishReason === 'abort') break; // the client is gone
+        sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], ev.finishReason));
+        if (g.includeUsage) sse.send(shaper.usageChunk(ev));
+        ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
+        sse.end(true);
+        return;
+      }
+      finished = true;
+      sse.end(false);
+    } catch (err) {
+      finished = true;
+      const e = toHttpError(err);
+      ctx.metrics.failures++;
+      sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], 'error'));
+      sse.send(e.body());
+      sse.end(false);
+    }
+    return;
+  }
+
+  let text = '';
+  const lp: EngineDelta[] = [];
+  try {
+    for await (const ev of handle.events) {
+      if (ev.type === 'delta') {
+        onDelta();
+        text += ev.text;
+        if (ev.logprob !== undefined) lp.push(ev);
+        continue;
+      }
+      finished = true;
+      if (ev.finishReason === 'abort') return;
+      ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
+      ctx.sendJson(res, 200, shaper.full(text, lp, ev));
+      return;
+    }
+  } catch (err) {
+    finished = true;
+    ctx.metrics.failures++;
+    const e = toHttpError(err);
+    ctx.sendJson(res, e.status, e.body(), { ...e.headers });
+  }
+}

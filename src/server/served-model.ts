@@ -1,0 +1,56 @@
+// What the server needs to know about the model it serves: its name, limits, defaults and the
+// text side (chat template, tokenizer). Compute goes through the engine only.
+import type { ChatMessage } from '../template/chat-template.js';
+
+export interface SamplingDefaults {
+  temperature?: number;
+  topP?: number;
+  topK?: number;
+  minP?: number;
+  repetitionPenalty?: number;
+}
+
+export interface ServedModel {
+  /** The name clients pass as `model` and see in /v1/models. */
+  readonly id: string;
+  /** Unix seconds. */
+  readonly created: number;
+  readonly contextLength: number;
+  readonly vocabSize: number;
+  /** Sampling defaults for fields a request leaves out (generation_config, else the catalog's). */
+  readonly defaults: SamplingDefaults;
+  /** Renders messages with the chat template (generation prompt appended) and encodes them. */
+  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>): number[];
+  /** Encodes raw text as a completion prompt (special tokens as the tokenizer adds them). */
+  encodeText(text: string): number[];
+  /** The text of one token, for logprobs. */
+  tokenText(id: number): string;
+}
+
+/** The parts of a loaded TextModel (src/engine/text-model.ts) this adapter reads. */
+export interface TextModelLike {
+  info: { contextLength: number; vocabSize: number };
+  defaults: { temperature?: number; topP?: number; topK?: number };
+  text: { tokenizer: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string } };
+  encodePrompt(input: { prompt?: string; messages?: ChatMessage[]; raw?: boolean; templateArgs?: Record<string, unknown> }): number[];
+}
+
+export function servedModelFrom(model: TextModelLike, id: string, recommended: SamplingDefaults = {}): ServedModel {
+  const d = model.defaults;
+  return {
+    id,
+    created: Math.floor(Date.now() / 1000),
+    contextLength: model.info.contextLength,
+    vocabSize: model.info.vocabSize,
+    defaults: {
+      temperature: d.temperature ?? recommended.temperature,
+      topP: d.topP ?? recommended.topP,
+      topK: d.topK ?? recommended.topK,
+      minP: recommended.minP,
+      repetitionPenalty: recommended.repetitionPenalty,
+    },
+    encodeChat: (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }),
+    encodeText: (text) => model.encodePrompt({ prompt: text, raw: true }),
+    tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),
+  };
+}

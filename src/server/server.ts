@@ -1,0 +1,205 @@
+// The OpenAI-compatible HTTP server over node:http: routing, API key, body limits, JSON errors,
+// and graceful shutdown. Compute is the engine's; the server never loads the native binding.
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer as createHttpServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { EngineLike } from '../engine/engine.js';
+import { handleGeneration, type CompletionContext } from './completions.js';
+import { HttpError, badRequest, notFound, toHttpError } from './http-errors.js';
+import { ServerMetrics } from './metrics.js';
+import type { ServedModel } from './served-model.js';
+import { parseChatRequest, parseCompletionRequest } from './validate.js';
+
+export interface ServerOptions {
+  engine: EngineLike;
+  model: ServedModel;
+  /** When set, every route but /health and /health/ready needs `Authorization: Bearer <key>`. */
+  apiKey?: string;
+  /** Largest request body accepted (default 8 MiB); larger ones get 413. */
+  maxBodyBytes?: number;
+  /** SSE keep-alive comment interval while a stream is quiet (default 10 s; 0 = off). */
+  keepAliveMs?: number;
+  log?: (line: string) => void;
+}
+
+export interface RapidServer {
+  readonly http: Server;
+  readonly metrics: ServerMetrics;
+  listen(port: number, host?: string): Promise<{ host: string; port: number; url: string }>;
+  /** Stops accepting, lets in-flight requests finish for up to graceMs (then fails them), closes. */
+  close(graceMs?: number): Promise<void>;
+}
+
+/** Bodies above this are not even read to the end: the connection is dropped. */
+const HARD_BODY_LIMIT = 256 * 1024 * 1024;
+
+const ROUTES: Record<string, string[]> = {
+  '/health': ['GET'],
+  '/health/ready': ['GET'],
+  '/v1/models': ['GET'],
+  '/v1/status': ['GET'],
+  '/metrics': ['GET'],
+  '/v1/chat/completions': ['POST'],
+  '/v1/completions': ['POST'],
+};
+
+function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+  if (res.headersSent || res.destroyed) {
+    if (!res.writableEnded) res.end();
+    return;
+  }
+  const text = JSON.stringify(body);
+  res.writeHead(status, { 'content-type': 'application/json', 'content-length': Buffer.byteLength(text), ...headers });
+  res.end(text);
+}
+
+function digest(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+/** Reads the whole body; past the limit it keeps draining (so the client sees the 413) but keeps nothing. */
+function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+  return new Promise((resolve, reject) => {
+    const declared = Number(req.headers['content-length'] ?? NaN);
+    const chunks: Buffer[] = [];
+    let size = 0;
+    const tooLarge = () => new HttpError(413, `the request body is larger than ${limit} bytes`, 'invalid_request_error', null, 'request_too_large');
+    if (declared > HARD_BODY_LIMIT) {
+      reject(tooLarge());
+      return;
+    }
+    req.on('data', (c: Buffer) => {
+      size += c.length;
+      if (size <= limit) chunks.push(c);
+      else if (size > HARD_BODY_LIMIT) req.destroy();
+    });
+    req.on('end', () => (size > limit ? reject(tooLarge()) : resolve(Buffer.concat(chunks))));
+    req.on('error', reject);
+    req.on('close', () => {
+      if (!req.complete) reject(size > limit ? tooLarge() : new HttpError(400, 'the request body was cut off', 'invalid_request_error', null, 'incomplete_body'));
+    });
+  });
+}
+
+/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default). */
+async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+  const body = await readBody(req, limit);
+  try {
+    return JSON.parse(body.toString('utf8'));
+  } catch (err) {
+    throw badRequest(`the request body is not valid JSON: ${(err as Error).message}`, null, 'invalid_json');
+  }
+}
+
+export function createServer(options: ServerOptions): RapidServer {
+  const { engine, model } = options;
+  const maxBody = options.maxBodyBytes ?? 8 * 1024 * 1024;
+  const keyDigest = options.apiKey ? digest(options.apiKey) : null;
+  const metrics = new ServerMetrics();
+  const log = options.log ?? (() => undefined);
+  const startedAt = Date.now();
+  let closing = false;
+
+  const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson };
+
+  const authorized = (req: IncomingMessage): boolean => {
+    if (!keyDigest) return true;
+    const h = req.headers.authorization ?? '';
+    const m = /^Bearer\s+(.+)$/i.exec(h);
+    return m !== null && timingSafeEqual(digest(m[1]!.trim()), keyDigest);
+  };
+
+  const modelCard = () => ({ id: model.id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
+
+  async function route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
+    const method = req.method ?? 'GET';
+    if (path === '/health' && method === 'GET') {
+      const h = engine.health();
+      sendJson(res, h.ok ? 200 : 503, h.ok ? { status: 'ok' } : { status: 'unhealthy', reason: h.reason });
+      return;
+    }
+    if (path === '/health/ready' && method === 'GET') {
+      const r = closing ? { ok: false, reason: 'shutting down' } : engine.ready();
+      sendJson(res, r.ok ? 200 : 503, r.ok ? { status: 'ready' } : { status: 'not_ready', reason: r.reason });
+      return;
+    }
+    if (!authorized(req)) {
+      throw new HttpError(401, 'Incorrect or missing API key: send Authorization: Bearer <key>', 'invalid_request_error', null, 'invalid_api_key', {
+        'www-authenticate': 'Bearer',
+      });
+    }
+    if (path.startsWith('/v1/models/') && method === 'GET') {
+      const id = decodeURIComponent(path.slice('/v1/models/'.length));
+      if (id !== model.id) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
+      sendJson(res, 200, modelCard());
+      return;
+    }
+    const allowed = ROUTES[path];
+    if (!allowed) throw notFound(`no route ${method} ${path}`);
+    if (!allowed.includes(method)) {
+      throw new HttpError(405, `${path} accepts ${allowed.join(', ')}`, 'invalid_request_error', null, 'method_not_allowed', { allow: allowed.join(', ') });
+    }
+    switch (path) {
+      case '/v1/models':
+        sendJson(res, 200, { object: 'list', data: [modelCard()] });
+        return;
+      case '/v1/status':
+        sendJson(res, 200, { model: model.id, uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
+        return;
+      case '/metrics': {
+        const text = metrics.render(engine.stats(), model.id);
+        res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
+        res.end(text);
+        return;
+      }
+      case '/v1/chat/completions':
+      case '/v1/completions': {
+        const body = await readJson(req, maxBody);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        const g = path === '/v1/chat/completions' ? parseChatRequest(body, model) : parseCompletionRequest(body, model);
+        await handleGeneration(ctx, res, g);
+        return;
+      }
+    }
+  }
+
+  const http = createHttpServer((req, res) => {
+    const path = (new URL(req.url ?? '/', 'http://localhost').pathname.replace(/\/+$/, '') || '/');
+    const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : 'other';
+    res.on('finish', () => metrics.countHttp(label, res.statusCode));
+    route(req, res, path).catch((err: unknown) => {
+      const e = toHttpError(err);
+      if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path}: ${(err as Error)?.stack ?? String(err)}`);
+      // A 413 leaves the rest of an oversized body unread: close rather than reuse the socket.
+      sendJson(res, e.status, e.body(), e.status === 413 ? { ...e.headers, connection: 'close' } : { ...e.headers });
+    });
+  });
+  http.keepAliveTimeout = 5_000;
+
+  return {
+    http,
+    metrics,
+    listen(port, host = '127.0.0.1') {
+      return new Promise((resolve, reject) => {
+        http.once('error', reject);
+        http.listen(port, host, () => {
+          http.off('error', reject);
+          const a = http.address() as AddressInfo;
+          const shownHost = a.family === 'IPv6' ? `[${a.address}]` : a.address;
+          resolve({ host: a.address, port: a.port, url: `http://${shownHost}:${a.port}` });
+        });
+      });
+    },
+    async close(graceMs = 10_000) {
+      if (closing) return;
+      closing = true;
+      const closed = new Promise<void>((resolve) => http.close(() => resolve()));
+      http.closeIdleConnections();
+      await engine.shutdown(graceMs);
+      // Give the last responses a moment to flush, then drop whatever is left.
+      await new Promise((r) => setTimeout(r, 50));
+      http.closeAllConnections();
+      await closed;
+    },
+  };
+}

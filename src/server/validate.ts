@@ -1,0 +1,223 @@
+// Request bodies of /v1/chat/completions and /v1/completions: type checks with the field at fault,
+// unknown fields refused (as OpenAI does), then the engine's sampling parameters.
+import { InvalidRequestError } from '../engine/errors.js';
+import { resolveSamplingParams, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
+import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
+import { badRequest, notFound } from './http-errors.js';
+import type { ServedModel } from './served-model.js';
+
+export interface GenerationRequest {
+  kind: 'chat' | 'text';
+  promptIds: number[];
+  params: SamplingParams;
+  stream: boolean;
+  includeUsage: boolean;
+  /** -1: no logprobs; 0: sampled token only; k: plus top k. */
+  logprobs: number;
+}
+
+type Body = Record<string, unknown>;
+
+const COMMON_FIELDS = [
+  'model', 'stream', 'stream_options', 'max_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'presence_penalty',
+  'frequency_penalty', 'repetition_penalty', 'seed', 'stop', 'logprobs', 'n', 'user', 'logit_bias',
+];
+const CHAT_FIELDS = new Set([
+  ...COMMON_FIELDS, 'messages', 'max_completion_tokens', 'top_logprobs', 'store', 'metadata', 'service_tier',
+  'parallel_tool_calls', 'response_format', 'tools', 'tool_choice', 'chat_template_kwargs',
+]);
+const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'best_of', 'echo', 'suffix']);
+const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
+
+function isObject(v: unknown): v is Body {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function present(body: Body, key: string): boolean {
+  return body[key] !== undefined && body[key] !== null;
+}
+
+function num(body: Body, key: string): number | undefined {
+  if (!present(body, key)) return undefined;
+  const v = body[key];
+  if (typeof v !== 'number' || !Number.isFinite(v)) throw badRequest(`${key} must be a number`, key, 'invalid_type');
+  return v;
+}
+
+function int(body: Body, key: string): number | undefined {
+  const v = num(body, key);
+  if (v !== undefined && !Number.isInteger(v)) throw badRequest(`${key} must be an integer`, key, 'invalid_type');
+  return v;
+}
+
+function bool(body: Body, key: string): boolean | undefined {
+  if (!present(body, key)) return undefined;
+  if (typeof body[key] !== 'boolean') throw badRequest(`${key} must be a boolean`, key, 'invalid_type');
+  return body[key] as boolean;
+}
+
+function checkCommon(body: unknown, allowed: Set<string>, model: ServedModel): Body {
+  if (!isObject(body)) throw badRequest('the request body must be a JSON object', null, 'invalid_body');
+  for (const key of Object.keys(body)) {
+    if (!allowed.has(key)) throw badRequest(`Unrecognized request argument supplied: ${key}`, key, 'unknown_field');
+  }
+  if (present(body, 'model')) {
+    if (typeof body.model !== 'string') throw badRequest('model must be a string', 'model', 'invalid_type');
+    if (body.model !== model.id) throw notFound(`The model '${body.model}' does not exist; this server serves '${model.id}'`, 'model_not_found');
+  }
+  const n = int(body, 'n');
+  if (n !== undefined && n !== 1) throw badRequest('only n=1 is supported', 'n', 'unsupported');
+  if (present(body, 'logit_bias')) {
+    if (!isObject(body.logit_bias)) throw badRequest('logit_bias must be an object', 'logit_bias', 'invalid_type');
+    if (Object.keys(body.logit_bias).length > 0) throw badRequest('logit_bias is not supported', 'logit_bias', 'unsupported');
+  }
+  return body;
+}
+
+function stream(body: Body): { stream: boolean; includeUsage: boolean } {
+  const s = bool(body, 'stream') ?? false;
+  let includeUsage = false;
+  if (present(body, 'stream_options')) {
+    const so = body.stream_options;
+    if (!isObject(so)) throw badRequest('stream_options must be an object', 'stream_options', 'invalid_type');
+    if (!s) throw badRequest('stream_options is only allowed when stream is true', 'stream_options');
+    for (const k of Object.keys(so)) if (k !== 'include_usage') throw badRequest(`Unrecognized stream option: ${k}`, `stream_options.${k}`, 'unknown_field');
+    includeUsage = bool(so, 'include_usage') ?? false;
+  }
+  return { stream: s, includeUsage };
+}
+
+function stops(body: Body): string[] | undefined {
+  if (!present(body, 'stop')) return undefined;
+  const v = body.stop;
+  if (typeof v === 'string') return v.length > 0 ? [v] : [];
+  if (Array.isArray(v) && v.every((s) => typeof s === 'string')) return (v as string[]).filter((s) => s.length > 0);
+  throw badRequest('stop must be a string or an array of strings', 'stop', 'invalid_type');
+}
+
+function sampling(body: Body, model: ServedModel, maxTokens: number | undefined, defaultMax: number, logprobs: number): SamplingParams {
+  const topK = int(body, 'top_k');
+  const input: SamplingInput = {
+    temperature: num(body, 'temperature') ?? model.defaults.temperature ?? 1,
+    topP: num(body, 'top_p') ?? model.defaults.topP,
+    topK: topK === -1 ? 0 : (topK ?? model.defaults.topK),
+    minP: num(body, 'min_p') ?? model.defaults.minP,
+    presencePenalty: num(body, 'presence_penalty'),
+    frequencyPenalty: num(body, 'frequency_penalty'),
+    repetitionPenalty: num(body, 'repetition_penalty') ?? model.defaults.repetitionPenalty,
+    seed: int(body, 'seed'),
+    maxTokens: maxTokens ?? defaultMax,
+    stop: stops(body),
+    logprobs,
+  };
+  try {
+    return resolveSamplingParams(input, { maxTokens: defaultMax });
+  } catch (err) {
+    if (err instanceof InvalidRequestError) throw badRequest(err.message, err.param ?? null, 'invalid_value');
+    throw err;
+  }
+}
+
+function maxTokensField(body: Body, key: string): number | undefined {
+  const v = int(body, key);
+  if (v !== undefined && v < 1) throw badRequest(`${key} must be at least 1, got ${v}`, key, 'invalid_value');
+  return v;
+}
+
+function contentText(content: unknown, where: string): string | ChatContentPart[] | null {
+  if (content === null || content === undefined) return null;
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) throw badRequest(`${where} must be a string or an array of content parts`, where, 'invalid_type');
+  return content.map((part, j) => {
+    if (!isObject(part) || typeof part.type !== 'string') throw badRequest(`${where}[${j}] must be a content part with a type`, `${where}[${j}]`, 'invalid_type');
+    if (part.type === 'text') {
+      if (typeof part.text !== 'string') throw badRequest(`${where}[${j}].text must be a string`, `${where}[${j}].text`, 'invalid_type');
+      return { type: 'text', text: part.text };
+    }
+    if (part.type === 'image_url' || part.type === 'input_image' || part.type === 'image') {
+      throw badRequest('this model does not accept images', `${where}[${j}]`, 'unsupported');
+    }
+    throw badRequest(`unsupported content part type "${part.type}"`, `${where}[${j}].type`, 'invalid_value');
+  });
+}
+
+function messages(body: Body): ChatMessage[] {
+  const msgs = body.messages;
+  if (!Array.isArray(msgs) || msgs.length === 0) throw badRequest('messages must be a non-empty array', 'messages', 'invalid_type');
+  return msgs.map((m, i) => {
+    const where = `messages[${i}]`;
+    if (!isObject(m)) throw badRequest(`${where} must be an object`, where, 'invalid_type');
+    if (typeof m.role !== 'string' || !ROLES.has(m.role)) {
+      throw badRequest(`${where}.role must be one of ${[...ROLES].join(', ')}`, `${where}.role`, 'invalid_value');
+    }
+    const content = contentText(m.content, `${where}.content`);
+    if (content === null && m.role !== 'assistant') throw badRequest(`${where}.content is required`, `${where}.content`, 'invalid_value');
+    const out: ChatMessage = { ...m, role: m.role === 'developer' ? 'system' : m.role, content };
+    return out;
+  });
+}
+
+export function parseChatRequest(raw: unknown, model: ServedModel): GenerationRequest {
+  const body = checkCommon(raw, CHAT_FIELDS, model);
+  const msgs = messages(body);
+  if (present(body, 'tools') && !(Array.isArray(body.tools) && body.tools.length === 0)) throw badRequest('tools are not supported yet', 'tools', 'unsupported');
+  if (present(body, 'tool_choice') && body.tool_choice !== 'none' && body.tool_choice !== 'auto') throw badRequest('tool_choice is not supported yet', 'tool_choice', 'unsupported');
+  if (present(body, 'response_format')) {
+    const rf = body.response_format;
+    if (!isObject(rf) || rf.type !== 'text') throw badRequest('only response_format {"type": "text"} is supported yet', 'response_format', 'unsupported');
+  }
+  let templateArgs: Record<string, unknown> | undefined;
+  if (present(body, 'chat_template_kwargs')) {
+    if (!isObject(body.chat_template_kwargs)) throw badRequest('chat_template_kwargs must be an object', 'chat_template_kwargs', 'invalid_type');
+    templateArgs = body.chat_template_kwargs;
+  }
+  const { stream: s, includeUsage } = stream(body);
+  const wantLogprobs = bool(body, 'logprobs') ?? false;
+  const top = int(body, 'top_logprobs');
+  if (top !== undefined && (top < 0 || top > 20)) throw badRequest('top_logprobs must be an integer in [0, 20]', 'top_logprobs', 'invalid_value');
+  if (top !== undefined && top > 0 && !wantLogprobs) throw badRequest('top_logprobs requires logprobs to be true', 'top_logprobs');
+  const maxTokens = maxTokensField(body, 'max_completion_tokens') ?? maxTokensField(body, 'max_tokens');
+  const promptIds = model.encodeChat(msgs, templateArgs);
+  const defaultMax = Math.max(1, model.contextLength - promptIds.length);
+  const params = sampling(body, model, maxTokens, defaultMax, wantLogprobs ? (top ?? 0) : -1);
+  return { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs };
+}
+
+export function parseCompletionRequest(raw: unknown, model: ServedModel): GenerationRequest {
+  const body = checkCommon(raw, COMPLETION_FIELDS, model);
+  if (bool(body, 'echo')) throw badRequest('echo is not supported', 'echo', 'unsupported');
+  const bestOf = int(body, 'best_of');
+  if (bestOf !== undefined && bestOf !== 1) throw badRequest('only best_of=1 is supported', 'best_of', 'unsupported');
+  if (present(body, 'suffix')) throw badRequest('suffix is not supported', 'suffix', 'unsupported');
+  const promptIds = completionPrompt(body.prompt, model);
+  const { stream: s, includeUsage } = stream(body);
+  const lp = int(body, 'logprobs');
+  if (lp !== undefined && (lp < 0 || lp > 20)) throw badRequest('logprobs must be an integer in [0, 20]', 'logprobs', 'invalid_value');
+  const maxTokens = maxTokensField(body, 'max_tokens');
+  const params = sampling(body, model, maxTokens, 16, lp ?? -1);
+  return { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs };
+}
+
+/** prompt: a string, a token id array, or a one-element list of either (n=1, one prompt). */
+function completionPrompt(prompt: unknown, model: ServedModel): number[] {
+  if (prompt === undefined || prompt === null) throw badRequest('prompt is required', 'prompt', 'missing_field');
+  let p = prompt;
+  if (Array.isArray(p) && p.length > 0 && (typeof p[0] === 'string' || Array.isArray(p[0]))) {
+    if (p.length !== 1) throw badRequest('only one prompt per request is supported', 'prompt', 'unsupported');
+    p = p[0];
+  }
+  if (typeof p === 'string') {
+    if (p.length === 0) throw badRequest('prompt must not be empty', 'prompt', 'invalid_value');
+    return model.encodeText(p);
+  }
+  if (Array.isArray(p)) {
+    if (p.length === 0) throw badRequest('prompt must not be empty', 'prompt', 'invalid_value');
+    for (const t of p) {
+      if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t >= model.vocabSize) {
+        throw badRequest(`prompt token ids must be integers in [0, ${model.vocabSize}); got ${JSON.stringify(t)}`, 'prompt', 'invalid_value');
+      }
+    }
+    return p as number[];
+  }
+  throw badRequest('prompt must be a string, an array of token ids, or a list of one of them', 'prompt', 'invalid_type');
+}
