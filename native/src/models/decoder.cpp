@@ -220,4 +220,21 @@ std::unique_ptr<Model> make_decoder(std::unique_ptr<Checkpoint> ckpt, const Quan
   return std::make_unique<DecoderModel>(std::move(ckpt), qc, std::move(cfg), names, std::move(info));
 }
 
+std::unique_ptr<Model> finish_decoder(std::unique_ptr<Checkpoint> ckpt, const Json& config, const Json& text,
+                                      DecoderConfig d, const std::string& arch, const char* family, bool tie_default) {
+  const bool tie = config.get_bool("tie_word_embeddings", text.get_bool("tie_word_embeddings", tie_default));
+  const DecoderNames names = find_decoder_names(*ckpt, tie);
+  const QuantConfig qc = QuantConfig::from_config(config);
+  ModelInfo info;
+  info.architecture = arch;
+  info.family = family;
+  return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info));
+}
+
+void apply_max_window_layers(const Json& c, DecoderConfig& d) {
+  if (c.find("layer_types") || !c.get_bool("use_sliding_window", false)) return;
+  const int64_t w = c.get_int("sliding_window", 0);
+  for (int i = int(c.get_int("max_window_layers", d.n_layers)); i < d.n_layers; ++i) d.window[size_t(i)] = int(w);
+}
+
 }  // namespace rapid

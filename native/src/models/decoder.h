@@ -56,4 +56,13 @@ std::unique_ptr<Model> make_decoder(std::unique_ptr<Checkpoint> ckpt, const Quan
 // "text_config" when present (multimodal wrappers), else the config itself.
 const Json& text_config(const Json& config);
 
+// The tail every family loader shares: tied or separate head (tie_word_embeddings from the top-level
+// config, else the text config, else `tie_default`), the quantization config, then make_decoder.
+std::unique_ptr<Model> finish_decoder(std::unique_ptr<Checkpoint> ckpt, const Json& config, const Json& text,
+                                      DecoderConfig d, const std::string& arch, const char* family, bool tie_default);
+
+// transformers 4.x Qwen configs without layer_types: with use_sliding_window, layers from
+// max_window_layers on use the sliding window.
+void apply_max_window_layers(const Json& c, DecoderConfig& d);
+
 }  // namespace rapid

@@ -58,13 +58,7 @@ std::unique_ptr<Model> load_gemma3(std::unique_ptr<Checkpoint> ckpt, const Json&
   if (dtype == "bfloat16") d.embed_scale = bf16_to_f32(f32_to_bf16(d.embed_scale));
   else if (dtype == "float16") d.embed_scale = f16_to_f32(f32_to_f16(d.embed_scale));
 
-  const bool tie = config.get_bool("tie_word_embeddings", c.get_bool("tie_word_embeddings", true));
-  const DecoderNames names = find_decoder_names(*ckpt, tie);
-  const QuantConfig qc = QuantConfig::from_config(config);
-  ModelInfo info;
-  info.architecture = arch;
-  info.family = "gemma3";
-  return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info));
+  return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "gemma3", true);
 }
 
 }  // namespace rapid

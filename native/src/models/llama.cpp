@@ -16,13 +16,7 @@ std::unique_ptr<Model> load_llama(std::unique_ptr<Checkpoint> ckpt, const Json& 
   const Json* sw = c.find("sliding_window");
   if (!c.find("layer_types") && sw && sw->is_number() && c.get_string("model_type", "") == "mistral")
     for (int& w : d.window) w = int(sw->as_int());
-  const bool tie = config.get_bool("tie_word_embeddings", c.get_bool("tie_word_embeddings", false));
-  const DecoderNames names = find_decoder_names(*ckpt, tie);
-  const QuantConfig qc = QuantConfig::from_config(config);
-  ModelInfo info;
-  info.architecture = arch;
-  info.family = "llama";
-  return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info));
+  return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "llama", false);
 }
 
 }  // namespace rapid

@@ -12,17 +12,8 @@ std::unique_ptr<Model> load_qwen3(std::unique_ptr<Checkpoint> ckpt, const Json& 
   d.qkv_bias = d.o_bias = c.get_bool("attention_bias", false);
   d.act = parse_activation(c.get_string("hidden_act", "silu"), arch);
   d.ropes.push_back(rope_from_params(rope_params(c), d.head_dim, c.get_double("rope_theta", 1e6), arch));
-  if (!c.find("layer_types") && c.get_bool("use_sliding_window", false)) {
-    const int64_t w = c.get_int("sliding_window", 0);
-    for (int i = int(c.get_int("max_window_layers", d.n_layers)); i < d.n_layers; ++i) d.window[size_t(i)] = int(w);
-  }
-  const bool tie = config.get_bool("tie_word_embeddings", c.get_bool("tie_word_embeddings", false));
-  const DecoderNames names = find_decoder_names(*ckpt, tie);
-  const QuantConfig qc = QuantConfig::from_config(config);
-  ModelInfo info;
-  info.architecture = arch;
-  info.family = "qwen3";
-  return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info));
+  apply_max_window_layers(c, d);
+  return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "qwen3", false);
 }
 
 }  // namespace rapid
