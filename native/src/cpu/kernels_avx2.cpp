@@ -51,6 +51,17 @@ inline void cvt_floats(const void* base, DType t, int64_t start, int64_t n, floa
   }
 }
 
+// 8 values of a float tensor (F32/F16/BF16) starting at element i, as f32.
+inline __m256 load8(const void* base, DType t, int64_t i) {
+  if (t == DType::BF16)
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i))),
+        16));
+  if (t == DType::F16)
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
+  return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+}
+
 inline uint32_t get_bits(const uint8_t* row, int64_t i, int bits) {
   int64_t bit = i * bits;
   uint32_t v = uint32_t(row[bit >> 3]) >> (bit & 7);
@@ -79,6 +90,13 @@ inline __m256i pack32(__m256i a, __m256i b, __m256i c, __m256i d) {
   return _mm256_permutevar8x32_epi32(q, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
 }
 
+static inline int hsum_epi32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
 void quantize_x(const float* x, int64_t K, int xb, int perm, int group, int64_t ngp, int8_t* q, float* d,
                 float* sx) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -91,21 +109,26 @@ void quantize_x(const float* x, int64_t K, int xb, int perm, int group, int64_t 
     const float* xs = x + b * xb;
     const int nv = xb == 32 ? 4 : 8;  // vectors per block
     __m256 v[8] = {};
-    __m256 m = _mm256_setzero_ps(), sum = _mm256_setzero_ps();
+    __m256 m = _mm256_setzero_ps();
     for (int j = 0; j < nv; ++j) {
       v[j] = _mm256_loadu_ps(xs + 8 * j);
       m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[j]));
-      sum = _mm256_add_ps(sum, v[j]);
     }
     __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
     const float amax = _mm_cvtss_f32(m4);
     d[b] = amax / 127.0f;
-    sx[b * xb / group] += hsum(sum);
     const __m256 id = _mm256_set1_ps(amax > 0 ? 127.0f / amax : 0.0f);
     __m256i iv[8] = {};
-    for (int j = 0; j < nv; ++j) iv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));  // round to nearest even
+    __m256i isum = _mm256_setzero_si256();
+    for (int j = 0; j < nv; ++j) {
+      iv[j] = _mm256_cvtps_epi32(_mm256_mul_ps(v[j], id));  // round to nearest even
+      isum = _mm256_add_epi32(isum, iv[j]);
+    }
+    // The bias term uses the sum of the *quantized* x, so y = Σ (s·q + b)·x̂ exactly: with the exact
+    // Σx the errors of s·Σq·x̂ (q ≥ 0, not centred) would not cancel and 4-bit error grows ~4x.
+    sx[b * xb / group] += d[b] * float(hsum_epi32(isum));
     int8_t* qb = q + b * xb;
     __m256i A = pack32(iv[0], iv[1], iv[2], iv[3]);  // natural elements 0..31
     if (xb == 32) {
@@ -399,37 +422,44 @@ void gemv4_h(const Weight& W, const XQuant& xq, int64_t r0, int64_t r1, float* y
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
   const int8_t* xr = xq.q;
-  const int64_t ng4 = (ng + 3) / 4 * 4;
-  float* s4 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 31) & ~uintptr_t(31));  // [ng4][8]
-  float* b4 = s4 + ng4 * 8;                                                                           // [ng4][8]
-  float* tmp = b4 + ng4 * 8;                                                                          // [8][ng4]
+  const int64_t ng8 = (ng + 7) / 8 * 8;
+  float* s4 = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 31) & ~uintptr_t(31));  // [ng8][4]
+  float* b4 = s4 + ng8 * 4;                                                                           // [ng8][4]
   for (int64_t r = r0; r < r1; r += 4) {
     const int R = r + 4 <= r1 ? 4 : int(r1 - r);
     const uint8_t* w[4];
+    int64_t ri[4];
     for (int i = 0; i < 4; ++i) {
-      const int64_t ri = r + (i < R ? i : 0);  // missing rows repeat row r; their lanes are dropped
-      w[i] = wbase + size_t(ri) * row_bytes;
-      cvt_floats(W.scales, W.dtype, ri * ng, ng, tmp + i * ng4);
-      cvt_floats(W.biases, W.dtype, ri * ng, ng, tmp + (4 + i) * ng4);
-      for (int64_t g = ng; g < ng4; ++g) tmp[i * ng4 + g] = tmp[(4 + i) * ng4 + g] = 0.0f;
+      ri[i] = r + (i < R ? i : 0);  // missing rows repeat row r; their lanes are dropped
+      w[i] = wbase + size_t(ri[i]) * row_bytes;
     }
-    // Transpose [4 rows][groups] into [group][r0 r1 r2 r3 | r0 r1 r2 r3] (biases: [r0..r3 | 0]).
-    for (int64_t g = 0; g < ng4; g += 4) {
-      __m128 a0 = _mm_loadu_ps(tmp + g), a1 = _mm_loadu_ps(tmp + ng4 + g);
-      __m128 a2 = _mm_loadu_ps(tmp + 2 * ng4 + g), a3 = _mm_loadu_ps(tmp + 3 * ng4 + g);
-      _MM_TRANSPOSE4_PS(a0, a1, a2, a3);
-      _mm256_store_ps(s4 + (g + 0) * 8, _mm256_set_m128(a0, a0));
-      _mm256_store_ps(s4 + (g + 1) * 8, _mm256_set_m128(a1, a1));
-      _mm256_store_ps(s4 + (g + 2) * 8, _mm256_set_m128(a2, a2));
-      _mm256_store_ps(s4 + (g + 3) * 8, _mm256_set_m128(a3, a3));
-      __m128 c0 = _mm_loadu_ps(tmp + 4 * ng4 + g), c1 = _mm_loadu_ps(tmp + 5 * ng4 + g);
-      __m128 c2 = _mm_loadu_ps(tmp + 6 * ng4 + g), c3 = _mm_loadu_ps(tmp + 7 * ng4 + g);
-      _MM_TRANSPOSE4_PS(c0, c1, c2, c3);
-      const __m128 z = _mm_setzero_ps();
-      _mm256_store_ps(b4 + (g + 0) * 8, _mm256_set_m128(z, c0));
-      _mm256_store_ps(b4 + (g + 1) * 8, _mm256_set_m128(z, c1));
-      _mm256_store_ps(b4 + (g + 2) * 8, _mm256_set_m128(z, c2));
-      _mm256_store_ps(b4 + (g + 3) * 8, _mm256_set_m128(z, c3));
+    // Scales and biases of the 4 rows, transposed 8 groups at a time to [group][r0 r1 r2 r3].
+    for (int64_t g8 = 0; g8 < ng; g8 += 8) {
+      const int64_t cnt = ng - g8 < 8 ? ng - g8 : 8;
+      for (int sb = 0; sb < 2; ++sb) {
+        const void* src = sb ? W.biases : W.scales;
+        __m256 v[4];
+        for (int i = 0; i < 4; ++i) {
+          // Lanes past ng are never read, so a full 8-wide load is fine while it stays in the tensor.
+          const int64_t e = ri[i] * ng + g8;
+          if (e + 8 <= W.out * ng) {
+            v[i] = load8(src, W.dtype, e);
+          } else {
+            alignas(32) float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+            cvt_floats(src, W.dtype, e, cnt, t);
+            v[i] = _mm256_load_ps(t);
+          }
+        }
+        const __m256 t0 = _mm256_unpacklo_ps(v[0], v[1]), t1 = _mm256_unpackhi_ps(v[0], v[1]);
+        const __m256 t2 = _mm256_unpacklo_ps(v[2], v[3]), t3 = _mm256_unpackhi_ps(v[2], v[3]);
+        const __m256 u[4] = {_mm256_shuffle_ps(t0, t2, 0x44), _mm256_shuffle_ps(t0, t2, 0xEE),
+                             _mm256_shuffle_ps(t1, t3, 0x44), _mm256_shuffle_ps(t1, t3, 0xEE)};
+        float* dst = (sb ? b4 : s4) + g8 * 4;
+        for (int k = 0; k < 4; ++k) {  // u[k] = [group k | group k + 4]
+          _mm_store_ps(dst + k * 4, _mm256_castps256_ps128(u[k]));
+          _mm_store_ps(dst + (k + 4) * 4, _mm256_extractf128_ps(u[k], 1));
+        }
+      }
     }
     // Software prefetch of the rows PF rows ahead: decode is bound by memory-level parallelism of a
     // single core, and the 4 row streams + scales are too many for the hardware prefetcher alone.
@@ -463,10 +493,14 @@ void gemv4_h(const Weight& W, const XQuant& xq, int64_t r0, int64_t r1, float* y
       }
       __m256i h = _mm256_hadd_epi16(_mm256_hadd_epi16(p[0], p[1]), _mm256_hadd_epi16(p[2], p[3]));
       __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(h, ones));
-      acc = _mm256_fmadd_ps(f, _mm256_mul_ps(_mm256_load_ps(s4 + g * 8), _mm256_broadcast_ss(xq.d + u)), acc);
+      acc = _mm256_fmadd_ps(
+          f, _mm256_mul_ps(_mm256_broadcast_ps(reinterpret_cast<const __m128*>(s4 + g * 4)), _mm256_broadcast_ss(xq.d + u)),
+          acc);
     }
+    // Bias term in the low half only, as in fast4_h: [b_r0..b_r3 | 0] · Σx_g.
     for (int64_t g = 0; g < ng; ++g)
-      acc = _mm256_fmadd_ps(_mm256_load_ps(b4 + g * 8), _mm256_broadcast_ss(xq.sx + g), acc);
+      acc = _mm256_fmadd_ps(_mm256_insertf128_ps(_mm256_setzero_ps(), _mm_load_ps(b4 + g * 4), 0),
+                            _mm256_broadcast_ss(xq.sx + g), acc);
     alignas(16) float o[4];
     _mm_store_ps(o, _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1)));
     for (int i = 0; i < R; ++i) y[r + i] = o[i];

@@ -1,6 +1,7 @@
 // Portable kernels (any ISA): the fallback on CPUs without AVX2 and the reference for tests.
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 #include "cpu/kernels.h"
 #include "tensor/dtype.h"
@@ -25,50 +26,76 @@ inline int64_t perm_pos(int64_t i, int perm) {
 
 void quantize_x(const float* x, int64_t K, int xb, int perm, int group, int64_t ngp, int8_t* q, float* d,
                 float* sx) {
+  for (int64_t g = 0; g < ngp; ++g) sx[g] = 0;
   for (int64_t b = 0; b < K / xb; ++b) {
     float amax = 0;
     for (int j = 0; j < xb; ++j) amax = std::fmax(amax, std::fabs(x[b * xb + j]));
     float db = amax / 127.0f;
     float id = db > 0 ? 127.0f / amax : 0.0f;
     d[b] = db;
+    int isum = 0;
     for (int j = 0; j < xb; ++j) {
       int64_t i = b * xb + j;
-      q[perm_pos(i, perm)] = int8_t(std::nearbyint(x[i] * id));
+      const int v = int(std::nearbyint(x[i] * id));
+      q[perm_pos(i, perm)] = int8_t(v);
+      isum += v;
     }
+    // Σ of the quantized x, so y = Σ (s·q + b)·x̂ exactly (see the AVX2 kernel).
+    sx[b * xb / group] += db * float(isum);
   }
-  int64_t ng = K / group;
-  for (int64_t g = 0; g < ngp; ++g) {
-    float s = 0;
-    if (g < ng)
-      for (int j = 0; j < group; ++j) s += x[g * group + j];
-    sx[g] = s;
+}
+
+// Unpacks weight row r into q[K] in the activation layout (xq.perm), as int8: 4-bit q in [0, 15];
+// 8-bit q - 128 (the bias is folded to b + 128 s, as in the AVX2 kernel). Plain loops the compiler
+// vectorizes (NEON on arm64).
+void unpack_row(const Weight& W, int64_t r, int perm, int8_t* q) {
+  const int64_t K = W.in;
+  const uint8_t* wr = static_cast<const uint8_t*>(W.data) + size_t(r) * size_t(K) * size_t(W.bits) / 8;
+  if (W.bits == 8) {
+    for (int64_t i = 0; i < K; ++i) q[i] = int8_t(int(wr[i]) - 128);
+  } else if (perm == 0) {
+    for (int64_t i = 0; i < K; ++i) q[i] = int8_t(get_bits(wr, i, 4));
+  } else {
+    // Chunk of `perm` elements = perm/2 bytes: low nibbles (even elements) first, then high nibbles.
+    const int h = perm / 2;
+    for (int64_t base = 0; base < K; base += perm) {
+      const uint8_t* b = wr + base / 2;
+      for (int j = 0; j < h; ++j) q[base + j] = int8_t(b[j] & 0xF);
+      for (int j = 0; j < h; ++j) q[base + h + j] = int8_t(b[j] >> 4);
+    }
   }
 }
 
 void fast_rows(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
                float*) {
   const int64_t K = W.in, G = W.group, ng = K / G;
-  const size_t row_bytes = size_t(K) * size_t(W.bits) / 8;
+  thread_local std::vector<int8_t> qbuf;
+  thread_local std::vector<float> sbuf;
+  if (qbuf.size() < size_t(K)) qbuf.resize(size_t(K));
+  if (sbuf.size() < size_t(2 * ng)) sbuf.resize(size_t(2 * ng));
+  int8_t* q = qbuf.data();
+  float* sw = sbuf.data();
+  float* bw = sw + ng;
   for (int64_t r = r0; r < r1; ++r) {
-    const uint8_t* wr = static_cast<const uint8_t*>(W.data) + size_t(r) * row_bytes;
+    unpack_row(W, r, xq.perm, q);
+    for (int64_t g = 0; g < ng; ++g) {
+      sw[g] = load_float(W.scales, W.dtype, size_t(r * ng + g));
+      bw[g] = load_float(W.biases, W.dtype, size_t(r * ng + g));
+      if (W.bits == 8) bw[g] += 128.0f * sw[g];
+    }
     for (int64_t c = 0; c < n; ++c) {
       const int8_t* qx = xq.q + c * xq.K;
       const float* dx = xq.d + c * xq.nblk;
       const float* sx = xq.sx + c * xq.ngp;
       float acc = 0;
       for (int64_t g = 0; g < ng; ++g) {
-        float s = load_float(W.scales, W.dtype, size_t(r * ng + g));
-        float b = load_float(W.biases, W.dtype, size_t(r * ng + g));
-        // 8-bit: same arithmetic as the AVX2 kernel (q - 128, bias b + 128 s).
-        const int32_t zero = W.bits == 8 ? 128 : 0;
-        if (W.bits == 8) b += 128.0f * s;
+        // Blocks never straddle groups (xb ≤ group), and permutation stays within a block.
         for (int64_t b0 = g * G; b0 < (g + 1) * G; b0 += xq.xb) {
           int32_t dot = 0;
-          for (int64_t i = b0; i < b0 + xq.xb; ++i)
-            dot += (int32_t(get_bits(wr, i, W.bits)) - zero) * qx[perm_pos(i, xq.perm)];
-          acc += s * dx[b0 / xq.xb] * float(dot);
+          for (int64_t i = b0; i < b0 + xq.xb; ++i) dot += int32_t(q[i]) * int32_t(qx[i]);
+          acc += sw[g] * dx[b0 / xq.xb] * float(dot);
         }
-        acc += b * sx[g];
+        acc += bw[g] * sx[g];
       }
       y[c * ldy + r] = acc;
     }
@@ -88,7 +115,16 @@ const float* row_f32(const Weight& W, int64_t r, float* out) {
   for (int64_t g = 0; g < ng; ++g) {
     float s = load_float(W.scales, W.dtype, size_t(r * ng + g));
     float b = load_float(W.biases, W.dtype, size_t(r * ng + g));
-    for (int64_t i = g * G; i < (g + 1) * G; ++i) out[i] = std::fma(s, float(get_bits(wr, i, W.bits)), b);
+    if (W.bits == 4) {
+      for (int64_t i = g * G; i < (g + 1) * G; i += 2) {
+        out[i] = std::fma(s, float(wr[i / 2] & 0xF), b);
+        out[i + 1] = std::fma(s, float(wr[i / 2] >> 4), b);
+      }
+    } else if (W.bits == 8) {
+      for (int64_t i = g * G; i < (g + 1) * G; ++i) out[i] = std::fma(s, float(wr[i]), b);
+    } else {
+      for (int64_t i = g * G; i < (g + 1) * G; ++i) out[i] = std::fma(s, float(get_bits(wr, i, W.bits)), b);
+    }
   }
   return out;
 }

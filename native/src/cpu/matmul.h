@@ -13,11 +13,13 @@ namespace rapid {
 
 enum class Precision {
   Exact,  // f32 activations, f32 accumulation (matches an f64 reference to ~1e-5 relative)
-  Fast,   // Affine weights: activations quantized to int8 per 32-element block (like llama.cpp q8)
+  Fast,   // Affine 4/8-bit: activations quantized to int8 per 64-element block (32 for group-32
+          // weights) with exact f32 group sums for the bias term; other weights run Exact
 };
 
 // y[n, W.out] = x[n, W.in] · Wᵀ. x and y are row-major, contiguous, and must not alias.
-// Parallel over output rows (and rows of x for large n). Dense weights ignore `p`.
+// Parallel over output rows. Bitwise batch-invariant: row r of y depends only on row r of x (not
+// on n, the row's position, or the thread count). Dense weights ignore `p`.
 void matmul(ThreadPool& pool, const Weight& W, const float* x, float* y, int64_t n,
             Precision p = Precision::Exact);
 

@@ -134,11 +134,15 @@ void parse_safetensors(const MappedFile& file, std::vector<TensorView>& out,
     spans.push_back({b, e, out.size()});
     out.push_back(std::move(t));
   }
+  // Non-empty byte ranges must not overlap: sort by start, compare with the furthest end so far.
   std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) { return a.b < b.b; });
-  for (size_t i = 1; i < spans.size(); ++i)
-    if (spans[i].b < spans[i - 1].e && spans[i].e > spans[i].b && spans[i - 1].e > spans[i - 1].b)
-      fail(path, "tensors \"" + out[spans[i - 1].idx].name + "\" and \"" + out[spans[i].idx].name +
-                     "\" overlap");
+  const Span* far = nullptr;
+  for (const Span& sp : spans) {
+    if (sp.e == sp.b) continue;
+    if (far && sp.b < far->e)
+      fail(path, "tensors \"" + out[far->idx].name + "\" and \"" + out[sp.idx].name + "\" overlap");
+    if (!far || sp.e > far->e) far = &sp;
+  }
 }
 
 std::string read_text_file(const std::string& path) {

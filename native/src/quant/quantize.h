@@ -1,5 +1,5 @@
-// MLX affine quantization (port of mlx/ops.cpp affine_quantize) and the checkpoint converter used
-// by `rapid convert` (what mlx-lm convert does for text models).
+// MLX affine quantization (port of the CPU `quantize` in mlx/backend/cpu/quantized.cpp) and the
+// checkpoint converter used by `rapid convert` (what mlx-lm convert does for text models).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -11,8 +11,9 @@ namespace rapid {
 // Quantizes w [rows, cols] (f32) with MLX's affine scheme, group along cols (cols % group == 0).
 //   packed: uint32 [rows, cols*bits/32] (LSB-first bit stream per row)
 //   scales, biases: f32 [rows, cols/group]
-// Bits 2,3,4,5,6,8. Matches mlx.core.quantize(w, group, bits) bit for bit when the inputs are f32
-// (scales/biases are then rounded to the checkpoint dtype by the caller, as MLX does).
+// Bits 2,3,4,5,6,8. Same arithmetic as mlx's CPU quantize (f32 min/max, edge rule, division,
+// round-half-even), so it should match mlx.core.quantize bit for bit (not verified against an mlx
+// binary here: mlx is not installable on this machine).
 void quantize_affine(const float* w, int64_t rows, int64_t cols, int group, int bits,
                      std::vector<uint32_t>& packed, std::vector<float>& scales,
                      std::vector<float>& biases);
@@ -40,9 +41,11 @@ struct ConvertStats {
 // Converts a bf16/f16/f32 checkpoint directory to an MLX affine-quantized one in dst_dir:
 // quantizes every 2-D "*.weight" of a Linear/Embedding whose last dim % group_size == 0, except
 // norms and paths containing vision_tower/vision_model/multi_modal_projector/vl_connector/
-// audio_tower; writes model.safetensors (shards + index past ~5 GB), config.json with
-// "quantization" and "quantization_config" {group_size, bits, mode:"affine"}, and copies
-// tokenizer/template/generation files. Throws std::runtime_error on errors.
+// audio_tower. Like mlx-lm, floating tensors are first cast to config torch_dtype/dtype when it is
+// float16/bfloat16/float32 (else each keeps its own dtype); scales/biases use that dtype. Drops
+// rotary_emb.inv_freq and a tied lm_head. Writes model.safetensors (shards + index past 5 GiB),
+// config.json with "quantization" and "quantization_config" {group_size, bits, mode:"affine"},
+// and copies tokenizer/template/generation files. Throws std::runtime_error on errors.
 ConvertStats convert_checkpoint(const std::string& src_dir, const std::string& dst_dir, int bits,
                                 int group_size);
 
