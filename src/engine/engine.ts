@@ -7,6 +7,7 @@ import { BlockManager } from './block-manager.js';
 import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
 import { InvalidRequestError } from './errors.js';
 import type { TextStream } from './generate.js';
+import type { RequestGrammar } from './grammar/request-grammar.js';
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
 import { Scheduler, type SchedulerOutput } from './scheduler.js';
@@ -46,6 +47,8 @@ export interface SubmitOptions {
   params: SamplingParams;
   id?: string;
   cacheSalt?: string;
+  /** Structured output: the request's own matcher (the engine frees it when the request ends). */
+  grammar?: RequestGrammar;
 }
 
 export interface RequestHandle {
@@ -95,6 +98,7 @@ export interface EngineLike {
 class WatchdogTrip extends Error {}
 
 const THROUGHPUT_WINDOW_MS = 10_000;
+const NO_MASKS: ReadonlyMap<string, Int32Array> = new Map();
 
 export class Engine implements EngineLike {
   readonly contextLength: number;
@@ -159,6 +163,15 @@ export class Engine implements EngineLike {
    * engine cannot take it now.
    */
   submit(options: SubmitOptions): RequestHandle {
+    try {
+      return this.submitRequest(options);
+    } catch (err) {
+      options.grammar?.dispose(); // refused: nobody else will free it
+      throw err;
+    }
+  }
+
+  private submitRequest(options: SubmitOptions): RequestHandle {
     if (this.stopped || this.draining) throw new EngineUnavailableError('the server is shutting down', 'shutting_down');
     if (this.unhealthy !== null) throw new EngineUnavailableError(`the engine is unhealthy: ${this.unhealthy}`, 'unhealthy', 5);
     const prompt = options.promptIds;
@@ -190,6 +203,7 @@ export class Engine implements EngineLike {
       stopTokenIds: this.stopTokenIds,
       text: this.newTextStream(),
       cacheSalt: options.cacheSalt,
+      grammar: options.grammar,
     });
     this.scheduler.add(req); // throws when the queue is full
     this.requests.set(id, req);
@@ -319,7 +333,10 @@ export class Engine implements EngineLike {
       if (out.failed.length > 0 || out.preempted.length > 0) return;
       throw new Error(`scheduler produced an empty step with ${this.scheduler.waiting.length} waiting and ${this.scheduler.running.length} running`);
     }
-    const plan = buildPlan(out);
+    // Unconstrained steps skip the grammar pass entirely (no extra await on the hot path).
+    const masks = out.rows.some((r) => r.sample && r.request.grammar !== null) ? await this.grammarMasks(out) : NO_MASKS;
+    if (out.rows.length === 0) return;
+    const plan = buildPlan(out, masks);
     const t0 = performance.now();
     let result: NativeStepResult;
     const work = this.runNative(plan);
@@ -347,7 +364,41 @@ export class Engine implements EngineLike {
       else if (r.error !== undefined) this.failRequest(row.request, new EngineRequestError(`the step failed for this request: ${r.error}`, 'sampler_failed'));
     }
     this.scheduler.completeStep(out);
-    this.applyResult(out, byId);
+    const lengthEnded = this.applyResult(out, byId);
+    // max_tokens on a constrained request: "stop" if its last token completed the output.
+    for (const req of lengthEnded) {
+      const next = await req.grammar!.next().catch(() => ({ kind: 'dead' as const }));
+      this.end(req, next.kind === 'complete' ? 'stop' : 'length');
+    }
+  }
+
+  /**
+   * The token bitmask of every constrained row that samples this step. A row whose grammar is
+   * complete ends with "stop"; one whose grammar is dead (or throws) fails alone. Rows that ended
+   * (here, or by an abort while a mask was computed) leave the step.
+   */
+  private async grammarMasks(out: SchedulerOutput): Promise<ReadonlyMap<string, Int32Array>> {
+    const masks = new Map<string, Int32Array>();
+    for (const row of out.rows) {
+      const req = row.request;
+      if (!row.sample || req.grammar === null) continue;
+      try {
+        const next = await req.grammar.next();
+        if (req.status !== 'running') continue;
+        if (next.kind === 'mask') masks.set(req.id, next.bitmask);
+        else if (next.kind === 'complete') {
+          req.completeText();
+          this.end(req, 'stop');
+        } else this.failRequest(req, new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed'));
+      } catch (err) {
+        this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
+      }
+    }
+    if (masks.size > 0 || out.rows.some((r) => r.request.status !== 'running')) {
+      out.rows = out.rows.filter((r) => r.request.status === 'running');
+      out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
+    }
+    return masks;
   }
 
   private async runNative(plan: NativeStepPlan): Promise<NativeStepResult> {
@@ -383,7 +434,9 @@ export class Engine implements EngineLike {
     this.log('watchdog: the stalled step returned; the engine is healthy again');
   }
 
-  private applyResult(out: SchedulerOutput, byId: ReadonlyMap<string, NativeStepRowResult>): void {
+  /** Returns the constrained requests that reached their token limit (not ended yet). */
+  private applyResult(out: SchedulerOutput, byId: ReadonlyMap<string, NativeStepRowResult>): EngineRequest[] {
+    const lengthEnded: EngineRequest[] = [];
     let generated = 0;
     for (const row of out.rows) {
       const req = row.request;
@@ -400,6 +453,10 @@ export class Engine implements EngineLike {
         this.failRequest(req, new EngineRequestError(`sampling failed: ${(err as Error).message}`, 'sampler_failed'));
         continue;
       }
+      if (req.grammar !== null && !req.grammar.accept(r.token)) {
+        this.failRequest(req, new EngineRequestError(`the grammar rejected token ${r.token}`, 'grammar_failed'));
+        continue;
+      }
       let reason: EngineFinishReason | null;
       try {
         this.faults.detokenizer?.(req.id, r.token);
@@ -409,7 +466,8 @@ export class Engine implements EngineLike {
         continue;
       }
       generated++;
-      if (reason !== null) this.end(req, reason);
+      if (reason === 'length' && req.grammar !== null) lengthEnded.push(req);
+      else if (reason !== null) this.end(req, reason);
     }
     this.counters.generated += generated;
     if (generated > 0) {
@@ -417,6 +475,7 @@ export class Engine implements EngineLike {
       this.recent.push({ at: now, tokens: generated });
       while (now - this.recent[0]!.at > THROUGHPUT_WINDOW_MS) this.recent.shift();
     }
+    return lengthEnded;
   }
 
   private end(req: EngineRequest, reason: EngineFinishReason): void {
@@ -436,14 +495,18 @@ export class Engine implements EngineLike {
   }
 }
 
-function buildPlan(out: SchedulerOutput): NativeStepPlan {
+function buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>): NativeStepPlan {
   const rows: NativeStepRow[] = out.rows.map((s) => {
     const req = s.request;
     const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
     const positions = new Int32Array(s.numTokens);
     for (let i = 0; i < s.numTokens; i++) positions[i] = s.contextLen + i;
     const row: NativeStepRow = { requestId: req.id, tokens, positions, blockTable: Int32Array.from(req.blockTable), contextLen: s.contextLen };
-    if (s.sample) row.sample = req.sampleParams();
+    if (s.sample) {
+      row.sample = req.sampleParams();
+      const bitmask = masks.get(req.id);
+      if (bitmask !== undefined) row.sample.bitmask = bitmask;
+    }
     return row;
   });
   return { rows };

@@ -2,7 +2,9 @@
 // token, a stop string, max_tokens or the context limit. The continuous-batching scheduler replaces
 // this loop for the server; `rapid run` and the fixture tests use it directly.
 import type { NativeModel, NativeSampleParams, NativeStepRow, NativeTopLogprob } from '../native/types.js';
+import { EngineRequestError } from './engine-errors.js';
 import { InvalidRequestError, StepError } from './errors.js';
+import type { RequestGrammar } from './grammar/request-grammar.js';
 import type { KvBlockAllocator } from './kv-blocks.js';
 import type { SamplingParams } from './sampling-params.js';
 
@@ -52,6 +54,8 @@ export interface GenerateOptions {
   prefillChunk?: number;
   requestId?: string;
   signal?: AbortSignal;
+  /** Structured output: each sampled token is masked by this grammar; freed at the end. */
+  grammar?: RequestGrammar;
 }
 
 let nextId = 0;
@@ -100,7 +104,15 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     const positions = new Int32Array(tokens.length);
     for (let i = 0; i < tokens.length; i++) positions[i] = contextLen + i;
     const row: NativeStepRow = { requestId, tokens, positions, blockTable: Int32Array.from(table), contextLen };
-    if (withSample) row.sample = sample();
+    if (withSample) {
+      row.sample = sample();
+      if (opts.grammar) {
+        const next = await opts.grammar.next();
+        if (next.kind === 'complete') return null; // the output is complete: no token to sample
+        if (next.kind === 'dead') throw new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
+        row.sample.bitmask = next.bitmask;
+      }
+    }
     const res = await model.step({ rows: [row] });
     const r = res.rows.find((x) => x.requestId === requestId);
     if (!r) throw new StepError(`step returned no result for ${requestId}`);
@@ -111,18 +123,23 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
   try {
     let t0 = performance.now();
     let last = await (async () => {
-      let r;
+      let r = null;
       for (let start = 0; start < prompt.length; start += chunk) {
         const end = Math.min(prompt.length, start + chunk);
         r = await step(prompt.subarray(start, end), start, end === prompt.length);
       }
-      return r!;
+      return r;
     })();
     prefillMs = performance.now() - t0;
     t0 = performance.now();
     for (;;) {
+      if (last === null) {
+        finishReason = 'stop';
+        break;
+      }
       const token = last.token;
       if (token === undefined) throw new StepError('sampler returned no token');
+      if (opts.grammar && !opts.grammar.accept(token)) throw new EngineRequestError(`the grammar rejected token ${token}`, 'grammar_failed');
       output.push(token);
       if (opts.stopTokenIds.has(token)) {
         finishReason = 'stop';
@@ -139,7 +156,10 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
         break;
       }
       const contextLen = promptIds.length + output.length - 1;
-      if (contextLen + 1 >= maxTotal) break;
+      if (contextLen + 1 >= maxTotal) {
+        if (opts.grammar && (await opts.grammar.next()).kind === 'complete') finishReason = 'stop';
+        break;
+      }
       last = await step(Int32Array.of(token), contextLen, true);
     }
     decodeMs = performance.now() - t0;
@@ -154,6 +174,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     }
   } finally {
     blocks.release(table);
+    opts.grammar?.dispose();
   }
   yield {
     type: 'done',

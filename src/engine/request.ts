@@ -2,6 +2,7 @@
 // sampling params with its seed, detokenizer, stop matcher), so nothing is shared between rows.
 import type { NativeSampleParams, NativeTopLogprob } from '../native/types.js';
 import type { TextStream } from './generate.js';
+import type { RequestGrammar } from './grammar/request-grammar.js';
 import type { SamplingParams } from './sampling-params.js';
 import { StopMatcher } from './stop-matcher.js';
 
@@ -84,6 +85,8 @@ export interface RequestInit {
   text: TextStream;
   /** Mixed into the first block hash: prefix-cache entries only match within the same salt. */
   cacheSalt?: string;
+  /** Constrains this request's tokens (structured output); freed when the request ends. */
+  grammar?: RequestGrammar;
 }
 
 export class EngineRequest {
@@ -92,6 +95,7 @@ export class EngineRequest {
   readonly params: SamplingParams;
   readonly maxTotalTokens: number;
   readonly cacheSalt: string;
+  readonly grammar: RequestGrammar | null;
   /** Every known token: prompt, then output. */
   readonly tokens: number[];
   readonly output: number[] = [];
@@ -122,6 +126,7 @@ export class EngineRequest {
     this.params = init.params;
     this.maxTotalTokens = init.maxTotalTokens;
     this.cacheSalt = init.cacheSalt ?? '';
+    this.grammar = init.grammar ?? null;
     this.tokens = [...init.promptIds];
     this.detok = init.text;
     this.stops = new StopMatcher({ stopStrings: init.params.stop });
@@ -190,8 +195,15 @@ export class EngineRequest {
     return tail.stop !== null;
   }
 
+  /** Releases held-back text when the request ends without a new token (its grammar completed). */
+  completeText(): void {
+    const last = this.output[this.output.length - 1];
+    if (last !== undefined) this.flushText(last);
+  }
+
   /** Ends the stream with a done event. */
   finish(reason: EngineFinishReason): void {
+    this.grammar?.dispose();
     if (this.events.isEnded) return;
     const now = performance.now();
     const decodeMs = this.firstTokenMs > 0 ? now - this.firstTokenMs : 0;
@@ -219,6 +231,7 @@ export class EngineRequest {
 
   /** Ends the stream with an error (thrown to the consumer after the deltas it has already seen). */
   fail(error: Error): void {
+    this.grammar?.dispose();
     this.events.end(error);
   }
 }

@@ -11,6 +11,7 @@ import { StopMatcher } from './stop-matcher.js';
 import { generate, type GenerateEvent } from './generate.js';
 import { KvBlockAllocator } from './kv-blocks.js';
 import type { SamplingParams } from './sampling-params.js';
+import type { RequestGrammar } from './grammar/request-grammar.js';
 
 export interface GenerationDefaults {
   temperature?: number;
@@ -37,7 +38,7 @@ export interface TextModel {
   defaults: GenerationDefaults;
   blocks: KvBlockAllocator;
   encodePrompt(input: PromptInput): number[];
-  generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal): AsyncGenerator<GenerateEvent>;
+  generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal, grammar?: RequestGrammar): AsyncGenerator<GenerateEvent>;
   close(): void;
 }
 
@@ -102,7 +103,7 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
     defaults,
     blocks,
     encodePrompt,
-    generate: (promptIds, params, signal) =>
+    generate: (promptIds, params, signal, grammar) =>
       generate({
         model: native,
         blocks,
@@ -113,6 +114,7 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
         text: new StreamingDetokenizer(text.tokenizer, { skipSpecialTokens: true }),
         stops: new StopMatcher({ stopStrings: params.stop }),
         signal,
+        grammar,
       }),
     close: () => native.close(),
   };

@@ -5,9 +5,13 @@ import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { EngineLike, RequestHandle } from '../engine/engine.js';
 import type { EngineDelta, EngineDone } from '../engine/request.js';
-import { toHttpError } from './http-errors.js';
+import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
+import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
+import { badRequest, toHttpError } from './http-errors.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
+import { ReasoningSplitter } from './reasoning.js';
+import { toolCallFrom, type ToolCall } from './tools.js';
 import { SseWriter } from './sse.js';
 import type { GenerationRequest } from './validate.js';
 
@@ -16,6 +20,8 @@ export interface CompletionContext {
   model: ServedModel;
   keepAliveMs: number;
   metrics: ServerMetrics;
+  /** Structured output; without it, response_format json requests get 400. */
+  grammar?: GrammarProvider;
   sendJson(res: ServerResponse, status: number, body: unknown, headers?: Record<string, string>): void;
 }
 
@@ -83,13 +89,14 @@ class ResponseShaper {
     };
   }
 
-  chunk(text: string | null, lp: EngineDelta[], finish: string | null, first = false): unknown {
+  chunk(text: string | null, lp: EngineDelta[], finish: string | null, first = false, reasoning = ''): unknown {
     const withLp = this.g.logprobs >= 0 && lp.length > 0;
     const base = { id: this.id, created: this.created, model: this.model.id };
     if (this.g.kind === 'chat') {
       const delta: Record<string, string> = {};
       if (first) delta.role = 'assistant';
-      if (text !== null) delta.content = text;
+      if (reasoning) delta.reasoning_content = reasoning;
+      if (text !== null && (text !== '' || !reasoning)) delta.content = text;
       return {
         ...base,
         object: 'chat.completion.chunk',
@@ -107,6 +114,19 @@ class ResponseShaper {
     };
   }
 
+  /** The streamed tool call: one delta carrying the whole call (OpenAI's shape, index 0). */
+  toolCallChunk(call: ToolCall): unknown {
+    return {
+      id: this.id,
+      object: 'chat.completion.chunk',
+      created: this.created,
+      model: this.model.id,
+      system_fingerprint: null,
+      choices: [{ index: 0, delta: { tool_calls: [{ index: 0, ...call }] }, logprobs: null, finish_reason: null }],
+      ...(this.g.includeUsage ? { usage: null } : {}),
+    };
+  }
+
   usageChunk(done: EngineDone): unknown {
     const object = this.g.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
     return { id: this.id, object, created: this.created, model: this.model.id, system_fingerprint: null, choices: [], usage: this.usage(done) };
@@ -115,6 +135,14 @@ class ResponseShaper {
   full(text: string, lp: EngineDelta[], done: EngineDone): unknown {
     const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(done) };
     const withLp = this.g.logprobs >= 0;
+    const call = this.g.tools && done.finishReason === 'stop' ? toolCallFrom(text) : null;
+    if (call) {
+      return {
+        ...base,
+        object: 'chat.completion',
+        choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [call] }, logprobs: null, finish_reason: 'tool_calls' }],
+      };
+    }
     if (this.g.kind === 'chat') {
       return {
         ...base,
@@ -122,7 +150,7 @@ class ResponseShaper {
         choices: [
           {
             index: 0,
-            message: { role: 'assistant', content: text },
+            message: this.g.reasoning ? { role: 'assistant', ...reasoningMessage(text) } : { role: 'assistant', content: text },
             logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null,
             finish_reason: done.finishReason,
           },
@@ -141,7 +169,12 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
   const shaper = new ResponseShaper(g, ctx.model);
   const started = performance.now();
   // Throws before anything is written: the caller answers with the error's status.
-  const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id });
+  let grammar: RequestGrammar | undefined;
+  if (g.responseFormat) {
+    if (!ctx.grammar) throw badRequest('structured output is not available on this server', 'response_format', 'unsupported');
+    grammar = await ctx.grammar.matcher(g.responseFormat); // InvalidRequestError -> 400
+  }
+  const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id, grammar });
   let finished = false;
   res.on('close', () => {
     if (!finished) {
@@ -159,6 +192,8 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
 
   if (g.stream) {
     const sse = new SseWriter(res, ctx.keepAliveMs);
+    const splitter = g.kind === 'chat' && g.reasoning ? new ReasoningSplitter() : null;
+    let toolText = '';
     sse.open();
     if (g.kind === 'chat') sse.send(shaper.chunk('', [], null, true)); // the role comes first
     try {
@@ -166,11 +201,30 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
         if (ev.type === 'delta') {
           onDelta();
           const lp = ev.logprob !== undefined ? [ev] : [];
-          if (ev.text || lp.length > 0) sse.send(shaper.chunk(ev.text, lp, null));
+          if (g.tools) {
+            toolText += ev.text; // sent as one tool call at the end
+            continue;
+          }
+          if (splitter) {
+            const p = splitter.push(ev.text);
+            if (p.content || p.reasoning || lp.length > 0) sse.send(shaper.chunk(p.content, lp, null, false, p.reasoning));
+          } else if (ev.text || lp.length > 0) sse.send(shaper.chunk(ev.text, lp, null));
           continue;
         }
         finished = true;
         if (ev.finishReason === 'abort') break; // the client is gone
+        const call = g.tools && ev.finishReason === 'stop' ? toolCallFrom(toolText) : null;
+        if (call) {
+          sse.send(shaper.toolCallChunk(call));
+          sse.send(shaper.chunk(null, [], 'tool_calls'));
+          if (g.includeUsage) sse.send(shaper.usageChunk(ev));
+          ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
+          sse.end(true);
+          return;
+        }
+        if (g.tools && toolText) sse.send(shaper.chunk(toolText, [], null)); // cut short: the raw text
+        const rest = splitter?.flush();
+        if (rest && (rest.content || rest.reasoning)) sse.send(shaper.chunk(rest.content, [], null, false, rest.reasoning));
         sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], ev.finishReason));
         if (g.includeUsage) sse.send(shaper.usageChunk(ev));
         ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
@@ -212,4 +266,10 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
     const e = toHttpError(err);
     ctx.sendJson(res, e.status, e.body(), { ...e.headers });
   }
+}
+
+/** The message fields of a thinking model's whole output. */
+function reasoningMessage(text: string): { content: string; reasoning_content?: string } {
+  const p = ReasoningSplitter.split(text);
+  return p.reasoning ? { content: p.content, reasoning_content: p.reasoning } : { content: p.content };
 }

@@ -25,6 +25,8 @@ export interface ServedModel {
   encodeText(text: string): number[];
   /** The text of one token, for logprobs. */
   tokenText(id: number): string;
+  /** A thinking model (its chat template knows <think>): reasoning goes to reasoning_content. */
+  readonly reasoning?: boolean;
 }
 
 /** The parts of a loaded TextModel (src/engine/text-model.ts) this adapter reads. */
@@ -33,6 +35,7 @@ export interface TextModelLike {
   defaults: { temperature?: number; topP?: number; topK?: number };
   text: { tokenizer: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string } };
   encodePrompt(input: { prompt?: string; messages?: ChatMessage[]; raw?: boolean; templateArgs?: Record<string, unknown> }): number[];
+  template?: { source: string } | null;
 }
 
 export function servedModelFrom(model: TextModelLike, id: string, recommended: SamplingDefaults = {}): ServedModel {
@@ -52,5 +55,6 @@ export function servedModelFrom(model: TextModelLike, id: string, recommended: S
     encodeChat: (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }),
     encodeText: (text) => model.encodePrompt({ prompt: text, raw: true }),
     tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),
+    reasoning: model.template?.source.includes('<think>') ?? false,
   };
 }

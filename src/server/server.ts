@@ -8,6 +8,7 @@ import { handleGeneration, type CompletionContext } from './completions.js';
 import { HttpError, badRequest, notFound, toHttpError } from './http-errors.js';
 import { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
+import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
 
 export interface ServerOptions {
@@ -20,6 +21,8 @@ export interface ServerOptions {
   /** SSE keep-alive comment interval while a stream is quiet (default 10 s; 0 = off). */
   keepAliveMs?: number;
   log?: (line: string) => void;
+  /** Structured output (response_format json_object / json_schema). */
+  grammar?: GrammarProvider;
 }
 
 export interface RapidServer {
@@ -100,7 +103,7 @@ export function createServer(options: ServerOptions): RapidServer {
   const startedAt = Date.now();
   let closing = false;
 
-  const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson };
+  const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson, grammar: options.grammar };
 
   const authorized = (req: IncomingMessage): boolean => {
     if (!keyDigest) return true;

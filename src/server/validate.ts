@@ -2,9 +2,11 @@
 // unknown fields refused (as OpenAI does), then the engine's sampling parameters.
 import { InvalidRequestError } from '../engine/errors.js';
 import { resolveSamplingParams, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
+import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
 import { badRequest, notFound } from './http-errors.js';
 import type { ServedModel } from './served-model.js';
+import { parseToolRequest, type ToolRequest } from './tools.js';
 
 export interface GenerationRequest {
   kind: 'chat' | 'text';
@@ -14,6 +16,12 @@ export interface GenerationRequest {
   includeUsage: boolean;
   /** -1: no logprobs; 0: sampled token only; k: plus top k. */
   logprobs: number;
+  /** Structured output (json_object / json_schema); absent for free text. */
+  responseFormat?: ResponseFormat;
+  /** Split <think> reasoning into reasoning_content (thinking model, thinking not turned off). */
+  reasoning?: boolean;
+  /** A forced tool call (tool_choice required / named): the output is returned as tool_calls. */
+  tools?: ToolRequest;
 }
 
 type Body = Record<string, unknown>;
@@ -26,7 +34,7 @@ const CHAT_FIELDS = new Set([
   ...COMMON_FIELDS, 'messages', 'max_completion_tokens', 'top_logprobs', 'store', 'metadata', 'service_tier',
   'parallel_tool_calls', 'response_format', 'tools', 'tool_choice', 'chat_template_kwargs',
 ]);
-const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'best_of', 'echo', 'suffix']);
+const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'best_of', 'echo', 'suffix', 'response_format']);
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
 
 function isObject(v: unknown): v is Body {
@@ -160,11 +168,9 @@ function messages(body: Body): ChatMessage[] {
 export function parseChatRequest(raw: unknown, model: ServedModel): GenerationRequest {
   const body = checkCommon(raw, CHAT_FIELDS, model);
   const msgs = messages(body);
-  if (present(body, 'tools') && !(Array.isArray(body.tools) && body.tools.length === 0)) throw badRequest('tools are not supported yet', 'tools', 'unsupported');
-  if (present(body, 'tool_choice') && body.tool_choice !== 'none' && body.tool_choice !== 'auto') throw badRequest('tool_choice is not supported yet', 'tool_choice', 'unsupported');
-  if (present(body, 'response_format')) {
-    const rf = body.response_format;
-    if (!isObject(rf) || rf.type !== 'text') throw badRequest('only response_format {"type": "text"} is supported yet', 'response_format', 'unsupported');
+  const tools = parseToolRequest(body.tools, body.tool_choice);
+  if (tools && present(body, 'response_format') && !(isObject(body.response_format) && body.response_format.type === 'text')) {
+    throw badRequest('a forced tool call and response_format cannot be combined', 'response_format', 'invalid_value');
   }
   let templateArgs: Record<string, unknown> | undefined;
   if (present(body, 'chat_template_kwargs')) {
@@ -177,10 +183,15 @@ export function parseChatRequest(raw: unknown, model: ServedModel): GenerationRe
   if (top !== undefined && (top < 0 || top > 20)) throw badRequest('top_logprobs must be an integer in [0, 20]', 'top_logprobs', 'invalid_value');
   if (top !== undefined && top > 0 && !wantLogprobs) throw badRequest('top_logprobs requires logprobs to be true', 'top_logprobs');
   const maxTokens = maxTokensField(body, 'max_completion_tokens') ?? maxTokensField(body, 'max_tokens');
-  const promptIds = model.encodeChat(msgs, templateArgs);
+  const promptIds = model.encodeChat(msgs, tools ? { ...templateArgs, tools: tools.templateTools } : templateArgs);
   const defaultMax = Math.max(1, model.contextLength - promptIds.length);
   const params = sampling(body, model, maxTokens, defaultMax, wantLogprobs ? (top ?? 0) : -1);
-  return { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs };
+  if (tools) {
+    // The grammar forces the call from the first token: no reasoning, no stop strings.
+    return { kind: 'chat', promptIds, params: { ...params, stop: [] }, stream: s, includeUsage, logprobs: params.logprobs, responseFormat: tools.format, tools };
+  }
+  const reasoning = model.reasoning === true && templateArgs?.enable_thinking !== false;
+  return withFormat(body, { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs, reasoning });
 }
 
 export function parseCompletionRequest(raw: unknown, model: ServedModel): GenerationRequest {
@@ -195,7 +206,22 @@ export function parseCompletionRequest(raw: unknown, model: ServedModel): Genera
   if (lp !== undefined && (lp < 0 || lp > 20)) throw badRequest('logprobs must be an integer in [0, 20]', 'logprobs', 'invalid_value');
   const maxTokens = maxTokensField(body, 'max_tokens');
   const params = sampling(body, model, maxTokens, 16, lp ?? -1);
-  return { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs };
+  return withFormat(body, { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs });
+}
+
+/** response_format on either route. Stop strings are dropped for constrained output: cutting it
+ * at a stop string would report an invalid object as a success. */
+function withFormat(body: Body, g: GenerationRequest): GenerationRequest {
+  if (!present(body, 'response_format')) return g;
+  let rf: ResponseFormat | null;
+  try {
+    rf = parseResponseFormat(body.response_format);
+  } catch (err) {
+    if (err instanceof InvalidRequestError) throw badRequest(err.message, 'response_format', 'unsupported_schema');
+    throw err;
+  }
+  if (rf === null) return g;
+  return { ...g, params: { ...g.params, stop: [] }, responseFormat: rf };
 }
 
 /** prompt: a string, a token id array, or a one-element list of either (n=1, one prompt). */

@@ -6,6 +6,10 @@ import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import type { GenerateDone } from '../../engine/generate.js';
 import { parseFloatOption, parseIntOption } from '../options.js';
+import { readFileSync } from 'node:fs';
+import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
+import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
+import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 
 interface RunOptions {
   prompt?: string;
@@ -21,6 +25,22 @@ interface RunOptions {
   json?: boolean;
   threads?: number;
   precision: 'exact' | 'fast';
+  schema?: string;
+  jsonObject?: boolean;
+}
+
+/** --schema FILE (a JSON Schema) or --json-object; checked before the model loads. */
+function responseFormat(opts: RunOptions): ResponseFormat | null {
+  if (opts.schema !== undefined && opts.jsonObject) throw new Error('pass either --schema or --json-object, not both');
+  if (opts.jsonObject) return { type: 'json_object' };
+  if (opts.schema === undefined) return null;
+  let schema: unknown;
+  try {
+    schema = JSON.parse(readFileSync(opts.schema, 'utf8'));
+  } catch (err) {
+    throw new Error(`--schema ${opts.schema}: ${(err as Error).message}`);
+  }
+  return parseResponseFormat({ type: 'json_schema', json_schema: { name: 'schema', schema, strict: true } });
 }
 
 function collect(value: string, previous: string[] = []): string[] {
@@ -45,10 +65,13 @@ export function registerRun(program: Command): void {
     .option('--json', 'print one JSON object: text, token_ids, finish_reason, usage, timings')
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--schema <file>', 'constrain the output to JSON valid against this JSON Schema file')
+    .option('--json-object', 'constrain the output to a JSON object')
     .action(async (spec: string, opts: RunOptions) => {
       if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
+      const format = responseFormat(opts);
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const recommended = resolved.entry?.sampling ?? {};
       const model = openTextModel(resolved.dir, { threads: opts.threads, precision: opts.precision });
@@ -62,13 +85,15 @@ export function registerRun(program: Command): void {
             repetitionPenalty: recommended.repetitionPenalty,
             seed: opts.seed,
             maxTokens: opts.maxTokens,
-            stop: opts.stop,
+            stop: format ? [] : opts.stop, // a stop string would cut a constrained object
           },
           { maxTokens: 256 },
         );
         const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
+        let grammar: RequestGrammar | undefined;
+        if (format) grammar = await grammarServiceFor(model.text, model.info.vocabSize).matcher(format);
         let done: GenerateDone | undefined;
-        for await (const ev of model.generate(promptIds, params)) {
+        for await (const ev of model.generate(promptIds, params, undefined, grammar)) {
           if (ev.type === 'delta') {
             if (!opts.json) process.stdout.write(ev.text);
           } else done = ev;

@@ -3,6 +3,7 @@ import { basename, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import type { Engine } from '../../engine/engine.js';
 import { createTextEngine } from '../../engine/text-engine.js';
+import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { openTextModel, type TextModel } from '../../engine/text-model.js';
 import { createServer, type RapidServer } from '../../server/server.js';
 import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
@@ -74,6 +75,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     apiKey: opts.apiKey,
     maxBodyBytes: opts.maxBodyBytes,
     log,
+    grammar: grammarServiceFor(model.text, model.info.vocabSize),
   });
   let addr;
   try {

@@ -1,0 +1,27 @@
+// response_format of a request, checked: json_object, or json_schema with the schema subset the
+// grammar enforces. Shared by the server (request bodies) and the CLI (--schema, --json-object).
+import { InvalidRequestError } from '../errors.js';
+import { checkSchemaSupported } from './schema-support.js';
+
+export type ResponseFormat = { type: 'json_object' } | { type: 'json_schema'; name: string; schema: unknown; strict: boolean };
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+const bad = (message: string) => new InvalidRequestError(message, 'response_format');
+
+/** Parses an OpenAI response_format; null for {"type": "text"}. Throws InvalidRequestError. */
+export function parseResponseFormat(raw: unknown): ResponseFormat | null {
+  if (!isObject(raw) || typeof raw.type !== 'string') throw bad('response_format must be an object with a type');
+  if (raw.type === 'text') return null;
+  if (raw.type === 'json_object') return { type: 'json_object' };
+  if (raw.type !== 'json_schema') throw bad(`response_format.type must be text, json_object or json_schema, got "${raw.type}"`);
+  const js = raw.json_schema;
+  if (!isObject(js)) throw bad('response_format.json_schema must be an object with a schema');
+  if (js.name !== undefined && typeof js.name !== 'string') throw bad('response_format.json_schema.name must be a string');
+  if (js.strict !== undefined && js.strict !== null && typeof js.strict !== 'boolean') throw bad('response_format.json_schema.strict must be a boolean');
+  const schema = js.schema ?? {};
+  checkSchemaSupported(schema);
+  return { type: 'json_schema', name: typeof js.name === 'string' ? js.name : 'schema', schema, strict: js.strict === true };
+}

@@ -1,0 +1,63 @@
+// `rapid run --schema FILE` / `--json-object` through the real CLI binary on a fixture checkpoint:
+// the single-sequence loop applies the grammar's mask, and the output validates.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { loadNative } from '../../src/native/binding.js';
+import { schemaViolation } from './json-schema-check.js';
+
+const root = resolve(import.meta.dirname, '..', '..');
+const bin = join(root, 'bin', 'rapid.js');
+const model = join(root, 'test', 'fixtures', 'models', 'qwen2-q4');
+
+let nativeOk = true;
+try {
+  loadNative();
+} catch {
+  nativeOk = false;
+}
+
+function rapid(args: string[]) {
+  return spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 60_000 });
+}
+
+const SCHEMA = {
+  type: 'object',
+  properties: { city: { enum: ['Oslo', 'Lima'] }, temp: { type: 'integer', minimum: -50, maximum: 50 }, rain: { type: 'boolean' } },
+  required: ['city', 'temp', 'rain'],
+  additionalProperties: false,
+};
+
+describe.skipIf(!nativeOk)('rapid run with a grammar', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'rapid-schema-'));
+  const file = join(dir, 'schema.json');
+  writeFileSync(file, JSON.stringify(SCHEMA));
+  const base = [model, '--prompt', 'weather', '--temperature', '0', '--precision', 'exact', '--max-tokens', '48', '--json'];
+
+  it('--schema FILE: the output validates and finishes with stop', () => {
+    const r = rapid(['run', ...base, '--schema', file]);
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { text: string; finish_reason: string };
+    expect(out.finish_reason).toBe('stop');
+    expect(schemaViolation(SCHEMA, JSON.parse(out.text)), out.text).toBeNull();
+  });
+
+  it('--json-object: an object, or a truncated one with finish_reason length', () => {
+    const r = rapid(['run', ...base, '--json-object']);
+    expect(r.status, r.stderr).toBe(0);
+    const out = JSON.parse(r.stdout) as { text: string; finish_reason: string };
+    expect(out.text.startsWith('{')).toBe(true);
+    if (out.finish_reason === 'stop') expect(typeof JSON.parse(out.text)).toBe('object');
+    else expect(out.finish_reason).toBe('length');
+  });
+
+  it('an unsupported schema fails with the construct named', () => {
+    const badFile = join(dir, 'bad.json');
+    writeFileSync(badFile, JSON.stringify({ type: 'object', if: {} }));
+    const r = rapid(['run', ...base, '--schema', badFile]);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toContain('"if" is not supported');
+  });
+});
