@@ -7,9 +7,10 @@ import { cpus, loadavg } from 'node:os';
 import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadNative, packageRoot } from '../native/binding.js';
-import type { NativeAddon, NativeModel, NativeModelInfo, NativeSampleParams, NativeStepResult } from '../native/types.js';
+import type { NativeAddon, NativeModel, NativeModelInfo, NativeStepResult } from '../native/types.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, type RandomCheckpoint } from './random-checkpoint.js';
 import { runPeer, type PeerResult } from './peer.js';
+import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
 
 export interface CpuBenchOptions {
   threads: number;
@@ -65,17 +66,6 @@ export interface CpuBenchReport {
   peers: PeerFigure[];
 }
 
-const GREEDY: Omit<NativeSampleParams, 'counter'> = {
-  temperature: 0,
-  topP: 1,
-  topK: 0,
-  minP: 0,
-  repetitionPenalty: 1,
-  presencePenalty: 0,
-  frequencyPenalty: 0,
-  seed: 0,
-  logprobs: -1,
-};
 
 function median(xs: number[]): number {
   const s = [...xs].sort((a, b) => a - b);
@@ -129,7 +119,7 @@ class Runner {
           positions,
           blockTable: this.blockTable,
           contextLen: start,
-          sample: sample ? { ...GREEDY, counter } : undefined,
+          sample: sample ? { ...GREEDY_SAMPLE, counter } : undefined,
         },
       ],
     });

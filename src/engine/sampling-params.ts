@@ -1,4 +1,5 @@
 // Sampling parameters of one request: defaults, validation with messages that say what to fix.
+import type { NativeSampleParams } from '../native/types.js';
 import { InvalidRequestError } from './errors.js';
 
 export interface SamplingParams {
@@ -61,3 +62,17 @@ export function resolveSamplingParams(input: SamplingInput, defaults: { maxToken
   check(Number.isInteger(p.logprobs) && p.logprobs >= -1 && p.logprobs <= 20, 'logprobs', 'top logprobs must be an integer in [0, 20]');
   return p;
 }
+
+/** Greedy native sampling for the first token (argmax, no penalties); spread it and set `counter`. */
+export const GREEDY_SAMPLE: Readonly<NativeSampleParams> = {
+  temperature: 0,
+  topP: 1,
+  topK: 0,
+  minP: 0,
+  repetitionPenalty: 1,
+  presencePenalty: 0,
+  frequencyPenalty: 0,
+  seed: 0,
+  counter: 0,
+  logprobs: -1,
+};

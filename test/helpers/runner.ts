@@ -19,18 +19,9 @@ export interface SeqOut {
   errors: string[];
 }
 
-export const GREEDY: NativeSampleParams = {
-  temperature: 0,
-  topP: 1,
-  topK: 0,
-  minP: 0,
-  repetitionPenalty: 1,
-  presencePenalty: 0,
-  frequencyPenalty: 0,
-  seed: 0,
-  counter: 0,
-  logprobs: -1,
-};
+import { GREEDY_SAMPLE as GREEDY } from '../../src/engine/sampling-params.js';
+
+export { GREEDY };
 
 /** Hands out KV blocks; every sequence gets its own, never reused within a run. */
 export class BlockAllocator {
