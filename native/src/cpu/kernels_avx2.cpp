@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cpu/kernels.h"
+#include "quant/packed_bits.h"
 #include "tensor/dtype.h"
 
 #if defined(__clang__)
@@ -60,14 +61,6 @@ inline __m256 load8(const void* base, DType t, int64_t i) {
   if (t == DType::F16)
     return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(base) + i)));
   return _mm256_loadu_ps(static_cast<const float*>(base) + i);
-}
-
-inline uint32_t get_bits(const uint8_t* row, int64_t i, int bits) {
-  int64_t bit = i * bits;
-  uint32_t v = uint32_t(row[bit >> 3]) >> (bit & 7);
-  int have = 8 - int(bit & 7);
-  if (have < bits) v |= uint32_t(row[(bit >> 3) + 1]) << have;
-  return v & ((1u << bits) - 1);
 }
 
 // Prefetches whole rows [r, r + count) of a row-major byte matrix (rows past `rows` are skipped).
@@ -613,7 +606,7 @@ const float* row_f32(const Weight& W, int64_t r, float* out) {
         _mm256_storeu_ps(o + j, _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(q), b));
       }
     } else {
-      for (int64_t j = 0; j < G; ++j) o[j] = __builtin_fmaf(sb[0], float(get_bits(wr, g * G + j, W.bits)), sb[1]);
+      for (int64_t j = 0; j < G; ++j) o[j] = __builtin_fmaf(sb[0], float(packed_code(wr, g * G + j, W.bits)), sb[1]);
     }
   }
   return out;

@@ -4,18 +4,11 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "quant/packed_bits.h"
 #include "tensor/dtype.h"
 
 namespace rapid::kern {
 namespace {
-
-inline uint32_t get_bits(const uint8_t* row, int64_t i, int bits) {
-  int64_t bit = i * bits;
-  uint32_t v = uint32_t(row[bit >> 3]) >> (bit & 7);
-  int have = 8 - int(bit & 7);
-  if (have < bits) v |= uint32_t(row[(bit >> 3) + 1]) << have;
-  return v & ((1u << bits) - 1);
-}
 
 // Position of natural element j (within a chunk of `perm`) in the permuted layout.
 inline int64_t perm_pos(int64_t i, int perm) {
@@ -54,7 +47,7 @@ void unpack_row(const Weight& W, int64_t r, int perm, int8_t* q) {
   if (W.bits == 8) {
     for (int64_t i = 0; i < K; ++i) q[i] = int8_t(int(wr[i]) - 128);
   } else if (perm == 0) {
-    for (int64_t i = 0; i < K; ++i) q[i] = int8_t(get_bits(wr, i, 4));
+    for (int64_t i = 0; i < K; ++i) q[i] = int8_t(packed_code(wr, i, 4));
   } else {
     // Chunk of `perm` elements = perm/2 bytes: low nibbles (even elements) first, then high nibbles.
     const int h = perm / 2;
@@ -123,7 +116,7 @@ const float* row_f32(const Weight& W, int64_t r, float* out) {
     } else if (W.bits == 8) {
       for (int64_t i = g * G; i < (g + 1) * G; ++i) out[i] = std::fma(s, float(wr[i]), b);
     } else {
-      for (int64_t i = g * G; i < (g + 1) * G; ++i) out[i] = std::fma(s, float(get_bits(wr, i, W.bits)), b);
+      for (int64_t i = g * G; i < (g + 1) * G; ++i) out[i] = std::fma(s, float(packed_code(wr, i, W.bits)), b);
     }
   }
   return out;

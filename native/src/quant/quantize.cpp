@@ -1,5 +1,6 @@
 // MLX affine quantizer (port of mlx/backend/cpu/quantized.cpp `quantize`) and checkpoint converter.
 #include "quant/quantize.h"
+#include "quant/packed_bits.h"
 
 #include <algorithm>
 #include <cmath>
@@ -27,22 +28,6 @@ void check_bits_group(int bits, int group) {
 }
 
 // Writes element value q (bits wide) at element index i of an LSB-first byte stream.
-inline void put_bits(uint8_t* row, int64_t i, int bits, uint32_t q) {
-  int64_t bit = i * bits;
-  for (int b = 0; b < bits; ++b, ++bit)
-    if (q >> b & 1) row[bit >> 3] |= uint8_t(1u << (bit & 7));
-}
-
-inline uint32_t get_bits(const uint8_t* row, int64_t i, int bits) {
-  int64_t bit = i * bits;
-  // Read up to 16 bits spanning at most 2 bytes (bits <= 8).
-  uint32_t lo = row[bit >> 3];
-  uint32_t v = lo >> (bit & 7);
-  int have = 8 - int(bit & 7);
-  if (have < bits) v |= uint32_t(row[(bit >> 3) + 1]) << have;
-  return v & ((1u << bits) - 1);
-}
-
 void store_float(std::vector<uint8_t>& out, size_t i, float v, DType t) {
   switch (t) {
     case DType::F32: std::memcpy(out.data() + 4 * i, &v, 4); break;
@@ -93,7 +78,7 @@ void quantize_rows(const float* w, int64_t r0, int64_t r1, int64_t cols, int gro
       } else if (bits == 8) {
         for (int j = 0; j < group; ++j) out[j] = uint8_t(q[j]);
       } else {
-        for (int j = 0; j < group; ++j) put_bits(out, j, bits, uint32_t(q[j]));
+        for (int j = 0; j < group; ++j) put_packed_code(out, j, bits, uint32_t(q[j]));
       }
       scales[r * ng + g] = scale;
       biases[r * ng + g] = bias;
@@ -147,7 +132,7 @@ void dequantize_affine_row(const uint32_t* packed_row, const float* scales_row, 
   const uint8_t* row = reinterpret_cast<const uint8_t*>(packed_row);
   for (int64_t i = 0; i < cols; ++i) {
     int64_t g = i / group;
-    out[i] = scales_row[g] * float(get_bits(row, i, bits)) + biases_row[g];
+    out[i] = scales_row[g] * float(packed_code(row, i, bits)) + biases_row[g];
   }
 }
 
