@@ -97,6 +97,15 @@ bool force_scalar_kernels(bool on) { return g_force_scalar.exchange(on); }
 
 const char* matmul_kernel_name() { return kernels().name; }
 
+// dst[j, c] = src[c, j] for src [n, m]; dst [m, ldd] with columns n..ldd zeroed.
+static void transpose_padded(const float* src, int64_t n, int64_t m, int64_t ldd, float* dst) {
+  for (int64_t j = 0; j < m; ++j) {
+    float* row = dst + j * ldd;
+    for (int64_t c = 0; c < n; ++c) row[c] = src[c * m + j];
+    for (int64_t c = n; c < ldd; ++c) row[c] = 0;
+  }
+}
+
 void matmul(ThreadPool& pool, const Weight& W, const float* x, float* y, int64_t n, Precision p) {
   matmul_strided(pool, W, x, W.in, y, W.out, n, p);
 }
@@ -133,18 +142,10 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
     xq.ldd = (n + 3) / 4 * 4;
     if (xb.dT.size() < size_t(xq.nblk * xq.ldd)) xb.dT.resize(size_t(xq.nblk * xq.ldd));
     xq.dT = xb.dT.data();
-    for (int64_t b = 0; b < xq.nblk; ++b) {
-      float* row = xq.dT + b * xq.ldd;
-      for (int64_t c = 0; c < n; ++c) row[c] = xq.d[c * xq.nblk + b];
-      for (int64_t c = n; c < xq.ldd; ++c) row[c] = 0;
-    }
+    transpose_padded(xq.d, n, xq.nblk, xq.ldd, xq.dT);
     if (xb.sxT.size() < size_t(xq.ngp * xq.ldd)) xb.sxT.resize(size_t(xq.ngp * xq.ldd));
     xq.sxT = xb.sxT.data();
-    for (int64_t g = 0; g < xq.ngp; ++g) {
-      float* row = xq.sxT + g * xq.ldd;
-      for (int64_t c = 0; c < n; ++c) row[c] = xq.sx[c * xq.ngp + g];
-      for (int64_t c = n; c < xq.ldd; ++c) row[c] = 0;
-    }
+    transpose_padded(xq.sx, n, xq.ngp, xq.ldd, xq.sxT);
     const size_t scratch = kern::fast_scratch_floats(W);
     split_rows(pool, W.out, n * K, [&](int64_t r0, int64_t r1) {
       k.fast_rows(W, xq, n, r0, r1, y, ldy, scratch_floats(scratch));
