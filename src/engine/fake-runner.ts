@@ -3,7 +3,7 @@
 // context it reads back through the block table, so a wrong table, a stale block or a bad prefix-
 // cache hit changes the output, and a request's tokens depend only on its own context (greedy) or
 // on its context, seed and counter (sampled): batch invariance is checkable.
-import type { NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult, NativeStepRowResult, NativeTopLogprob } from '../native/types.js';
+import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult, NativeStepRowResult, NativeTopLogprob } from '../native/types.js';
 
 export interface FakeModelOptions {
   vocabSize?: number; // default 256 (byte tokens)
@@ -79,6 +79,10 @@ export class FakeModel implements NativeModel {
       precision: 'exact',
       threads: 1,
     };
+  }
+
+  encodeImage(): Promise<NativeImageEmbedding> {
+    return Promise.reject(new Error('FakeForCausalLM has no vision tower'));
   }
 
   close(): void {

@@ -18,6 +18,13 @@ export interface NativeSampleParams {
   bitmask?: Int32Array; // grammar: ceil(vocab/32) words, bit i of word i>>5 set = token allowed
 }
 
+/** Image embeddings spliced into a row: row token `offsets[i]` takes embedding row i instead of its token's. */
+export interface NativeRowEmbeds {
+  offsets: Int32Array; // [m] strictly increasing indices into the row's tokens
+  data: Float32Array; // [m, hiddenSize]
+  deepstack?: Float32Array; // [vision.deepstackLayers, m, hiddenSize] (Qwen3-VL): added after decoder layer k
+}
+
 export interface NativeStepRow {
   requestId: string;
   tokens: Int32Array; // new tokens this step: a prefill chunk, or 1 for decode
@@ -26,6 +33,10 @@ export interface NativeStepRow {
   contextLen: number; // tokens already in KV before this step
   sample?: NativeSampleParams;
   wantLogits?: boolean; // tests/diagnostics: return raw logits for every token of this row
+  embeds?: NativeRowEmbeds;
+  /** [2k] pairs [start, end) of row token offsets whose tokens attend to each other both ways
+   * (Gemma 3 image blocks during prefill); the engine never splits such a block across steps. */
+  bidirectional?: Int32Array;
 }
 
 export interface NativeStepPlan {
@@ -65,7 +76,31 @@ export interface NativeModelInfo {
   quantization: string; // e.g. "none", "affine 4-bit g64", "mixed"
   precision: 'exact' | 'fast';
   threads: number;
-  mropeSections?: number[];
+  mropeSections?: number[]; // present iff positions are [3, n] (mRoPE)
+  vision?: NativeVisionInfo; // present iff the checkpoint has a vision tower (loaded with the text model)
+}
+
+export interface NativeVisionInfo {
+  family: string; // qwen2_5_vl | qwen3_vl | gemma3
+  deepstackLayers: number; // Qwen3-VL DeepStack features per image token; 0 otherwise
+  weightBytes: number; // bytes of the vision tower + projector tensors
+  quantization: string; // e.g. "none" (bf16 as mlx-community ships it) or "affine 4-bit g64"
+}
+
+/** One preprocessed image, exactly as the Hugging Face processor's pixel_values for that image. */
+export interface NativeImageInput {
+  /** Qwen2.5-VL / Qwen3-VL: [t*h*w, C*temporal*patch*patch] patch rows in the processor's order;
+   *  Gemma 3: [3, H, W] channel-major, already rescaled and normalized. */
+  pixels: Float32Array;
+  /** Qwen: image_grid_thw [t, h, w] in patches; Gemma 3: [1, H/patch, W/patch]. */
+  grid: [number, number, number];
+}
+
+export interface NativeImageEmbedding {
+  tokens: number; // image tokens this image expands to (after merge/pooling)
+  embeddings: Float32Array; // [tokens, hiddenSize]: what replaces the image placeholder tokens
+  deepstack?: Float32Array; // [vision.deepstackLayers, tokens, hiddenSize] (Qwen3-VL)
+  ms: number; // encoder wall time
 }
 
 export interface NativeLoadOptions {
@@ -79,6 +114,10 @@ export interface NativeModel {
   info(): NativeModelInfo;
   /** Runs one step on the native thread; rejects only if the whole step failed. */
   step(plan: NativeStepPlan): Promise<NativeStepResult>;
+  /** Runs the vision tower + projector on the native thread. Shares the one in-flight slot with
+   *  step(): the engine awaits one before starting the other. Rejects with a message on bad input
+   *  or when the model has no vision tower. */
+  encodeImage(image: NativeImageInput): Promise<NativeImageEmbedding>;
   close(): void;
 }
 

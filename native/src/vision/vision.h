@@ -1,0 +1,46 @@
+// The vision side of a VLM: a tower + projector that turns one preprocessed image into the
+// embeddings that replace its placeholder tokens in the text decoder. Stateless between calls;
+// it reads weights from the same mapped Checkpoint as the text decoder (one copy of the weights).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+#include "cpu/matmul.h"
+#include "cpu/threadpool.h"
+#include "format/json.h"
+#include "format/safetensors.h"
+
+namespace rapid {
+
+// One image as the Hugging Face processor's pixel_values for it.
+struct ImageInput {
+  const float* pixels = nullptr;  // Qwen: [t*h*w, C*temporal*patch*patch]; Gemma 3: [3, H, W]
+  int64_t n_values = 0;           // element count of `pixels` (checked against the grid)
+  int grid_t = 1, grid_h = 0, grid_w = 0;  // Qwen: image_grid_thw; Gemma 3: [1, H/patch, W/patch]
+};
+
+struct ImageEmbedding {
+  int64_t tokens = 0;               // placeholder tokens this image fills
+  std::vector<float> embeddings;    // [tokens, text_hidden]
+  std::vector<float> deepstack;     // [deepstack_layers, tokens, text_hidden] (Qwen3-VL), else empty
+};
+
+class VisionEncoder {
+ public:
+  virtual ~VisionEncoder() = default;
+  virtual std::string family() const = 0;     // qwen2_5_vl | qwen3_vl | gemma3
+  virtual int64_t text_hidden() const = 0;     // width of the output embeddings
+  virtual int deepstack_layers() const { return 0; }
+  virtual size_t weight_bytes() const = 0;     // bytes of the tower + projector tensors
+  virtual std::string quantization() const = 0;  // "none" or e.g. "affine 4-bit g64"
+  // Throws std::invalid_argument with a message a user can act on for a bad grid/size.
+  virtual ImageEmbedding encode(const ImageInput& image, ThreadPool& pool, Precision precision) const = 0;
+};
+
+// Builds the encoder of a VLM checkpoint (config.json's vision_config + the tower/projector keys in
+// any supported layout: HF new, legacy, MLX). `family` is the text family's VLM name.
+std::unique_ptr<VisionEncoder> load_vision_encoder(std::shared_ptr<const Checkpoint> ckpt, const Json& config,
+                                                   const std::string& family);
+
+}  // namespace rapid
