@@ -1,0 +1,228 @@
+// Qwen3-VL vision tower + mergers (transformers Qwen3VLVisionModel): Conv3d patch embedding with
+// bias, bilinearly interpolated learned position embedding, LayerNorm blocks with full attention per
+// frame and 2-D RoPE, gelu_tanh MLP, the final 2x2 merger and the DeepStack mergers.
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include "vision/vision_blocks.h"
+#include "vision/vision_families.h"
+
+namespace rapid {
+namespace {
+
+using namespace vision;
+
+struct Qwen3Block {
+  LayerNormW norm1, norm2;  // LayerNorm 1e-6 over hidden
+  Linear qkv, proj;         // [3*hidden, hidden], [hidden, hidden], with bias
+  Linear fc1, fc2;          // [ffn, hidden], [hidden, ffn], with bias
+};
+
+// Qwen3VLVisionPatchMerger: norm (before the 2x2 view, or after it for DeepStack), fc1, GELU, fc2.
+struct Merger {
+  LayerNormW norm;  // [hidden] or [4*hidden] (postshuffle)
+  bool postshuffle = false;
+  Linear fc1, fc2;  // [4h, 4h], [out, 4h]
+};
+
+class Qwen3VLVision final : public VisionEncoder {
+ public:
+  Qwen3VLVision(std::shared_ptr<const Checkpoint> ckpt, const Json& config) : ckpt_(std::move(ckpt)) {
+    const Checkpoint& ck = *ckpt_;
+    const Json& vc = vision_config(config, "qwen3_vl");
+    const QuantConfig qc = QuantConfig::from_config(config);
+    prefix_ = probe_prefix(ck, {"model.visual.", "visual.", "vision_tower.", "model.vision_tower."},
+                           "patch_embed.proj.weight", "Qwen3-VL vision tower");
+    channels_ = cfg_int(vc, {"in_channels", "in_chans"}, 3);
+    patch_ = cfg_int(vc, {"patch_size"}, 16);
+    kt_ = cfg_int(vc, {"temporal_patch_size"}, 2);
+    merge_ = cfg_int(vc, {"spatial_merge_size"}, 2);
+    heads_ = cfg_int(vc, {"num_heads", "num_attention_heads"}, 16);
+    act_ = parse_act(vc.get_string("hidden_act", "gelu_pytorch_tanh"), "qwen3_vl vision");
+    double theta = 10000.0;
+    if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) theta = rp->get_double("rope_theta", theta);
+    const int64_t depth = cfg_int(vc, {"depth", "num_hidden_layers"}, 27);
+    std::vector<int64_t> ds_idx;
+    if (const Json* d = vc.find("deepstack_visual_indexes"); d && d->is_array()) {
+      for (const Json& i : d->array()) ds_idx.push_back(i.as_int());
+    } else {
+      ds_idx = {8, 16, 24};  // transformers' Qwen3VLVisionConfig default
+    }
+
+    hidden_ = ck.get(prefix_ + "patch_embed.proj.weight").shape.at(0);
+    if (hidden_ % heads_ != 0 || (hidden_ / heads_) % 4 != 0)
+      throw std::runtime_error("qwen3_vl vision: hidden " + std::to_string(hidden_) + " / num_heads " +
+                               std::to_string(heads_) + " does not give a head_dim divisible by 4");
+    hd_ = hidden_ / heads_;
+    pe_ = load_patch_embed(ck, prefix_ + "patch_embed.proj", hidden_, channels_, kt_, patch_, true);
+    pos_ = load_embedding(ck, qc, prefix_ + "pos_embed");
+    if (pos_.in != hidden_)
+      throw std::runtime_error("qwen3_vl vision: pos_embed has width " + std::to_string(pos_.in) + ", expected " +
+                               std::to_string(hidden_));
+    side_ = int64_t(std::lround(std::sqrt(double(pos_.out))));
+    if (side_ * side_ != pos_.out)
+      throw std::runtime_error("qwen3_vl vision: pos_embed has " + std::to_string(pos_.out) +
+                               " rows, not a square grid");
+    ffn_ = load_weight(ck, qc, prefix_ + "blocks.0.mlp.linear_fc1").out;
+    for (int64_t i = 0; i < depth; ++i) {
+      const std::string p = prefix_ + "blocks." + std::to_string(i) + ".";
+      Qwen3Block b;
+      b.norm1 = load_layer_norm(ck, p + "norm1", hidden_, 1e-6f);
+      b.norm2 = load_layer_norm(ck, p + "norm2", hidden_, 1e-6f);
+      b.qkv = load_linear(ck, qc, p + "attn.qkv", 3 * hidden_, hidden_, true);
+      b.proj = load_linear(ck, qc, p + "attn.proj", hidden_, hidden_, true);
+      b.fc1 = load_linear(ck, qc, p + "mlp.linear_fc1", ffn_, hidden_, true);
+      b.fc2 = load_linear(ck, qc, p + "mlp.linear_fc2", hidden_, ffn_, true);
+      blocks_.push_back(std::move(b));
+    }
+    out_ = load_weight(ck, qc, prefix_ + "merger.linear_fc2").out;
+    merger_ = load_merger(ck, qc, prefix_ + "merger.", false);
+    for (size_t k = 0; k < ds_idx.size(); ++k) {
+      if (ds_idx[k] < 0 || ds_idx[k] >= depth)
+        throw std::runtime_error("qwen3_vl vision: deepstack_visual_indexes entry " + std::to_string(ds_idx[k]) +
+                                 " is outside the " + std::to_string(depth) + " blocks");
+      ds_layer_.push_back(ds_idx[k]);
+      ds_.push_back(load_merger(ck, qc, prefix_ + "deepstack_merger_list." + std::to_string(k) + ".", true));
+    }
+    inv_freq_ = vision_inv_freq(int(hd_), theta);
+    bytes_ = prefix_bytes(ck, {prefix_});
+    std::vector<const Weight*> ws{&merger_.fc1.w, &merger_.fc2.w, &pos_};
+    for (const Merger& m : ds_) ws.insert(ws.end(), {&m.fc1.w, &m.fc2.w});
+    for (const auto& b : blocks_)
+      for (const Linear* l : {&b.qkv, &b.proj, &b.fc1, &b.fc2}) ws.push_back(&l->w);
+    quant_ = describe_quant(ws);
+  }
+
+  std::string family() const override { return "qwen3_vl"; }
+  int64_t text_hidden() const override { return out_; }
+  int deepstack_layers() const override { return int(ds_.size()); }
+  size_t weight_bytes() const override { return bytes_; }
+  std::string quantization() const override { return quant_; }
+
+  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+    const int64_t row_len = channels_ * kt_ * patch_ * patch_;
+    check_patch_grid(img, "qwen3_vl", row_len, merge_, patch_, int64_t(1) << 18);
+    const int64_t t = img.grid_t, h = img.grid_h, w = img.grid_w;
+    const int64_t n = t * h * w;  // patches, processor (merge-block) order throughout
+    const int64_t n_units = n / (merge_ * merge_);
+
+    std::vector<int32_t> hpos, wpos;
+    merge_block_positions(t, h, w, merge_, hpos, wpos);
+
+    std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
+    patch_embed(pool, pe_, img.pixels, x.data(), n);
+    add_position_embedding(pool, hpos, wpos, h, w, x.data(), n);
+    const RopeTable rope = vision_rope_table(inv_freq_, hpos.data(), wpos.data(), n, int(hd_));
+    std::vector<int64_t> cu{0};  // full attention within each frame
+    for (int64_t f = 0; f < t; ++f) cu.push_back(cu.back() + h * w);
+
+    ImageEmbedding e;
+    e.tokens = n_units;
+    e.deepstack.resize(ds_.size() * size_t(n_units * out_));  // [k, n_units, out]
+    std::vector<float> hn(size_t(n * hidden_));       // [n, hidden]
+    std::vector<float> qkv(size_t(n * 3 * hidden_));  // [n, 3, heads, hd]
+    std::vector<float> att(size_t(n * hidden_));      // [n, hidden]
+    std::vector<float> f1(size_t(n * ffn_));          // [n, ffn]
+    const float scale = 1.0f / std::sqrt(float(hd_));
+    for (size_t li = 0; li < blocks_.size(); ++li) {
+      const Qwen3Block& b = blocks_[li];
+      layer_norm(pool, x.data(), hn.data(), n, b.norm1);
+      linear(pool, b.qkv, hn.data(), qkv.data(), n, prec);
+      apply_rope_strided(pool, qkv.data(), 3 * hidden_, n, int(heads_), rope);
+      apply_rope_strided(pool, qkv.data() + hidden_, 3 * hidden_, n, int(heads_), rope);
+      segment_attention(pool, qkv.data(), qkv.data() + hidden_, qkv.data() + 2 * hidden_, 3 * hidden_, att.data(),
+                        hidden_, int(heads_), int(hd_), scale, cu);
+      linear(pool, b.proj, att.data(), hn.data(), n, prec);
+      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      layer_norm(pool, x.data(), hn.data(), n, b.norm2);
+      linear(pool, b.fc1, hn.data(), f1.data(), n, prec);
+      activate_rows(pool, f1.data(), n, ffn_, act_);
+      linear(pool, b.fc2, f1.data(), hn.data(), n, prec);
+      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      for (size_t k = 0; k < ds_.size(); ++k)
+        if (ds_layer_[k] == int64_t(li))
+          run_merger(pool, ds_[k], x.data(), n, e.deepstack.data() + k * size_t(n_units * out_), prec);
+    }
+    e.embeddings.resize(size_t(n_units * out_));  // [n_units, out]
+    run_merger(pool, merger_, x.data(), n, e.embeddings.data(), prec);
+    return e;
+  }
+
+ private:
+  Merger load_merger(const Checkpoint& ck, const QuantConfig& qc, const std::string& p, bool postshuffle) const {
+    const int64_t mw = hidden_ * merge_ * merge_;
+    Merger m;
+    m.postshuffle = postshuffle;
+    m.norm = load_layer_norm(ck, p + "norm", postshuffle ? mw : hidden_, 1e-6f);
+    m.fc1 = load_linear(ck, qc, p + "linear_fc1", mw, mw, true);
+    m.fc2 = load_linear(ck, qc, p + "linear_fc2", out_, mw, true);
+    return m;
+  }
+
+  // x [n, hidden] (merge-block order) -> y [n/4, out].
+  void run_merger(ThreadPool& pool, const Merger& m, const float* x, int64_t n, float* y, Precision prec) const {
+    const int64_t unit = merge_ * merge_, nu = n / unit, mw = hidden_ * unit;
+    std::vector<float> a(size_t(n * hidden_));  // [nu, mw]
+    if (m.postshuffle) layer_norm(pool, x, a.data(), nu, m.norm);
+    else layer_norm(pool, x, a.data(), n, m.norm);
+    std::vector<float> b(size_t(nu * mw));      // [nu, mw]
+    linear(pool, m.fc1, a.data(), b.data(), nu, prec);
+    activate_rows(pool, b.data(), nu, mw, VAct::GeluErf);
+    linear(pool, m.fc2, b.data(), y, nu, prec);
+  }
+
+  // x += bilinear (align_corners=True) resampling of the side x side pos_embed grid to h x w,
+  // per patch in merge-block order (transformers get_vision_interpolation_indices_and_weights).
+  void add_position_embedding(ThreadPool& pool, const std::vector<int32_t>& hpos, const std::vector<int32_t>& wpos,
+                              int64_t h, int64_t w, float* x, int64_t n) const {
+    auto taps = [&](int32_t idx, int64_t size, int64_t tap[2], float wt[2]) {
+      const float src = float(idx) * float(side_ - 1) / float(std::max<int64_t>(size - 1, 1));
+      const float fl = std::floor(src);
+      for (int o = 0; o < 2; ++o) {
+        tap[o] = std::clamp<int64_t>(int64_t(fl) + o, 0, side_ - 1);
+        wt[o] = std::max(0.0f, 1.0f - std::fabs(src - fl - float(o)));
+      }
+    };
+    pool.parallel_for(n, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(static_cast<size_t>(hidden_)), acc(static_cast<size_t>(hidden_));  // [hidden]
+      for (int64_t i = r0; i < r1; ++i) {
+        int64_t th[2], tw[2];
+        float wh[2], ww[2];
+        taps(hpos[size_t(i)], h, th, wh);
+        taps(wpos[size_t(i)], w, tw, ww);
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int a = 0; a < 2; ++a)
+          for (int b = 0; b < 2; ++b) {
+            const float wt = wh[a] * ww[b];
+            dequantize_row(pos_, th[a] * side_ + tw[b], row.data());
+            for (int64_t d = 0; d < hidden_; ++d) acc[size_t(d)] += row[size_t(d)] * wt;
+          }
+        float* xr = x + i * hidden_;  // [hidden]
+        for (int64_t d = 0; d < hidden_; ++d) xr[d] += acc[size_t(d)];
+      }
+    });
+  }
+
+  std::shared_ptr<const Checkpoint> ckpt_;  // keeps the mapped weights alive
+  std::string prefix_;
+  int64_t channels_ = 3, patch_ = 16, kt_ = 2, merge_ = 2;
+  int64_t hidden_ = 0, heads_ = 0, hd_ = 0, ffn_ = 0, out_ = 0, side_ = 0;
+  VAct act_ = VAct::GeluTanh;
+  PatchEmbed pe_;
+  Weight pos_;  // [side*side, hidden]
+  std::vector<Qwen3Block> blocks_;
+  Merger merger_;
+  std::vector<Merger> ds_;
+  std::vector<int64_t> ds_layer_;  // block index after which ds_[k] runs
+  std::vector<float> inv_freq_;    // [hd/4]
+  size_t bytes_ = 0;
+  std::string quant_;
+};
+
+}  // namespace
+
+std::unique_ptr<VisionEncoder> load_qwen3_vl_vision(std::shared_ptr<const Checkpoint> ckpt, const Json& config) {
+  return std::make_unique<Qwen3VLVision>(std::move(ckpt), config);
+}
+
+}  // namespace rapid

@@ -1,0 +1,133 @@
+// Building blocks shared by the vision towers: key-prefix probing, LayerNorm rows, patch embedding
+// as a matmul over flattened patches, 2-D vision RoPE, dense segment attention, pointwise
+// activations. Everything computes in f32 to match transformers' float32 reference.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include "cpu/matmul.h"
+#include "cpu/threadpool.h"
+#include "format/json.h"
+#include "format/safetensors.h"
+#include "layers/linear.h"
+#include "layers/norm.h"
+#include "layers/rope.h"
+#include "quant/mlx_quant.h"
+#include "vision/vision.h"
+
+namespace rapid::vision {
+
+// ---- checkpoint / config helpers --------------------------------------------------------------
+
+// Returns the first candidate prefix p for which `p + probe` is a tensor; otherwise throws
+// std::runtime_error listing every key tried (what = "Qwen2.5-VL vision tower", for the message).
+std::string probe_prefix(const Checkpoint& ckpt, const std::vector<std::string>& candidates,
+                         const std::string& probe, const std::string& what);
+
+// Sum of the stored bytes of every tensor whose name starts with one of `prefixes`.
+size_t prefix_bytes(const Checkpoint& ckpt, const std::vector<std::string>& prefixes);
+
+// "none" when every weight is dense, else "affine B-bit gG" (or "mixed" when they differ).
+std::string describe_quant(const std::vector<const Weight*>& weights);
+
+// config["vision_config"], throwing a clear error when it is missing.
+const Json& vision_config(const Json& config, const std::string& family);
+
+// Integer field of a config object, trying several spellings (e.g. in_channels / in_chans).
+int64_t cfg_int(const Json& cfg, const std::vector<std::string>& keys, int64_t def);
+
+// ---- activations -------------------------------------------------------------------------------
+
+enum class VAct : uint8_t { Silu, GeluTanh, GeluErf, QuickGelu };
+
+// Maps a HF hidden_act string ("silu", "gelu_pytorch_tanh", "gelu", "quick_gelu", ...); throws otherwise.
+VAct parse_act(const std::string& name, const std::string& where);
+
+// x [rows, width]: x = act(x), row by row (each row takes the same SIMD/tail split whatever the
+// thread partition, so results do not depend on the thread count). Parallel over rows.
+void activate_rows(ThreadPool& pool, float* x, int64_t rows, int64_t width, VAct a);
+// gate, up [rows, width]: gate = act(gate) * up, row by row like activate_rows.
+void activate_mul_rows(ThreadPool& pool, float* gate, const float* up, int64_t rows, int64_t width, VAct a);
+
+// ---- norms -------------------------------------------------------------------------------------
+
+// nn.LayerNorm with elementwise affine: y = (x - mean) / sqrt(var + eps) * w + b (biased variance).
+struct LayerNormW {
+  std::vector<float> w, b;  // [dim] each
+  float eps = 1e-6f;
+  int64_t dim() const { return int64_t(w.size()); }
+};
+
+LayerNormW load_layer_norm(const Checkpoint& ckpt, const std::string& name, int64_t dim, float eps);
+
+// x [rows, dim] -> y [rows, dim]; may alias. Parallel over rows.
+void layer_norm(ThreadPool& pool, const float* x, float* y, int64_t rows, const LayerNormW& ln);
+
+// rms_norm (layers/norm.h) split over rows on the pool.
+void rms_norm_rows(ThreadPool& pool, const float* x, float* y, int64_t rows, const NormWeight& nw);
+
+// ---- linear layers -----------------------------------------------------------------------------
+
+// linear() with an explicit output row stride (lets q/k/v land side by side in one buffer).
+void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
+                    Precision p);
+
+// ---- patch embedding ---------------------------------------------------------------------------
+
+// A Conv2d/Conv3d with stride == kernel, as a dense f32 matmul over flattened patches. The weight is
+// permuted once at load into the HF flattening order (C, [kT,] kH, kW) of the processor's rows.
+struct PatchEmbed {
+  std::vector<float> w;     // [hidden, C*kT*P*P]
+  std::vector<float> bias;  // [hidden] or empty
+  Weight view;              // Dense F32 view of w
+  int64_t hidden = 0, in = 0;
+};
+
+// kT == 0 means Conv2d ([O,C,P,P] HF or [O,P,P,C] MLX); otherwise Conv3d ([O,C,kT,P,P] HF or
+// [O,kT,P,P,C] MLX). The layout is detected by shape; anything else throws naming the tensor.
+PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int64_t hidden, int64_t channels,
+                            int64_t kt, int64_t patch, bool with_bias);
+
+// rows [n, in] -> y [n, hidden].
+void patch_embed(ThreadPool& pool, const PatchEmbed& pe, const float* rows, float* y, int64_t n);
+
+// ---- 2-D vision RoPE ---------------------------------------------------------------------------
+
+// inv_freq_j = theta^(-2j/(head_dim/2)) for j < head_dim/4 (Qwen vision "axial" rope), in f32.
+std::vector<float> vision_inv_freq(int head_dim, double theta);
+
+// cos/sin [n, head_dim/2]: the first head_dim/4 angles are hpos*inv_freq, the next wpos*inv_freq;
+// rotate_half over the whole head then pairs dim i with i + head_dim/2.
+RopeTable vision_rope_table(const std::vector<float>& inv_freq, const int32_t* hpos, const int32_t* wpos, int64_t n,
+                            int head_dim);
+
+// x: row t, head h at x + t*ld + h*head_dim; rotates every head of every row in place.
+void apply_rope_strided(ThreadPool& pool, float* x, int64_t ld, int64_t n, int n_heads, const RopeTable& t);
+
+// Patch (h, w) coordinates of a Qwen-style grid in the processor's merge-block order:
+// per frame, blocks of merge x merge patches row-major, row-major inside each block.
+void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::vector<int32_t>& hpos,
+                           std::vector<int32_t>& wpos);
+
+// ---- attention ---------------------------------------------------------------------------------
+
+// Bidirectional multi-head attention where token i attends to every token of its segment
+// [cu[s], cu[s+1]). q/k/v: row t, head h at p + t*ld_in + h*head_dim; out likewise with ld_out.
+// softmax(q·k * scale) · v in f32, parallel over (segment, head, query block).
+void segment_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t ld_in, float* out,
+                       int64_t ld_out, int n_heads, int head_dim, float scale, const std::vector<int64_t>& cu);
+
+// ---- input checks ------------------------------------------------------------------------------
+
+// Validates a Qwen-style image (rows of `row_len` values over grid t x h x w patches): every side
+// >= 1, h and w multiples of `merge`, n_values == t*h*w*row_len, and at most `max_patches` patches.
+// Throws std::invalid_argument with the expected numbers (and the pixel sizes they correspond to).
+void check_patch_grid(const ImageInput& img, const std::string& family, int64_t row_len, int64_t merge,
+                      int64_t patch, int64_t max_patches);
+
+// ---- misc --------------------------------------------------------------------------------------
+
+// y[i] += x[i] over n elements (residual adds).
+void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n);
+
+}  // namespace rapid::vision
