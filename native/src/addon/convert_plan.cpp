@@ -13,6 +13,15 @@ static std::vector<int32_t> int32s(const Napi::Object& o, const char* key, const
   return std::vector<int32_t>(a.Data(), a.Data() + a.ElementLength());
 }
 
+static std::vector<float> floats(const Napi::Object& o, const char* key, const std::string& where, bool required) {
+  Napi::Value v = o.Get(key);
+  if (v.IsUndefined() && !required) return {};
+  if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    throw Napi::TypeError::New(o.Env(), where + "." + key + " must be a Float32Array");
+  Napi::Float32Array a = v.As<Napi::Float32Array>();
+  return std::vector<float>(a.Data(), a.Data() + a.ElementLength());
+}
+
 static double number(const Napi::Object& o, const char* key, const std::string& where, double def, bool required) {
   Napi::Value v = o.Get(key);
   if (v.IsUndefined()) {
@@ -85,6 +94,17 @@ StepPlan plan_from_js(const Napi::Value& v) {
     }
     Napi::Value wl = r.Get("wantLogits");
     row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
+    // Copies: the step runs on a worker thread after this call returns.
+    Napi::Value em = r.Get("embeds");
+    if (!em.IsUndefined() && !em.IsNull()) {
+      if (!em.IsObject()) throw Napi::TypeError::New(env, where + ".embeds must be an object");
+      Napi::Object eo = em.As<Napi::Object>();
+      row.has_embeds = true;
+      row.embed_offsets = int32s(eo, "offsets", where + ".embeds", true);
+      row.embed_data = floats(eo, "data", where + ".embeds", true);
+      row.embed_deepstack = floats(eo, "deepstack", where + ".embeds", false);
+    }
+    row.bidirectional = int32s(r, "bidirectional", where, false);
   }
   return plan;
 }

@@ -1,4 +1,8 @@
 #include "addon/model_wrap.h"
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
 #include "addon/convert_plan.h"
 #include "step/executor.h"
 
@@ -38,6 +42,62 @@ class StepWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
 };
 
+// Runs the vision tower + projector off the event loop; shares the model's one in-flight slot.
+class EncodeWorker : public Napi::AsyncWorker {
+ public:
+  EncodeWorker(Napi::Env env, std::shared_ptr<Runtime> rt, std::vector<float> pixels, int t, int h, int w)
+      : Napi::AsyncWorker(env, "rapid.encodeImage"), rt_(std::move(rt)), pixels_(std::move(pixels)), deferred_(env) {
+    image_.grid_t = t;
+    image_.grid_h = h;
+    image_.grid_w = w;
+  }
+  Napi::Promise Promise() { return deferred_.Promise(); }
+
+  void Execute() override {
+    image_.pixels = pixels_.data();
+    image_.n_values = int64_t(pixels_.size());
+    const auto t0 = std::chrono::steady_clock::now();
+    try {
+      out_ = rt_->model->vision()->encode(image_, *rt_->pool, rt_->precision);
+    } catch (const std::invalid_argument& e) {
+      SetError(std::string("encodeImage: bad image input: ") + e.what());
+    } catch (const std::exception& e) {
+      SetError(std::string("encodeImage failed: ") + e.what());
+    } catch (...) {
+      SetError("encodeImage failed: unknown native exception");
+    }
+    ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  void OnOK() override {
+    rt_->busy = false;
+    Napi::Env env = Env();
+    Napi::Object o = Napi::Object::New(env);
+    o.Set("tokens", Napi::Number::New(env, double(out_.tokens)));
+    Napi::Float32Array e = Napi::Float32Array::New(env, out_.embeddings.size());
+    std::memcpy(e.Data(), out_.embeddings.data(), out_.embeddings.size() * sizeof(float));
+    o.Set("embeddings", e);
+    if (!out_.deepstack.empty()) {
+      Napi::Float32Array d = Napi::Float32Array::New(env, out_.deepstack.size());
+      std::memcpy(d.Data(), out_.deepstack.data(), out_.deepstack.size() * sizeof(float));
+      o.Set("deepstack", d);
+    }
+    o.Set("ms", Napi::Number::New(env, ms_));
+    deferred_.Resolve(o);
+  }
+  void OnError(const Napi::Error& e) override {
+    rt_->busy = false;
+    deferred_.Reject(e.Value());
+  }
+
+ private:
+  std::shared_ptr<Runtime> rt_;
+  std::vector<float> pixels_;
+  ImageInput image_;
+  ImageEmbedding out_;
+  double ms_ = 0;
+  Napi::Promise::Deferred deferred_;
+};
+
 // The constructor lives in the env's instance data, so the addon also works in worker threads.
 struct AddonData {
   Napi::FunctionReference model_ctor;
@@ -48,6 +108,7 @@ struct AddonData {
 Napi::Function ModelWrap::Init(Napi::Env env) {
   Napi::Function f = DefineClass(env, "NativeModel",
                                  {InstanceMethod("info", &ModelWrap::Info), InstanceMethod("step", &ModelWrap::Step),
+                                  InstanceMethod("encodeImage", &ModelWrap::EncodeImage),
                                   InstanceMethod("close", &ModelWrap::Close)});
   auto* data = new AddonData();
   data->model_ctor = Napi::Persistent(f);
@@ -86,6 +147,14 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
     for (size_t i = 0; i < m.mrope_sections.size(); ++i) a.Set(uint32_t(i), Napi::Number::New(env, m.mrope_sections[i]));
     o.Set("mropeSections", a);
   }
+  if (const VisionEncoder* v = rt_->model->vision()) {
+    Napi::Object vo = Napi::Object::New(env);
+    vo.Set("family", v->family());
+    vo.Set("deepstackLayers", Napi::Number::New(env, v->deepstack_layers()));
+    vo.Set("weightBytes", Napi::Number::New(env, double(v->weight_bytes())));
+    vo.Set("quantization", v->quantization());
+    o.Set("vision", vo);
+  }
   return o;
 }
 
@@ -107,8 +176,43 @@ Napi::Value ModelWrap::Step(const Napi::CallbackInfo& info) {
   }
   bool expected = false;
   if (!rt_->busy.compare_exchange_strong(expected, true))
-    return reject("a step is already in flight for this model; await it before calling step() again");
+    return reject("a step or encodeImage is already in flight for this model; await it before calling step() again");
   auto* w = new StepWorker(env, rt_, std::move(plan));
+  Napi::Promise p = w->Promise();
+  w->Queue();
+  return p;
+}
+
+Napi::Value ModelWrap::EncodeImage(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  auto reject = [&](const std::string& msg, bool type_error) {
+    Napi::Promise::Deferred d(env);
+    d.Reject(type_error ? Napi::TypeError::New(env, msg).Value() : Napi::Error::New(env, msg).Value());
+    return d.Promise();
+  };
+  if (!rt_) return reject("model is closed", false);
+  if (!rt_->model->vision())
+    return reject("encodeImage: this model (" + rt_->model->info().architecture + ") has no vision tower", false);
+  if (info.Length() < 1 || !info[0].IsObject()) return reject("encodeImage expects { pixels, grid }", true);
+  Napi::Object o = info[0].As<Napi::Object>();
+  Napi::Value pv = o.Get("pixels");
+  if (!pv.IsTypedArray() || pv.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+    return reject("image.pixels must be a Float32Array", true);
+  Napi::Value gv = o.Get("grid");
+  if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) return reject("image.grid must be [t, h, w]", true);
+  int grid[3];
+  for (uint32_t i = 0; i < 3; ++i) {
+    Napi::Value g = gv.As<Napi::Array>().Get(i);
+    const double x = g.IsNumber() ? g.As<Napi::Number>().DoubleValue() : -1;
+    if (!(x >= 1 && x <= 1e6) || std::floor(x) != x) return reject("image.grid entries must be positive integers", true);
+    grid[i] = int(x);
+  }
+  Napi::Float32Array px = pv.As<Napi::Float32Array>();
+  std::vector<float> pixels(px.Data(), px.Data() + px.ElementLength());  // copied: encoded on a worker thread
+  bool expected = false;
+  if (!rt_->busy.compare_exchange_strong(expected, true))
+    return reject("a step or encodeImage is already in flight for this model; await it first", false);
+  auto* w = new EncodeWorker(env, rt_, std::move(pixels), grid[0], grid[1], grid[2]);
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;

@@ -64,6 +64,9 @@ void paged_attention(ThreadPool& pool, KvPool& kv, int layer, const float* q, fl
       tile.token_stride = kvv.token_stride;
       tile.block_table = sp.block_table;
       tile.block_size = bs;
+      tile.bidir = sp.bidir;
+      tile.n_bidir = sp.n_bidir;
+      tile.bidir_base = sp.context_len;
       attention_tile(tile, scratch);
     }
   });

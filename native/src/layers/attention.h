@@ -16,6 +16,8 @@ struct SeqSpan {
   int64_t context_len = 0;              // tokens already in KV before this step
   const int32_t* block_table = nullptr;  // [n_blocks] block ids, in order
   int64_t n_blocks = 0;
+  const int32_t* bidir = nullptr;       // [2 * n_bidir] pairs [start, end) of span offsets attending both ways
+  int64_t n_bidir = 0;
 };
 
 struct AttnShape {

@@ -130,7 +130,19 @@ AVX2 void pv_avx2(const float* p, int64_t ldp, const float* const* vrow, int64_t
 void attention_tile(const AttnTile& t, AttnScratch& sc) {
   const int hd = t.hd, G = t.group;
   const int64_t M = t.n_q * G;
-  const int64_t qlast = t.qpos0 + t.n_q - 1;
+  // Last visible key of each query token: itself, or the end of its bidirectional block.
+  std::vector<int64_t> qhi(static_cast<size_t>(t.n_q));
+  int64_t qlast = 0;
+  for (int64_t ti = 0; ti < t.n_q; ++ti) {
+    const int64_t qpos = t.qpos0 + ti;
+    int64_t last = qpos;
+    for (int64_t b = 0; b < t.n_bidir; ++b) {
+      const int64_t s = t.bidir_base + t.bidir[2 * b], e = t.bidir_base + t.bidir[2 * b + 1];
+      if (qpos >= s && qpos < e) { last = std::max(last, e - 1); break; }
+    }
+    qhi[size_t(ti)] = last;
+    qlast = std::max(qlast, last);
+  }
   const int64_t kstart = t.window > 0 ? std::max<int64_t>(0, t.qpos0 - t.window + 1) : 0;
   const int64_t Nk = qlast - kstart + 1;
   const int64_t Nkp = (Nk + 15) / 16 * 16;
@@ -179,7 +191,7 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
   for (int64_t m = 0; m < M; ++m) {
     const int64_t qpos = t.qpos0 + m / G;
     lo[size_t(m)] = (t.window > 0 ? std::max<int64_t>(0, qpos - t.window + 1) : 0) - kstart;
-    hi[size_t(m)] = qpos - kstart;
+    hi[size_t(m)] = qhi[size_t(m / G)] - kstart;
     float* sr = sc.s.data() + m * Nkp;  // [Nkp]
     float mx = -INFINITY;
     for (int64_t j = lo[size_t(m)]; j <= hi[size_t(m)]; ++j) mx = std::max(mx, sr[j] *= t.scale);

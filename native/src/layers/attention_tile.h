@@ -1,6 +1,6 @@
 // The attention inner kernel: G query heads sharing one KV head × a chunk of consecutive query
 // tokens of one sequence, against that sequence's keys read through its block table.
-// S = Q·Kᵀ·scale, causal (+ sliding window) mask, softmax, O = P·V — tiled so each key is loaded once
+// S = Q·Kᵀ·scale, causal (+ bidirectional blocks, + sliding window) mask, softmax, O = P·V — tiled so each key is loaded once
 // per tile. AVX2+FMA or portable scalar, chosen once per process.
 #pragma once
 #include <cstddef>
@@ -22,6 +22,11 @@ struct AttnTile {
   size_t block_stride = 0, token_stride = 0;
   const int32_t* block_table = nullptr;
   int block_size = 16;
+  // Bidirectional blocks: pairs [start, end) of KV indices (sorted, disjoint); a query inside one
+  // also sees the block's later keys (Gemma 3 image tokens). The window still applies.
+  const int32_t* bidir = nullptr;  // [2 * n_bidir], offsets relative to bidir_base
+  int64_t n_bidir = 0;
+  int64_t bidir_base = 0;
 };
 
 struct AttnScratch {

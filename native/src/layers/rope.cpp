@@ -46,7 +46,8 @@ RopeSpec rope_from_params(const Json* p, int head_dim, double theta_default, con
     partial = p->get_double("partial_rotary_factor", 1.0);
   }
   const int rot_dim = int(double(head_dim) * partial) / 2 * 2;
-  if (type == "default") return rope_default(head_dim, rot_dim, theta, 1.0);
+  // "mrope" (Qwen2-VL era configs) is default RoPE; its section split is applied by the family.
+  if (type == "default" || type == "mrope") return rope_default(head_dim, rot_dim, theta, 1.0);
   if (type == "linear") return rope_default(head_dim, rot_dim, theta, p->get_double("factor", 1.0));
   if (type == "llama3") {
     RopeSpec s = rope_default(head_dim, rot_dim, theta, 1.0);
@@ -55,6 +56,23 @@ RopeSpec rope_from_params(const Json* p, int head_dim, double theta_default, con
     return s;
   }
   throw std::runtime_error(where + ": unsupported rope_type \"" + type + "\" (supported: default, linear, llama3)");
+}
+
+void set_mrope_sections(RopeSpec& s, const std::vector<int>& sec, bool interleaved, const std::string& where) {
+  const int half = s.rot_dim / 2;
+  if (sec.size() != 3 || sec[0] < 0 || sec[1] < 0 || sec[2] < 0 || sec[0] + sec[1] + sec[2] != half)
+    throw std::runtime_error(where + ": mrope_section must be 3 non-negative sizes summing to head_dim/2 = " +
+                             std::to_string(half));
+  s.section_axis.assign(size_t(half), 0);
+  for (int j = 0; j < half; ++j) {
+    if (interleaved) {
+      if (j % 3 == 1 && j < 3 * sec[1]) s.section_axis[size_t(j)] = 1;
+      else if (j % 3 == 2 && j < 3 * sec[2]) s.section_axis[size_t(j)] = 2;
+    } else {
+      s.section_axis[size_t(j)] = uint8_t(j < sec[0] ? 0 : j < sec[0] + sec[1] ? 1 : 2);
+    }
+  }
+  s.type = interleaved ? "mrope-interleaved" : "mrope";
 }
 
 RopeTable rope_table(const RopeSpec& s, const int32_t* positions, int64_t n) {

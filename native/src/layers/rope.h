@@ -26,6 +26,12 @@ RopeSpec rope_default(int head_dim, int rot_dim, double theta, double linear_fac
 // theta_default used when it has no rope_theta. Supports default, linear, llama3; throws otherwise.
 RopeSpec rope_from_params(const Json* params, int head_dim, double theta_default, const std::string& where);
 
+// mRoPE (Qwen2.5-VL / Qwen3-VL): maps each frequency to a position axis (0 T, 1 H, 2 W).
+// Chunked (Qwen2.5-VL): j < s0 → T, j < s0+s1 → H, else W. Interleaved (Qwen3-VL,
+// transformers apply_interleaved_mrope): j%3 == 1 && j < 3*s1 → H, j%3 == 2 && j < 3*s2 → W, else T.
+// Throws unless the three sections sum to rot_dim/2.
+void set_mrope_sections(RopeSpec& spec, const std::vector<int>& sections, bool interleaved, const std::string& where);
+
 // cos/sin of every token's angles, computed once per step and shared by all layers using the spec.
 struct RopeTable {
   int half = 0;

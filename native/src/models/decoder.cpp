@@ -84,9 +84,9 @@ struct Layer {
 
 class DecoderModel final : public Model {
  public:
-  DecoderModel(std::unique_ptr<Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg, const DecoderNames& names,
-               ModelInfo info)
-      : ckpt_(std::move(ckpt)), cfg_(std::move(cfg)), info_(std::move(info)) {
+  DecoderModel(std::shared_ptr<const Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
+               const DecoderNames& names, ModelInfo info, std::unique_ptr<VisionEncoder> vision)
+      : ckpt_(std::move(ckpt)), cfg_(std::move(cfg)), info_(std::move(info)), vision_(std::move(vision)) {
     const Checkpoint& c = *ckpt_;
     const std::string& m = names.model;
     const DecoderConfig& d = cfg_;
@@ -128,9 +128,22 @@ class DecoderModel final : public Model {
     info_.context_length = d.max_positions;
     info_.quantization = qc.describe();
     info_.weight_bytes = ckpt_->mapped_bytes();
+    info_.deepstack_layers = d.deepstack_layers;
+    info_.mrope_sections = d.mrope_sections;
+    info_.pos_axes = d.mrope_sections.empty() ? 1 : 3;
+    if (d.deepstack_layers > d.n_layers)
+      throw std::runtime_error("config has " + std::to_string(d.deepstack_layers) +
+                               " DeepStack layers, the text decoder only " + std::to_string(d.n_layers));
+    if (vision_ && vision_->text_hidden() != d.hidden)
+      throw std::runtime_error("vision tower projects to width " + std::to_string(vision_->text_hidden()) +
+                               ", the text decoder's hidden_size is " + std::to_string(d.hidden));
+    if (vision_ && vision_->deepstack_layers() != d.deepstack_layers)
+      throw std::runtime_error("vision tower yields " + std::to_string(vision_->deepstack_layers()) +
+                               " DeepStack features, the config names " + std::to_string(d.deepstack_layers));
   }
 
   const ModelInfo& info() const override { return info_; }
+  const VisionEncoder* vision() const override { return vision_.get(); }
 
   std::vector<KvLayerSpec> kv_layers() const override {
     return std::vector<KvLayerSpec>(size_t(cfg_.n_layers), KvLayerSpec{cfg_.n_kv_heads, cfg_.head_dim, -1});
@@ -153,6 +166,8 @@ class DecoderModel final : public Model {
     embedding_rows(embed_, b.tokens.data(), T, h.data());
     if (d.embed_scale != 1.0f)
       for (float& x : h) x *= d.embed_scale;
+    // Image features replace their placeholders' (scaled) embeddings; they are not scaled themselves.
+    for (const TokenEmbed& e : b.embeds) std::memcpy(h.data() + e.token * H, e.data, size_t(H) * sizeof(float));
 
     auto norm_rows = [&](const float* x, float* y, int64_t rows, const NormWeight& w) {
       pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
@@ -187,6 +202,13 @@ class DecoderModel final : public Model {
       gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
       if (d.sandwich_norms) norm_rows(o.data(), o.data(), T, L.post_ffn_norm);
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
+      // Qwen3-VL DeepStack: the vision tower's layer-l features join the residual after decoder layer l.
+      if (l < info_.deepstack_layers)
+        for (const TokenEmbed& e : b.embeds) {
+          float* hr = h.data() + e.token * H;                // [hidden]
+          const float* ds = e.deepstack + l * e.ds_stride;   // [hidden]
+          for (int64_t i = 0; i < H; ++i) hr[i] += ds[i];
+        }
     }
 
     // Only the requested rows go through the final norm and the (large) head.
@@ -204,9 +226,10 @@ class DecoderModel final : public Model {
   }
 
  private:
-  std::unique_ptr<Checkpoint> ckpt_;  // owns the mappings every Weight points into
+  std::shared_ptr<const Checkpoint> ckpt_;  // owns the mappings every Weight points into (shared with vision_)
   DecoderConfig cfg_;
   ModelInfo info_;
+  std::unique_ptr<VisionEncoder> vision_;  // null for text-only checkpoints
   Weight embed_;   // [vocab, hidden]
   Weight head_;    // [vocab, hidden]
   NormWeight final_norm_;
@@ -215,20 +238,34 @@ class DecoderModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_decoder(std::unique_ptr<Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
-                                    const DecoderNames& names, ModelInfo info) {
-  return std::make_unique<DecoderModel>(std::move(ckpt), qc, std::move(cfg), names, std::move(info));
+std::unique_ptr<Model> make_decoder(std::shared_ptr<const Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
+                                    const DecoderNames& names, ModelInfo info, std::unique_ptr<VisionEncoder> vision) {
+  return std::make_unique<DecoderModel>(std::move(ckpt), qc, std::move(cfg), names, std::move(info), std::move(vision));
 }
 
-std::unique_ptr<Model> finish_decoder(std::unique_ptr<Checkpoint> ckpt, const Json& config, const Json& text,
-                                      DecoderConfig d, const std::string& arch, const char* family, bool tie_default) {
+bool has_vision_tower(const Checkpoint& ckpt) {
+  for (const TensorView& t : ckpt.tensors())
+    for (const char* p : {"vision_tower.", "model.vision_tower.", "visual.", "model.visual."})
+      if (t.name.rfind(p, 0) == 0) return true;
+  return false;
+}
+
+std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const Json& text,
+                                      DecoderConfig d, const std::string& arch, const char* family, bool tie_default,
+                                      const char* vision_family) {
   const bool tie = config.get_bool("tie_word_embeddings", text.get_bool("tie_word_embeddings", tie_default));
   const DecoderNames names = find_decoder_names(*ckpt, tie);
   const QuantConfig qc = QuantConfig::from_config(config);
   ModelInfo info;
   info.architecture = arch;
   info.family = family;
-  return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info));
+  // A VLM architecture whose files hold only the text weights (a text-only export) loads as text.
+  std::unique_ptr<VisionEncoder> vision;
+  if (vision_family && has_vision_tower(*ckpt)) {
+    info.accepts_embeds = true;
+    vision = load_vision_encoder(ckpt, config, vision_family);
+  }
+  return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info), std::move(vision));
 }
 
 void apply_max_window_layers(const Json& c, DecoderConfig& d) {

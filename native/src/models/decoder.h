@@ -1,6 +1,7 @@
-// The decoder-only transformer shared by the text families (Qwen2, Qwen3, Llama/Mistral, Gemma 3):
-// pre-norm blocks of GQA attention over the paged KV pool and a gated MLP. A family file reads its
-// config into DecoderConfig, names its tensors, and the blocks here do the rest.
+// The decoder-only transformer shared by the text families (Qwen2, Qwen3, Llama/Mistral, Gemma 3) and
+// the text lanes of the VLMs (Qwen2.5-VL, Qwen3-VL, Gemma 3): pre-norm blocks of GQA attention over the
+// paged KV pool and a gated MLP, plus spliced image embeddings, DeepStack rows and mRoPE positions.
+// A family file reads its config into DecoderConfig, names its tensors, and the blocks here do the rest.
 #pragma once
 #include <memory>
 #include <string>
@@ -13,6 +14,7 @@
 #include "layers/rope.h"
 #include "models/model.h"
 #include "quant/mlx_quant.h"
+#include "vision/vision.h"
 
 namespace rapid {
 
@@ -33,6 +35,8 @@ struct DecoderConfig {
   std::vector<int> window;      // [n_layers] sliding window W, 0 = full attention
   std::vector<int> rope_of;     // [n_layers] index into ropes
   std::vector<RopeSpec> ropes;
+  std::vector<int> mrope_sections;  // non-empty: positions are [3, n] (T, H, W) and ropes map sections to axes
+  int deepstack_layers = 0;     // Qwen3-VL: decoder layers after which DeepStack features are added
 };
 
 // Key prefixes found in the checkpoint: the text decoder ("model.") and the head ("lm_head").
@@ -49,17 +53,24 @@ DecoderNames find_decoder_names(const Checkpoint& ckpt, bool tie_word_embeddings
 // `c` is the text config; family-specific fields are filled by the caller.
 DecoderConfig read_common_config(const Json& c, const std::string& arch);
 
-// Builds the model: maps tensors, checks every shape, fills ModelInfo.
-std::unique_ptr<Model> make_decoder(std::unique_ptr<Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
-                                    const DecoderNames& names, ModelInfo info);
+// Builds the model: maps tensors, checks every shape, fills ModelInfo. `vision` (may be null) is the
+// checkpoint's vision tower, reading the same mapped files.
+std::unique_ptr<Model> make_decoder(std::shared_ptr<const Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
+                                    const DecoderNames& names, ModelInfo info, std::unique_ptr<VisionEncoder> vision);
 
 // "text_config" when present (multimodal wrappers), else the config itself.
 const Json& text_config(const Json& config);
 
 // The tail every family loader shares: tied or separate head (tie_word_embeddings from the top-level
-// config, else the text config, else `tie_default`), the quantization config, then make_decoder.
-std::unique_ptr<Model> finish_decoder(std::unique_ptr<Checkpoint> ckpt, const Json& config, const Json& text,
-                                      DecoderConfig d, const std::string& arch, const char* family, bool tie_default);
+// config, else the text config, else `tie_default`), the quantization config, the vision tower when
+// `vision_family` is set and the checkpoint holds tower weights, then make_decoder.
+std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const Json& text,
+                                      DecoderConfig d, const std::string& arch, const char* family, bool tie_default,
+                                      const char* vision_family = nullptr);
+
+// True when the checkpoint holds vision-tower tensors in any supported layout (vision_tower.*,
+// model.vision_tower.*, visual.*, model.visual.*).
+bool has_vision_tower(const Checkpoint& ckpt);
 
 // transformers 4.x Qwen configs without layer_types: with use_sliding_window, layers from
 // max_window_layers on use the sliding window.

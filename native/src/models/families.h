@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <vector>
 #include "format/json.h"
 #include "format/safetensors.h"
 #include "layers/activations.h"
@@ -9,18 +10,24 @@
 
 namespace rapid {
 
-using FamilyLoader = std::unique_ptr<Model> (*)(std::unique_ptr<Checkpoint> ckpt, const Json& config,
+using FamilyLoader = std::unique_ptr<Model> (*)(std::shared_ptr<const Checkpoint> ckpt, const Json& config,
                                                 const std::string& arch);
 
-std::unique_ptr<Model> load_qwen2(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
-std::unique_ptr<Model> load_qwen3(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
-std::unique_ptr<Model> load_llama(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
-std::unique_ptr<Model> load_gemma3(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen2(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen3(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_llama(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen2_5_vl(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen3_vl(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
 
 // HF hidden_act names → Activation; throws naming the value when unsupported.
 Activation parse_activation(const std::string& name, const std::string& arch);
 
 // The RoPE object of a text config: rope_parameters (transformers 5) or rope_scaling + rope_theta (4.x).
 const Json* rope_params(const Json& c);
+
+// mRoPE sections of a Qwen-VL text config: rope_parameters / rope_scaling "mrope_section", else
+// at the top level of the config; throws naming the architecture when absent.
+std::vector<int> mrope_sections(const Json& text, const Json& config, const std::string& arch);
 
 }  // namespace rapid

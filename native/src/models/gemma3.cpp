@@ -21,7 +21,7 @@ static Json with_gemma3_defaults(const Json& text) {
   return c;
 }
 
-std::unique_ptr<Model> load_gemma3(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch) {
+std::unique_ptr<Model> load_gemma3(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch) {
   const Json c = with_gemma3_defaults(text_config(config));
   DecoderConfig d = read_common_config(c, arch);
   d.norm_offset = true;
@@ -58,7 +58,9 @@ std::unique_ptr<Model> load_gemma3(std::unique_ptr<Checkpoint> ckpt, const Json&
   if (dtype == "bfloat16") d.embed_scale = bf16_to_f32(f32_to_bf16(d.embed_scale));
   else if (dtype == "float16") d.embed_scale = f16_to_f32(f32_to_f16(d.embed_scale));
 
-  return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "gemma3", true);
+  // Gemma3ForConditionalGeneration also loads the SigLIP tower when its weights are present.
+  const char* vision = arch == "Gemma3ForConditionalGeneration" ? "gemma3" : nullptr;
+  return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "gemma3", true, vision);
 }
 
 }  // namespace rapid

@@ -6,7 +6,7 @@
 
 namespace rapid {
 
-std::unique_ptr<Model> load_llama(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch) {
+std::unique_ptr<Model> load_llama(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch) {
   const Json& c = text_config(config);
   DecoderConfig d = read_common_config(c, arch);
   d.qkv_bias = d.o_bias = c.get_bool("attention_bias", false);

@@ -9,6 +9,7 @@
 #include "cpu/matmul.h"
 #include "kv/kv_pool.h"
 #include "layers/attention.h"
+#include "vision/vision.h"
 
 namespace rapid {
 
@@ -23,6 +24,16 @@ struct ModelInfo {
   size_t weight_bytes = 0;     // bytes of mapped checkpoint files
   int pos_axes = 1;            // 1, or 3 for mRoPE (positions are [3, n] axis-major per row)
   std::vector<int> mrope_sections;
+  bool accepts_embeds = false;  // a VLM checkpoint: rows may splice image embeddings
+  int deepstack_layers = 0;     // Qwen3-VL: DeepStack rows each embedded token carries
+};
+
+// One token whose embedding is replaced by an image feature row (and, Qwen3-VL, DeepStack rows).
+struct TokenEmbed {
+  int64_t token = 0;                  // index into the batch [0, T)
+  const float* data = nullptr;        // [hidden]
+  const float* deepstack = nullptr;   // row k at deepstack + k * ds_stride, k < deepstack_layers
+  int64_t ds_stride = 0;              // floats between consecutive DeepStack layers
 };
 
 // One forward's input: all rows' new tokens concatenated.
@@ -31,6 +42,7 @@ struct Batch {
   std::vector<int32_t> positions;   // [pos_axes, T] axis-major
   std::vector<SeqSpan> spans;       // one per row, in batch order
   std::vector<int64_t> logit_rows;  // token indices into [0, T) whose logits are wanted
+  std::vector<TokenEmbed> embeds;   // spliced image features, by batch token (borrowed from the plan)
 };
 
 class Model {
@@ -41,6 +53,8 @@ class Model {
   virtual std::vector<KvLayerSpec> kv_layers() const = 0;
   // logits [batch.logit_rows.size(), vocab]. Writes the batch's K/V into the pool.
   virtual void forward(const Batch& batch, KvPool& kv, ThreadPool& pool, Precision p, float* logits) = 0;
+  // The vision tower + projector of a VLM checkpoint (mapping the same files), else null.
+  virtual const VisionEncoder* vision() const { return nullptr; }
 };
 
 }  // namespace rapid

@@ -5,7 +5,7 @@
 
 namespace rapid {
 
-std::unique_ptr<Model> load_qwen2(std::unique_ptr<Checkpoint> ckpt, const Json& config, const std::string& arch) {
+std::unique_ptr<Model> load_qwen2(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch) {
   const Json& c = text_config(config);
   DecoderConfig d = read_common_config(c, arch);
   d.qkv_bias = true;

@@ -17,6 +17,8 @@ constexpr Entry kEntries[] = {
     {"MistralForCausalLM", "mistral", load_llama},
     {"Gemma3ForCausalLM", "gemma3_text", load_gemma3},
     {"Gemma3ForConditionalGeneration", "gemma3", load_gemma3},
+    {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", load_qwen2_5_vl},
+    {"Qwen3VLForConditionalGeneration", "qwen3_vl", load_qwen3_vl},
 };
 }  // namespace
 
@@ -39,8 +41,21 @@ const Json* rope_params(const Json& c) {
   return (p && p->is_object()) ? p : nullptr;
 }
 
+std::vector<int> mrope_sections(const Json& text, const Json& config, const std::string& arch) {
+  for (const Json* c : {&text, &config}) {
+    const Json* p = rope_params(*c);
+    const Json* s = p ? p->find("mrope_section") : nullptr;
+    if (s && s->is_array()) {
+      std::vector<int> out;
+      for (size_t i = 0; i < s->size(); ++i) out.push_back(int(s->at(i).as_int()));
+      return out;
+    }
+  }
+  throw std::runtime_error(arch + ": config.json has no mrope_section (rope_parameters or rope_scaling)");
+}
+
 std::unique_ptr<Model> load_model(const std::string& dir) {
-  std::unique_ptr<Checkpoint> ckpt = Checkpoint::open(dir);
+  std::shared_ptr<const Checkpoint> ckpt = Checkpoint::open(dir);
   const Json config = ckpt->config();
   std::string arch;
   const Json* archs = config.find("architectures");

@@ -138,8 +138,9 @@ void dequantize_affine_row(const uint32_t* packed_row, const float* scales_row, 
 
 namespace {
 
+// mlx-vlm's skip list, plus Qwen-VL's "visual" tower/merger: vision stays in its float dtype.
 bool skip_module(const std::string& name) {
-  static const char* kSkip[] = {"vision_tower", "vision_model", "multi_modal_projector", "vl_connector",
+  static const char* kSkip[] = {"vision_tower", "vision_model", "visual", "multi_modal_projector", "vl_connector",
                                 "audio_tower"};
   for (const char* s : kSkip)
     if (name.find(s) != std::string::npos) return true;

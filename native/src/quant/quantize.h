@@ -40,8 +40,8 @@ struct ConvertStats {
 
 // Converts a bf16/f16/f32 checkpoint directory to an MLX affine-quantized one in dst_dir:
 // quantizes every 2-D "*.weight" of a Linear/Embedding whose last dim % group_size == 0, except
-// norms and paths containing vision_tower/vision_model/multi_modal_projector/vl_connector/
-// audio_tower. Like mlx-lm, floating tensors are first cast to config torch_dtype/dtype when it is
+// norms and paths containing vision_tower/vision_model/visual/multi_modal_projector/vl_connector/
+// audio_tower (copied unquantized). Like mlx-lm, floating tensors are first cast to config torch_dtype/dtype when it is
 // float16/bfloat16/float32 (else each keeps its own dtype); scales/biases use that dtype. Drops
 // rotary_emb.inv_freq and a tied lm_head. Writes model.safetensors (shards + index past 5 GiB),
 // config.json with "quantization" and "quantization_config" {group_size, bits, mode:"affine"},

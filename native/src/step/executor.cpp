@@ -32,6 +32,34 @@ std::string validate_row(const StepRow& row, const ModelInfo& info, const KvPool
     std::string e = validate_sample_params(row.sample, info.vocab_size);
     if (!e.empty()) return e;
   }
+  if (row.has_embeds) {
+    if (!info.accepts_embeds)
+      return "embeds: this model (" + info.architecture + ") has no vision tower, so it takes no image embeddings";
+    const int64_t m = int64_t(row.embed_offsets.size());
+    for (int64_t i = 0; i < m; ++i) {
+      const int32_t o = row.embed_offsets[size_t(i)];
+      if (o < 0 || o >= n) return "embeds.offsets[" + std::to_string(i) + "] = " + std::to_string(o) +
+                                  " is outside the row's tokens [0, " + std::to_string(n) + ")";
+      if (i > 0 && o <= row.embed_offsets[size_t(i - 1)]) return "embeds.offsets must be strictly increasing";
+    }
+    if (int64_t(row.embed_data.size()) != m * info.hidden_size)
+      return "embeds.data has " + std::to_string(row.embed_data.size()) + " values, expected " +
+             std::to_string(m * info.hidden_size) + " (" + std::to_string(m) + " offsets x hidden " +
+             std::to_string(info.hidden_size) + ")";
+    const int64_t ds = int64_t(info.deepstack_layers) * m * info.hidden_size;
+    if (int64_t(row.embed_deepstack.size()) != ds)
+      return "embeds.deepstack has " + std::to_string(row.embed_deepstack.size()) + " values, expected " +
+             std::to_string(ds) + " (" + std::to_string(info.deepstack_layers) + " DeepStack layers x " +
+             std::to_string(m) + " offsets x hidden " + std::to_string(info.hidden_size) + ")";
+  }
+  if (row.bidirectional.size() % 2 != 0) return "bidirectional must hold [start, end) pairs (even length)";
+  for (size_t i = 0; i < row.bidirectional.size(); i += 2) {
+    const int32_t s = row.bidirectional[i], e = row.bidirectional[i + 1];
+    if (s < 0 || e > n || s >= e)
+      return "bidirectional pair [" + std::to_string(s) + ", " + std::to_string(e) + ") is not a non-empty range of the row's tokens [0, " +
+             std::to_string(n) + ")";
+    if (i > 0 && s < row.bidirectional[i - 1]) return "bidirectional pairs must be sorted and disjoint";
+  }
   return "";
 }
 
@@ -76,7 +104,14 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
     const StepRow& row = plan.rows[r];
     const int64_t start = int64_t(batch.tokens.size()), n = int64_t(row.tokens.size());
     batch.tokens.insert(batch.tokens.end(), row.tokens.begin(), row.tokens.end());
-    batch.spans.push_back({start, n, row.context_len, row.block_table.data(), int64_t(row.block_table.size())});
+    batch.spans.push_back({start, n, row.context_len, row.block_table.data(), int64_t(row.block_table.size()),
+                           row.bidirectional.data(), int64_t(row.bidirectional.size() / 2)});
+    if (row.has_embeds) {
+      const int64_t m = int64_t(row.embed_offsets.size()), H = info.hidden_size;
+      for (int64_t i = 0; i < m; ++i)
+        batch.embeds.push_back({start + row.embed_offsets[size_t(i)], row.embed_data.data() + i * H,
+                                row.embed_deepstack.empty() ? nullptr : row.embed_deepstack.data() + i * H, m * H});
+    }
     if (row.want_logits) {
       where[r].first_logit = int64_t(batch.logit_rows.size());
       where[r].n_logits = n;

@@ -18,6 +18,12 @@ struct StepRow {
   bool has_sample = false;
   SampleParams sample;
   bool want_logits = false;          // raw logits of every token of the row
+  // Image embeddings: token embed_offsets[i] takes row i of embed_data instead of its token embedding.
+  bool has_embeds = false;
+  std::vector<int32_t> embed_offsets;  // [m] strictly increasing, < n
+  std::vector<float> embed_data;       // [m, hidden]
+  std::vector<float> embed_deepstack;  // [deepstack_layers, m, hidden] (Qwen3-VL), else empty
+  std::vector<int32_t> bidirectional;  // [2k] pairs [start, end) of token offsets attending both ways
 };
 
 struct StepPlan {
