@@ -1,0 +1,51 @@
+// Gemma 3 image preprocessing, as transformers 5's Gemma3ImageProcessorPil without pan-and-scan (the
+// processor's default): PIL resize to size.height x size.width, rescale, normalize, [3, H, W].
+
+import type { NativeImageInput } from '../native/types.js';
+import type { DecodedImage } from './decode-image.js';
+import { bool, type Json, num, obj, resampleFilter, triple } from './image-processor-config.js';
+import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
+import { pilResize, type ResampleFilter } from './pil-resample.js';
+
+export interface Gemma3ImageConfig {
+  height: number;
+  width: number;
+  patchSize: number; // vision_config.patch_size: grid = [1, H/patch, W/patch]
+  tokens: number; // image_seq_length / mm_tokens_per_image
+  doResize: boolean;
+  resample: ResampleFilter;
+  norm: NormalizeParams;
+}
+
+export function gemma3ImageConfig(image: Json, processor: Json, config: Json, where: string): Gemma3ImageConfig {
+  const size = obj(image.size);
+  const vision = obj(config.vision_config);
+  const imageSize = num(vision?.image_size) ?? 896;
+  return {
+    height: num(size?.height) ?? imageSize,
+    width: num(size?.width) ?? imageSize,
+    patchSize: num(vision?.patch_size) ?? 14,
+    tokens: num(processor.image_seq_length) ?? num(config.mm_tokens_per_image) ?? num(image.image_seq_length) ?? 256,
+    doResize: bool(image.do_resize) ?? true,
+    resample: resampleFilter(image.resample, 'bilinear', where),
+    norm: {
+      doRescale: bool(image.do_rescale) ?? true,
+      rescaleFactor: num(image.rescale_factor) ?? 1 / 255,
+      doNormalize: bool(image.do_normalize) ?? true,
+      mean: triple(image.image_mean, [0.5, 0.5, 0.5]),
+      std: triple(image.image_std, [0.5, 0.5, 0.5]),
+    },
+  };
+}
+
+/** pixel_values [3, H, W] and grid [1, H/patch, W/patch]. */
+export function gemma3Preprocess(cfg: Gemma3ImageConfig, img: DecodedImage): { input: NativeImageInput; tokens: number } {
+  const h = cfg.doResize ? cfg.height : img.height;
+  const w = cfg.doResize ? cfg.width : img.width;
+  const rgb = w === img.width && h === img.height ? img.data : pilResize(img.data, img.width, img.height, w, h, cfg.resample);
+  const pixels = normalizeToChw(rgb, w, h, cfg.norm);
+  return {
+    input: { pixels, grid: [1, Math.floor(h / cfg.patchSize), Math.floor(w / cfg.patchSize)] },
+    tokens: cfg.tokens,
+  };
+}
