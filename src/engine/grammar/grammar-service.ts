@@ -4,6 +4,7 @@
 import { createHash } from 'node:crypto';
 import { InvalidRequestError } from '../errors.js';
 import type { GrammarNext, RequestGrammar } from './request-grammar.js';
+import { extractNumberRanges, substituteNumberRules } from './number-range.js';
 import type { ResponseFormat } from './response-format.js';
 import { capturing, initWithErrorSink, xgrammar, type XgCompiledGrammar, type XgGrammarCompiler, type XgGrammarMatcher } from './xgrammar.js';
 
@@ -100,7 +101,11 @@ export class GrammarService implements GrammarProvider {
       const compiler = await this.getCompiler();
       try {
         // Compact output: no whitespace anywhere (indent -1, any_whitespace false, tight separators).
-        return await capturing(() => compiler.compileJSONSchema(text, false, -1, [',', ':'], strict));
+        const ranges = extractNumberRanges(schema);
+        if (ranges.rules.length === 0) return await capturing(() => compiler.compileJSONSchema(text, false, -1, [',', ':'], strict));
+        // Bounded numbers get exact rules of our own (xgrammar's float ranges are unsound).
+        const ebnf = await capturing(() => xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(ranges.schema), false, -1, [',', ':'], strict));
+        return await capturing(() => compiler.compileGrammar(substituteNumberRules(ebnf, ranges.rules), 'root'));
       } catch (err) {
         throw new InvalidRequestError(`response_format: the schema is not supported: ${(err as Error).message}`, 'response_format');
       }

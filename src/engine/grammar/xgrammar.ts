@@ -16,6 +16,7 @@ export interface XgCompiledGrammar {
 export interface XgGrammarCompiler {
   dispose(): void;
   compileJSONSchema(schema: string, anyWhitespace?: boolean, indent?: number, separators?: [string, string], strictMode?: boolean): Promise<XgCompiledGrammar>;
+  compileGrammar(ebnf: string, rootRule?: string): Promise<XgCompiledGrammar>;
 }
 export interface XgGrammarMatcher {
   dispose(): void;
@@ -24,6 +25,8 @@ export interface XgGrammarMatcher {
   isTerminated(): boolean;
 }
 export interface Xgrammar {
+  /** xgrammar's JSON Schema to EBNF converter (exposed under Testings in the web build). */
+  Testings: { _jsonSchemaToEBNF(schema: string, anyWhitespace?: boolean, indent?: number, separators?: [string, string], strictMode?: boolean): Promise<string> };
   TokenizerInfo: {
     createTokenizerInfo(vocab: string[], vocabType: string, prependSpace: boolean, vocabSize: number, stopTokenIds: number[]): Promise<XgTokenizerInfo>;
   };
