@@ -1,6 +1,7 @@
 // Paged KV cache bookkeeping: which native pool block belongs to which sequence, with reference
 // counts so full blocks can be shared through the prefix cache. A block's cache key is a chained
-// hash (parent hash + its tokens), so a hit at block i implies the whole prefix up to i matches.
+// hash (parent hash + its tokens + the content keys of images in it), so a hit at block i implies
+// the whole prefix up to i matches.
 // Unreferenced cached blocks stay reusable until evicted, least recently freed first.
 import { createHash } from 'node:crypto';
 import type { EngineRequest } from './request.js';
@@ -78,6 +79,10 @@ export class BlockManager {
       const h = createHash('sha256');
       h.update(i === 0 ? `salt:${req.cacheSalt}` : req.blockHashes[i - 1]!);
       h.update(new Uint8Array(Int32Array.from(req.tokens.slice(i * bs, (i + 1) * bs)).buffer));
+      // Placeholder ids are the same for every image: the image content decides what the KV holds.
+      for (const s of req.imageSpans) {
+        if (s.end > i * bs && s.start < (i + 1) * bs) h.update(`|img:${s.key}@${s.start - i * bs}`);
+      }
       req.blockHashes.push(h.digest('base64'));
     }
   }
@@ -96,6 +101,8 @@ export class BlockManager {
       if (b === undefined) break;
       hit.push(b);
     }
+    // The computation resumes at the hit's end: never inside an image span (it is encoded whole).
+    while (hit.length > 0 && req.imageSpans.some((s) => s.start < hit.length * this.blockSize && hit.length * this.blockSize < s.end)) hit.pop();
     return hit;
   }
 

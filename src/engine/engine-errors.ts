@@ -8,6 +8,7 @@ export type EngineErrorCode =
   | 'detokenizer_failed' // output processing threw for this request
   | 'watchdog' // a step did not return within the bound
   | 'kv_cache_full' // this request alone cannot fit in the KV pool
+  | 'encoder_failed' // the vision encoder failed for one of this request's images
   | 'grammar_failed' // a constrained request's grammar can no longer complete (or rejected a token)
   | 'shutdown'; // the engine stopped before the request finished
 

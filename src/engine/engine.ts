@@ -2,12 +2,14 @@
 // addon's own thread, awaited through its Promise) -> update each request. A failed step fails
 // exactly its requests and the loop goes on; a step that never returns trips a watchdog. Every
 // request ends with a done event or an error; nothing is retried silently.
-import type { NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
+import type { NativeImageEmbedding, NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
 import { BlockManager } from './block-manager.js';
+import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
 import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
 import { InvalidRequestError } from './errors.js';
 import type { TextStream } from './generate.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
+import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type MultimodalInput } from './multimodal.js';
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
 import { Scheduler, type SchedulerOutput } from './scheduler.js';
@@ -18,6 +20,8 @@ export interface EngineFaults {
   step?(plan: NativeStepPlan): void | Promise<void>;
   /** Runs for each sampled row: throw to fail that row as the sampler would. */
   sampler?(requestId: string, token: number): void;
+  /** Runs before each image encode (keyed by the image's hash): throw to fail it, or stall it. */
+  encode?(hash: string): void | Promise<void>;
   /** Runs before output processing of each token: throw to fail that request's detokenizer. */
   detokenizer?(requestId: string, token: number): void;
 }
@@ -25,7 +29,7 @@ export interface EngineFaults {
 export interface EngineOptions {
   model: NativeModel;
   /** A fresh streaming detokenizer per request. */
-  newTextStream: () => TextStream;
+  newTextStream: (options?: { keepSpecialTokens?: boolean }) => TextStream;
   stopTokenIds?: Iterable<number>;
   /** Defaults from model.info(). */
   contextLength?: number;
@@ -38,6 +42,12 @@ export interface EngineOptions {
   /** A step that takes longer fails its requests and marks the engine unhealthy until it returns. */
   stepTimeoutMs?: number;
   enablePrefixCache?: boolean;
+  /** Bytes of image embeddings kept by content hash (default 256 MiB). */
+  encoderCacheBytes?: number;
+  /** Defaults from model.info(): 3-axis positions (mropeSections), a vision tower, hidden size. */
+  mrope?: boolean;
+  vision?: boolean;
+  hiddenSize?: number;
   faults?: EngineFaults;
   log?: (message: string) => void;
 }
@@ -49,6 +59,10 @@ export interface SubmitOptions {
   cacheSalt?: string;
   /** Structured output: the request's own matcher (the engine frees it when the request ends). */
   grammar?: RequestGrammar;
+  /** Special tokens stay in the text (tool-call formats whose markers are special tokens). */
+  keepSpecialTokens?: boolean;
+  /** The request's images (placeholder spans in promptIds) and its mRoPE positions. */
+  multimodal?: MultimodalInput;
 }
 
 export interface RequestHandle {
@@ -75,6 +89,7 @@ export interface EngineStats {
   contextLength: number;
   kv: { numBlocks: number; blockSize: number; usedBlocks: number; cachedBlocks: number; freeBlocks: number; usage: number };
   prefixCache: { enabled: boolean; queryTokens: number; hitTokens: number; hitRate: number };
+  encoderCache: EncoderCacheStats;
   steps: number;
   stepFailures: number;
   watchdogTrips: number;
@@ -105,8 +120,13 @@ export class Engine implements EngineLike {
   readonly vocabSize: number;
   readonly blocks: BlockManager;
   readonly scheduler: Scheduler;
+  readonly encoderCache: EncoderCache;
+  /** Positions are [3, n] (mRoPE): text tokens get index (+ the request's rope delta) on all axes. */
+  readonly mrope: boolean;
+  readonly vision: boolean;
+  private readonly hiddenSize: number;
   private readonly model: NativeModel;
-  private readonly newTextStream: () => TextStream;
+  private readonly newTextStream: (options?: { keepSpecialTokens?: boolean }) => TextStream;
   private readonly stopTokenIds: ReadonlySet<number>;
   private readonly stepTimeoutMs: number;
   private readonly faults: EngineFaults;
@@ -136,9 +156,15 @@ export class Engine implements EngineLike {
   private readonly recent: { at: number; tokens: number }[] = [];
 
   constructor(opts: EngineOptions) {
-    const needInfo = opts.contextLength === undefined || opts.blockSize === undefined || opts.numBlocks === undefined || opts.vocabSize === undefined;
+    const needInfo =
+      opts.contextLength === undefined || opts.blockSize === undefined || opts.numBlocks === undefined || opts.vocabSize === undefined ||
+      opts.mrope === undefined || opts.vision === undefined || opts.hiddenSize === undefined;
     const info = needInfo ? opts.model.info() : undefined;
     this.model = opts.model;
+    this.mrope = opts.mrope ?? info!.mropeSections !== undefined;
+    this.vision = opts.vision ?? info!.vision !== undefined;
+    this.hiddenSize = opts.hiddenSize ?? info!.hiddenSize;
+    this.encoderCache = new EncoderCache(opts.encoderCacheBytes ?? 256 * 1024 * 1024);
     this.contextLength = opts.contextLength ?? info!.contextLength;
     this.vocabSize = opts.vocabSize ?? info!.vocabSize;
     this.blocks = new BlockManager({
@@ -193,6 +219,7 @@ export class Engine implements EngineLike {
         'prompt',
       );
     }
+    const imageSpans = options.multimodal ? checkMultimodal(options.multimodal, prompt.length, this.mrope, this.vision) : [];
     const id = options.id ?? `req-${++this.nextId}`;
     if (this.requests.has(id)) throw new InvalidRequestError(`request id ${id} is already in use`, 'id');
     const req = new EngineRequest({
@@ -201,9 +228,11 @@ export class Engine implements EngineLike {
       params: options.params,
       maxTotalTokens: Math.min(this.contextLength, prompt.length + options.params.maxTokens),
       stopTokenIds: this.stopTokenIds,
-      text: this.newTextStream(),
+      text: this.newTextStream(options.keepSpecialTokens ? { keepSpecialTokens: true } : undefined),
       cacheSalt: options.cacheSalt,
       grammar: options.grammar,
+      multimodal: options.multimodal,
+      imageSpans,
     });
     this.scheduler.add(req); // throws when the queue is full
     this.requests.set(id, req);
@@ -280,6 +309,7 @@ export class Engine implements EngineLike {
         hitTokens: b.prefixHitTokens,
         hitRate: b.prefixQueryTokens > 0 ? b.prefixHitTokens / b.prefixQueryTokens : 0,
       },
+      encoderCache: this.encoderCache.stats(),
       steps: c.steps,
       stepFailures: c.stepFailures,
       watchdogTrips: c.watchdogTrips,
@@ -333,10 +363,15 @@ export class Engine implements EngineLike {
       if (out.failed.length > 0 || out.preempted.length > 0) return;
       throw new Error(`scheduler produced an empty step with ${this.scheduler.waiting.length} waiting and ${this.scheduler.running.length} running`);
     }
+    // Image spans this step computes get their embeddings first (text-only steps skip this).
+    if (out.rows.some((r) => r.request.imageSpans.length > 0)) {
+      if (!(await this.encodeImages(out))) return; // the watchdog tripped
+      if (out.rows.length === 0) return;
+    }
     // Unconstrained steps skip the grammar pass entirely (no extra await on the hot path).
     const masks = out.rows.some((r) => r.sample && r.request.grammar !== null) ? await this.grammarMasks(out) : NO_MASKS;
     if (out.rows.length === 0) return;
-    const plan = buildPlan(out, masks);
+    const plan = this.buildPlan(out, masks);
     const t0 = performance.now();
     let result: NativeStepResult;
     const work = this.runNative(plan);
@@ -345,7 +380,7 @@ export class Engine implements EngineLike {
     } catch (err) {
       this.counters.stepFailures++;
       if (err instanceof WatchdogTrip) {
-        await this.onWatchdog(out, work);
+        await this.onWatchdog(`a step of ${out.rows.length} rows`, work);
         return;
       }
       const msg = (err as Error)?.message ?? String(err);
@@ -364,6 +399,7 @@ export class Engine implements EngineLike {
       else if (r.error !== undefined) this.failRequest(row.request, new EngineRequestError(`the step failed for this request: ${r.error}`, 'sampler_failed'));
     }
     this.scheduler.completeStep(out);
+    for (const row of out.rows) if (row.request.imageEmbeddings.size > 0) releaseComputed(row.request);
     const lengthEnded = this.applyResult(out, byId);
     // max_tokens on a constrained request: "stop" if its last token completed the output.
     for (const req of lengthEnded) {
@@ -401,12 +437,76 @@ export class Engine implements EngineLike {
     return masks;
   }
 
+  /**
+   * Fetches (encoder cache) or computes (vision tower, one image at a time: encode and step share
+   * the native slot) the embeddings of every image span the step's rows cover. An encoder failure
+   * fails that request alone. Returns false when an encode hung (the watchdog failed everyone).
+   */
+  private async encodeImages(out: SchedulerOutput): Promise<boolean> {
+    for (const row of out.rows) {
+      const req = row.request;
+      const from = row.contextLen;
+      const to = from + row.numTokens;
+      for (const [i, span] of req.imageSpans.entries()) {
+        if (span.end <= from || span.start >= to || req.imageEmbeddings.has(i)) continue;
+        if (req.status !== 'running') break; // ended while an earlier image was encoded
+        const work = this.encoderCache.get(span.key, () => this.encodeOne(span));
+        let e: NativeImageEmbedding;
+        try {
+          e = await this.withWatchdog(work);
+          checkEmbedding(e, span, this.hiddenSize);
+        } catch (err) {
+          if (err instanceof WatchdogTrip) {
+            this.counters.stepFailures++;
+            await this.onWatchdog(`an image encode (request ${req.id})`, work);
+            return false;
+          }
+          this.failRequest(req, new EngineRequestError(`the image encoder failed for image ${i} of this request: ${(err as Error).message}`, 'encoder_failed'));
+          break;
+        }
+        if (req.status === 'running') req.imageEmbeddings.set(i, e);
+      }
+    }
+    if (out.rows.some((r) => r.request.status !== 'running')) {
+      out.rows = out.rows.filter((r) => r.request.status === 'running');
+      out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
+    }
+    return true;
+  }
+
+  private async encodeOne(span: ImageSpan): Promise<NativeImageEmbedding> {
+    if (this.faults.encode) await this.faults.encode(span.image.hash);
+    return this.model.encodeImage(span.image.input);
+  }
+
+  private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>): NativeStepPlan {
+    const rows: NativeStepRow[] = out.rows.map((s) => {
+      const req = s.request;
+      const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
+      const positions = rowPositions(s.contextLen, s.numTokens, this.mrope, req.numPromptTokens, req.multimodal);
+      const row: NativeStepRow = { requestId: req.id, tokens, positions, blockTable: Int32Array.from(req.blockTable), contextLen: s.contextLen };
+      if (req.imageSpans.length > 0) {
+        const bidi = req.multimodal?.bidirectional === true;
+        const e = rowEmbeds(req.imageSpans, req.imageEmbeddings, s.contextLen, s.numTokens, this.hiddenSize, bidi);
+        if (e.embeds !== undefined) row.embeds = e.embeds;
+        if (e.bidirectional !== undefined) row.bidirectional = e.bidirectional;
+      }
+      if (s.sample) {
+        row.sample = req.sampleParams();
+        const bitmask = masks.get(req.id);
+        if (bitmask !== undefined) row.sample.bitmask = bitmask;
+      }
+      return row;
+    });
+    return { rows };
+  }
+
   private async runNative(plan: NativeStepPlan): Promise<NativeStepResult> {
     if (this.faults.step) await this.faults.step(plan);
     return this.model.step(plan);
   }
 
-  private async withWatchdog(work: Promise<NativeStepResult>): Promise<NativeStepResult> {
+  private async withWatchdog<T>(work: Promise<T>): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     const trip = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new WatchdogTrip()), this.stepTimeoutMs);
@@ -418,10 +518,10 @@ export class Engine implements EngineLike {
     }
   }
 
-  /** A hung step: fail everyone (nothing can run until the native side returns), then wait for it. */
-  private async onWatchdog(out: SchedulerOutput, work: Promise<NativeStepResult>): Promise<void> {
+  /** A hung step or encode: fail everyone (nothing can run until the native side returns), then wait for it. */
+  private async onWatchdog(what: string, work: Promise<unknown>): Promise<void> {
     this.counters.watchdogTrips++;
-    this.unhealthy = `a step of ${out.rows.length} rows did not return within ${this.stepTimeoutMs} ms`;
+    this.unhealthy = `${what} did not return within ${this.stepTimeoutMs} ms`;
     this.log(`watchdog: ${this.unhealthy}`);
     const err = new EngineRequestError(`the engine stalled: ${this.unhealthy}`, 'watchdog');
     for (const req of [...this.requests.values()]) this.failRequest(req, err);
@@ -495,21 +595,16 @@ export class Engine implements EngineLike {
   }
 }
 
-function buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>): NativeStepPlan {
-  const rows: NativeStepRow[] = out.rows.map((s) => {
-    const req = s.request;
-    const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
-    const positions = new Int32Array(s.numTokens);
-    for (let i = 0; i < s.numTokens; i++) positions[i] = s.contextLen + i;
-    const row: NativeStepRow = { requestId: req.id, tokens, positions, blockTable: Int32Array.from(req.blockTable), contextLen: s.contextLen };
-    if (s.sample) {
-      row.sample = req.sampleParams();
-      const bitmask = masks.get(req.id);
-      if (bitmask !== undefined) row.sample.bitmask = bitmask;
-    }
-    return row;
-  });
-  return { rows };
+/** Throws when the encoder's output does not match the image's placeholder span. */
+function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number): void {
+  const n = span.image.embedAt?.length ?? span.end - span.start; // Pixtral: only its [IMG] tokens take rows
+  if (e.tokens !== n) throw new Error(`the image encodes to ${e.tokens} tokens but the prompt has ${n} placeholder tokens for it`);
+  if (e.embeddings.length !== n * hidden) throw new Error(`the encoder returned ${e.embeddings.length} values for ${n} tokens of width ${hidden}`);
+}
+
+/** Drops a request's image embeddings once their spans are in its KV (a preemption fetches them again). */
+function releaseComputed(req: EngineRequest): void {
+  for (const [i, span] of req.imageSpans.entries()) if (span.end <= req.numComputed) req.imageEmbeddings.delete(i);
 }
 
 function pick(b: { numBlocks: number; blockSize: number; usedBlocks: number; cachedBlocks: number; freeBlocks: number }) {

@@ -6,6 +6,7 @@ import { EngineRequestError } from './engine-errors.js';
 import { InvalidRequestError, StepError } from './errors.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
 import type { KvBlockAllocator } from './kv-blocks.js';
+import { rowPositions } from './multimodal.js';
 import type { SamplingParams } from './sampling-params.js';
 
 export type FinishReason = 'stop' | 'length';
@@ -46,6 +47,8 @@ export interface GenerateOptions {
   model: NativeModel;
   blocks: KvBlockAllocator;
   contextLength: number;
+  /** The model takes [3, n] positions (mRoPE): text positions go on all three axes. */
+  mrope?: boolean;
   promptIds: number[];
   params: SamplingParams;
   stopTokenIds: ReadonlySet<number>;
@@ -101,8 +104,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     if (!blocks.ensure(table, contextLen + tokens.length)) {
       throw new StepError(`KV cache is full (${blocks.numBlocks} blocks of ${blocks.blockSize}); raise the KV cache budget`);
     }
-    const positions = new Int32Array(tokens.length);
-    for (let i = 0; i < tokens.length; i++) positions[i] = contextLen + i;
+    const positions = rowPositions(contextLen, tokens.length, opts.mrope === true, promptIds.length, null);
     const row: NativeStepRow = { requestId, tokens, positions, blockTable: Int32Array.from(table), contextLen };
     if (withSample) {
       row.sample = sample();

@@ -1,8 +1,9 @@
 // One request inside the engine: everything it needs travels with it (tokens, KV block table,
 // sampling params with its seed, detokenizer, stop matcher), so nothing is shared between rows.
-import type { NativeSampleParams, NativeTopLogprob } from '../native/types.js';
+import type { NativeImageEmbedding, NativeSampleParams, NativeTopLogprob } from '../native/types.js';
 import type { TextStream } from './generate.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
+import type { ImageSpan, MultimodalInput } from './multimodal.js';
 import type { SamplingParams } from './sampling-params.js';
 import { StopMatcher } from './stop-matcher.js';
 
@@ -87,6 +88,9 @@ export interface RequestInit {
   cacheSalt?: string;
   /** Constrains this request's tokens (structured output); freed when the request ends. */
   grammar?: RequestGrammar;
+  /** Images (spans checked by checkMultimodal) and mRoPE positions of this request. */
+  multimodal?: MultimodalInput;
+  imageSpans?: ImageSpan[];
 }
 
 export class EngineRequest {
@@ -96,6 +100,11 @@ export class EngineRequest {
   readonly maxTotalTokens: number;
   readonly cacheSalt: string;
   readonly grammar: RequestGrammar | null;
+  readonly multimodal: MultimodalInput | null;
+  /** Image placeholder spans of the prompt, in order (empty for text-only requests). */
+  readonly imageSpans: readonly ImageSpan[];
+  /** Embeddings of spans (by index) held while a prefill still has to compute them. */
+  readonly imageEmbeddings = new Map<number, NativeImageEmbedding>();
   /** Every known token: prompt, then output. */
   readonly tokens: number[];
   readonly output: number[] = [];
@@ -127,6 +136,8 @@ export class EngineRequest {
     this.maxTotalTokens = init.maxTotalTokens;
     this.cacheSalt = init.cacheSalt ?? '';
     this.grammar = init.grammar ?? null;
+    this.multimodal = init.multimodal ?? null;
+    this.imageSpans = init.imageSpans ?? [];
     this.tokens = [...init.promptIds];
     this.detok = init.text;
     this.stops = new StopMatcher({ stopStrings: init.params.stop });
@@ -204,6 +215,7 @@ export class EngineRequest {
   /** Ends the stream with a done event. */
   finish(reason: EngineFinishReason): void {
     this.grammar?.dispose();
+    this.imageEmbeddings.clear();
     if (this.events.isEnded) return;
     const now = performance.now();
     const decodeMs = this.firstTokenMs > 0 ? now - this.firstTokenMs : 0;
@@ -232,6 +244,7 @@ export class EngineRequest {
   /** Ends the stream with an error (thrown to the consumer after the deltas it has already seen). */
   fail(error: Error): void {
     this.grammar?.dispose();
+    this.imageEmbeddings.clear();
     this.events.end(error);
   }
 }

@@ -2,8 +2,10 @@
 // request's computed tokens catch up with its known tokens under one token budget. Decodes go
 // first, then unfinished prefill chunks, then new requests in arrival order (FCFS). When the KV pool
 // is full the newest running request is preempted: its blocks are freed and it is recomputed later.
+// A prefill chunk never splits an image's placeholder span (it is encoded and spliced whole).
 import { BlockManager } from './block-manager.js';
 import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
+import { chunkEnd } from './multimodal.js';
 import type { EngineRequest } from './request.js';
 
 export interface SchedulerConfig {
@@ -33,6 +35,8 @@ export interface SchedulerOutput {
 export class Scheduler {
   readonly waiting: EngineRequest[] = [];
   readonly running: EngineRequest[] = [];
+  /** Requests whose image span waited for room last step: it goes whole next time. */
+  private readonly deferred = new WeakSet<EngineRequest>();
 
   constructor(
     readonly config: SchedulerConfig,
@@ -75,7 +79,8 @@ export class Scheduler {
     for (const req of [...decodes, ...prefills]) {
       if (budget <= 0) break;
       if (req.status !== 'running') continue; // preempted earlier in this loop
-      const n = Math.min(req.tokens.length - req.numComputed, budget);
+      const n = this.chunkSize(req, req.numComputed, budget);
+      if (n === 0) continue; // an image span waits for a step with room for it
       let ok = this.blocks.allocate(req, [], req.numComputed + n);
       while (!ok) {
         const victim = this.lowestPriorityUnscheduled(scheduled);
@@ -101,7 +106,8 @@ export class Scheduler {
       const req = this.waiting[0]!;
       const prefix = req.numComputed === 0 && req.blockTable.length === 0 ? this.blocks.lookupPrefix(req) : [];
       const start = prefix.length * this.blocks.blockSize;
-      const n = Math.min(req.tokens.length - start, budget);
+      const n = this.chunkSize(req, start, budget);
+      if (n === 0) break; // FCFS: the head's image span waits for the next step
       if (!this.blocks.allocate(req, prefix, start + n)) {
         if (this.running.length === 0 && out.rows.length === 0 && this.blocks.freeBlocks === this.blocks.numBlocks) {
           this.waiting.shift();
@@ -130,6 +136,20 @@ export class Scheduler {
       req.numComputed = row.contextLen + row.numTokens;
       this.blocks.commit(req);
     }
+  }
+
+  /**
+   * Tokens of req to compute from `start` within `budget`: never part of an image span. A span
+   * that does not fit what is left of this step waits one step at most, then goes whole.
+   */
+  private chunkSize(req: EngineRequest, start: number, budget: number): number {
+    const limit = req.tokens.length;
+    if (req.imageSpans.length === 0) return Math.min(limit - start, budget);
+    const mayDefer = !this.deferred.has(req);
+    const end = chunkEnd(req.imageSpans, start, limit, budget, this.config.maxBatchedTokens, mayDefer);
+    if (end === start) this.deferred.add(req);
+    else this.deferred.delete(req);
+    return end - start;
   }
 
   private addRow(out: SchedulerOutput, req: EngineRequest, n: number, scheduled: Set<EngineRequest>): void {

@@ -15,6 +15,6 @@ export function createTextEngine(model: TextModel, options: TextEngineOptions = 
     stopTokenIds: model.text.stopTokenIds,
     ...options,
     model: model.native,
-    newTextStream: () => new StreamingDetokenizer(model.text.tokenizer, { skipSpecialTokens: true }),
+    newTextStream: (o) => new StreamingDetokenizer(model.text.tokenizer, { skipSpecialTokens: o?.keepSpecialTokens !== true }),
   });
 }

@@ -12,6 +12,7 @@ import { generate, type GenerateEvent } from './generate.js';
 import { KvBlockAllocator } from './kv-blocks.js';
 import type { SamplingParams } from './sampling-params.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
+import { VisionProcessor } from '../vision/index.js';
 
 export interface GenerationDefaults {
   temperature?: number;
@@ -37,6 +38,10 @@ export interface TextModel {
   template: ChatTemplate | null;
   defaults: GenerationDefaults;
   blocks: KvBlockAllocator;
+  /** Image preprocessing and prompt expansion; present iff the checkpoint loaded with a vision tower. */
+  vision: VisionProcessor | null;
+  /** The chat template's output for `input` (before tokenization); throws without a template. */
+  renderPrompt(input: PromptInput): string;
   encodePrompt(input: PromptInput): number[];
   generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal, grammar?: RequestGrammar): AsyncGenerator<GenerateEvent>;
   close(): void;
@@ -76,8 +81,9 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
   const info = native.info();
   const blocks = new KvBlockAllocator(info.numBlocks, info.blockSize);
 
-  const encodePrompt = (input: PromptInput): number[] => {
-    if (input.raw) return text.tokenizer.encode(input.prompt ?? '', { addSpecialTokens: true });
+  const vision = info.vision !== undefined ? VisionProcessor.load(abs, text) : null;
+
+  const renderPrompt = (input: PromptInput): string => {
     if (!template) {
       throw new Error(`${dir} has no chat template: pass --raw to send the prompt as is`);
     }
@@ -85,13 +91,17 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
       ...(input.system !== undefined ? [{ role: 'system', content: input.system }] : []),
       { role: 'user', content: input.prompt ?? '' },
     ];
-    const rendered = template.render({
+    return template.render({
       messages,
       addGenerationPrompt: true,
       specialTokens: text.specialTokens,
       extra: input.templateArgs,
     });
-    return encodeChatPrompt(text.tokenizer, rendered, text.bosToken);
+  };
+
+  const encodePrompt = (input: PromptInput): number[] => {
+    if (input.raw) return text.tokenizer.encode(input.prompt ?? '', { addSpecialTokens: true });
+    return encodeChatPrompt(text.tokenizer, renderPrompt(input), text.bosToken);
   };
 
   return {
@@ -102,12 +112,15 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
     template,
     defaults,
     blocks,
+    vision,
+    renderPrompt,
     encodePrompt,
     generate: (promptIds, params, signal, grammar) =>
       generate({
         model: native,
         blocks,
         contextLength: info.contextLength,
+        mrope: info.mropeSections !== undefined,
         promptIds,
         params,
         stopTokenIds: text.stopTokenIds,

@@ -12,6 +12,7 @@ import type { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
 import { ReasoningSplitter } from './reasoning.js';
 import { toolCallFrom, type ToolCall } from './tools.js';
+import { ToolCallStream, type ToolStreamEvent } from './tool-parsers/tool-call-stream.js';
 import { SseWriter } from './sse.js';
 import type { GenerationRequest } from './validate.js';
 
@@ -116,15 +117,43 @@ class ResponseShaper {
 
   /** The streamed tool call: one delta carrying the whole call (OpenAI's shape, index 0). */
   toolCallChunk(call: ToolCall): unknown {
+    return this.toolDeltaChunk({ index: 0, ...call });
+  }
+
+  /** One tool-call delta: the first of a call carries index, id, type and name; later ones argument fragments. */
+  toolDeltaChunk(tc: { index: number; id?: string; type?: 'function'; function: { name?: string; arguments: string } }): unknown {
     return {
       id: this.id,
       object: 'chat.completion.chunk',
       created: this.created,
       model: this.model.id,
       system_fingerprint: null,
-      choices: [{ index: 0, delta: { tool_calls: [{ index: 0, ...call }] }, logprobs: null, finish_reason: null }],
+      choices: [{ index: 0, delta: { tool_calls: [tc] }, logprobs: null, finish_reason: null }],
       ...(this.g.includeUsage ? { usage: null } : {}),
     };
+  }
+
+  /** The chunk of one event of a parsed (tool_choice auto) stream. */
+  toolEventChunk(e: ToolStreamEvent): unknown {
+    if (e.type === 'content') return this.chunk(e.text, [], null);
+    if (e.type === 'call') return this.toolDeltaChunk({ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } });
+    return this.toolDeltaChunk({ index: e.index, function: { arguments: e.text } });
+  }
+
+  /** tool_choice auto, not streamed: the model's calls parsed out of its output (after any reasoning). */
+  private autoToolChoice(text: string, lp: EngineDelta[], done: EngineDone): unknown {
+    const tools = this.g.tools!;
+    const split = this.g.reasoning ? ReasoningSplitter.split(text) : { reasoning: '', content: text };
+    const parsed = ToolCallStream.parse(tools.auto!, split.content, tools.maxCalls);
+    const withCalls = parsed.calls.length > 0;
+    const message = {
+      role: 'assistant',
+      content: withCalls ? parsed.content : split.content,
+      ...(split.reasoning ? { reasoning_content: split.reasoning } : {}),
+      ...(withCalls ? { tool_calls: parsed.calls } : {}),
+    };
+    const logprobs = this.g.logprobs >= 0 ? { content: lp.map((d) => this.chatLogprob(d)) } : null;
+    return { index: 0, message, logprobs, finish_reason: withCalls && done.finishReason === 'stop' ? 'tool_calls' : done.finishReason };
   }
 
   usageChunk(done: EngineDone): unknown {
@@ -135,7 +164,8 @@ class ResponseShaper {
   full(text: string, lp: EngineDelta[], done: EngineDone): unknown {
     const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(done) };
     const withLp = this.g.logprobs >= 0;
-    const call = this.g.tools && done.finishReason === 'stop' ? toolCallFrom(text) : null;
+    const call = this.g.tools?.format && done.finishReason === 'stop' ? toolCallFrom(text) : null;
+    if (this.g.kind === 'chat' && this.g.tools?.auto) return { ...base, object: 'chat.completion', choices: [this.autoToolChoice(text, lp, done)] };
     if (call) {
       return {
         ...base,
@@ -174,7 +204,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
     if (!ctx.grammar) throw badRequest('structured output is not available on this server', 'response_format', 'unsupported');
     grammar = await ctx.grammar.matcher(g.responseFormat); // InvalidRequestError -> 400
   }
-  const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id, grammar });
+  const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id, grammar, multimodal: g.multimodal, keepSpecialTokens: g.keepSpecialTokens });
   let finished = false;
   res.on('close', () => {
     if (!finished) {
@@ -194,6 +224,11 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
     const sse = new SseWriter(res, ctx.keepAliveMs);
     const splitter = g.kind === 'chat' && g.reasoning ? new ReasoningSplitter() : null;
     let toolText = '';
+    // tool_choice auto: content streams until a call marker; calls stream as tool_calls deltas.
+    const toolStream = g.tools?.auto ? new ToolCallStream(g.tools.auto, g.tools.maxCalls) : null;
+    const sendTools = (events: ToolStreamEvent[]) => {
+      for (const e of events) sse.send(shaper.toolEventChunk(e));
+    };
     sse.open();
     if (g.kind === 'chat') sse.send(shaper.chunk('', [], null, true)); // the role comes first
     try {
@@ -201,8 +236,14 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
         if (ev.type === 'delta') {
           onDelta();
           const lp = ev.logprob !== undefined ? [ev] : [];
-          if (g.tools) {
+          if (g.tools?.format) {
             toolText += ev.text; // sent as one tool call at the end
+            continue;
+          }
+          if (toolStream) {
+            const p = splitter ? splitter.push(ev.text) : { reasoning: '', content: ev.text };
+            if (p.reasoning || lp.length > 0) sse.send(shaper.chunk('', lp, null, false, p.reasoning));
+            sendTools(toolStream.push(p.content));
             continue;
           }
           if (splitter) {
@@ -213,7 +254,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
         }
         finished = true;
         if (ev.finishReason === 'abort') break; // the client is gone
-        const call = g.tools && ev.finishReason === 'stop' ? toolCallFrom(toolText) : null;
+        const call = g.tools?.format && ev.finishReason === 'stop' ? toolCallFrom(toolText) : null;
         if (call) {
           sse.send(shaper.toolCallChunk(call));
           sse.send(shaper.chunk(null, [], 'tool_calls'));
@@ -222,10 +263,16 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
           sse.end(true);
           return;
         }
-        if (g.tools && toolText) sse.send(shaper.chunk(toolText, [], null)); // cut short: the raw text
+        if (g.tools?.format && toolText) sse.send(shaper.chunk(toolText, [], null)); // cut short: the raw text
         const rest = splitter?.flush();
-        if (rest && (rest.content || rest.reasoning)) sse.send(shaper.chunk(rest.content, [], null, false, rest.reasoning));
-        sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], ev.finishReason));
+        let finish: string = ev.finishReason;
+        if (toolStream) {
+          if (rest?.reasoning) sse.send(shaper.chunk('', [], null, false, rest.reasoning));
+          sendTools(toolStream.push(rest?.content ?? ''));
+          sendTools(toolStream.finish());
+          if (toolStream.callCount > 0 && finish === 'stop') finish = 'tool_calls';
+        } else if (rest && (rest.content || rest.reasoning)) sse.send(shaper.chunk(rest.content, [], null, false, rest.reasoning));
+        sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], finish));
         if (g.includeUsage) sse.send(shaper.usageChunk(ev));
         ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
         sse.end(true);

@@ -60,6 +60,14 @@ export class ServerMetrics {
       ...counter('rapid_generation_tokens_total', 'tokens generated', s.tokens.generated),
       ...counter('rapid_prefix_cache_queries_total', 'prompt tokens looked up in the prefix cache', s.prefixCache.queryTokens),
       ...counter('rapid_prefix_cache_hits_total', 'prompt tokens served from the prefix cache', s.prefixCache.hitTokens),
+      ...(s.encoderCache
+        ? [
+            ...counter('rapid_image_encodes_total', 'images run through the vision encoder', s.encoderCache.encodes),
+            ...counter('rapid_image_encode_seconds_total', 'time spent in the vision encoder', s.encoderCache.encodeMs / 1000),
+            ...counter('rapid_encoder_cache_hits_total', 'images whose embeddings came from the encoder cache', s.encoderCache.hits),
+            ...gauge('rapid_encoder_cache_bytes', 'bytes of image embeddings in the encoder cache', s.encoderCache.bytes),
+          ]
+        : []),
       ...counter('rapid_steps_total', 'engine steps run', s.steps),
       ...counter('rapid_step_failures_total', 'engine steps that failed', s.stepFailures),
       ...counter('rapid_watchdog_trips_total', 'steps that did not return in time', s.watchdogTrips),

@@ -1,6 +1,8 @@
 // What the server needs to know about the model it serves: its name, limits, defaults and the
 // text side (chat template, tokenizer). Compute goes through the engine only.
+import type { MultimodalInput } from '../engine/multimodal.js';
 import type { ChatMessage } from '../template/chat-template.js';
+import { detectToolFormat } from './tool-parsers/registry.js';
 
 export interface SamplingDefaults {
   temperature?: number;
@@ -27,13 +29,39 @@ export interface ServedModel {
   tokenText(id: number): string;
   /** A thinking model (its chat template knows <think>): reasoning goes to reasoning_content. */
   readonly reasoning?: boolean;
+  /** How its tool calls are written (tool-parsers/registry.ts); hermes when absent. */
+  readonly toolFormat?: string;
+  /** Present iff the model takes images (it has a vision tower). */
+  readonly vision?: ServedVision;
+}
+
+/** OpenAI image_url.detail: "low" caps the image's pixel budget (fewer image tokens); auto = high. */
+export type ImageDetail = 'auto' | 'low' | 'high';
+
+/** One image of a request, decoded and preprocessed for the model (opaque to the server). */
+export interface LoadedImage {
+  readonly hash: string;
+  readonly tokens: number;
+}
+
+/** What the server needs of a vision model: image loading and chat prompts with images. */
+export interface ServedVision {
+  /** Images one request may carry at most. */
+  readonly maxImagesPerRequest: number;
+  /** Whether http(s) image URLs are fetched (data: URIs always are; local paths never). */
+  readonly allowRemote: boolean;
+  /** Fetches (data: or http(s)), decodes and preprocesses one image; InvalidRequestError on bad input. */
+  loadImage(url: string, detail: ImageDetail): Promise<LoadedImage>;
+  /** The chat prompt with each image part's placeholders expanded, and the engine's image data.
+   * `images` are the messages' image parts in order; InvalidRequestError when they do not match. */
+  encodeChat(messages: ChatMessage[], images: LoadedImage[], templateArgs?: Record<string, unknown>): { promptIds: number[]; multimodal: MultimodalInput };
 }
 
 /** The parts of a loaded TextModel (src/engine/text-model.ts) this adapter reads. */
 export interface TextModelLike {
-  info: { contextLength: number; vocabSize: number };
+  info: { contextLength: number; vocabSize: number; family?: string };
   defaults: { temperature?: number; topP?: number; topK?: number };
-  text: { tokenizer: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string } };
+  text: { tokenizer: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string; tokenToId?(token: string): number | undefined } };
   encodePrompt(input: { prompt?: string; messages?: ChatMessage[]; raw?: boolean; templateArgs?: Record<string, unknown> }): number[];
   template?: { source: string } | null;
 }
@@ -56,5 +84,6 @@ export function servedModelFrom(model: TextModelLike, id: string, recommended: S
     encodeText: (text) => model.encodePrompt({ prompt: text, raw: true }),
     tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),
     reasoning: model.template?.source.includes('<think>') ?? false,
+    toolFormat: detectToolFormat(model.template?.source, model.info.family, (t) => model.text.tokenizer.tokenToId?.(t) !== undefined),
   };
 }

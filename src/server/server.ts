@@ -10,6 +10,7 @@ import { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
+import { loadRequestImages } from './images.js';
 
 export interface ServerOptions {
   engine: EngineLike;
@@ -159,7 +160,8 @@ export function createServer(options: ServerOptions): RapidServer {
       case '/v1/completions': {
         const body = await readJson(req, maxBody);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
-        const g = path === '/v1/chat/completions' ? parseChatRequest(body, model) : parseCompletionRequest(body, model);
+        // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
+        const g = path === '/v1/chat/completions' ? parseChatRequest(body, model, await loadRequestImages(body, model)) : parseCompletionRequest(body, model);
         await handleGeneration(ctx, res, g);
         return;
       }

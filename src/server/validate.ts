@@ -5,12 +5,17 @@ import { resolveSamplingParams, type SamplingInput, type SamplingParams } from '
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
 import { badRequest, notFound } from './http-errors.js';
+import type { RequestImages } from './images.js';
+import type { MultimodalInput } from '../engine/multimodal.js';
+import type { LoadedImage } from './served-model.js';
 import type { ServedModel } from './served-model.js';
-import { parseToolRequest, type ToolRequest } from './tools.js';
+import { parseToolRequest, prepareToolMessages, type ToolRequest } from './tools.js';
 
 export interface GenerationRequest {
   kind: 'chat' | 'text';
   promptIds: number[];
+  /** The request's images (placeholder spans in promptIds) and mRoPE positions. */
+  multimodal?: MultimodalInput;
   params: SamplingParams;
   stream: boolean;
   includeUsage: boolean;
@@ -20,8 +25,10 @@ export interface GenerationRequest {
   responseFormat?: ResponseFormat;
   /** Split <think> reasoning into reasoning_content (thinking model, thinking not turned off). */
   reasoning?: boolean;
-  /** A forced tool call (tool_choice required / named): the output is returned as tool_calls. */
+  /** Tools in play: a forced call (required / named, grammar-constrained) or auto (parsed from the output). */
   tools?: ToolRequest;
+  /** The detokenizer keeps special tokens (tool-call markers that are special tokens). */
+  keepSpecialTokens?: boolean;
 }
 
 type Body = Record<string, unknown>;
@@ -132,7 +139,7 @@ function maxTokensField(body: Body, key: string): number | undefined {
   return v;
 }
 
-function contentText(content: unknown, where: string): string | ChatContentPart[] | null {
+function contentText(content: unknown, where: string, images?: RequestImages): string | ChatContentPart[] | null {
   if (content === null || content === undefined) return null;
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) throw badRequest(`${where} must be a string or an array of content parts`, where, 'invalid_type');
@@ -143,13 +150,16 @@ function contentText(content: unknown, where: string): string | ChatContentPart[
       return { type: 'text', text: part.text };
     }
     if (part.type === 'image_url' || part.type === 'input_image' || part.type === 'image') {
-      throw badRequest('this model does not accept images', `${where}[${j}]`, 'unsupported');
+      // Loaded by images.ts before validation (which refuses images for a text-only model).
+      const image = images?.get(part);
+      if (image === undefined) throw badRequest('this model does not accept images', `${where}[${j}]`, 'unsupported');
+      return { type: 'image', image };
     }
     throw badRequest(`unsupported content part type "${part.type}"`, `${where}[${j}].type`, 'invalid_value');
   });
 }
 
-function messages(body: Body): ChatMessage[] {
+function messages(body: Body, images?: RequestImages): ChatMessage[] {
   const msgs = body.messages;
   if (!Array.isArray(msgs) || msgs.length === 0) throw badRequest('messages must be a non-empty array', 'messages', 'invalid_type');
   return msgs.map((m, i) => {
@@ -158,18 +168,25 @@ function messages(body: Body): ChatMessage[] {
     if (typeof m.role !== 'string' || !ROLES.has(m.role)) {
       throw badRequest(`${where}.role must be one of ${[...ROLES].join(', ')}`, `${where}.role`, 'invalid_value');
     }
-    const content = contentText(m.content, `${where}.content`);
+    const content = contentText(m.content, `${where}.content`, images);
     if (content === null && m.role !== 'assistant') throw badRequest(`${where}.content is required`, `${where}.content`, 'invalid_value');
     const out: ChatMessage = { ...m, role: m.role === 'developer' ? 'system' : m.role, content };
     return out;
   });
 }
 
-export function parseChatRequest(raw: unknown, model: ServedModel): GenerationRequest {
+/** `images`: the request's image parts, loaded by loadRequestImages (images.ts). */
+export function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages): GenerationRequest {
+  const out: { multimodal?: MultimodalInput } = {};
+  const g = parseChat(raw, model, images, out);
+  return out.multimodal ? { ...g, multimodal: out.multimodal } : g;
+}
+
+function parseChat(raw: unknown, model: ServedModel, images: RequestImages | undefined, mm: { multimodal?: MultimodalInput }): GenerationRequest {
   const body = checkCommon(raw, CHAT_FIELDS, model);
-  const msgs = messages(body);
-  const tools = parseToolRequest(body.tools, body.tool_choice);
-  if (tools && present(body, 'response_format') && !(isObject(body.response_format) && body.response_format.type === 'text')) {
+  const msgs = prepareToolMessages(messages(body, images));
+  const tools = parseToolRequest(body.tools, body.tool_choice, { parallelToolCalls: body.parallel_tool_calls, formatName: model.toolFormat });
+  if (tools?.format && present(body, 'response_format') && !(isObject(body.response_format) && body.response_format.type === 'text')) {
     throw badRequest('a forced tool call and response_format cannot be combined', 'response_format', 'invalid_value');
   }
   let templateArgs: Record<string, unknown> | undefined;
@@ -183,15 +200,36 @@ export function parseChatRequest(raw: unknown, model: ServedModel): GenerationRe
   if (top !== undefined && (top < 0 || top > 20)) throw badRequest('top_logprobs must be an integer in [0, 20]', 'top_logprobs', 'invalid_value');
   if (top !== undefined && top > 0 && !wantLogprobs) throw badRequest('top_logprobs requires logprobs to be true', 'top_logprobs');
   const maxTokens = maxTokensField(body, 'max_completion_tokens') ?? maxTokensField(body, 'max_tokens');
-  const promptIds = model.encodeChat(msgs, tools ? { ...templateArgs, tools: tools.templateTools } : templateArgs);
+  const args = tools ? { ...templateArgs, tools: tools.templateTools } : templateArgs;
+  const withImages = images !== undefined && images.size > 0 ? chatWithImages(model, msgs, args) : undefined;
+  const promptIds = withImages?.promptIds ?? model.encodeChat(msgs, args);
+  mm.multimodal = withImages?.multimodal;
   const defaultMax = Math.max(1, model.contextLength - promptIds.length);
   const params = sampling(body, model, maxTokens, defaultMax, wantLogprobs ? (top ?? 0) : -1);
-  if (tools) {
+  if (tools?.format) {
     // The grammar forces the call from the first token: no reasoning, no stop strings.
     return { kind: 'chat', promptIds, params: { ...params, stop: [] }, stream: s, includeUsage, logprobs: params.logprobs, responseFormat: tools.format, tools };
   }
   const reasoning = model.reasoning === true && templateArgs?.enable_thinking !== false;
-  return withFormat(body, { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs, reasoning });
+  const g = withFormat(body, { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs, reasoning });
+  // tool_choice auto: the model's output is parsed into calls, unless a JSON format constrains it.
+  if (!tools?.auto || g.responseFormat) return g;
+  return { ...g, tools, keepSpecialTokens: tools.auto.needsSpecialTokens };
+}
+
+/** The prompt of messages with image parts: placeholders expanded, the engine's image data. */
+function chatWithImages(model: ServedModel, msgs: ChatMessage[], args: Record<string, unknown> | undefined) {
+  const ordered: LoadedImage[] = [];
+  for (const m of msgs) {
+    if (!Array.isArray(m.content)) continue;
+    for (const p of m.content) if (p.type === 'image') ordered.push(p.image as LoadedImage);
+  }
+  try {
+    return model.vision!.encodeChat(msgs, ordered, args);
+  } catch (err) {
+    if (err instanceof InvalidRequestError) throw badRequest(err.message, 'messages', 'invalid_image');
+    throw err;
+  }
 }
 
 export function parseCompletionRequest(raw: unknown, model: ServedModel): GenerationRequest {

@@ -10,6 +10,7 @@ import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
+import { runWithImages } from './run-images.js';
 
 interface RunOptions {
   prompt?: string;
@@ -27,6 +28,7 @@ interface RunOptions {
   precision: 'exact' | 'fast';
   schema?: string;
   jsonObject?: boolean;
+  image?: string[];
 }
 
 /** --schema FILE (a JSON Schema) or --json-object; checked before the model loads. */
@@ -67,8 +69,11 @@ export function registerRun(program: Command): void {
     .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
     .option('--schema <file>', 'constrain the output to JSON valid against this JSON Schema file')
     .option('--json-object', 'constrain the output to a JSON object')
+    .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
     .action(async (spec: string, opts: RunOptions) => {
       if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      const images = opts.image ?? [];
+      if (images.length > 0 && opts.raw) throw new Error('--image needs the chat template: drop --raw');
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
       const format = responseFormat(opts);
@@ -89,9 +94,13 @@ export function registerRun(program: Command): void {
           },
           { maxTokens: 256 },
         );
-        const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
         let grammar: RequestGrammar | undefined;
         if (format) grammar = await grammarServiceFor(model.text, model.info.vocabSize).matcher(format);
+        if (images.length > 0) {
+          await runWithImages(model, { prompt, system: opts.system, images, params, grammar, json: opts.json ?? false, spec });
+          return;
+        }
+        const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
         let done: GenerateDone | undefined;
         for await (const ev of model.generate(promptIds, params, undefined, grammar)) {
           if (ev.type === 'delta') {

@@ -7,6 +7,7 @@ import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { openTextModel, type TextModel } from '../../engine/text-model.js';
 import { createServer, type RapidServer } from '../../server/server.js';
 import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
+import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { parseIntOption } from '../options.js';
@@ -25,8 +26,13 @@ export interface ServeOptions {
   precision: 'exact' | 'fast';
   stepTimeout: number; // seconds
   prefixCache: boolean;
-  maxBodyBytes: number;
+  maxBodyBytes?: number;
   shutdownGrace: number; // seconds
+  allowRemoteImages: boolean;
+  maxImageBytes: number;
+  maxImagesPerRequest: number;
+  imageFetchTimeout: number; // seconds
+  encoderCacheMemory: number; // bytes
   /** Sampling defaults below the model's generation_config (e.g. the catalog's recommendation). */
   recommended?: SamplingDefaults;
 }
@@ -66,14 +72,25 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     maxWaiting: opts.maxWaiting ?? 256,
     stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
+    encoderCacheBytes: opts.encoderCacheMemory,
     log,
   });
   const id = opts.servedModelName ?? basename(resolve(dir));
+  // Images come inline as base64 (4/3 of the file): a vision model needs room for a few of them.
+  const maxBodyBytes = opts.maxBodyBytes ?? (model.vision !== null ? 64 * 1024 * 1024 : 8 * 1024 * 1024);
   const server = createServer({
     engine,
-    model: servedModelFrom(model, id, opts.recommended),
+    model: {
+      ...servedModelFrom(model, id, opts.recommended),
+      vision: servedVisionFrom(model, {
+        allowRemote: opts.allowRemoteImages ?? false,
+        maxImageBytes: opts.maxImageBytes,
+        maxImagesPerRequest: opts.maxImagesPerRequest,
+        fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
+      }),
+    },
     apiKey: opts.apiKey,
-    maxBodyBytes: opts.maxBodyBytes,
+    maxBodyBytes,
     log,
     grammar: grammarServiceFor(model.text, model.info.vocabSize),
   });
@@ -115,7 +132,12 @@ export function registerServe(program: Command): void {
     .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
     .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
     .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')
-    .option('--max-body-bytes <size>', 'largest request body accepted', parseByteSize, 8 * 1024 * 1024)
+    .option('--max-body-bytes <size>', 'largest request body accepted (default 8 MiB; 64 MiB for vision models: inline images)', parseByteSize)
+    .option('--allow-remote-images', 'fetch http(s) image URLs (public addresses only; data: URIs are always accepted)', false)
+    .option('--max-image-bytes <size>', 'largest image file accepted, inline or fetched', parseByteSize, IMAGE_DEFAULTS.maxImageBytes)
+    .option('--max-images-per-request <n>', 'images one request may carry', parseIntOption('--max-images-per-request'), IMAGE_DEFAULTS.maxImagesPerRequest)
+    .option('--image-fetch-timeout <s>', 'seconds a remote image fetch may take', parseIntOption('--image-fetch-timeout'), IMAGE_DEFAULTS.fetchTimeoutMs / 1000)
+    .option('--encoder-cache-memory <size>', 'image embeddings kept for reuse, by content hash', parseByteSize, 256 * 1024 * 1024)
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
       if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
@@ -131,7 +153,8 @@ export function registerServe(program: Command): void {
       const info = running.model.info;
       log(
         `serving ${name} on ${running.url}/v1 ` +
-          `(${info.family}, context ${info.contextLength}, KV ${info.numBlocks} blocks of ${info.blockSize}, ${info.threads} threads)`,
+          `(${info.family}${info.vision ? ` + ${info.vision.family} vision` : ''}, context ${info.contextLength}, ` +
+          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${info.threads} threads)`,
       );
       let signals = 0;
       const stop = (sig: string) => {
