@@ -2,11 +2,19 @@
 // concurrency levels on the random-weight Qwen2.5-0.5B-shaped 4-bit checkpoint (prompt 128 /
 // output 128 by default), with time-to-first-token and inter-token latency p50/p99. It drives the
 // Engine in-process (HTTP adds nothing measurable at these rates); prompts are token ids.
+// With --schema FILE (or --schema default) each level runs twice, free and schema-constrained
+// (xgrammar over a synthetic byte-level vocabulary of the model's size), and reports the
+// throughput ratio and the grammar's mask time per token against the step time.
+import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Engine } from '../engine/engine.js';
+import { GrammarService, type GrammarTokenizer } from '../engine/grammar/grammar-service.js';
+import type { GrammarNext, RequestGrammar } from '../engine/grammar/request-grammar.js';
+import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import { loadNative } from '../native/binding.js';
+import type { NativeModel } from '../native/types.js';
 import { ensureRandomCheckpoint } from './random-checkpoint.js';
 
 export interface ServingLevel {
@@ -22,6 +30,138 @@ export interface ServingLevel {
   itlMs: { p50: number; p99: number };
   steps: number;
   meanRowsPerStep: number;
+  /** Mean time inside the native step (forward + sampling), from the engine's await of it. */
+  nativeStepMs: number;
+  /** Constrained runs only: time in the grammar (mask + accept), per generated token and in all. */
+  grammar?: { maskMsPerToken: number; maskMsTotal: number; maskShareOfWall: number; stepMsMean: number };
+}
+
+/** Time spent inside native steps (all engines of this process). */
+const nativeClock = { ms: 0, steps: 0 };
+
+/** The model with its step timed into nativeClock. */
+function timedModel(model: NativeModel): NativeModel {
+  return {
+    info: () => model.info(),
+    encodeImage: (image) => model.encodeImage(image),
+    close: () => model.close(),
+    async step(plan) {
+      const t = performance.now();
+      try {
+        return await model.step(plan);
+      } finally {
+        nativeClock.ms += performance.now() - t;
+        nativeClock.steps++;
+      }
+    },
+  };
+}
+
+/** Times a matcher's work: next() (the token mask) and accept(). */
+class TimedGrammar implements RequestGrammar {
+  constructor(
+    private readonly inner: RequestGrammar,
+    private readonly clock: { ms: number; tokens: number },
+  ) {}
+  async next(): Promise<GrammarNext> {
+    const t = performance.now();
+    try {
+      return await this.inner.next();
+    } finally {
+      this.clock.ms += performance.now() - t;
+    }
+  }
+  accept(token: number): boolean {
+    const t = performance.now();
+    const ok = this.inner.accept(token);
+    this.clock.ms += performance.now() - t;
+    this.clock.tokens++;
+    return ok;
+  }
+  dispose(): void {
+    this.inner.dispose();
+  }
+}
+
+/** GPT-2's byte-level alphabet (byte -> printable char), as Qwen's tokenizer uses. */
+function byteLevelAlphabet(): string[] {
+  const bs: number[] = [];
+  for (let b = 33; b <= 126; b++) bs.push(b);
+  for (let b = 161; b <= 172; b++) bs.push(b);
+  for (let b = 174; b <= 255; b++) bs.push(b);
+  const chars = new Array<string>(256);
+  let n = 0;
+  for (let b = 0; b < 256; b++) chars[b] = String.fromCharCode(bs.includes(b) ? b : 256 + n++);
+  return chars;
+}
+
+/**
+ * A stand-in for Qwen's 151,936-token byte-level BPE vocabulary (no tokenizer ships with the random
+ * checkpoint): 256 byte tokens, then deterministic words, space-prefixed words, digit runs and JSON
+ * punctuation pieces, and the last 22 ids special. Mask cost depends on the vocabulary's size and
+ * shape, which this keeps; exact figures on a real checkpoint will differ somewhat.
+ */
+export function syntheticByteLevelTokenizer(vocabSize: number): GrammarTokenizer {
+  const alpha = byteLevelAlphabet();
+  const inverse = new Map(alpha.map((c, b) => [c, b]));
+  const tokens: string[] = [...alpha];
+  const seen = new Set(tokens);
+  let s = 12345;
+  const rnd = (n: number) => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s % n);
+  const letters = 'etaoinshrdlcumwfgypbvkjxqzETAOINSHRDLC';
+  const punct = ['{"', '":', '",', '"}', '},', '":"', '":[', '],', '"]', '[{', '}]', '{', '}', ':', ',', '."', '\n', '\"', '...', '()', '->'];
+  const special = 22;
+  while (tokens.length < vocabSize - special) {
+    const kind = rnd(10);
+    let t: string;
+    if (kind < 6) t = Array.from({ length: 1 + rnd(8) }, () => letters[rnd(letters.length)]).join('');
+    else if (kind < 8) t = Array.from({ length: 1 + rnd(3) }, () => String(rnd(10))).join('');
+    else t = punct[rnd(punct.length)]! + (rnd(2) ? letters[rnd(letters.length)]! : '');
+    if (rnd(2)) t = ' ' + t;
+    const enc = [...Buffer.from(t, 'utf8')].map((b) => alpha[b]!).join('');
+    if (seen.has(enc)) continue;
+    seen.add(enc);
+    tokens.push(enc);
+  }
+  for (let i = 0; i < special; i++) tokens.push(`<|special_${i}|>`);
+  const isSpecialId = (id: number) => id >= vocabSize - special;
+  return {
+    vocabSize,
+    decoderTypes: new Set(['ByteLevel']),
+    idToToken: (id) => tokens[id],
+    isSpecialId,
+    decode(ids, options) {
+      const bytes: number[] = [];
+      for (const id of ids) {
+        if (isSpecialId(id)) {
+          if (options?.skipSpecialTokens !== true) bytes.push(...Buffer.from(tokens[id]!, 'utf8'));
+          continue;
+        }
+        for (const ch of tokens[id] ?? '') bytes.push(inverse.get(ch) ?? 63);
+      }
+      return Buffer.from(bytes).toString('utf8');
+    },
+  };
+}
+
+/**
+ * The schema of --schema default: an object whose array needs at least 64 strings, so no request
+ * completes before --gen tokens and both passes generate the same number of tokens per request.
+ */
+export const DEFAULT_BENCH_SCHEMA = {
+  type: 'object',
+  properties: {
+    kind: { enum: ['alpha', 'beta', 'gamma'] },
+    score: { type: 'number', minimum: 0, maximum: 100 },
+    items: { type: 'array', items: { type: 'string', minLength: 2, maxLength: 12 }, minItems: 64 },
+  },
+  required: ['kind', 'score', 'items'],
+  additionalProperties: false,
+};
+
+export interface LevelGrammar {
+  service: GrammarService;
+  format: ResponseFormat;
 }
 
 function pct(xs: number[], p: number): number {
@@ -32,23 +172,37 @@ function pct(xs: number[], p: number): number {
 
 const round = (x: number) => Math.round(x * 10) / 10;
 
-export async function runLevel(engine: Engine, concurrency: number, promptTokens: number, genTokens: number, vocab: number, salt: number): Promise<ServingLevel> {
+export async function runLevel(
+  engine: Engine,
+  concurrency: number,
+  promptTokens: number,
+  genTokens: number,
+  vocab: number,
+  salt: number,
+  constrained?: LevelGrammar,
+): Promise<ServingLevel> {
   let s = (salt * 2654435761) >>> 0;
   const rnd = () => ((s = (Math.imul(s, 1664525) + 1013904223) >>> 0), s);
   const params = resolveSamplingParams({ temperature: 0, maxTokens: genTokens }, { maxTokens: genTokens });
   const steps0 = engine.stats().steps;
-  const t0 = performance.now();
+  const native0 = { ...nativeClock };
   const ttft: number[] = [];
   const itl: number[] = [];
   const firstAt: number[] = [];
   const doneAt: number[] = [];
   const tokenTimes: number[] = [];
+  const clock = { ms: 0, tokens: 0 };
+  // Matchers are made before the clock starts: compiling is cached per schema, not per request.
+  const grammars = constrained
+    ? await Promise.all(Array.from({ length: concurrency }, async () => new TimedGrammar(await constrained.service.matcher(constrained.format), clock)))
+    : [];
+  const t1 = performance.now();
   await Promise.all(
-    Array.from({ length: concurrency }, async () => {
+    Array.from({ length: concurrency }, async (_, k) => {
       const promptIds = Array.from({ length: promptTokens }, () => 10 + (rnd() % (vocab - 20)));
       const start = performance.now();
       let last = 0;
-      for await (const ev of engine.generate({ promptIds, params })) {
+      for await (const ev of engine.generate({ promptIds, params, grammar: grammars[k] })) {
         const now = performance.now();
         if (ev.type === 'delta') {
           tokenTimes.push(now);
@@ -61,7 +215,7 @@ export async function runLevel(engine: Engine, concurrency: number, promptTokens
       }
     }),
   );
-  const wall = performance.now() - t0;
+  const wall = performance.now() - t1;
   const allDecoding = Math.max(...firstAt);
   const end = Math.max(...doneAt);
   const inWindow = tokenTimes.filter((t) => t > allDecoding && t <= end).length;
@@ -77,6 +231,17 @@ export async function runLevel(engine: Engine, concurrency: number, promptTokens
     itlMs: { p50: round(pct(itl, 50)), p99: round(pct(itl, 99)) },
     steps,
     meanRowsPerStep: round((tokenTimes.length + concurrency * Math.ceil(promptTokens / 512)) / Math.max(1, steps)),
+    nativeStepMs: round((nativeClock.ms - native0.ms) / Math.max(1, nativeClock.steps - native0.steps)),
+    ...(constrained
+      ? {
+          grammar: {
+            maskMsPerToken: Math.round((clock.ms / Math.max(1, clock.tokens)) * 1000) / 1000,
+            maskMsTotal: Math.round(clock.ms),
+            maskShareOfWall: Math.round((clock.ms / wall) * 1000) / 1000,
+            stepMsMean: round(wall / Math.max(1, steps)),
+          },
+        }
+      : {}),
   };
 }
 
@@ -90,6 +255,7 @@ export async function main(argv: string[]): Promise<number> {
       levels: { type: 'string' },
       precision: { type: 'string' },
       'max-batched-tokens': { type: 'string' },
+      schema: { type: 'string' },
       json: { type: 'boolean' },
     },
   });
@@ -107,7 +273,7 @@ export async function main(argv: string[]): Promise<number> {
   const model = native.addon.loadModel(ckpt.dir, { threads, precision, kvCacheBytes });
   const info = model.info();
   const engine = new Engine({
-    model,
+    model: timedModel(model),
     // One visible character per token, so every token yields a delta to time.
     newTextStream: () => ({ push: () => '.', flush: () => '' }),
     stopTokenIds: [],
@@ -117,18 +283,50 @@ export async function main(argv: string[]): Promise<number> {
     stepTimeoutMs: 600_000,
   });
   const load0 = loadavg()[0]!;
+  let constrained: LevelGrammar | undefined;
+  if (values.schema !== undefined) {
+    const schema = values.schema === 'default' ? DEFAULT_BENCH_SCHEMA : (JSON.parse(readFileSync(values.schema, 'utf8')) as unknown);
+    const format = parseResponseFormat({ type: 'json_schema', json_schema: { name: 'bench', schema, strict: true } })!;
+    const tokenizer = syntheticByteLevelTokenizer(info.vocabSize);
+    const service = new GrammarService({ tokenizer, vocabSize: info.vocabSize, stopTokenIds: [info.vocabSize - 22] });
+    const t = performance.now();
+    (await service.matcher(format)).dispose(); // tokenizer info + compile, outside the timed runs
+    if (!values.json) process.stderr.write(`grammar ready in ${Math.round(performance.now() - t)} ms (vocab ${info.vocabSize})\n`);
+    constrained = { service, format };
+  }
   // Warm-up: page in the weights, size scratch buffers.
   await runLevel(engine, 1, 16, 4, info.vocabSize, 999);
   const results: ServingLevel[] = [];
-  for (const c of levels) {
+  const constrainedResults: ServingLevel[] = [];
+  const line = (tag: string, r: ServingLevel) =>
+    `${tag ? tag.padEnd(12) : ''}c=${String(r.concurrency).padStart(2)}  decode ${String(r.decodeTokS).padStart(6)} tok/s  output ${String(r.outputTokS).padStart(6)} tok/s  ` +
+    `TTFT p50 ${r.ttftMs.p50} ms p99 ${r.ttftMs.p99} ms  ITL p50 ${r.itlMs.p50} ms p99 ${r.itlMs.p99} ms  (${r.wallS}s, ${r.steps} steps, native step ${r.nativeStepMs} ms)\n`;
+  for (const [i, c] of levels.entries()) {
+    // With --schema, odd repeats run the constrained pass first, so a drifting load on a shared
+    // machine does not always favour the same side.
+    const constrainedFirst = constrained !== undefined && i % 2 === 1;
+    // Same prompts (same salt) in both passes; constrained requests each get their own matcher.
+    let k = constrainedFirst ? await runLevel(engine, c, promptTokens, genTokens, info.vocabSize, c, constrained) : undefined;
     const r = await runLevel(engine, c, promptTokens, genTokens, info.vocabSize, c);
     results.push(r);
+    if (!values.json) process.stderr.write(line(constrained ? 'free' : '', r));
+    if (!constrained) continue;
+    k ??= await runLevel(engine, c, promptTokens, genTokens, info.vocabSize, c, constrained);
+    constrainedResults.push(k);
     if (!values.json) {
+      const g = k.grammar!;
+      process.stderr.write(line('constrained', k));
       process.stderr.write(
-        `c=${String(c).padStart(2)}  decode ${String(r.decodeTokS).padStart(6)} tok/s  output ${String(r.outputTokS).padStart(6)} tok/s  ` +
-          `TTFT p50 ${r.ttftMs.p50} ms p99 ${r.ttftMs.p99} ms  ITL p50 ${r.itlMs.p50} ms p99 ${r.itlMs.p99} ms  (${r.wallS}s, ${r.steps} steps)\n`,
+        `            ratio output ${(k.outputTokS / r.outputTokS).toFixed(3)}  decode ${(k.decodeTokS / Math.max(1e-9, r.decodeTokS)).toFixed(3)}  ` +
+          `mask ${g.maskMsPerToken} ms/token (${Math.round(g.maskShareOfWall * 1000) / 10}% of wall)  step ${g.stepMsMean} ms${constrainedFirst ? '  (constrained ran first)' : ''}\n`,
       );
     }
+  }
+  if (constrained && !values.json && constrainedResults.length > 1) {
+    const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
+    const out = med(constrainedResults.map((k, i) => k.outputTokS / results[i]!.outputTokS));
+    const dec = med(constrainedResults.map((k, i) => k.decodeTokS / Math.max(1e-9, results[i]!.decodeTokS)));
+    process.stderr.write(`median ratio over ${constrainedResults.length} pairs: output ${out.toFixed(3)}  decode ${dec.toFixed(3)}\n`);
   }
   const report = {
     date: new Date().toISOString(),
@@ -137,8 +335,18 @@ export async function main(argv: string[]): Promise<number> {
     binary: native.path,
     checkpoint: ckpt.dir,
     model: { family: info.family, quantization: info.quantization, threads: info.threads, precision: info.precision, blockSize: info.blockSize, numBlocks: info.numBlocks },
-    options: { promptTokens, genTokens, levels, maxBatchedTokens: Number(values['max-batched-tokens'] ?? 512) },
+    options: { promptTokens, genTokens, levels, maxBatchedTokens: Number(values['max-batched-tokens'] ?? 512), schema: values.schema ?? null },
     levels: results,
+    ...(constrained
+      ? {
+          constrained: constrainedResults,
+          ratios: constrainedResults.map((k, i) => ({
+            concurrency: k.concurrency,
+            outputTokS: Math.round((k.outputTokS / results[i]!.outputTokS) * 1000) / 1000,
+            decodeTokS: Math.round((k.decodeTokS / Math.max(1e-9, results[i]!.decodeTokS)) * 1000) / 1000,
+          })),
+        }
+      : {}),
   };
   process.stdout.write(`${JSON.stringify(report, null, values.json ? 0 : 2)}\n`);
   model.close();
