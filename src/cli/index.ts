@@ -8,6 +8,7 @@ import { registerServe } from './commands/serve.js';
 import { registerConvert } from './commands/convert.js';
 import { registerModels } from './commands/models.js';
 import { registerDoctor } from './commands/doctor.js';
+import { registerBench } from './commands/bench.js';
 
 function packageVersion(): string {
   const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as { version: string };
@@ -25,6 +26,7 @@ export function buildProgram(): Command {
   registerConvert(program);
   registerModels(program);
   registerDoctor(program);
+  registerBench(program, packageVersion());
   return program;
 }
 

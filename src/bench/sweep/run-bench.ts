@@ -1,0 +1,170 @@
+// `rapid bench` end to end: check the flags, load --schema / --images, open the target (served
+// in-process or --url), run the sweep with a live view or plain lines, print the table, write
+// --json and --report. Everything the command does, callable from tests.
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { dirname, resolve } from 'node:path';
+import type { BenchReport } from './bench-report.js';
+import { openInProcessTarget, openUrlTarget, type OpenTarget } from './bench-target.js';
+import { htmlReport } from './html-report.js';
+import { loadImages, type BenchImage } from './images.js';
+import { describeLengthDistribution, parseLengthDistribution } from './length-distribution.js';
+import { plainProgress } from './plain-progress.js';
+import { resultsTable } from './results-table.js';
+import { loadSchemaCheck, type SchemaCheck } from './schema-validator.js';
+import { runSweep, validateSweep, type SweepListener } from './sweep.js';
+import { validateWorkload, type WorkloadKind, type WorkloadOptions } from './workload.js';
+
+export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed';
+
+export interface BenchOptions {
+  /** A model to serve in-process (directory, alias or repo); exclusive with url. */
+  model?: string;
+  url?: string;
+  /** The "model" sent to --url (default: the first of its /v1/models). */
+  modelName?: string;
+  apiKey?: string;
+  concurrency: number[];
+  requests: number;
+  runs: number;
+  seed: number;
+  timeoutMs: number;
+  levelTimeoutMs?: number;
+  maxTokens: number;
+  temperature: number;
+  promptLen: string;
+  outputLen?: string;
+  schema?: string;
+  images?: string;
+  workload?: WorkloadChoice;
+  warmup: number;
+  json?: string;
+  report?: string;
+  /** In-process serving. */
+  threads?: number;
+  precision?: 'exact' | 'fast';
+  kvCacheMemory?: number;
+  /** auto: the ink view on a terminal, plain lines otherwise. */
+  progress?: 'auto' | 'live' | 'plain' | 'none';
+}
+
+export interface BenchIo {
+  stdout: NodeJS.WritableStream & { isTTY?: boolean };
+  stderr: NodeJS.WritableStream;
+  version: string;
+}
+
+export function workloadKinds(choice: WorkloadChoice | undefined, hasSchema: boolean, hasImages: boolean): WorkloadKind[] {
+  const mixed = (): WorkloadKind[] => ['text', ...(hasSchema ? (['schema'] as const) : []), ...(hasImages ? (['vision'] as const) : [])];
+  switch (choice) {
+    case undefined:
+      return hasSchema && hasImages ? mixed() : hasSchema ? ['schema'] : hasImages ? ['vision'] : ['text'];
+    case 'mixed':
+      if (!hasSchema && !hasImages) throw new Error('--workload mixed needs --schema FILE and/or --images DIR to mix with text');
+      return mixed();
+    case 'text':
+      return ['text'];
+    case 'schema':
+      if (!hasSchema) throw new Error('--workload schema needs --schema FILE');
+      return ['schema'];
+    case 'vision':
+      if (!hasImages) throw new Error('--workload vision needs --images DIR');
+      return ['vision'];
+    default:
+      throw new Error(`--workload must be text, schema, vision or mixed, got "${String(choice)}"`);
+  }
+}
+
+function writeFile(path: string, text: string): void {
+  mkdirSync(dirname(resolve(path)), { recursive: true });
+  writeFileSync(path, text);
+}
+
+export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchReport> {
+  if ((o.model === undefined) === (o.url === undefined)) throw new Error('rapid bench needs either a model to serve (rapid bench MODEL) or --url URL of a running server, not both');
+  validateSweep({ concurrency: o.concurrency, requests: o.requests, runs: o.runs, timeoutMs: o.timeoutMs, warmup: o.warmup });
+  if (o.levelTimeoutMs !== undefined && !(o.levelTimeoutMs > 0)) throw new Error('--level-timeout-ms must be positive');
+  const promptLength = parseLengthDistribution(o.promptLen);
+  const outputLength = parseLengthDistribution(o.outputLen ?? String(o.maxTokens));
+  const schema: SchemaCheck | undefined = o.schema !== undefined ? await loadSchemaCheck(o.schema) : undefined;
+  const images: BenchImage[] | undefined = o.images !== undefined ? loadImages(o.images) : undefined;
+  const kinds = workloadKinds(o.workload, schema !== undefined, images !== undefined);
+  const workload: WorkloadOptions = { kinds, promptLength, outputLength, maxTokens: o.maxTokens, seed: o.seed, schema: schema?.schema, images };
+  validateWorkload(workload);
+
+  const log = (line: string) => io.stderr.write(`[rapid bench] ${line}\n`);
+  const maxC = Math.max(...o.concurrency);
+  const opened: OpenTarget =
+    o.url !== undefined
+      ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs)
+      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, maxNumSeqs: maxC, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
+  let report: BenchReport;
+  try {
+    const mode = o.progress ?? 'auto';
+    const live = mode === 'live' || (mode === 'auto' && io.stdout.isTTY === true);
+    const title = `rapid bench → ${opened.target.model ?? opened.target.endpoint} · ${kinds.join('+')} · ${o.requests} requests × ${o.runs} runs · concurrency ${o.concurrency.join(',')}`;
+    let view: SweepListener & { close(): void };
+    if (live) {
+      const { inkProgress } = await import('./progress-view.js');
+      view = inkProgress(title, o.runs, io.stdout as NodeJS.WriteStream);
+    } else if (mode === 'none') view = { close: () => undefined };
+    else {
+      io.stdout.write(`${title}\n`);
+      view = plainProgress((line) => io.stdout.write(`${line}\n`), o.runs);
+    }
+    let result;
+    try {
+      result = await runSweep({
+        target: opened.target,
+        workload,
+        concurrency: o.concurrency,
+        requests: o.requests,
+        runs: o.runs,
+        timeoutMs: o.timeoutMs,
+        levelDeadlineMs: o.levelTimeoutMs,
+        temperature: o.temperature,
+        warmup: o.warmup,
+        schema,
+        listener: view,
+      });
+    } finally {
+      view.close();
+    }
+    report = {
+      tool: 'rapid bench',
+      version: io.version,
+      startedAt: result.startedAt,
+      wallMs: result.wallMs,
+      target: { endpoint: opened.target.endpoint, model: opened.target.model ?? null, inProcessModel: opened.inProcessModel },
+      settings: {
+        concurrency: o.concurrency,
+        requests: o.requests,
+        runs: o.runs,
+        seed: o.seed,
+        timeoutMs: o.timeoutMs,
+        levelDeadlineMs: o.levelTimeoutMs ?? null,
+        maxTokens: o.maxTokens,
+        temperature: o.temperature,
+        warmup: o.warmup,
+        promptLength: describeLengthDistribution(promptLength),
+        outputLength: describeLengthDistribution(outputLength),
+        workload: kinds,
+        schemaFile: o.schema ?? null,
+        imagesDir: o.images ?? null,
+        images: images?.length ?? 0,
+      },
+      levels: result.levels,
+    };
+  } finally {
+    await opened.close();
+  }
+  if (o.progress !== 'none') io.stdout.write(`\n${resultsTable(report.levels)}\n`);
+  if (o.json) {
+    writeFile(o.json, `${JSON.stringify(report, null, 2)}\n`);
+    log(`wrote ${o.json}`);
+  }
+  if (o.report) {
+    writeFile(o.report, htmlReport(report));
+    log(`wrote ${o.report}`);
+  }
+  return report;
+}

@@ -1,0 +1,55 @@
+// `rapid bench [MODEL] | --url URL`: concurrency sweeps over HTTP streaming (throughput, TTFT,
+// inter-token latency, failures, structured-output validity); the work is in src/bench/sweep.
+import { InvalidArgumentError, Option, type Command } from 'commander';
+import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
+import { parseByteSize } from './serve.js';
+import { parseFloatOption, parseIntOption } from '../options.js';
+
+/** "1,2,4,16" -> [1, 2, 4, 16] */
+export function parseConcurrencyList(value: string): number[] {
+  const parts = value.split(',').map((s) => s.trim());
+  if (parts.length === 0 || parts.some((p) => !/^\d+$/.test(p) || Number(p) < 1)) {
+    throw new InvalidArgumentError(`--concurrency expects positive integers separated by commas, e.g. 1,2,4,16; got "${value}"`);
+  }
+  return parts.map(Number);
+}
+
+type CliOptions = Omit<BenchOptions, 'model'> & { model?: string };
+
+export function registerBench(program: Command, version = '0.0.0'): void {
+  program
+    .command('bench')
+    .description('Benchmark a model or any OpenAI-compatible server: throughput, latency and validity under concurrency')
+    .argument('[model]', 'a model to serve in-process on a loopback port (directory, catalog alias or org/name); or use --url')
+    .option('--url <url>', 'an OpenAI-compatible server to bench instead (root, /v1 or the chat/completions endpoint)')
+    .option('--model <name>', 'the model name sent to --url (default: the first of its /v1/models)')
+    .option('--api-key <key>', 'sent as Authorization: Bearer <key>')
+    .addOption(new Option('-c, --concurrency <list>', 'concurrency levels, comma-separated').argParser(parseConcurrencyList).default([1, 2, 4], '1,2,4'))
+    .option('-n, --requests <n>', 'requests per level and run', parseIntOption('--requests'), 16)
+    .option('--runs <r>', 'repeated runs per level', parseIntOption('--runs'), 1)
+    .option('--seed <n>', 'workload seed: same seed, same requests on any server', parseIntOption('--seed'), 0)
+    .option('--max-tokens <n>', 'max_tokens of every request (upper bound of --output-len)', parseIntOption('--max-tokens'), 128)
+    .option('--prompt-len <dist>', 'prompt length in words: N, uniform:MIN-MAX or normal:MEAN,STD', '128')
+    .option('--output-len <dist>', 'max_tokens distribution: N, uniform:MIN-MAX or normal:MEAN,STD (default: --max-tokens)')
+    .option('--temperature <t>', 'sampling temperature (0 = greedy)', parseFloatOption('--temperature'), 0)
+    .option('--schema <file>', 'structured output: send this JSON Schema as response_format and validate every reply (ajv)')
+    .option('--images <dir>', 'vision: each vision request attaches one image of this directory (data: URI)')
+    .option('--workload <kind>', 'text, schema, vision or mixed (default: from --schema/--images)')
+    .option('--timeout-ms <ms>', 'a request without a complete reply by then fails as a timeout', parseIntOption('--timeout-ms'), 120_000)
+    .option('--level-timeout-ms <ms>', 'deadline of one level run (default: every request timing out in turn, plus 5 s)', parseIntOption('--level-timeout-ms'))
+    .option('--warmup <n>', 'unmeasured requests sent before the sweep', parseIntOption('--warmup'), 1)
+    .option('--json <file>', 'write every figure as JSON')
+    .option('--report <file>', 'write a self-contained HTML report with charts')
+    .option('--progress <mode>', 'auto (live on a terminal, plain lines otherwise), live, plain or none', 'auto')
+    .option('--threads <n>', 'in-process model: CPU threads', parseIntOption('--threads'))
+    .option('--precision <mode>', 'in-process model: exact or fast', 'fast')
+    .option('--kv-cache-memory <size>', 'in-process model: KV cache budget, e.g. 2GiB', parseByteSize)
+    .action(async (model: string | undefined, opts: CliOptions) => {
+      if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      if (!['auto', 'live', 'plain', 'none'].includes(opts.progress ?? 'auto')) throw new Error(`--progress must be auto, live, plain or none, got "${opts.progress}"`);
+      // commander puts --model on opts.model; the positional is the model to serve.
+      const { model: modelName, ...rest } = opts;
+      const report = await runBench({ ...rest, model, modelName }, { stdout: process.stdout, stderr: process.stderr, version });
+      if (report.levels.every((l) => l.ok === 0)) process.exitCode = 1; // nothing worked: say so to scripts
+    });
+}
