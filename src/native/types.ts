@@ -57,9 +57,17 @@ export interface NativeStepRowResult {
   error?: string;
 }
 
+/** Expert work of one step's forward (MoE models only). */
+export interface NativeMoeStepStats {
+  expertRuns: number; // (layer, expert) weight passes executed: one per active expert per layer
+  activeExperts: number; // distinct (layer, expert) pairs named by the routing
+  routedRows: number; // token x top_k assignments, summed over MoE layers
+  expertBytes: number; // expert weight bytes the matmuls read
+}
+
 export interface NativeStepResult {
   rows: NativeStepRowResult[];
-  timings: { forwardMs: number; sampleMs: number; tokens: number };
+  timings: { forwardMs: number; sampleMs: number; tokens: number; moe?: NativeMoeStepStats };
 }
 
 export interface NativeModelInfo {
@@ -81,7 +89,7 @@ export interface NativeModelInfo {
 }
 
 export interface NativeVisionInfo {
-  family: string; // qwen2_5_vl | qwen3_vl | gemma3
+  family: string; // qwen2_5_vl | qwen3_vl | gemma3 | gemma4 | ...
   deepstackLayers: number; // Qwen3-VL DeepStack features per image token; 0 otherwise
   weightBytes: number; // bytes of the vision tower + projector tensors
   quantization: string; // e.g. "none" (bf16 as mlx-community ships it) or "affine 4-bit g64"
@@ -90,9 +98,10 @@ export interface NativeVisionInfo {
 /** One preprocessed image, exactly as the Hugging Face processor's pixel_values for that image. */
 export interface NativeImageInput {
   /** Qwen2.5-VL / Qwen3-VL: [t*h*w, C*temporal*patch*patch] patch rows in the processor's order;
-   *  Gemma 3: [3, H, W] channel-major, already rescaled and normalized. */
+   *  Gemma 3: [3, H, W] channel-major, already rescaled and normalized;
+   *  Gemma 4: [h*w, 3*patch*patch] the real patch rows in (py, px, c) order, no padding rows. */
   pixels: Float32Array;
-  /** Qwen: image_grid_thw [t, h, w] in patches; Gemma 3: [1, H/patch, W/patch]. */
+  /** Qwen: image_grid_thw [t, h, w] in patches; Gemma 3 / Gemma 4: [1, H/patch, W/patch]. */
   grid: [number, number, number];
 }
 

@@ -143,6 +143,14 @@ Napi::Object result_to_js(Napi::Env env, StepResult& r) {
   t.Set("forwardMs", Napi::Number::New(env, r.forward_ms));
   t.Set("sampleMs", Napi::Number::New(env, r.sample_ms));
   t.Set("tokens", Napi::Number::New(env, double(r.tokens)));
+  if (r.expert_runs >= 0) {
+    Napi::Object m = Napi::Object::New(env);
+    m.Set("expertRuns", Napi::Number::New(env, double(r.expert_runs)));
+    m.Set("activeExperts", Napi::Number::New(env, double(r.active_experts)));
+    m.Set("routedRows", Napi::Number::New(env, double(r.routed_rows)));
+    m.Set("expertBytes", Napi::Number::New(env, double(r.expert_bytes)));
+    t.Set("moe", m);
+  }
   out.Set("timings", t);
   return out;
 }

@@ -1,4 +1,5 @@
 #include "layers/rope.h"
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include "format/json.h"
@@ -36,6 +37,54 @@ static void apply_llama3(RopeSpec& s, double factor, double low_ff, double high_
   s.type = "llama3";
 }
 
+// YaRN (transformers _compute_yarn_parameters): per-frequency blend of interpolated (÷factor) and original
+// frequencies over a linear ramp between the beta_fast/beta_slow correction dims (floor/ceil when `truncate`),
+// and cos/sin scaled by the attention factor (from mscale/mscale_all_dim unless given).
+static RopeSpec rope_yarn(const Json& p, int head_dim, int rot_dim, double theta, const std::string& where) {
+  const Json* fj = p.find("factor");
+  const Json* oj = p.find("original_max_position_embeddings");
+  if (!fj || !fj->is_number() || !oj || !oj->is_number())
+    throw std::runtime_error(where + ": yarn rope_parameters need factor and original_max_position_embeddings");
+  const double factor = fj->as_double(), orig = oj->as_double();
+  const auto get_mscale = [](double scale, double m) { return scale <= 1 ? 1.0 : 0.1 * m * std::log(scale) + 1.0; };
+  // Absent or null keys take transformers' defaults (`or` in Python treats 0 like null for the betas).
+  const auto num = [&](const char* key, double def) {
+    const Json* v = p.find(key);
+    return (v && v->is_number()) ? v->as_double() : def;
+  };
+  const double mscale = num("mscale", 0), mscale_all = num("mscale_all_dim", 0);
+  const double attn = num("attention_factor", 0) != 0 ? num("attention_factor", 0)
+                      : (mscale != 0 && mscale_all != 0) ? get_mscale(factor, mscale) / get_mscale(factor, mscale_all)
+                                                         : get_mscale(factor, 1.0);
+  const double beta_fast = num("beta_fast", 0) != 0 ? num("beta_fast", 0) : 32.0;
+  const double beta_slow = num("beta_slow", 0) != 0 ? num("beta_slow", 0) : 1.0;
+  const auto correction_dim = [&](double rot) {
+    return double(rot_dim) * std::log(orig / (rot * 2 * M_PI)) / (2 * std::log(theta));
+  };
+  double low = correction_dim(beta_fast), high = correction_dim(beta_slow);
+  if (p.get_bool("truncate", true)) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, double(rot_dim - 1));
+  if (low == high) high += 0.001;  // as transformers: no zero-width ramp
+  RopeSpec s;
+  s.head_dim = head_dim;
+  s.rot_dim = rot_dim;
+  s.inv_freq.resize(size_t(rot_dim / 2));
+  for (int j = 0; j < rot_dim / 2; ++j) {
+    const float pos_freq = float(std::pow(theta, double(float(2 * j) / float(rot_dim))));  // f32 as torch
+    const float extrap = 1.0f / pos_freq, interp = 1.0f / (float(factor) * pos_freq);
+    const float ramp = std::clamp((float(j) - float(low)) / (float(high) - float(low)), 0.0f, 1.0f);
+    const float m = 1.0f - ramp;  // extrapolation weight
+    s.inv_freq[size_t(j)] = interp * (1.0f - m) + extrap * m;
+  }
+  s.attention_scaling = float(attn);
+  s.type = "yarn";
+  return s;
+}
+
 RopeSpec rope_from_params(const Json* p, int head_dim, double theta_default, const std::string& where) {
   double theta = theta_default;
   std::string type = "default";
@@ -55,7 +104,8 @@ RopeSpec rope_from_params(const Json* p, int head_dim, double theta_default, con
                  p->get_double("high_freq_factor", 4.0), p->get_double("original_max_position_embeddings", 8192));
     return s;
   }
-  throw std::runtime_error(where + ": unsupported rope_type \"" + type + "\" (supported: default, linear, llama3)");
+  if (type == "yarn") return rope_yarn(*p, head_dim, rot_dim, theta, where);
+  throw std::runtime_error(where + ": unsupported rope_type \"" + type + "\" (supported: default, linear, llama3, yarn)");
 }
 
 void set_mrope_sections(RopeSpec& s, const std::vector<int>& sec, bool interleaved, const std::string& where) {

@@ -23,7 +23,7 @@ struct RopeSpec {
 RopeSpec rope_default(int head_dim, int rot_dim, double theta, double linear_factor);
 
 // Builds the spec from a HF rope parameter object ({rope_type|type, rope_theta, factor, ...}),
-// theta_default used when it has no rope_theta. Supports default, linear, llama3; throws otherwise.
+// theta_default used when it has no rope_theta. Supports default, linear, llama3, yarn; throws otherwise.
 RopeSpec rope_from_params(const Json* params, int head_dim, double theta_default, const std::string& where);
 
 // mRoPE (Qwen2.5-VL / Qwen3-VL): maps each frequency to a position axis (0 T, 1 H, 2 W).

@@ -79,7 +79,9 @@ struct Layer {
   NormWeight post_ffn_norm;   // [hidden] Gemma only
   NormWeight q_norm, k_norm;  // [head_dim] Qwen3/Gemma
   Linear q, k, v, o;          // q [heads*hd, hidden], k/v [kv*hd, hidden], o [hidden, heads*hd]
-  GatedMlp mlp;
+  GatedMlp mlp;               // dense layers
+  MoeBlock moe;               // MoE layers (moe_layer[l])
+  bool is_moe = false;
 };
 
 class DecoderModel final : public Model {
@@ -120,7 +122,15 @@ class DecoderModel final : public Model {
         L.q_norm = load_norm(c, p + ".self_attn.q_norm", d.head_dim, d.rms_eps, d.norm_offset);
         L.k_norm = load_norm(c, p + ".self_attn.k_norm", d.head_dim, d.rms_eps, d.norm_offset);
       }
-      L.mlp = load_gated_mlp(c, qc, p + ".mlp", d.hidden, d.ffn, d.act);
+      L.is_moe = !d.moe_layer.empty() && d.moe_layer[size_t(i)] != 0;
+      if (L.is_moe) {
+        L.moe.router = load_moe_router(c, qc, p + ".mlp.gate", d.n_experts, d.hidden, d.router);
+        L.moe.experts = load_moe_experts(c, qc, p + ".mlp.experts", p + ".mlp.switch_mlp", d.n_experts, d.hidden,
+                                         d.moe_ffn, d.act);
+        has_moe_ = true;
+      } else {
+        L.mlp = load_gated_mlp(c, qc, p + ".mlp", d.hidden, d.ffn, d.act);
+      }
     }
     info_.vocab_size = d.vocab;
     info_.hidden_size = d.hidden;
@@ -144,6 +154,7 @@ class DecoderModel final : public Model {
 
   const ModelInfo& info() const override { return info_; }
   const VisionEncoder* vision() const override { return vision_.get(); }
+  const MoeStats* moe_stats() const override { return has_moe_ ? &moe_stats_ : nullptr; }
 
   std::vector<KvLayerSpec> kv_layers() const override {
     return std::vector<KvLayerSpec>(size_t(cfg_.n_layers), KvLayerSpec{cfg_.n_kv_heads, cfg_.head_dim, -1});
@@ -162,6 +173,7 @@ class DecoderModel final : public Model {
     std::vector<float> att(static_cast<size_t>(T * qd));  // [T, n_heads, hd]
     std::vector<float> o(static_cast<size_t>(T * H));     // [T, hidden] sub-block output
     std::vector<float> scratch;
+    moe_stats_ = MoeStats{};
 
     embedding_rows(embed_, b.tokens.data(), T, h.data());
     if (d.embed_scale != 1.0f)
@@ -177,6 +189,11 @@ class DecoderModel final : public Model {
 
     std::vector<RopeTable> rope_tables;  // one per distinct RoPE spec, shared by its layers
     for (const RopeSpec& rs : d.ropes) rope_tables.push_back(rope_table(rs, b.positions.data(), T));
+    std::vector<float> q_scale;  // [T] Llama-4 position-dependent query scale (f32 as transformers computes it)
+    if (d.q_pos_beta != 0.0f)
+      for (int64_t t = 0; t < T; ++t)
+        q_scale.push_back(1.0f + d.q_pos_beta * std::log(1.0f + std::floor(float(b.positions[size_t(t)]) /
+                                                                           float(d.q_pos_period))));
 
     for (int l = 0; l < d.n_layers; ++l) {
       const Layer& L = layers_[size_t(l)];
@@ -191,6 +208,8 @@ class DecoderModel final : public Model {
       }
       const RopeTable& rope = rope_tables[size_t(d.rope_of[size_t(l)])];
       apply_rope(q.data(), T, d.n_heads, rope);
+      for (size_t t = 0; t < q_scale.size(); ++t)
+        for (int64_t i = 0; i < qd; ++i) q[t * size_t(qd) + size_t(i)] *= q_scale[t];
       apply_rope(k.data(), T, d.n_kv_heads, rope);
       write_kv(kv, l, k.data(), v.data(), b.spans);
       paged_attention(pool, kv, l, q.data(), att.data(), b.spans, shape);
@@ -199,7 +218,10 @@ class DecoderModel final : public Model {
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
 
       norm_rows(h.data(), xn.data(), T, d.sandwich_norms ? L.pre_ffn_norm : L.post_attn_norm);
-      gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
+      if (L.is_moe)
+        moe_block_forward(pool, L.moe, xn.data(), T, o.data(), prec, moe_scratch_, &moe_stats_);
+      else
+        gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
       if (d.sandwich_norms) norm_rows(o.data(), o.data(), T, L.post_ffn_norm);
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
       // Qwen3-VL DeepStack: the vision tower's layer-l features join the residual after decoder layer l.
@@ -234,6 +256,9 @@ class DecoderModel final : public Model {
   Weight head_;    // [vocab, hidden]
   NormWeight final_norm_;
   std::vector<Layer> layers_;
+  bool has_moe_ = false;
+  MoeScratch moe_scratch_;  // reused across layers and steps; holds no meaning between calls
+  MoeStats moe_stats_;      // expert work of the last forward
 };
 
 }  // namespace

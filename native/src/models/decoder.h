@@ -10,6 +10,7 @@
 #include "format/safetensors.h"
 #include "layers/linear.h"
 #include "layers/mlp.h"
+#include "layers/moe.h"
 #include "layers/norm.h"
 #include "layers/rope.h"
 #include "models/model.h"
@@ -37,6 +38,14 @@ struct DecoderConfig {
   std::vector<RopeSpec> ropes;
   std::vector<int> mrope_sections;  // non-empty: positions are [3, n] (T, H, W) and ropes map sections to axes
   int deepstack_layers = 0;     // Qwen3-VL: decoder layers after which DeepStack features are added
+  // Llama-4 query scaling (Ministral 3), after RoPE: q *= 1 + beta·ln(1 + floor(pos / period)); beta 0 = off.
+  float q_pos_beta = 0;
+  int64_t q_pos_period = 0;
+  // Mixture of experts (Qwen3-MoE, Qwen3-VL-MoE): layers with moe_layer[l] != 0 run a MoeBlock (router
+  // "<layer>.mlp.gate", experts "<layer>.mlp.experts" / "<layer>.mlp.switch_mlp") in place of the MLP.
+  std::vector<uint8_t> moe_layer;  // [n_layers] or empty (no MoE)
+  int64_t n_experts = 0, moe_ffn = 0;
+  RouterOptions router;
 };
 
 // Key prefixes found in the checkpoint: the text decoder ("model.") and the head ("lm_head").

@@ -18,7 +18,16 @@ std::unique_ptr<Model> load_qwen3(std::shared_ptr<const Checkpoint> ckpt, const 
 std::unique_ptr<Model> load_llama(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
 std::unique_ptr<Model> load_qwen2_5_vl(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
 std::unique_ptr<Model> load_qwen3_vl(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen3_moe(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_qwen3_vl_moe(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
 std::unique_ptr<Model> load_gemma3(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_mistral3(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+std::unique_ptr<Model> load_gemma4(std::shared_ptr<const Checkpoint> ckpt, const Json& config, const std::string& arch);
+
+struct DecoderConfig;
+// Qwen3-MoE expert layout of a text config (num_experts, num_experts_per_tok, moe_intermediate_size,
+// decoder_sparse_step, mlp_only_layers, norm_topk_prob) into d; no-op when num_experts is 0.
+void apply_qwen3_moe(const Json& c, DecoderConfig& d, bool norm_topk_default, const std::string& arch);
 
 // HF hidden_act names → Activation; throws naming the value when unsupported.
 Activation parse_activation(const std::string& name, const std::string& arch);

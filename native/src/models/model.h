@@ -9,6 +9,7 @@
 #include "cpu/matmul.h"
 #include "kv/kv_pool.h"
 #include "layers/attention.h"
+#include "layers/moe.h"
 #include "vision/vision.h"
 
 namespace rapid {
@@ -55,6 +56,8 @@ class Model {
   virtual void forward(const Batch& batch, KvPool& kv, ThreadPool& pool, Precision p, float* logits) = 0;
   // The vision tower + projector of a VLM checkpoint (mapping the same files), else null.
   virtual const VisionEncoder* vision() const { return nullptr; }
+  // Expert work of the last forward (MoE models), else null: lets a step report what it read.
+  virtual const MoeStats* moe_stats() const { return nullptr; }
 };
 
 }  // namespace rapid

@@ -17,8 +17,14 @@ constexpr Entry kEntries[] = {
     {"MistralForCausalLM", "mistral", load_llama},
     {"Gemma3ForCausalLM", "gemma3_text", load_gemma3},
     {"Gemma3ForConditionalGeneration", "gemma3", load_gemma3},
+    {"Gemma4ForConditionalGeneration", "gemma4", load_gemma4},
+    {"Gemma4ForCausalLM", "gemma4_text", load_gemma4},
     {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl", load_qwen2_5_vl},
     {"Qwen3VLForConditionalGeneration", "qwen3_vl", load_qwen3_vl},
+    {"Mistral3ForConditionalGeneration", "mistral3", load_mistral3},
+    {"Ministral3ForCausalLM", "ministral3", load_mistral3},
+    {"Qwen3MoeForCausalLM", "qwen3_moe", load_qwen3_moe},
+    {"Qwen3VLMoeForConditionalGeneration", "qwen3_vl_moe", load_qwen3_vl_moe},
 };
 }  // namespace
 

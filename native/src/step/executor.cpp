@@ -139,6 +139,12 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   std::vector<float> logits(batch.logit_rows.size() * size_t(vocab));  // [m, vocab]
   model.forward(batch, kv, pool, precision, logits.data());
   res.forward_ms = ms_since(t0);
+  if (const MoeStats* ms = model.moe_stats()) {
+    res.expert_runs = ms->expert_runs;
+    res.active_experts = ms->active_experts;
+    res.routed_rows = ms->routed_rows;
+    res.expert_bytes = ms->expert_bytes;
+  }
 
   t0 = std::chrono::steady_clock::now();
   std::vector<size_t> samplers;

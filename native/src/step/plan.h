@@ -46,6 +46,8 @@ struct StepResult {
   double forward_ms = 0;
   double sample_ms = 0;
   int64_t tokens = 0;               // tokens in the forward
+  // MoE models: the forward's expert work (Model::moe_stats); expert_runs < 0 for other models.
+  int64_t expert_runs = -1, active_experts = 0, routed_rows = 0, expert_bytes = 0;
 };
 
 }  // namespace rapid

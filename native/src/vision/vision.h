@@ -15,7 +15,8 @@ namespace rapid {
 
 // One image as the Hugging Face processor's pixel_values for it.
 struct ImageInput {
-  const float* pixels = nullptr;  // Qwen: [t*h*w, C*temporal*patch*patch]; Gemma 3: [3, H, W]
+  // Qwen: [t*h*w, C*temporal*patch*patch]; Gemma 3: [3, H, W]; Gemma 4: [h*w, 3*patch*patch] (py, px, c), unpadded
+  const float* pixels = nullptr;
   int64_t n_values = 0;           // element count of `pixels` (checked against the grid)
   int grid_t = 1, grid_h = 0, grid_w = 0;  // Qwen: image_grid_thw; Gemma 3: [1, H/patch, W/patch]
 };
@@ -29,7 +30,7 @@ struct ImageEmbedding {
 class VisionEncoder {
  public:
   virtual ~VisionEncoder() = default;
-  virtual std::string family() const = 0;     // qwen2_5_vl | qwen3_vl | gemma3
+  virtual std::string family() const = 0;     // qwen2_5_vl | qwen3_vl | gemma3 | gemma4 | ...
   virtual int64_t text_hidden() const = 0;     // width of the output embeddings
   virtual int deepstack_layers() const { return 0; }
   virtual size_t weight_bytes() const = 0;     // bytes of the tower + projector tensors

@@ -17,6 +17,7 @@ std::string infer_family(const Json& config) {
     if (arch.rfind("Qwen3VLMoe", 0) == 0) return "qwen3_vl_moe";
     if (arch.rfind("Qwen3VL", 0) == 0) return "qwen3_vl";
     if (arch.rfind("Gemma3ForConditional", 0) == 0) return "gemma3";
+    if (arch.rfind("Mistral3ForConditional", 0) == 0) return "mistral3";
   }
   return "";
 }
@@ -31,8 +32,10 @@ std::unique_ptr<VisionEncoder> load_vision_encoder(std::shared_ptr<const Checkpo
   // Qwen3-VL-MoE shares the dense model's vision tower.
   if (f == "qwen3_vl" || f == "qwen3_vl_moe") return load_qwen3_vl_vision(std::move(ckpt), config);
   if (f == "gemma3") return load_gemma3_vision(std::move(ckpt), config);
+  if (f == "mistral3") return load_pixtral_vision(std::move(ckpt), config);  // Pixtral tower
+  if (f == "gemma4") return load_gemma4_vision(std::move(ckpt), config);
   throw std::runtime_error("no vision encoder for family \"" + f +
-                           "\" (supported: qwen2_5_vl, qwen3_vl, qwen3_vl_moe, gemma3)");
+                           "\" (supported: qwen2_5_vl, qwen3_vl, qwen3_vl_moe, gemma3, gemma4, mistral3)");
 }
 
 }  // namespace rapid

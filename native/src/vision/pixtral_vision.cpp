@@ -1,0 +1,228 @@
+// Pixtral vision tower + Mistral 3 projector (transformers PixtralVisionModel, Mistral3MultiModalProjector):
+// Conv2d patch embedding without bias, ln_pre RMSNorm, RMSNorm blocks with 2-D axial RoPE and a SiLU-gated
+// MLP, then RMSNorm (text eps), the 2x2 PatchMerger (unfold, channel-major) and linear_1 -> GELU -> linear_2.
+// One image per call, so the block-diagonal mask of a multi-image batch is one full segment here.
+#include <cmath>
+#include <stdexcept>
+#include "vision/vision_blocks.h"
+#include "vision/vision_families.h"
+
+namespace rapid {
+namespace {
+
+using namespace vision;
+
+struct PixtralLayer {
+  NormWeight attn_norm, ffn_norm;  // RMSNorm 1e-5 over hidden
+  Linear q, k, v, o;               // [heads*hd, hidden] x3, [hidden, heads*hd], no bias
+  Linear gate, up, down;           // [ffn, hidden] x2, [hidden, ffn], no bias
+};
+
+class PixtralVision final : public VisionEncoder {
+ public:
+  PixtralVision(std::shared_ptr<const Checkpoint> ckpt, const Json& config) : ckpt_(std::move(ckpt)) {
+    const Checkpoint& ck = *ckpt_;
+    const Json& vc = vision_config(config, "mistral3");
+    const QuantConfig qc = QuantConfig::from_config(config);
+    // mlx-vlm inserts `vision_model.` after vision_tower; transformers (legacy and new layouts) does not.
+    vprefix_ = probe_prefix(ck,
+                            {"model.vision_tower.vision_model.", "model.vision_tower.", "vision_tower.vision_model.",
+                             "vision_tower."},
+                            "patch_conv.weight", "Pixtral vision tower");
+    pprefix_ = probe_prefix(ck, {"model.multi_modal_projector.", "multi_modal_projector."}, "norm.weight",
+                            "Mistral 3 multi-modal projector");
+    channels_ = cfg_int(vc, {"num_channels", "in_channels"}, 3);
+    const TensorView& conv = ck.get(vprefix_ + "patch_conv.weight");
+    patch_ = cfg_int(vc, {"patch_size"}, conv.shape.size() == 4 ? conv.shape[2] : 14);
+    hidden_ = conv.shape.at(0);
+    heads_ = cfg_int(vc, {"num_attention_heads", "num_heads"}, 16);
+    const Json* hdj = vc.find("head_dim");
+    hd_ = (hdj && hdj->is_number()) ? hdj->as_int() : hidden_ / heads_;
+    if (hd_ <= 0 || hd_ % 4 != 0)
+      throw std::runtime_error("mistral3 vision: head_dim " + std::to_string(hd_) + " is not a positive multiple of 4");
+    const int64_t layers = cfg_int(vc, {"num_hidden_layers", "depth"}, 24);
+    act_ = parse_act(vc.get_string("hidden_act", "gelu"), "mistral3 vision");
+    merge_ = cfg_int(config, {"spatial_merge_size"}, 2);
+    const Json& tc = config.find("text_config") ? *config.find("text_config") : config;
+    const float text_eps = float(tc.get_double("rms_norm_eps", 1e-5));
+    if (const Json* fl = config.find("vision_feature_layer"); fl && fl->is_number()) {
+      const int64_t l = fl->as_int();
+      if (l != -1 && l != layers)
+        throw std::runtime_error("mistral3 vision: vision_feature_layer " + std::to_string(l) +
+                                 " is not supported (only the last layer, -1)");
+    } else if (fl && !fl->is_null()) {
+      throw std::runtime_error("mistral3 vision: a list vision_feature_layer is not supported");
+    }
+    const std::string proj_act = config.get_string("projector_hidden_act", "gelu");
+    proj_act_ = parse_act(proj_act, "mistral3 projector");
+    const bool proj_bias = config.get_bool("multimodal_projector_bias", false);
+    double theta = vc.get_double("rope_theta", 10000.0);
+    if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) theta = rp->get_double("rope_theta", theta);
+
+    pe_ = load_patch_embed(ck, vprefix_ + "patch_conv", hidden_, channels_, 0, patch_, false);
+    ln_pre_ = load_norm(ck, vprefix_ + "ln_pre", hidden_, 1e-5f, false);
+    const int64_t qd = heads_ * hd_;
+    ffn_ = load_weight(ck, qc, vprefix_ + "transformer.layers.0.feed_forward.gate_proj").out;
+    for (int64_t i = 0; i < layers; ++i) {
+      const std::string p = vprefix_ + "transformer.layers." + std::to_string(i) + ".";
+      PixtralLayer l;
+      l.attn_norm = load_norm(ck, p + "attention_norm", hidden_, 1e-5f, false);
+      l.ffn_norm = load_norm(ck, p + "ffn_norm", hidden_, 1e-5f, false);
+      l.q = load_linear(ck, qc, p + "attention.q_proj", qd, hidden_, false);
+      l.k = load_linear(ck, qc, p + "attention.k_proj", qd, hidden_, false);
+      l.v = load_linear(ck, qc, p + "attention.v_proj", qd, hidden_, false);
+      l.o = load_linear(ck, qc, p + "attention.o_proj", hidden_, qd, false);
+      l.gate = load_linear(ck, qc, p + "feed_forward.gate_proj", ffn_, hidden_, false);
+      l.up = load_linear(ck, qc, p + "feed_forward.up_proj", ffn_, hidden_, false);
+      l.down = load_linear(ck, qc, p + "feed_forward.down_proj", hidden_, ffn_, false);
+      layers_.push_back(std::move(l));
+    }
+    norm_ = load_norm(ck, pprefix_ + "norm", hidden_, text_eps, false);
+    merging_ = load_linear(ck, qc, pprefix_ + "patch_merger.merging_layer", hidden_, hidden_ * merge_ * merge_, false);
+    out_ = load_weight(ck, qc, pprefix_ + "linear_1").out;
+    linear1_ = load_linear(ck, qc, pprefix_ + "linear_1", out_, hidden_, proj_bias);
+    linear2_ = load_linear(ck, qc, pprefix_ + "linear_2", out_, out_, proj_bias);
+
+    // PixtralVisionRotaryEmbedding: f_i = theta^(-2i/hd) (f32); h angles use f[0::2], w angles f[1::2].
+    const int64_t q4 = hd_ / 4;
+    for (int64_t j = 0; j < q4; ++j) {
+      const auto f = [&](int64_t i) { return float(1.0 / std::pow(theta, double(float(2 * i) / float(hd_)))); };
+      f_h_.push_back(f(2 * j));
+      f_w_.push_back(f(2 * j + 1));
+    }
+    bytes_ = prefix_bytes(ck, {vprefix_, pprefix_});
+    std::vector<const Weight*> ws{&merging_.w, &linear1_.w, &linear2_.w};
+    for (const auto& l : layers_)
+      for (const Linear* x : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) ws.push_back(&x->w);
+    quant_ = describe_quant(ws);
+  }
+
+  std::string family() const override { return "mistral3"; }
+  int64_t text_hidden() const override { return out_; }
+  size_t weight_bytes() const override { return bytes_; }
+  std::string quantization() const override { return quant_; }
+
+  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+    if (!img.pixels) throw std::invalid_argument("mistral3 vision: no pixel values given");
+    const int64_t gh = img.grid_h, gw = img.grid_w, unit = patch_ * merge_;
+    if (img.grid_t != 1 || gh < merge_ || gw < merge_ || gh % merge_ != 0 || gw % merge_ != 0 || gh * gw > (1 << 16))
+      throw std::invalid_argument("mistral3 vision: image grid [" + std::to_string(img.grid_t) + ", " +
+                                  std::to_string(gh) + ", " + std::to_string(gw) + "] must be [1, h, w] with h and w " +
+                                  "multiples of " + std::to_string(merge_) + " (image sides multiples of " +
+                                  std::to_string(unit) + " px) and at most 65536 patches");
+    const int64_t ph = gh * patch_, pw = gw * patch_;
+    if (img.n_values != channels_ * ph * pw)
+      throw std::invalid_argument("mistral3 vision: got " + std::to_string(img.n_values) + " pixel values, expected " +
+                                  std::to_string(channels_ * ph * pw) + " ([" + std::to_string(channels_) + ", " +
+                                  std::to_string(ph) + ", " + std::to_string(pw) + "])");
+    const int64_t n = gh * gw;  // patches, row-major
+    const int64_t row_len = channels_ * patch_ * patch_;
+
+    // Flatten [C, H, W] into patch rows [n, C*P*P] in the conv weight's (c, i, j) order.
+    std::vector<float> rows(size_t(n * row_len));
+    for (int64_t gy = 0; gy < gh; ++gy)
+      for (int64_t gx = 0; gx < gw; ++gx) {
+        float* r = rows.data() + (gy * gw + gx) * row_len;  // [C, P, P]
+        for (int64_t c = 0; c < channels_; ++c)
+          for (int64_t i = 0; i < patch_; ++i)
+            std::copy_n(img.pixels + (c * ph + gy * patch_ + i) * pw + gx * patch_, patch_,
+                        r + (c * patch_ + i) * patch_);
+      }
+    std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
+    patch_embed(pool, pe_, rows.data(), x.data(), n);
+    rows = {};
+    rms_norm_rows(pool, x.data(), x.data(), n, ln_pre_);
+
+    // cos/sin [n, hd/2] = [row * f_h (hd/4), col * f_w (hd/4)]; rotate_half pairs i with i + hd/2.
+    RopeTable rope;
+    rope.half = int(hd_ / 2);
+    rope.head_dim = int(hd_);
+    rope.cos.resize(size_t(n * rope.half));
+    rope.sin.resize(size_t(n * rope.half));
+    const int64_t q4 = hd_ / 4;
+    for (int64_t i = 0; i < n; ++i) {
+      float* c = rope.cos.data() + i * rope.half;  // [hd/2]
+      float* s = rope.sin.data() + i * rope.half;  // [hd/2]
+      for (int64_t j = 0; j < q4; ++j) {
+        const float ah = float(i / gw) * f_h_[size_t(j)], aw = float(i % gw) * f_w_[size_t(j)];
+        c[j] = std::cos(ah);
+        s[j] = std::sin(ah);
+        c[q4 + j] = std::cos(aw);
+        s[q4 + j] = std::sin(aw);
+      }
+    }
+
+    const int64_t qd = heads_ * hd_, ld = 3 * qd;
+    std::vector<float> hn(size_t(n * hidden_));  // [n, hidden]
+    std::vector<float> qkv(size_t(n * ld));      // [n, (q, k, v), heads, hd]
+    std::vector<float> att(size_t(n * qd));      // [n, heads*hd]
+    std::vector<float> g(size_t(n * ffn_)), u(size_t(n * ffn_));  // [n, ffn]
+    const std::vector<int64_t> cu{0, n};
+    const float scale = 1.0f / std::sqrt(float(hd_));
+    for (const PixtralLayer& l : layers_) {
+      rms_norm_rows(pool, x.data(), hn.data(), n, l.attn_norm);
+      linear_strided(pool, l.q, hn.data(), qkv.data(), ld, n, prec);
+      linear_strided(pool, l.k, hn.data(), qkv.data() + qd, ld, n, prec);
+      linear_strided(pool, l.v, hn.data(), qkv.data() + 2 * qd, ld, n, prec);
+      apply_rope_strided(pool, qkv.data(), ld, n, int(heads_), rope);
+      apply_rope_strided(pool, qkv.data() + qd, ld, n, int(heads_), rope);
+      segment_attention(pool, qkv.data(), qkv.data() + qd, qkv.data() + 2 * qd, ld, att.data(), qd, int(heads_),
+                        int(hd_), scale, cu);
+      linear(pool, l.o, att.data(), hn.data(), n, prec);
+      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      rms_norm_rows(pool, x.data(), hn.data(), n, l.ffn_norm);
+      linear(pool, l.gate, hn.data(), g.data(), n, prec);
+      linear(pool, l.up, hn.data(), u.data(), n, prec);
+      activate_mul_rows(pool, g.data(), u.data(), n, ffn_, act_);
+      linear(pool, l.down, g.data(), hn.data(), n, prec);
+      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+    }
+
+    // Projector: RMSNorm, then PatchMerger = F.unfold(kernel = stride = merge) over the [hidden, gh, gw] grid:
+    // merged cell (R, C) in raster order, feature c*m*m + kh*m + kw (channel-major).
+    rms_norm_rows(pool, x.data(), x.data(), n, norm_);
+    const int64_t mh = gh / merge_, mw = gw / merge_, units = mh * mw, mm = merge_ * merge_;
+    std::vector<float> cat(size_t(units * hidden_ * mm));  // [units, hidden*m*m]
+    for (int64_t r = 0; r < mh; ++r)
+      for (int64_t cc = 0; cc < mw; ++cc) {
+        float* dst = cat.data() + (r * mw + cc) * hidden_ * mm;  // [hidden, m, m]
+        for (int64_t kh = 0; kh < merge_; ++kh)
+          for (int64_t kw = 0; kw < merge_; ++kw) {
+            const float* src = x.data() + ((r * merge_ + kh) * gw + cc * merge_ + kw) * hidden_;  // [hidden]
+            for (int64_t c = 0; c < hidden_; ++c) dst[c * mm + kh * merge_ + kw] = src[c];
+          }
+      }
+    std::vector<float> merged(size_t(units * hidden_));  // [units, hidden]
+    linear(pool, merging_, cat.data(), merged.data(), units, prec);
+    std::vector<float> h1(size_t(units * out_));  // [units, text_hidden]
+    linear(pool, linear1_, merged.data(), h1.data(), units, prec);
+    activate_rows(pool, h1.data(), units, out_, proj_act_);
+    ImageEmbedding e;
+    e.tokens = units;
+    e.embeddings.resize(size_t(units * out_));  // [units, text_hidden], rows of the [IMG] tokens in order
+    linear(pool, linear2_, h1.data(), e.embeddings.data(), units, prec);
+    return e;
+  }
+
+ private:
+  std::shared_ptr<const Checkpoint> ckpt_;  // keeps the mapped weights alive
+  std::string vprefix_, pprefix_;
+  int64_t channels_ = 3, patch_ = 14, merge_ = 2;
+  int64_t hidden_ = 0, heads_ = 0, hd_ = 0, ffn_ = 0, out_ = 0;
+  VAct act_ = VAct::GeluErf, proj_act_ = VAct::GeluErf;
+  PatchEmbed pe_;
+  NormWeight ln_pre_, norm_;
+  std::vector<PixtralLayer> layers_;
+  Linear merging_, linear1_, linear2_;
+  std::vector<float> f_h_, f_w_;  // [hd/4] each
+  size_t bytes_ = 0;
+  std::string quant_;
+};
+
+}  // namespace
+
+std::unique_ptr<VisionEncoder> load_pixtral_vision(std::shared_ptr<const Checkpoint> ckpt, const Json& config) {
+  return std::make_unique<PixtralVision>(std::move(ckpt), config);
+}
+
+}  // namespace rapid
