@@ -72,3 +72,76 @@ export function locateImageRuns(ids: readonly number[], imageTokenId: number, co
   }
   return offsets;
 }
+
+export interface PixtralExpandedIds extends ExpandedIds {
+  spans: number[]; // tokens from each image's first [IMG] through its [IMG_END]
+  embedAt: Int32Array[]; // per image: offsets inside its span of the [IMG] tokens (the embedding rows, in order)
+}
+
+/**
+ * Pixtral (Mistral 3): the i-th [IMG] becomes grids[i].rows rows of [IMG] x cols + [IMG_BREAK], the last
+ * break replaced by [IMG_END] (PixtralProcessor.replace_image_token; all three are special tokens, so ids
+ * expand exactly as the text does).
+ */
+export function expandPixtralImageIds(
+  ids: readonly number[],
+  tokens: { image: number; rowBreak: number; end: number },
+  grids: readonly { rows: number; cols: number }[],
+): PixtralExpandedIds {
+  let found = 0;
+  for (const id of ids) if (id === tokens.image) found++;
+  if (found !== grids.length) throw placeholderMismatch(found, grids.length);
+  const out: number[] = [];
+  const offsets: number[] = [];
+  const spans: number[] = [];
+  const embedAt: Int32Array[] = [];
+  let k = 0;
+  for (const id of ids) {
+    if (id !== tokens.image) {
+      out.push(id);
+      continue;
+    }
+    const { rows, cols } = grids[k++]!;
+    const at = new Int32Array(rows * cols);
+    offsets.push(out.length);
+    for (let r = 0; r < rows; r++) {
+      for (let c = 0; c < cols; c++) {
+        at[r * cols + c] = r * (cols + 1) + c;
+        out.push(tokens.image);
+      }
+      out.push(r === rows - 1 ? tokens.end : tokens.rowBreak);
+    }
+    spans.push(rows * (cols + 1));
+    embedAt.push(at);
+  }
+  return { ids: out, offsets, spans, embedAt };
+}
+
+/**
+ * Gemma 4: the i-th image token becomes begin + image x counts[i] + end (Gemma4Processor.replace_image_token;
+ * all three are special tokens, so ids expand exactly as the text does). Offsets point at the first image token.
+ */
+export function expandWrappedImageIds(
+  ids: readonly number[],
+  tokens: { image: number; begin: number; end: number },
+  counts: readonly number[],
+): ExpandedIds {
+  let found = 0;
+  for (const id of ids) if (id === tokens.image) found++;
+  if (found !== counts.length) throw placeholderMismatch(found, counts.length);
+  const out: number[] = [];
+  const offsets: number[] = [];
+  let k = 0;
+  for (const id of ids) {
+    if (id !== tokens.image) {
+      out.push(id);
+      continue;
+    }
+    out.push(tokens.begin);
+    offsets.push(out.length);
+    for (let j = 0; j < counts[k]; j++) out.push(tokens.image);
+    out.push(tokens.end);
+    k++;
+  }
+  return { ids: out, offsets };
+}

@@ -21,6 +21,10 @@ export function gemma3ImageConfig(image: Json, processor: Json, config: Json, wh
   const size = obj(image.size);
   const vision = obj(config.vision_config);
   const imageSize = num(vision?.image_size) ?? 896;
+  // Pan-and-scan (extra crops per image) is off in every published config (null/false); not implemented.
+  if (bool(image.do_pan_and_scan) === true || bool(processor.do_pan_and_scan) === true) {
+    throw new Error(`${where}: do_pan_and_scan is true, but rapid preprocesses Gemma 3 images without pan-and-scan; set it to false (the transformers default)`);
+  }
   return {
     height: num(size?.height) ?? imageSize,
     width: num(size?.width) ?? imageSize,

@@ -6,6 +6,8 @@ export { imageHash } from './image-hash.js';
 export { blockedAddressKind } from './ip-policy.js';
 export { decodePositions, mropePositions, slicePositions, type MropeImageSpan, type MropePositions } from './mrope-positions.js';
 export { pilResize, type ResampleFilter } from './pil-resample.js';
+export { prepareWithSpec, type PreprocessSpec } from './prepare-image.js';
+export { PreprocessPool, preprocessPool, type PreprocessPoolOptions, type PreprocessPoolStats } from './preprocess-pool.js';
 export {
   assertImagesAllowed,
   type PreparedImage,

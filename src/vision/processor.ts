@@ -5,32 +5,29 @@
 import { join } from 'node:path';
 
 import { InvalidRequestError } from '../engine/errors.js';
-import type { NativeImageInput } from '../native/types.js';
 import { encodeChatPrompt } from '../template/chat-template.js';
 import { specialTokenString, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
 import { decodeImage, type DecodedImage, type DecodeImageOptions } from './decode-image.js';
-import { expandImageTokenIds, expandPlaceholderText, locateImageRuns, placeholderMismatch } from './expand-prompt.js';
-import { gemma3ImageConfig, gemma3Preprocess, type Gemma3ImageConfig } from './gemma3-image-processor.js';
-import { imageHash, variantHash } from './image-hash.js';
+import { expandImageTokenIds, expandPixtralImageIds, expandPlaceholderText, expandWrappedImageIds, locateImageRuns, placeholderMismatch } from './expand-prompt.js';
+import { gemma3ImageConfig, type Gemma3ImageConfig } from './gemma3-image-processor.js';
+import { gemma4ImageConfig, type Gemma4ImageConfig } from './gemma4-image-processor.js';
 import { type Json, num, obj, readJsonObject, readProcessorFiles } from './image-processor-config.js';
 import { mropePositions } from './mrope-positions.js';
-import { qwenImageConfig, qwenPreprocess, type QwenImageConfig } from './qwen-image-processor.js';
+import { type PreparedImage, type PrepareImageOptions, type PreprocessSpec, prepareWithSpec } from './prepare-image.js';
+import { pixtralImageConfig, type PixtralImageConfig } from './pixtral-image-processor.js';
+import { preprocessPool } from './preprocess-pool.js';
+import { qwenImageConfig, type QwenImageConfig } from './qwen-image-processor.js';
 
-export type VisionFamily = 'qwen2_5_vl' | 'qwen3_vl' | 'gemma3';
+export type VisionFamily = 'qwen2_5_vl' | 'qwen3_vl' | 'gemma3' | 'mistral3' | 'gemma4';
 
-export interface PreparedImage {
-  hash: string; // imageHash of the decoded pixels
-  input: NativeImageInput; // the HF processor's pixel_values rows + grid for this one image
-  tokens: number; // placeholder tokens this image expands to
-}
-
-export interface PrepareImageOptions {
-  /** Qwen: a lower max_pixels than the processor config's (Gemma 3 always uses its fixed size). */
-  maxPixels?: number;
-}
+export type { PreparedImage, PrepareImageOptions } from './prepare-image.js';
 
 export interface VisionPromptImage extends PreparedImage {
   offset: number; // first image token in promptIds; the span is [offset, offset + tokens)
+  // Pixtral: the span [offset, offset + spanLength) includes [IMG_BREAK]/[IMG_END]; embedAt = offsets in it of
+  // the `tokens` [IMG] tokens that take the embedding rows (in order).
+  spanLength?: number;
+  embedAt?: Int32Array;
 }
 
 export interface VisionPrompt {
@@ -46,11 +43,16 @@ const FAMILY_OF_MODEL_TYPE: Record<string, VisionFamily> = {
   qwen3_vl: 'qwen3_vl',
   qwen3_vl_moe: 'qwen3_vl',
   gemma3: 'gemma3',
+  mistral3: 'mistral3',
+  gemma4: 'gemma4',
 };
 
 type FamilySettings =
   | { kind: 'qwen'; image: QwenImageConfig; imageToken: string }
-  | { kind: 'gemma3'; image: Gemma3ImageConfig; boiToken: string; expansion: string };
+  | { kind: 'gemma3'; image: Gemma3ImageConfig; boiToken: string; expansion: string }
+  | { kind: 'pixtral'; image: PixtralImageConfig; imageToken: string; breakId: number; endId: number }
+  // bidirectional: text_config.use_bidirectional_attention == "vision" (HF applies image blocks only then).
+  | { kind: 'gemma4'; image: Gemma4ImageConfig; imageToken: string; boiId: number; eoiId: number; bidirectional: boolean };
 
 /** A tokenizer_config.json special token by key, top level or under extra_special_tokens. */
 function tokenizerConfigToken(cfg: Json | null, key: string, fallback: string): string {
@@ -96,6 +98,34 @@ export class VisionProcessor {
       return new VisionProcessor(family, imageTokenId, { kind: 'gemma3', image: cfg, boiToken, expansion }, text);
     }
 
+    if (family === 'mistral3') {
+      const cfg = pixtralImageConfig(image, processor, config, where);
+      const str = (v: unknown, fallback: string): string => (typeof v === 'string' ? v : fallback);
+      const imageToken = str(processor.image_token, '[IMG]');
+      const imageTokenId = idOf(imageToken);
+      const configured = num(config.image_token_index) ?? num(config.image_token_id);
+      if (configured !== undefined && configured !== imageTokenId) {
+        throw new Error(`${dir}: config.json image_token_index ${configured} is not the tokenizer's ${imageToken} (${imageTokenId})`);
+      }
+      const breakId = idOf(str(processor.image_break_token, '[IMG_BREAK]'));
+      const endId = idOf(str(processor.image_end_token, '[IMG_END]'));
+      return new VisionProcessor(family, imageTokenId, { kind: 'pixtral', image: cfg, imageToken, breakId, endId }, text);
+    }
+
+    if (family === 'gemma4') {
+      const cfg = gemma4ImageConfig(image, config, where);
+      const imageToken = tokenizerConfigToken(tokCfg, 'image_token', '<|image|>');
+      const imageTokenId = idOf(imageToken);
+      const configured = num(config.image_token_id);
+      if (configured !== undefined && configured !== imageTokenId) {
+        throw new Error(`${dir}: config.json image_token_id ${configured} is not the tokenizer's ${imageToken} (${imageTokenId})`);
+      }
+      const boiId = idOf(tokenizerConfigToken(tokCfg, 'boi_token', '<|image>'));
+      const eoiId = idOf(tokenizerConfigToken(tokCfg, 'eoi_token', '<image|>'));
+      const bidirectional = obj(config.text_config)?.use_bidirectional_attention === 'vision';
+      return new VisionProcessor(family, imageTokenId, { kind: 'gemma4', image: cfg, imageToken, boiId, eoiId, bidirectional }, text);
+    }
+
     const cfg = qwenImageConfig(family, image, obj(config.vision_config), where);
     const imageToken = tokenizerConfigToken(tokCfg, 'image_token', '<|image_pad|>');
     const imageTokenId = idOf(imageToken);
@@ -108,19 +138,25 @@ export class VisionProcessor {
 
   /** The text each image content part must render to (Qwen: inside vision_start/vision_end). */
   get placeholder(): string {
-    return this.settings.kind === 'qwen' ? this.settings.imageToken : this.settings.boiToken;
+    return this.settings.kind === 'gemma3' ? this.settings.boiToken : this.settings.imageToken;
   }
 
-  /** Resize, normalize and lay out one decoded image (synchronous CPU work). */
-  prepareImage(img: DecodedImage, options: PrepareImageOptions = {}): PreparedImage {
+  /** The plain-data preprocessing settings (what a worker thread needs). */
+  get preprocessSpec(): PreprocessSpec {
     const s = this.settings;
-    const hash = imageHash(img);
-    if (s.kind === 'gemma3') return { hash, ...gemma3Preprocess(s.image, img) };
-    const cap = options.maxPixels;
-    if (cap === undefined || cap >= s.image.maxPixels) return { hash, ...qwenPreprocess(s.image, img) };
-    // A lower pixel budget (e.g. OpenAI detail "low"), never below min_pixels; a different cache key.
-    const maxPixels = Math.max(cap, s.image.minPixels);
-    return { hash: variantHash(hash, `max_pixels=${maxPixels}`), ...qwenPreprocess({ ...s.image, maxPixels }, img) };
+    if (s.kind === 'pixtral') return { kind: 'pixtral', image: s.image };
+    if (s.kind === 'gemma4') return { kind: 'gemma4', image: s.image };
+    return s.kind === 'qwen' ? { kind: 'qwen', image: s.image } : { kind: 'gemma3', image: s.image };
+  }
+
+  /** Resize, normalize and lay out one decoded image (synchronous CPU work on the calling thread). */
+  prepareImage(img: DecodedImage, options: PrepareImageOptions = {}): PreparedImage {
+    return prepareWithSpec(this.preprocessSpec, img, options);
+  }
+
+  /** prepareImage on the shared worker pool (bounded queue, timeout): keeps the event loop free. */
+  prepareImageOffThread(img: DecodedImage, options: PrepareImageOptions = {}): Promise<PreparedImage> {
+    return preprocessPool().prepare(this.preprocessSpec, img, options);
   }
 
   /** decodeImage + prepareImage. */
@@ -138,6 +174,22 @@ export class VisionProcessor {
     let promptIds: number[];
     let offsets: number[];
     const s = this.settings;
+    if (s.kind === 'pixtral') {
+      const ids = typeof rendered === 'string' ? encodeChatPrompt(tok, rendered, this.text.bosToken) : rendered;
+      const unit = s.image.mergeSize;
+      const grids = images.map((im) => ({ rows: im.input.grid[1] / unit, cols: im.input.grid[2] / unit }));
+      const ex = expandPixtralImageIds(ids, { image: this.imageTokenId, rowBreak: s.breakId, end: s.endId }, grids);
+      const out: VisionPromptImage[] = images.map((im, i) => ({ ...im, offset: ex.offsets[i]!, spanLength: ex.spans[i]!, embedAt: ex.embedAt[i]! }));
+      return { promptIds: ex.ids, images: out, ropeDelta: 0 };
+    }
+    if (s.kind === 'gemma4') {
+      const ids = typeof rendered === 'string' ? encodeChatPrompt(tok, rendered, this.text.bosToken) : rendered;
+      const ex = expandWrappedImageIds(ids, { image: this.imageTokenId, begin: s.boiId, end: s.eoiId }, counts);
+      const out: VisionPromptImage[] = images.map((im, i) => ({ ...im, offset: ex.offsets[i]! }));
+      if (!s.bidirectional) return { promptIds: ex.ids, images: out, ropeDelta: 0 };
+      const bidirectional = new Int32Array(out.flatMap((im) => [im.offset, im.offset + im.tokens]));
+      return { promptIds: ex.ids, images: out, ropeDelta: 0, bidirectional };
+    }
     if (s.kind === 'gemma3' && typeof rendered === 'string') {
       const text = expandPlaceholderText(rendered, s.boiToken, images.map(() => s.expansion));
       promptIds = encodeChatPrompt(tok, text, this.text.bosToken);
