@@ -61,6 +61,8 @@ export interface SeqImage {
   tokens: number;
   data: Float32Array; // [tokens, hidden]
   deepstack?: Float32Array; // [layers, tokens, hidden]
+  span?: number; // Pixtral: span length incl. [IMG_BREAK]/[IMG_END] (default tokens)
+  at?: number[]; // Pixtral: offsets inside the span of the rows' tokens (default 0..tokens-1)
 }
 
 export interface VlmSeqSpec {
@@ -84,9 +86,10 @@ export interface VlmSeqOut {
 
 /** Slices the images falling inside [s, e) into a row's embeds (offsets relative to s). */
 function embedsFor(images: SeqImage[], s: number, e: number, hidden: number): NativeStepRow['embeds'] {
-  const inside = images.filter((im) => im.offset >= s && im.offset + im.tokens <= e);
+  const end = (im: SeqImage) => im.offset + (im.span ?? im.tokens);
+  const inside = images.filter((im) => im.offset >= s && end(im) <= e);
   for (const im of images)
-    if (im.offset < e && im.offset + im.tokens > s && !inside.includes(im)) throw new Error('chunk splits an image');
+    if (im.offset < e && end(im) > s && !inside.includes(im)) throw new Error('chunk splits an image');
   if (inside.length === 0) return undefined;
   const m = inside.reduce((a, im) => a + im.tokens, 0);
   const offsets = new Int32Array(m);
@@ -95,7 +98,7 @@ function embedsFor(images: SeqImage[], s: number, e: number, hidden: number): Na
   const deepstack = layers ? new Float32Array(layers * m * hidden) : undefined;
   let k = 0;
   for (const im of inside) {
-    for (let i = 0; i < im.tokens; i++) offsets[k + i] = im.offset - s + i;
+    for (let i = 0; i < im.tokens; i++) offsets[k + i] = im.offset - s + (im.at ? im.at[i]! : i);
     data.set(im.data, k * hidden);
     for (let l = 0; l < layers; l++)
       deepstack!.set(im.deepstack!.subarray(l * im.tokens * hidden, (l + 1) * im.tokens * hidden), (l * m + k) * hidden);
