@@ -53,7 +53,7 @@ const FORMAT_VERSION = 1;
 const WEIGHT_STD = 0.02;
 
 /** 32-bit integer hash (lowbias32): cheap, position-addressable randomness for chunked fills. */
-function hash32(x: number): number {
+export function hash32(x: number): number {
   x ^= x >>> 16;
   x = Math.imul(x, 0x7feb352d);
   x ^= x >>> 15;
@@ -72,7 +72,7 @@ function bf16(v: number): number {
 }
 
 /** Random packed quantized values; seeded by tensor and position so the file is reproducible. */
-function fillRandomBits(seed: number) {
+export function fillRandomBits(seed: number) {
   return (chunk: Buffer, byteOffset: number): void => {
     const words = new Uint32Array(chunk.buffer, chunk.byteOffset, chunk.length >>> 2);
     // xorshift32 per chunk, seeded from (tensor, offset): fast and reproducible.
@@ -94,7 +94,7 @@ function groupScale(seed: number, group: number, bits: number): number {
   return (WEIGHT_STD / qStd) * spread;
 }
 
-function fillScales(seed: number, bits: number, biases: boolean) {
+export function fillScales(seed: number, bits: number, biases: boolean) {
   const mid = (2 ** bits - 1) / 2;
   return (chunk: Buffer, byteOffset: number): void => {
     const out = halfWords(chunk);
@@ -119,7 +119,7 @@ function fillNormal(seed: number, std: number) {
   };
 }
 
-function fillOnes(chunk: Buffer): void {
+export function fillOnes(chunk: Buffer): void {
   halfWords(chunk).fill(0x3f80);
 }
 

@@ -1,0 +1,258 @@
+// `node bench/run.js gemma4` (after `npm run compile`): decode speed of a random-weight MLX 4-bit checkpoint
+// of the gemma-4-e2b text shape (hidden 1536, 35 layers, 8/1 heads of 256 (full layers 512), FFN 6144 and
+// 12288 on the 20 KV-shared layers, PLE 256, vocab 262144) at concurrency 1 and 8. Weights are random:
+// the figures measure the kernels and the byte traffic of the real shapes, not text quality.
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
+import { loadNative } from '../native/binding.js';
+import type { NativeModel, NativeStepRow } from '../native/types.js';
+import { defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32 } from './random-checkpoint.js';
+import { tensorBytes, writeSafetensors, type TensorSpec } from './safetensors-writer.js';
+
+export interface Gemma4Shape {
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  globalHeadDim: number;
+  ffn: number;
+  ple: number;
+  kvShared: number;
+  vocab: number;
+  window: number;
+  fullEvery: number; // every fullEvery-th layer is full attention (the last one always is)
+}
+
+/** gemma-4-e2b's text decoder. The sliding/full pattern is not verified (MODELS.md): 4 sliding, 1 full. */
+export const GEMMA4_E2B: Gemma4Shape = {
+  hidden: 1536,
+  layers: 35,
+  heads: 8,
+  kvHeads: 1,
+  headDim: 256,
+  globalHeadDim: 512,
+  ffn: 6144,
+  ple: 256,
+  kvShared: 20,
+  vocab: 262144,
+  window: 512,
+  fullEvery: 5,
+};
+
+const BITS = 4;
+const GROUP = 64;
+const FORMAT_VERSION = 1;
+
+export function layerTypes(s: Gemma4Shape): string[] {
+  return Array.from({ length: s.layers }, (_, i) =>
+    (i + 1) % s.fullEvery === 0 || i === s.layers - 1 ? 'full_attention' : 'sliding_attention');
+}
+
+/** Every tensor (mlx-vlm key layout language_model.model.*, no vision tower: the text lane only). */
+export function gemma4Tensors(s: Gemma4Shape): TensorSpec[] {
+  const tensors: TensorSpec[] = [];
+  let seed = 0x9e4;
+  const quantized = (path: string, out: number, inp: number): void => {
+    const k = (seed = hash32(seed + 1));
+    tensors.push({ name: `${path}.weight`, dtype: 'U32', shape: [out, (inp * BITS) / 32], fill: fillRandomBits(k) });
+    tensors.push({ name: `${path}.scales`, dtype: 'BF16', shape: [out, inp / GROUP], fill: fillScales(k, BITS, false) });
+    tensors.push({ name: `${path}.biases`, dtype: 'BF16', shape: [out, inp / GROUP], fill: fillScales(k, BITS, true) });
+  };
+  const ones = (name: string, n: number): void => {
+    tensors.push({ name, dtype: 'BF16', shape: [n], fill: fillOnes });
+  };
+  const types = layerTypes(s);
+  const firstShared = s.layers - s.kvShared;
+  const m = 'language_model.model';
+  quantized(`${m}.embed_tokens`, s.vocab, s.hidden); // [vocab, hidden]; also the tied head
+  quantized(`${m}.embed_tokens_per_layer`, s.vocab, s.layers * s.ple); // [vocab, layers * ple]
+  quantized(`${m}.per_layer_model_projection`, s.layers * s.ple, s.hidden);
+  ones(`${m}.per_layer_projection_norm.weight`, s.ple);
+  for (let l = 0; l < s.layers; l++) {
+    const p = `${m}.layers.${l}`;
+    const hd = types[l] === 'full_attention' ? s.globalHeadDim : s.headDim;
+    const shared = l >= firstShared;
+    const ffn = shared ? 2 * s.ffn : s.ffn;
+    for (const n of ['input_layernorm', 'post_attention_layernorm', 'pre_feedforward_layernorm', 'post_feedforward_layernorm', 'post_per_layer_input_norm'])
+      ones(`${p}.${n}.weight`, s.hidden);
+    quantized(`${p}.self_attn.q_proj`, s.heads * hd, s.hidden);
+    ones(`${p}.self_attn.q_norm.weight`, hd);
+    if (!shared) {
+      quantized(`${p}.self_attn.k_proj`, s.kvHeads * hd, s.hidden);
+      quantized(`${p}.self_attn.v_proj`, s.kvHeads * hd, s.hidden);
+      ones(`${p}.self_attn.k_norm.weight`, hd);
+    }
+    quantized(`${p}.self_attn.o_proj`, s.hidden, s.heads * hd);
+    quantized(`${p}.mlp.gate_proj`, ffn, s.hidden);
+    quantized(`${p}.mlp.up_proj`, ffn, s.hidden);
+    quantized(`${p}.mlp.down_proj`, s.hidden, ffn);
+    quantized(`${p}.per_layer_input_gate`, s.ple, s.hidden);
+    quantized(`${p}.per_layer_projection`, s.hidden, s.ple);
+    ones(`${p}.layer_scalar`, 1);
+  }
+  ones(`${m}.norm.weight`, s.hidden);
+  return tensors;
+}
+
+export function gemma4Config(s: Gemma4Shape): Record<string, unknown> {
+  const quantization = { group_size: GROUP, bits: BITS, mode: 'affine' };
+  return {
+    architectures: ['Gemma4ForConditionalGeneration'],
+    model_type: 'gemma4',
+    tie_word_embeddings: true,
+    dtype: 'bfloat16',
+    text_config: {
+      model_type: 'gemma4_text',
+      vocab_size: s.vocab,
+      vocab_size_per_layer_input: s.vocab,
+      hidden_size: s.hidden,
+      hidden_size_per_layer_input: s.ple,
+      intermediate_size: s.ffn,
+      num_hidden_layers: s.layers,
+      num_attention_heads: s.heads,
+      num_key_value_heads: s.kvHeads,
+      head_dim: s.headDim,
+      global_head_dim: s.globalHeadDim,
+      num_kv_shared_layers: s.kvShared,
+      use_double_wide_mlp: true,
+      layer_types: layerTypes(s),
+      sliding_window: s.window,
+      final_logit_softcapping: 30.0,
+      hidden_activation: 'gelu_pytorch_tanh',
+      max_position_embeddings: 131072,
+      rms_norm_eps: 1e-6,
+      rope_parameters: {
+        sliding_attention: { rope_type: 'default', rope_theta: 10000.0 },
+        full_attention: { rope_type: 'proportional', partial_rotary_factor: 0.25, rope_theta: 1000000.0 },
+      },
+      tie_word_embeddings: true,
+      dtype: 'bfloat16',
+    },
+    quantization,
+    quantization_config: { ...quantization },
+  };
+}
+
+export function ensureGemma4Checkpoint(root: string, s: Gemma4Shape): { dir: string; bytes: number; cached: boolean } {
+  const dir = join(root, `gemma4-h${s.hidden}-l${s.layers}-ple${s.ple}-shared${s.kvShared}-${BITS}bit-g${GROUP}`);
+  const stamp = join(dir, '.complete');
+  const tensors = gemma4Tensors(s);
+  const bytes = tensors.reduce((a, t) => a + tensorBytes(t), 0);
+  if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(FORMAT_VERSION)) return { dir, bytes, cached: true };
+  // Built beside the final path, then renamed: an interrupted run never leaves a half checkpoint.
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(gemma4Config(s), null, 2)}\n`);
+  writeSafetensors(join(tmp, 'model.safetensors'), tensors);
+  writeFileSync(join(tmp, '.complete'), `${FORMAT_VERSION}\n`);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return { dir, bytes, cached: false };
+}
+
+export interface DecodeFigure {
+  concurrency: number;
+  steps: number;
+  tokS: number; // tokens per second over all rows
+  msPerStep: number;
+}
+
+/** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together. */
+export async function measureDecode(model: NativeModel, concurrency: number, steps: number, prompt: number): Promise<DecodeFigure> {
+  const info = model.info();
+  let nextBlock = 0;
+  const need = Math.ceil((prompt + steps + 1) / info.blockSize);
+  const seqs = Array.from({ length: concurrency }, (_, i) => ({
+    id: `g4-${concurrency}-${i}`,
+    table: Int32Array.from({ length: need }, () => nextBlock++),
+    ctx: 0,
+    last: 0,
+  }));
+  if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
+  const run = async (rows: NativeStepRow[]): Promise<void> => {
+    const r = await model.step({ rows });
+    for (const row of r.rows) {
+      if (row.error) throw new Error(`step failed: ${row.error}`);
+      seqs.find((x) => x.id === row.requestId)!.last = row.token!;
+    }
+  };
+  await run(seqs.map((s, i) => {
+    const tokens = Int32Array.from({ length: prompt }, (_, k) => 100 + ((i * 7919 + k * 104729) % 250000));
+    return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: { ...GREEDY_SAMPLE, counter: 0 } };
+  }));
+  for (const s of seqs) s.ctx = prompt;
+  const t0 = performance.now();
+  for (let k = 0; k < steps; k++) {
+    await run(seqs.map((s) => ({
+      requestId: s.id,
+      tokens: Int32Array.of(s.last),
+      positions: Int32Array.of(s.ctx),
+      blockTable: s.table,
+      contextLen: s.ctx,
+      sample: { ...GREEDY_SAMPLE, counter: k + 1 },
+    })));
+    for (const s of seqs) s.ctx++;
+  }
+  const ms = performance.now() - t0;
+  return { concurrency, steps, tokS: (concurrency * steps * 1000) / ms, msPerStep: ms / steps };
+}
+
+const USAGE = `usage: node bench/run.js gemma4 [options]   (after npm run compile)
+  --steps N        decode steps per concurrency (default 8)
+  --prompt N       prompt tokens per sequence (default 16)
+  --threads N      threads (default 2)
+  --precision P    fast | exact (default fast)
+  --dir DIR        checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)`;
+
+function intOption(v: string | undefined, name: string, dflt: number): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`--${name} must be a positive integer, got ${v}`);
+  return n;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      steps: { type: 'string' },
+      prompt: { type: 'string' },
+      threads: { type: 'string' },
+      precision: { type: 'string' },
+      dir: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const precision = values.precision ?? 'fast';
+  if (precision !== 'fast' && precision !== 'exact') throw new Error(`--precision must be fast or exact, got ${precision}`);
+  const steps = intOption(values.steps, 'steps', 8);
+  const prompt = intOption(values.prompt, 'prompt', 16);
+  const shape = GEMMA4_E2B;
+  const t0 = performance.now();
+  const ck = ensureGemma4Checkpoint(values.dir ?? defaultBenchDir(), shape);
+  process.stderr.write(`checkpoint ${ck.dir} (${(ck.bytes / 2 ** 30).toFixed(2)} GiB, ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`})\n`);
+  const { addon } = loadNative();
+  const model = addon.loadModel(ck.dir, { threads: intOption(values.threads, 'threads', 2), kvCacheBytes: 256 << 20, precision });
+  try {
+    const figures: DecodeFigure[] = [];
+    for (const c of [1, 8]) {
+      await measureDecode(model, c, 2, prompt); // warm-up: page the weights in
+      figures.push(await measureDecode(model, c, steps, prompt));
+    }
+    process.stdout.write(`gemma-4-e2b text shape, random ${BITS}-bit g${GROUP} weights, ${precision}, ${prompt}-token prompts, ${steps} decode steps\n`);
+    for (const f of figures)
+      process.stdout.write(`  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step)\n`);
+    return 0;
+  } finally {
+    model.close();
+  }
+}

@@ -1,0 +1,269 @@
+// `npm run bench:moe`: decode speed of a random-weight MLX 4-bit mixture-of-experts decoder of the
+// Qwen3-VL-30B-A3B text shape (hidden 2048, 128 experts top-8, expert FFN 768, 32/4 heads of 128; router
+// gates 8-bit as mlx-community writes them) at concurrency 1 and 8, and the expert weight bytes each
+// decode step reads: batching runs each active expert once per step, so 8 rows read far less than 8x.
+// The full model is 48 layers (~17 GB at 4-bit); --layers picks the subset that fits here.
+import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { loadNative } from '../native/binding.js';
+import type { NativeModel, NativeMoeStepStats, NativeStepRow } from '../native/types.js';
+import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
+import { defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32 } from './random-checkpoint.js';
+import { tensorBytes, writeSafetensors, type TensorSpec } from './safetensors-writer.js';
+
+export interface MoeShape {
+  hidden: number;
+  layers: number;
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  experts: number;
+  topK: number;
+  moeFfn: number;
+  vocab: number;
+}
+
+/** Qwen3-VL-30B-A3B's text decoder (all 48 layers MoE). */
+export const QWEN3_VL_30B_A3B: MoeShape = {
+  hidden: 2048,
+  layers: 48,
+  heads: 32,
+  kvHeads: 4,
+  headDim: 128,
+  experts: 128,
+  topK: 8,
+  moeFfn: 768,
+  vocab: 151936,
+};
+
+const BITS = 4;
+const GROUP = 64;
+const GATE_BITS = 8; // mlx-community forces the router gate to 8-bit g64
+const FORMAT_VERSION = 1;
+
+/** Every tensor of the checkpoint (Qwen3MoeForCausalLM names, MLX SwitchLinear experts). */
+export function moeTensors(s: MoeShape): TensorSpec[] {
+  const tensors: TensorSpec[] = [];
+  let seed = 0x30b;
+  const quantized = (path: string, shape: number[], bits = BITS): void => {
+    const k = (seed = hash32(seed + 1));
+    const inp = shape[shape.length - 1]!;
+    const lead = shape.slice(0, -1);
+    tensors.push({ name: `${path}.weight`, dtype: 'U32', shape: [...lead, (inp * bits) / 32], fill: fillRandomBits(k) });
+    tensors.push({ name: `${path}.scales`, dtype: 'BF16', shape: [...lead, inp / GROUP], fill: fillScales(k, bits, false) });
+    tensors.push({ name: `${path}.biases`, dtype: 'BF16', shape: [...lead, inp / GROUP], fill: fillScales(k, bits, true) });
+  };
+  const ones = (name: string, n: number): void => {
+    tensors.push({ name, dtype: 'BF16', shape: [n], fill: fillOnes });
+  };
+  const q = s.heads * s.headDim;
+  const kv = s.kvHeads * s.headDim;
+  quantized('model.embed_tokens', [s.vocab, s.hidden]);
+  for (let l = 0; l < s.layers; l++) {
+    const p = `model.layers.${l}`;
+    ones(`${p}.input_layernorm.weight`, s.hidden);
+    quantized(`${p}.self_attn.q_proj`, [q, s.hidden]);
+    quantized(`${p}.self_attn.k_proj`, [kv, s.hidden]);
+    quantized(`${p}.self_attn.v_proj`, [kv, s.hidden]);
+    quantized(`${p}.self_attn.o_proj`, [s.hidden, q]);
+    ones(`${p}.self_attn.q_norm.weight`, s.headDim);
+    ones(`${p}.self_attn.k_norm.weight`, s.headDim);
+    ones(`${p}.post_attention_layernorm.weight`, s.hidden);
+    quantized(`${p}.mlp.gate`, [s.experts, s.hidden], GATE_BITS); // router [E, hidden]
+    quantized(`${p}.mlp.switch_mlp.gate_proj`, [s.experts, s.moeFfn, s.hidden]); // [E, I, H]
+    quantized(`${p}.mlp.switch_mlp.up_proj`, [s.experts, s.moeFfn, s.hidden]);
+    quantized(`${p}.mlp.switch_mlp.down_proj`, [s.experts, s.hidden, s.moeFfn]); // [E, H, I]
+  }
+  ones('model.norm.weight', s.hidden);
+  quantized('lm_head', [s.vocab, s.hidden]);
+  return tensors;
+}
+
+export function moeConfig(s: MoeShape): Record<string, unknown> {
+  const quantization: Record<string, unknown> = { group_size: GROUP, bits: BITS };
+  for (let l = 0; l < s.layers; l++) quantization[`model.layers.${l}.mlp.gate`] = { group_size: GROUP, bits: GATE_BITS };
+  return {
+    architectures: ['Qwen3MoeForCausalLM'],
+    model_type: 'qwen3_moe',
+    hidden_act: 'silu',
+    hidden_size: s.hidden,
+    intermediate_size: 6144,
+    moe_intermediate_size: s.moeFfn,
+    num_experts: s.experts,
+    num_experts_per_tok: s.topK,
+    norm_topk_prob: true,
+    decoder_sparse_step: 1,
+    mlp_only_layers: [],
+    max_position_embeddings: 262144,
+    num_attention_heads: s.heads,
+    num_hidden_layers: s.layers,
+    num_key_value_heads: s.kvHeads,
+    head_dim: s.headDim,
+    rms_norm_eps: 1e-6,
+    rope_theta: 5_000_000,
+    tie_word_embeddings: false,
+    vocab_size: s.vocab,
+    quantization,
+    quantization_config: { ...quantization },
+  };
+}
+
+/** The cached checkpoint for `shape` under `root`, generated first when missing. */
+export function ensureMoeCheckpoint(root: string, shape: MoeShape): { dir: string; bytes: number; cached: boolean } {
+  const dir = join(root, `qwen3moe-h${shape.hidden}-e${shape.experts}-l${shape.layers}-${BITS}bit`);
+  const stamp = join(dir, '.complete');
+  const tensors = moeTensors(shape);
+  const bytes = tensors.reduce((a, t) => a + tensorBytes(t), 0);
+  if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(FORMAT_VERSION)) return { dir, bytes, cached: true };
+  const tmp = `${dir}.tmp-${process.pid}`;
+  rmSync(tmp, { recursive: true, force: true });
+  mkdirSync(tmp, { recursive: true });
+  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(moeConfig(shape), null, 2)}\n`);
+  writeSafetensors(join(tmp, 'model.safetensors'), tensors);
+  writeFileSync(join(tmp, '.complete'), `${FORMAT_VERSION}\n`);
+  rmSync(dir, { recursive: true, force: true });
+  renameSync(tmp, dir);
+  return { dir, bytes, cached: false };
+}
+
+/** Bytes one pass over one expert reads: gate, up and down 4-bit codes plus a bf16 scale and bias per group. */
+export function expertPassBytes(s: MoeShape): number {
+  return 3 * s.moeFfn * s.hidden * (BITS / 8 + 4 / GROUP);
+}
+
+export interface DecodeFigure {
+  concurrency: number;
+  steps: number;
+  tokS: number; // tokens per second over all rows
+  msPerStep: number;
+  expertBytesPerStep: number; // mean over decode steps
+  expertRunsPerStep: number; // expert passes per step (all layers)
+  routedRowsPerStep: number; // token x top-k assignments per step (all layers)
+}
+
+/** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together. */
+export async function measureDecode(model: NativeModel, concurrency: number, steps: number, prompt: number): Promise<DecodeFigure> {
+  const info = model.info();
+  let nextBlock = 0;
+  const need = Math.ceil((prompt + steps + 1) / info.blockSize);
+  const seqs = Array.from({ length: concurrency }, (_, i) => ({
+    id: `moe-${concurrency}-${i}`,
+    table: Int32Array.from({ length: need }, () => nextBlock++),
+    ctx: 0,
+    last: 0,
+  }));
+  if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
+  const prefill: NativeStepRow[] = seqs.map((s, i) => {
+    const tokens = Int32Array.from({ length: prompt }, (_, k) => (i * 7919 + k * 104729 + 1) % info.vocabSize);
+    return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: { ...GREEDY_SAMPLE, counter: 0 } };
+  });
+  const run = async (rows: NativeStepRow[]): Promise<NativeMoeStepStats> => {
+    const r = await model.step({ rows });
+    for (const row of r.rows) {
+      if (row.error) throw new Error(`step failed: ${row.error}`);
+      const s = seqs.find((x) => x.id === row.requestId)!;
+      s.last = row.token!;
+    }
+    if (!r.timings.moe) throw new Error('the model reported no MoE counters');
+    return r.timings.moe;
+  };
+  await run(prefill);
+  for (const s of seqs) s.ctx = prompt;
+  let bytes = 0;
+  let runs = 0;
+  let routed = 0;
+  const t0 = performance.now();
+  for (let k = 0; k < steps; k++) {
+    const rows: NativeStepRow[] = seqs.map((s) => ({
+      requestId: s.id,
+      tokens: Int32Array.of(s.last),
+      positions: Int32Array.of(s.ctx),
+      blockTable: s.table,
+      contextLen: s.ctx,
+      sample: { ...GREEDY_SAMPLE, counter: k + 1 },
+    }));
+    const m = await run(rows);
+    bytes += m.expertBytes;
+    runs += m.expertRuns;
+    routed += m.routedRows;
+    for (const s of seqs) s.ctx++;
+  }
+  const ms = performance.now() - t0;
+  return {
+    concurrency,
+    steps,
+    tokS: (concurrency * steps * 1000) / ms,
+    msPerStep: ms / steps,
+    expertBytesPerStep: bytes / steps,
+    expertRunsPerStep: runs / steps,
+    routedRowsPerStep: routed / steps,
+  };
+}
+
+const USAGE = `usage: npm run bench:moe -- [options]
+  --layers N       decoder layers of the 48 (default 20: ~7.2 GB at 4-bit)
+  --steps N        decode steps per concurrency (default 8)
+  --prompt N       prompt tokens per sequence (default 16)
+  --threads N      threads (default 2)
+  --precision P    fast | exact (default fast)
+  --dir DIR        checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)`;
+
+function intOption(v: string | undefined, name: string, dflt: number): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n <= 0) throw new Error(`--${name} must be a positive integer, got ${v}`);
+  return n;
+}
+
+export async function main(argv: string[]): Promise<number> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      layers: { type: 'string' },
+      steps: { type: 'string' },
+      prompt: { type: 'string' },
+      threads: { type: 'string' },
+      precision: { type: 'string' },
+      dir: { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
+    strict: true,
+  });
+  if (values.help) {
+    process.stdout.write(`${USAGE}\n`);
+    return 0;
+  }
+  const precision = values.precision ?? 'fast';
+  if (precision !== 'fast' && precision !== 'exact') throw new Error(`--precision must be fast or exact, got ${precision}`);
+  const shape = { ...QWEN3_VL_30B_A3B, layers: intOption(values.layers, 'layers', 20) };
+  const steps = intOption(values.steps, 'steps', 8);
+  const prompt = intOption(values.prompt, 'prompt', 16);
+  const t0 = performance.now();
+  const ck = ensureMoeCheckpoint(values.dir ?? defaultBenchDir(), shape);
+  process.stderr.write(`checkpoint ${ck.dir} (${(ck.bytes / 2 ** 30).toFixed(2)} GiB, ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`})\n`);
+  const { addon } = loadNative();
+  const model = addon.loadModel(ck.dir, { threads: intOption(values.threads, 'threads', 2), kvCacheBytes: 256 << 20, precision });
+  try {
+    const figures: DecodeFigure[] = [];
+    for (const c of [1, 8]) {
+      await measureDecode(model, c, 2, prompt); // warm-up: page in the experts this concurrency touches
+      figures.push(await measureDecode(model, c, steps, prompt));
+    }
+    const perExpert = expertPassBytes(shape);
+    process.stdout.write(`Qwen3-VL-30B-A3B text shape, random 4-bit weights, ${shape.layers} of 48 layers, ${precision}, ${prompt}-token prompts\n`);
+    for (const f of figures)
+      process.stdout.write(
+        `  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step), expert bytes/step ${(f.expertBytesPerStep / 2 ** 20).toFixed(1)} MiB, ` +
+          `expert passes/step ${f.expertRunsPerStep.toFixed(0)} for ${f.routedRowsPerStep.toFixed(0)} routed rows\n`,
+      );
+    const [one, eight] = figures as [DecodeFigure, DecodeFigure];
+    process.stdout.write(
+      `  one expert pass = ${(perExpert / 2 ** 20).toFixed(2)} MiB; 8 rows read ${(eight.expertBytesPerStep / one.expertBytesPerStep).toFixed(2)}x the expert bytes of 1 row ` +
+        `(reading per token would be 8.00x; the cap is ${shape.experts} experts = ${((shape.experts * shape.layers * perExpert) / 2 ** 30).toFixed(2)} GiB)\n`,
+    );
+    return 0;
+  } finally {
+    model.close();
+  }
+}
