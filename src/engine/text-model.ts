@@ -73,7 +73,8 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
   const template = picked ? new ChatTemplate(picked.source, picked.name) : null;
   const gen = readJson(join(abs, 'generation_config.json')) ?? {};
   const defaults: GenerationDefaults = {
-    temperature: num(gen.temperature),
+    // transformers samples only when do_sample is true: a config with do_sample false means greedy.
+    temperature: gen.do_sample === false ? 0 : num(gen.temperature),
     topP: num(gen.top_p),
     topK: num(gen.top_k),
   };

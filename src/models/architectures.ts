@@ -1,15 +1,25 @@
 // Which config.json architectures `rapid run`/`serve` can run, checked right after config.json
 // arrives so an unsupported model fails before gigabytes of weights are downloaded.
-// Mirrors native/src/models/registry.cpp; vision-language classes stay planned until the vision
+// Mirrors native/src/models/registry.cpp; a vision-language class stays planned until its vision
 // runtime lands (the same rule as the catalog's "planned" status).
-export const RUNNABLE_ARCHITECTURES = ['Qwen2ForCausalLM', 'Qwen3ForCausalLM', 'LlamaForCausalLM', 'MistralForCausalLM', 'Gemma3ForCausalLM'];
+export const RUNNABLE_ARCHITECTURES = [
+  'Qwen2ForCausalLM',
+  'Qwen3ForCausalLM',
+  'LlamaForCausalLM',
+  'MistralForCausalLM',
+  'Gemma3ForCausalLM',
+  'Gemma3ForConditionalGeneration',
+  'Gemma4ForConditionalGeneration',
+  'Gemma4ForCausalLM',
+  'Qwen2_5_VLForConditionalGeneration',
+  'Qwen3VLForConditionalGeneration',
+  'Qwen3MoeForCausalLM',
+  'Qwen3VLMoeForConditionalGeneration',
+  'Mistral3ForConditionalGeneration',
+  'Ministral3ForCausalLM',
+];
 
-export const PLANNED_ARCHITECTURES: Record<string, string> = {
-  Gemma3ForConditionalGeneration: 'Gemma 3 vision',
-  Qwen2_5_VLForConditionalGeneration: 'Qwen2.5-VL',
-  Qwen3VLForConditionalGeneration: 'Qwen3-VL',
-  Mistral3ForConditionalGeneration: 'Mistral 3 vision',
-};
+export const PLANNED_ARCHITECTURES: Record<string, string> = {};
 
 /** undefined when runnable; otherwise why not, in one sentence. */
 export function unsupportedArchitecture(config: Record<string, unknown>): string | undefined {

@@ -19,6 +19,7 @@ export interface CatalogEntry {
   alias: string;
   aka?: string[];
   repo: string;
+  embedded?: string; // a folder inside the package (e.g. "models/tiny-vlm"): resolved locally, never pulled
   family: string;
   params: string;
   modalities: Modality[];

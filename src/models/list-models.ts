@@ -22,6 +22,7 @@ export interface ListedModel {
   quantization?: string;
   sizeBytes?: number; // catalog's approximate download size
   description?: string;
+  embedded?: boolean; // ships inside the package: nothing to download
   downloaded?: DownloadedState;
 }
 
@@ -58,6 +59,7 @@ function fromEntry(e: CatalogEntry): ListedModel {
     quantization: e.quantization,
     sizeBytes: e.sizeBytes,
     description: e.description,
+    ...(e.embedded ? { embedded: true } : {}),
   };
 }
 

@@ -28,7 +28,7 @@ export interface ResolvedModel {
 }
 
 export function plannedMessage(name: string, e: CatalogEntry): string {
-  const instead = e.replacement ? ` For text, use ${e.replacement} now.` : '';
+  const instead = e.replacement ? ` Use ${e.replacement} now.` : '';
   return `${name} (${e.repo}) is planned, not runnable yet: ${e.reason ?? 'its runtime is not in rapid yet'}.${instead}`;
 }
 
@@ -39,7 +39,7 @@ export async function resolveModelDetailed(spec: string, opts: ResolveModelOptio
   if (ref.kind === 'local') {
     const missing = missingLocalFiles(ref.dir);
     if (missing.length) throw new ModelError(`${ref.dir} is not a model directory rapid can load: it lacks ${missing.join(', ')}`);
-    return { dir: ref.dir, ref, source: 'local' };
+    return { dir: ref.dir, ref, entry: ref.entry, source: 'local' };
   }
   if (ref.entry?.status === 'planned' && !opts.allowPlanned) throw new PlannedModelError(plannedMessage(ref.via === 'alias' ? ref.spec : ref.repo, ref.entry));
   for (const w of ref.warnings) warn(w);

@@ -4,6 +4,7 @@ import { existsSync, statSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { isAbsolute, resolve } from 'node:path';
 import { catalogNames, findAlias, findRepo, loadCatalog, type CatalogEntry } from './catalog.js';
+import { embeddedModelDir } from './default-model.js';
 import { suggest } from './did-you-mean.js';
 import { ModelNotFoundError, RetiredModelError } from './errors.js';
 import { listCachedRepos } from './hf-cache.js';
@@ -11,7 +12,7 @@ import { hubCacheDir, type Env } from './hub-env.js';
 import { readUserAliases, userAliasesPath } from './user-aliases.js';
 
 export type ModelRef =
-  | { kind: 'local'; spec: string; dir: string; via: 'path' | 'user-alias' }
+  | { kind: 'local'; spec: string; dir: string; via: 'path' | 'user-alias' | 'embedded'; entry?: CatalogEntry }
   | {
       kind: 'repo';
       spec: string;
@@ -55,9 +56,17 @@ function isRetiredAlias(name: string): CatalogEntry | undefined {
 
 function refFromRepo(spec: string, repo: string, revision: string | undefined, via: 'repo' | 'user-alias'): ModelRef {
   const entry = findRepo(repo);
+  if (entry?.embedded) return embeddedRef(spec, entry, entry.embedded);
   const warnings: string[] = [];
   if (entry?.status === 'retired') warnings.push(retiredMessage(repo, entry));
   return { kind: 'repo', spec, repo: entry?.repo ?? repo, revision: revision ?? 'main', entry, via, warnings };
+}
+
+/** An embedded catalog entry: its folder inside the installed package, never downloaded. */
+function embeddedRef(spec: string, entry: CatalogEntry, relative: string): ModelRef {
+  const dir = embeddedModelDir(relative);
+  if (!existsSync(dir)) throw new ModelNotFoundError(`${spec}: the embedded model is missing from this install (${dir})`);
+  return { kind: 'local', spec, dir, via: 'embedded', entry };
 }
 
 function localRef(spec: string, path: string, via: 'path' | 'user-alias'): ModelRef {
@@ -110,6 +119,7 @@ export function resolveSpec(spec: string, env: Env = process.env): ModelRef {
 
   // 5. Built-in alias.
   const entry = findAlias(name);
+  if (entry?.embedded) return embeddedRef(input, entry, entry.embedded);
   if (entry) return { kind: 'repo', spec: input, repo: entry.repo, revision: revision ?? 'main', entry, via: 'alias', warnings: [] };
 
   throw notFound(name, user, env);

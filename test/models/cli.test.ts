@@ -58,7 +58,7 @@ describe('rapid models', () => {
   it('lists the catalog with statuses, and marks downloads after a pull', async () => {
     let { out } = await cli('models');
     expect(out).toMatch(/qwen2\.5-0\.5b-4bit\s+0\.5B\s+text\s+4-bit\s+~278 MB\s+supported\s+-/);
-    expect(out).toMatch(/qwen3-vl-4b-4bit .*planned/);
+    expect(out).toMatch(/qwen3-vl-4b-4bit\s+4B\s+text\+image\s+4-bit\s+~\S+ GB\s+supported/);
     expect(out).not.toMatch(/gemma-2-2b-4bit/); // retired: only with --all
     expect((await cli('models', '--all')).out).toMatch(/gemma-2-2b-4bit .*retired/);
 
@@ -117,10 +117,11 @@ describe('rapid models', () => {
     process.env.HF_HUB_OFFLINE = '1';
     hub.log.length = 0;
     const offline = await modelInfo('qwen3-vl-4b-4bit');
-    expect(offline).toMatchObject({ source: 'catalog', status: 'planned', modalities: ['text', 'image'], replacement: 'qwen3-4b-4bit' });
+    expect(offline).toMatchObject({ source: 'catalog', status: 'supported', modalities: ['text', 'image'] });
     expect(hub.requests()).toEqual([]);
     const { out } = await cli('models', 'info', 'qwen3-vl-4b-4bit');
-    expect(out).toMatch(/status\s+planned: needs the Qwen3-VL vision runtime.*; use qwen3-4b-4bit/);
+    expect(out).toMatch(/input\s+text \+ image/);
+    expect(out).toMatch(/status\s+supported/);
   });
 
   it('rm deletes the repo from the cache and reports the bytes freed', async () => {

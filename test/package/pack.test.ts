@@ -23,6 +23,11 @@ describe('npm pack', () => {
   it('ships the CLI, compiled JS, native sources and the prebuild, and nothing from tests', () => {
     expect(files).toContain('bin/rapid.js');
     expect(files).toContain('dist/cli/index.js');
+    expect(files).toContain('dist/vision/preprocess-worker.js'); // spawned by path, not imported
+    expect(files).toContain('models/tiny-vlm/model.safetensors'); // the embedded default model
+    expect(files).toContain('models/tiny-vlm/golden/golden.jsonl');
+    expect(files).toContain('models/tiny-vlm-4bit/model.safetensors');
+    expect(files).toContain('examples/shapes.png');
     expect(files).toContain('binding.gyp');
     expect(files).toContain('native/sources.cjs');
     expect(files.some((f) => f.startsWith('native/src/') && f.endsWith('.cpp'))).toBe(true);
@@ -63,5 +68,27 @@ describe('npm pack', () => {
     const hasPrebuild = existsSync(join(pkgDir, 'prebuilds', `${process.platform}-${process.arch}`)) &&
       readdirSync(join(pkgDir, 'prebuilds', `${process.platform}-${process.arch}`)).length > 0;
     expect(info.source).toBe(hasPrebuild ? 'prebuild' : 'build');
+
+    // The image preprocessing worker resolves from the installed dist/ and gives the in-thread bytes.
+    const pool = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `const { PreprocessPool } = await import('rapid-vlm/dist/vision/preprocess-pool.js');
+         const { prepareWithSpec } = await import('rapid-vlm/dist/vision/prepare-image.js');
+         const spec = { kind: 'gemma3', image: { height: 28, width: 28, patchSize: 14, tokens: 4, doResize: true, resample: 'bilinear',
+           norm: { doRescale: true, rescaleFactor: 1 / 255, doNormalize: true, mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5] } } };
+         const img = { width: 40, height: 30, data: Uint8Array.from({ length: 3600 }, (_, i) => (i * 7) % 256) };
+         const p = new PreprocessPool({ threads: 1 });
+         const off = await p.prepare(spec, img);
+         await p.close();
+         const ref = prepareWithSpec(spec, img);
+         console.log(JSON.stringify({ same: Buffer.compare(Buffer.from(off.input.pixels.buffer), Buffer.from(ref.input.pixels.buffer)) === 0 }));`,
+      ],
+      { cwd: app, encoding: 'utf8' },
+    );
+    expect(pool.status, pool.stderr).toBe(0);
+    expect(JSON.parse(pool.stdout)).toEqual({ same: true });
   }, 600_000);
 });

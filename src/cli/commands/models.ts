@@ -21,6 +21,7 @@ function table(rows: string[][]): string {
 
 function downloadedCell(m: ListedModel): string {
   const d = m.downloaded;
+  if (m.embedded) return 'embedded (default)';
   if (!d) return '-';
   if (!d.complete) return `partial ${formatBytes(d.sizeBytes)}${d.incompleteBytes ? ' (interrupted; pull resumes)' : ''}`;
   return `yes ${formatBytes(d.sizeBytes)}`;

@@ -11,6 +11,7 @@ import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { runWithImages } from './run-images.js';
+import { DEFAULT_MODEL } from '../../models/default-model.js';
 
 interface RunOptions {
   prompt?: string;
@@ -53,7 +54,7 @@ export function registerRun(program: Command): void {
   program
     .command('run')
     .description('Generate a reply to one prompt, streamed to stdout')
-    .argument('<model>', 'a model directory, a catalog alias (see `rapid models`) or an org/name repo; pulled on first use')
+    .argument('[model]', `a model directory, a catalog alias (see \`rapid models\`) or an org/name repo; pulled on first use (default: ${DEFAULT_MODEL}, embedded)`, DEFAULT_MODEL)
     .option('-p, --prompt <text>', 'the user message (or the raw prompt with --raw); read from stdin when omitted')
     .option('-s, --system <text>', 'system message')
     .option('-n, --max-tokens <n>', 'maximum tokens to generate', parseIntOption('--max-tokens'), 256)

@@ -11,6 +11,7 @@ import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js'
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { parseIntOption } from '../options.js';
+import { DEFAULT_MODEL } from '../../models/default-model.js';
 
 export interface ServeOptions {
   host: string;
@@ -118,7 +119,7 @@ export function registerServe(program: Command): void {
   program
     .command('serve')
     .description('Serve a model over an OpenAI-compatible HTTP API with continuous batching')
-    .argument('<model>', 'a model directory, a catalog alias (see `rapid models`) or an org/name repo; pulled on first use')
+    .argument('[model]', `a model directory, a catalog alias (see \`rapid models\`) or an org/name repo; pulled on first use (default: ${DEFAULT_MODEL}, embedded)`, DEFAULT_MODEL)
     .option('--host <host>', 'interface to bind (loopback by default; 0.0.0.0 exposes it to the network)', '127.0.0.1')
     .option('--port <port>', 'TCP port', parseIntOption('--port'), 8000)
     .option('--api-key <key>', 'require Authorization: Bearer <key> on every route but /health (default: $RAPID_API_KEY)')
