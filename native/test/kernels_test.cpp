@@ -24,34 +24,10 @@
 #include "quant/mlx_quant.h"
 #include "quant/quantize.h"
 #include "tensor/dtype.h"
+#include "check.h"
 
 using namespace rapid;
 namespace fs = std::filesystem;
-
-static int g_fail = 0, g_pass = 0;
-#define CHECK(cond, ...)                                  \
-  do {                                                    \
-    if (cond) {                                           \
-      ++g_pass;                                           \
-    } else {                                              \
-      ++g_fail;                                           \
-      std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                  \
-      std::fprintf(stderr, "\n");                         \
-    }                                                     \
-  } while (0)
-
-static bool throws_with(const std::function<void()>& f, const std::string& needle, std::string* msg = nullptr) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    if (msg) *msg = e.what();
-    if (std::string(e.what()).find(needle) != std::string::npos) return true;
-    std::fprintf(stderr, "  (message was: %s)\n", e.what());
-    return false;
-  }
-  return false;
-}
 
 // ------------------------------------------------------------------------------------------------
 // dtype
@@ -407,12 +383,7 @@ static void test_quantize() {
 // ------------------------------------------------------------------------------------------------
 // safetensors, checkpoints, quant config, convert
 
-static std::string tmpdir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("rapid_h2_test_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
-}
+static std::string tmpdir(const std::string& name) { return fresh_tmpdir("rapid_h2_test_" + name); }
 
 static void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);

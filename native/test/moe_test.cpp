@@ -24,22 +24,10 @@
 #include "layers/moe.h"
 #include "quant/mlx_quant.h"
 #include "quant/quantize.h"
+#include "check.h"
 
 using namespace rapid;
 namespace fs = std::filesystem;
-
-static int g_fail = 0, g_pass = 0;
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    if (cond) {                                                 \
-      ++g_pass;                                                 \
-    } else {                                                    \
-      ++g_fail;                                                 \
-      std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                        \
-      std::fprintf(stderr, "\n");                               \
-    }                                                           \
-  } while (0)
 
 constexpr int64_t E = 6, H = 64, I = 32, N = 7;
 constexpr int K = 2;
@@ -53,26 +41,12 @@ static std::vector<float> randn(size_t n, float std) {
 }
 
 static std::string tmpdir(const std::string& name) {
-  fs::path p = fs::temp_directory_path() / ("rapid_moe_test_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p.string();
+  return fresh_tmpdir("rapid_moe_test_" + name + "_" + std::to_string(::getpid()));
 }
 
 static void write_dir(const std::string& d, const std::vector<TensorData>& t, const std::string& config) {
   write_safetensors(d + "/model.safetensors", t);
   std::ofstream(d + "/config.json") << config;
-}
-
-static bool throws_with(const std::function<void()>& f, const std::string& needle) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    if (std::string(e.what()).find(needle) != std::string::npos) return true;
-    std::fprintf(stderr, "  (threw \"%s\", wanted \"%s\")\n", e.what(), needle.c_str());
-    return false;
-  }
-  return false;
 }
 
 // The float weights every layout stores: gate_up [E, 2I, H] (gate = first I rows), down [E, H, I].

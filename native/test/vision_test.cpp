@@ -27,22 +27,10 @@
 #include "format/json.h"
 #include "format/safetensors.h"
 #include "vision/vision.h"
+#include "check.h"
 
 using namespace rapid;
 namespace fs = std::filesystem;
-
-static int g_fail = 0, g_pass = 0;
-#define CHECK(cond, ...)                                        \
-  do {                                                          \
-    if (cond) {                                                 \
-      ++g_pass;                                                 \
-    } else {                                                    \
-      ++g_fail;                                                 \
-      std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                        \
-      std::fprintf(stderr, "\n");                               \
-    }                                                           \
-  } while (0)
 
 // Relative error bound for f32 checkpoints (the reference runs in float32; ours differs only in
 // summation order). Quantized towers are compared against the dequantized reference, same bound.

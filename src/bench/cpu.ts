@@ -8,6 +8,7 @@ import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadNative, packageRoot } from '../native/binding.js';
 import type { NativeAddon, NativeModel, NativeModelInfo, NativeStepResult } from '../native/types.js';
+import { intOption, precisionOption } from './bench-options.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, type RandomCheckpoint } from './random-checkpoint.js';
 import { runPeer, type PeerResult } from './peer.js';
 import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
@@ -387,13 +388,6 @@ const USAGE = `usage: npm run bench:cpu -- [options]
   --peer PATH          llama.cpp llama-bench binary, run in the same bench
   --peer-model FILE    GGUF for the peer (Q4_0 of the same shape); repeat for several`;
 
-function intOption(v: string | undefined, name: string, dflt: number): number {
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 0) throw new Error(`--${name} must be a non-negative integer, got ${v}`);
-  return n;
-}
-
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -416,16 +410,15 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const precision = values.precision ?? 'fast';
-  if (precision !== 'fast' && precision !== 'exact') throw new Error(`--precision must be fast or exact, got ${precision}`);
+  const precision = precisionOption(values.precision);
   const peerModels = values['peer-model'] ?? [];
   if (Boolean(values.peer) !== peerModels.length > 0) throw new Error('--peer and --peer-model go together');
   const options: CpuBenchOptions = {
-    threads: intOption(values.threads, 'threads', 2) || 2,
-    promptTokens: intOption(values.prompt, 'prompt', 512) || 512,
-    genTokens: intOption(values.gen, 'gen', 128) || 128,
-    runs: intOption(values.runs, 'runs', 3) || 3,
-    chunk: intOption(values.chunk, 'chunk', 128),
+    threads: intOption(values.threads, 'threads', 2, 0) || 2,
+    promptTokens: intOption(values.prompt, 'prompt', 512, 0) || 512,
+    genTokens: intOption(values.gen, 'gen', 128, 0) || 128,
+    runs: intOption(values.runs, 'runs', 3, 0) || 3,
+    chunk: intOption(values.chunk, 'chunk', 128, 0),
     precision,
     dir: values.dir ?? defaultBenchDir(),
     bandwidthBytes: 1 << 30,

@@ -2,14 +2,14 @@
 // of the gemma-4-e2b text shape (hidden 1536, 35 layers, 8/1 heads of 256 (full layers 512), FFN 6144 and
 // 12288 on the 20 KV-shared layers, PLE 256, vocab 262144) at concurrency 1 and 8. Weights are random:
 // the figures measure the kernels and the byte traffic of the real shapes, not text quality.
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
 import { loadNative } from '../native/binding.js';
-import type { NativeModel, NativeStepRow } from '../native/types.js';
-import { defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32 } from './random-checkpoint.js';
-import { tensorBytes, writeSafetensors, type TensorSpec } from './safetensors-writer.js';
+import type { NativeModel } from '../native/types.js';
+import { intOption, precisionOption, reportCheckpoint } from './bench-options.js';
+import { timeDecode } from './decode-loop.js';
+import { checkpointComplete, defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32, writeCheckpoint } from './random-checkpoint.js';
+import { tensorBytes, type TensorSpec } from './safetensors-writer.js';
 
 export interface Gemma4Shape {
   hidden: number;
@@ -138,19 +138,10 @@ export function gemma4Config(s: Gemma4Shape): Record<string, unknown> {
 
 export function ensureGemma4Checkpoint(root: string, s: Gemma4Shape): { dir: string; bytes: number; cached: boolean } {
   const dir = join(root, `gemma4-h${s.hidden}-l${s.layers}-ple${s.ple}-shared${s.kvShared}-${BITS}bit-g${GROUP}`);
-  const stamp = join(dir, '.complete');
   const tensors = gemma4Tensors(s);
   const bytes = tensors.reduce((a, t) => a + tensorBytes(t), 0);
-  if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(FORMAT_VERSION)) return { dir, bytes, cached: true };
-  // Built beside the final path, then renamed: an interrupted run never leaves a half checkpoint.
-  const tmp = `${dir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  mkdirSync(tmp, { recursive: true });
-  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(gemma4Config(s), null, 2)}\n`);
-  writeSafetensors(join(tmp, 'model.safetensors'), tensors);
-  writeFileSync(join(tmp, '.complete'), `${FORMAT_VERSION}\n`);
-  rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
+  if (checkpointComplete(dir, FORMAT_VERSION)) return { dir, bytes, cached: true };
+  writeCheckpoint(dir, FORMAT_VERSION, gemma4Config(s), tensors);
   return { dir, bytes, cached: false };
 }
 
@@ -163,41 +154,7 @@ export interface DecodeFigure {
 
 /** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together. */
 export async function measureDecode(model: NativeModel, concurrency: number, steps: number, prompt: number): Promise<DecodeFigure> {
-  const info = model.info();
-  let nextBlock = 0;
-  const need = Math.ceil((prompt + steps + 1) / info.blockSize);
-  const seqs = Array.from({ length: concurrency }, (_, i) => ({
-    id: `g4-${concurrency}-${i}`,
-    table: Int32Array.from({ length: need }, () => nextBlock++),
-    ctx: 0,
-    last: 0,
-  }));
-  if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
-  const run = async (rows: NativeStepRow[]): Promise<void> => {
-    const r = await model.step({ rows });
-    for (const row of r.rows) {
-      if (row.error) throw new Error(`step failed: ${row.error}`);
-      seqs.find((x) => x.id === row.requestId)!.last = row.token!;
-    }
-  };
-  await run(seqs.map((s, i) => {
-    const tokens = Int32Array.from({ length: prompt }, (_, k) => 100 + ((i * 7919 + k * 104729) % 250000));
-    return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: { ...GREEDY_SAMPLE, counter: 0 } };
-  }));
-  for (const s of seqs) s.ctx = prompt;
-  const t0 = performance.now();
-  for (let k = 0; k < steps; k++) {
-    await run(seqs.map((s) => ({
-      requestId: s.id,
-      tokens: Int32Array.of(s.last),
-      positions: Int32Array.of(s.ctx),
-      blockTable: s.table,
-      contextLen: s.ctx,
-      sample: { ...GREEDY_SAMPLE, counter: k + 1 },
-    })));
-    for (const s of seqs) s.ctx++;
-  }
-  const ms = performance.now() - t0;
+  const ms = await timeDecode(model, { concurrency, steps, prompt, idPrefix: 'g4', promptToken: (i, k) => 100 + ((i * 7919 + k * 104729) % 250000) });
   return { concurrency, steps, tokS: (concurrency * steps * 1000) / ms, msPerStep: ms / steps };
 }
 
@@ -207,13 +164,6 @@ const USAGE = `usage: node bench/run.js gemma4 [options]   (after npm run compil
   --threads N      threads (default 2)
   --precision P    fast | exact (default fast)
   --dir DIR        checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)`;
-
-function intOption(v: string | undefined, name: string, dflt: number): number {
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`--${name} must be a positive integer, got ${v}`);
-  return n;
-}
 
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -232,14 +182,13 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const precision = values.precision ?? 'fast';
-  if (precision !== 'fast' && precision !== 'exact') throw new Error(`--precision must be fast or exact, got ${precision}`);
+  const precision = precisionOption(values.precision);
   const steps = intOption(values.steps, 'steps', 8);
   const prompt = intOption(values.prompt, 'prompt', 16);
   const shape = GEMMA4_E2B;
   const t0 = performance.now();
   const ck = ensureGemma4Checkpoint(values.dir ?? defaultBenchDir(), shape);
-  process.stderr.write(`checkpoint ${ck.dir} (${(ck.bytes / 2 ** 30).toFixed(2)} GiB, ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`})\n`);
+  reportCheckpoint(ck, t0);
   const { addon } = loadNative();
   const model = addon.loadModel(ck.dir, { threads: intOption(values.threads, 'threads', 2), kvCacheBytes: 256 << 20, precision });
   try {

@@ -3,14 +3,14 @@
 // gates 8-bit as mlx-community writes them) at concurrency 1 and 8, and the expert weight bytes each
 // decode step reads: batching runs each active expert once per step, so 8 rows read far less than 8x.
 // The full model is 48 layers (~17 GB at 4-bit); --layers picks the subset that fits here.
-import { existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadNative } from '../native/binding.js';
-import type { NativeModel, NativeMoeStepStats, NativeStepRow } from '../native/types.js';
-import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
-import { defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32 } from './random-checkpoint.js';
-import { tensorBytes, writeSafetensors, type TensorSpec } from './safetensors-writer.js';
+import type { NativeModel } from '../native/types.js';
+import { intOption, precisionOption, reportCheckpoint } from './bench-options.js';
+import { timeDecode } from './decode-loop.js';
+import { checkpointComplete, defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32, writeCheckpoint } from './random-checkpoint.js';
+import { tensorBytes, type TensorSpec } from './safetensors-writer.js';
 
 export interface MoeShape {
   hidden: number;
@@ -112,18 +112,10 @@ export function moeConfig(s: MoeShape): Record<string, unknown> {
 /** The cached checkpoint for `shape` under `root`, generated first when missing. */
 export function ensureMoeCheckpoint(root: string, shape: MoeShape): { dir: string; bytes: number; cached: boolean } {
   const dir = join(root, `qwen3moe-h${shape.hidden}-e${shape.experts}-l${shape.layers}-${BITS}bit`);
-  const stamp = join(dir, '.complete');
   const tensors = moeTensors(shape);
   const bytes = tensors.reduce((a, t) => a + tensorBytes(t), 0);
-  if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(FORMAT_VERSION)) return { dir, bytes, cached: true };
-  const tmp = `${dir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  mkdirSync(tmp, { recursive: true });
-  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(moeConfig(shape), null, 2)}\n`);
-  writeSafetensors(join(tmp, 'model.safetensors'), tensors);
-  writeFileSync(join(tmp, '.complete'), `${FORMAT_VERSION}\n`);
-  rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
+  if (checkpointComplete(dir, FORMAT_VERSION)) return { dir, bytes, cached: true };
+  writeCheckpoint(dir, FORMAT_VERSION, moeConfig(shape), tensors);
   return { dir, bytes, cached: false };
 }
 
@@ -144,52 +136,23 @@ export interface DecodeFigure {
 
 /** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together. */
 export async function measureDecode(model: NativeModel, concurrency: number, steps: number, prompt: number): Promise<DecodeFigure> {
-  const info = model.info();
-  let nextBlock = 0;
-  const need = Math.ceil((prompt + steps + 1) / info.blockSize);
-  const seqs = Array.from({ length: concurrency }, (_, i) => ({
-    id: `moe-${concurrency}-${i}`,
-    table: Int32Array.from({ length: need }, () => nextBlock++),
-    ctx: 0,
-    last: 0,
-  }));
-  if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
-  const prefill: NativeStepRow[] = seqs.map((s, i) => {
-    const tokens = Int32Array.from({ length: prompt }, (_, k) => (i * 7919 + k * 104729 + 1) % info.vocabSize);
-    return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: { ...GREEDY_SAMPLE, counter: 0 } };
-  });
-  const run = async (rows: NativeStepRow[]): Promise<NativeMoeStepStats> => {
-    const r = await model.step({ rows });
-    for (const row of r.rows) {
-      if (row.error) throw new Error(`step failed: ${row.error}`);
-      const s = seqs.find((x) => x.id === row.requestId)!;
-      s.last = row.token!;
-    }
-    if (!r.timings.moe) throw new Error('the model reported no MoE counters');
-    return r.timings.moe;
-  };
-  await run(prefill);
-  for (const s of seqs) s.ctx = prompt;
   let bytes = 0;
   let runs = 0;
   let routed = 0;
-  const t0 = performance.now();
-  for (let k = 0; k < steps; k++) {
-    const rows: NativeStepRow[] = seqs.map((s) => ({
-      requestId: s.id,
-      tokens: Int32Array.of(s.last),
-      positions: Int32Array.of(s.ctx),
-      blockTable: s.table,
-      contextLen: s.ctx,
-      sample: { ...GREEDY_SAMPLE, counter: k + 1 },
-    }));
-    const m = await run(rows);
-    bytes += m.expertBytes;
-    runs += m.expertRuns;
-    routed += m.routedRows;
-    for (const s of seqs) s.ctx++;
-  }
-  const ms = performance.now() - t0;
+  const ms = await timeDecode(model, {
+    concurrency,
+    steps,
+    prompt,
+    idPrefix: 'moe',
+    promptToken: (i, k, vocab) => (i * 7919 + k * 104729 + 1) % vocab,
+    onTimings: (t, decode) => {
+      if (!t.moe) throw new Error('the model reported no MoE counters');
+      if (!decode) return;
+      bytes += t.moe.expertBytes;
+      runs += t.moe.expertRuns;
+      routed += t.moe.routedRows;
+    },
+  });
   return {
     concurrency,
     steps,
@@ -209,13 +172,6 @@ const USAGE = `usage: npm run bench:moe -- [options]
   --precision P    fast | exact (default fast)
   --dir DIR        checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)`;
 
-function intOption(v: string | undefined, name: string, dflt: number): number {
-  if (v === undefined) return dflt;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n <= 0) throw new Error(`--${name} must be a positive integer, got ${v}`);
-  return n;
-}
-
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -234,14 +190,13 @@ export async function main(argv: string[]): Promise<number> {
     process.stdout.write(`${USAGE}\n`);
     return 0;
   }
-  const precision = values.precision ?? 'fast';
-  if (precision !== 'fast' && precision !== 'exact') throw new Error(`--precision must be fast or exact, got ${precision}`);
+  const precision = precisionOption(values.precision);
   const shape = { ...QWEN3_VL_30B_A3B, layers: intOption(values.layers, 'layers', 20) };
   const steps = intOption(values.steps, 'steps', 8);
   const prompt = intOption(values.prompt, 'prompt', 16);
   const t0 = performance.now();
   const ck = ensureMoeCheckpoint(values.dir ?? defaultBenchDir(), shape);
-  process.stderr.write(`checkpoint ${ck.dir} (${(ck.bytes / 2 ** 30).toFixed(2)} GiB, ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`})\n`);
+  reportCheckpoint(ck, t0);
   const { addon } = loadNative();
   const model = addon.loadModel(ck.dir, { threads: intOption(values.threads, 'threads', 2), kvCacheBytes: 256 << 20, precision });
   try {

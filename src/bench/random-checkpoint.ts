@@ -65,7 +65,7 @@ export function hash32(x: number): number {
 const f32 = new Float32Array(1);
 const u32 = new Uint32Array(f32.buffer);
 /** f32 -> bf16 bits, round to nearest even. */
-function bf16(v: number): number {
+export function bf16(v: number): number {
   f32[0] = v;
   const u = u32[0];
   return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
@@ -223,7 +223,6 @@ export function ensureRandomCheckpoint(
 ): RandomCheckpoint {
   const name = `qwen2-h${shape.hidden}-l${shape.layers}-v${shape.vocab}-${quant.bits}bit-g${quant.groupSize}`;
   const dir = join(root, name);
-  const stamp = join(dir, '.complete');
   const tensors = qwen2Tensors(shape, quant);
   const total = tensors.reduce((sum, t) => sum + tensorBytes(t), 0);
   const result = (cached: boolean, generateMs: number): RandomCheckpoint => ({
@@ -234,17 +233,31 @@ export function ensureRandomCheckpoint(
     cached,
     generateMs,
   });
-  if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(FORMAT_VERSION)) return result(true, 0);
+  if (checkpointComplete(dir, FORMAT_VERSION)) return result(true, 0);
 
   const t0 = performance.now();
-  // Build beside the final path, then rename: an interrupted run never leaves a half checkpoint.
+  writeCheckpoint(dir, FORMAT_VERSION, qwen2Config(shape, quant), tensors);
+  return result(false, performance.now() - t0);
+}
+
+/** True when `dir` holds a finished checkpoint stamped with `version` (an older stamp means stale). */
+export function checkpointComplete(dir: string, version: number): boolean {
+  const stamp = join(dir, '.complete');
+  return existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(version);
+}
+
+/**
+ * Writes config.json, the files `extra` adds, model.safetensors and the version stamp beside `dir`, then
+ * renames the folder into place: an interrupted run never leaves a half checkpoint.
+ */
+export function writeCheckpoint(dir: string, version: number, config: Record<string, unknown>, tensors: TensorSpec[], extra?: (tmp: string) => void): void {
   const tmp = `${dir}.tmp-${process.pid}`;
   rmSync(tmp, { recursive: true, force: true });
   mkdirSync(tmp, { recursive: true });
-  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(qwen2Config(shape, quant), null, 2)}\n`);
+  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(config, null, 2)}\n`);
+  extra?.(tmp);
   writeSafetensors(join(tmp, 'model.safetensors'), tensors);
-  writeFileSync(join(tmp, '.complete'), `${FORMAT_VERSION}\n`);
+  writeFileSync(join(tmp, '.complete'), `${version}\n`);
   rmSync(dir, { recursive: true, force: true });
   renameSync(tmp, dir);
-  return result(false, performance.now() - t0);
 }

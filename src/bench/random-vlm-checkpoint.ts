@@ -1,10 +1,11 @@
 // Generates (once, cached) a random-weight bf16 Qwen2.5-VL checkpoint whose vision tower has the 3B
 // model's shape (depth 32, hidden 1280, 16 heads, MLP 3420, window attention, full attention in blocks
 // 7/15/23/31, merger to 2048) in front of a small text decoder: the bench needs the tower's real cost.
-import { copyFileSync, existsSync, mkdirSync, readFileSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { type TensorSpec, tensorBytes, writeSafetensors } from './safetensors-writer.js';
+import { bf16, checkpointComplete, hash32, writeCheckpoint } from './random-checkpoint.js';
+import { type TensorSpec, tensorBytes } from './safetensors-writer.js';
 
 export interface VlmTowerShape {
   depth: number;
@@ -49,23 +50,6 @@ export interface RandomVlmCheckpoint {
 }
 
 const FORMAT_VERSION = 1;
-
-function hash32(x: number): number {
-  x ^= x >>> 16;
-  x = Math.imul(x, 0x7feb352d);
-  x ^= x >>> 15;
-  x = Math.imul(x, 0x846ca68b);
-  x ^= x >>> 16;
-  return x >>> 0;
-}
-
-const f32 = new Float32Array(1);
-const u32 = new Uint32Array(f32.buffer);
-function bf16(v: number): number {
-  f32[0] = v;
-  const u = u32[0];
-  return ((u + 0x7fff + ((u >>> 16) & 1)) >>> 16) & 0xffff;
-}
 
 // 65536 bf16 normal draws per (mean, std); a tensor indexes them with random 16-bit words: a fill costs
 // one xorshift per two values, so the 1.3 GB tower is written in seconds.
@@ -253,24 +237,17 @@ export function ensureRandomVlmCheckpoint(
   if (typeof vocab !== 'number') throw new Error(`${tokenizerDir}/config.json has no vocab_size`);
   const name = `qwen2_5_vl-tower-d${tower.depth}-h${tower.hidden}-text-l${text.layers}-h${tower.outHidden}-v${vocab}`;
   const dir = join(root, name);
-  const stamp = join(dir, '.complete');
   const { tensors, towerBytes, towerParameters } = qwen25VlTensors(tower, text, vocab);
   const total = tensors.reduce((n, t) => n + tensorBytes(t), 0);
   const result = (cached: boolean, generateMs: number): RandomVlmCheckpoint => ({ dir, towerBytes, towerParameters, tensorBytes: total, cached, generateMs });
-  if (existsSync(stamp) && readFileSync(stamp, 'utf8').trim() === String(FORMAT_VERSION)) return result(true, 0);
+  if (checkpointComplete(dir, FORMAT_VERSION)) return result(true, 0);
 
   const t0 = performance.now();
-  const tmp = `${dir}.tmp-${process.pid}`;
-  rmSync(tmp, { recursive: true, force: true });
-  mkdirSync(tmp, { recursive: true });
-  writeFileSync(join(tmp, 'config.json'), `${JSON.stringify(qwen25VlConfig(tower, text, ids), null, 2)}\n`);
-  writeFileSync(join(tmp, 'preprocessor_config.json'), `${JSON.stringify(PREPROCESSOR_CONFIG, null, 2)}\n`);
-  for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) {
-    if (existsSync(join(tokenizerDir, f))) copyFileSync(join(tokenizerDir, f), join(tmp, f));
-  }
-  writeSafetensors(join(tmp, 'model.safetensors'), tensors);
-  writeFileSync(join(tmp, '.complete'), `${FORMAT_VERSION}\n`);
-  rmSync(dir, { recursive: true, force: true });
-  renameSync(tmp, dir);
+  writeCheckpoint(dir, FORMAT_VERSION, qwen25VlConfig(tower, text, ids), tensors, (tmp) => {
+    writeFileSync(join(tmp, 'preprocessor_config.json'), `${JSON.stringify(PREPROCESSOR_CONFIG, null, 2)}\n`);
+    for (const f of ['tokenizer.json', 'tokenizer_config.json', 'generation_config.json']) {
+      if (existsSync(join(tokenizerDir, f))) copyFileSync(join(tokenizerDir, f), join(tmp, f));
+    }
+  });
   return result(false, performance.now() - t0);
 }

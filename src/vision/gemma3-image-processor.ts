@@ -3,7 +3,7 @@
 
 import type { NativeImageInput } from '../native/types.js';
 import type { DecodedImage } from './decode-image.js';
-import { bool, type Json, num, obj, resampleFilter, triple } from './image-processor-config.js';
+import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
 import { pilResize, type ResampleFilter } from './pil-resample.js';
 
@@ -32,13 +32,7 @@ export function gemma3ImageConfig(image: Json, processor: Json, config: Json, wh
     tokens: num(processor.image_seq_length) ?? num(config.mm_tokens_per_image) ?? num(image.image_seq_length) ?? 256,
     doResize: bool(image.do_resize) ?? true,
     resample: resampleFilter(image.resample, 'bilinear', where),
-    norm: {
-      doRescale: bool(image.do_rescale) ?? true,
-      rescaleFactor: num(image.rescale_factor) ?? 1 / 255,
-      doNormalize: bool(image.do_normalize) ?? true,
-      mean: triple(image.image_mean, [0.5, 0.5, 0.5]),
-      std: triple(image.image_std, [0.5, 0.5, 0.5]),
-    },
+    norm: normalizeParams(image, { doNormalize: true, mean: [0.5, 0.5, 0.5], std: [0.5, 0.5, 0.5] }),
   };
 }
 

@@ -6,7 +6,7 @@
 import { InvalidRequestError } from '../engine/errors.js';
 import type { NativeImageInput } from '../native/types.js';
 import type { DecodedImage } from './decode-image.js';
-import { bool, type Json, num, obj, resampleFilter, triple } from './image-processor-config.js';
+import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
 import { pilResize, type ResampleFilter } from './pil-resample.js';
 
@@ -34,13 +34,7 @@ export function gemma4ImageConfig(image: Json, config: Json, where: string): Gem
     maxSoftTokens,
     doResize: bool(image.do_resize) ?? true,
     resample: resampleFilter(image.resample, 'bicubic', where),
-    norm: {
-      doRescale: bool(image.do_rescale) ?? true,
-      rescaleFactor: num(image.rescale_factor) ?? 1 / 255,
-      doNormalize: bool(image.do_normalize) ?? false,
-      mean: triple(image.image_mean, [0, 0, 0]),
-      std: triple(image.image_std, [1, 1, 1]),
-    },
+    norm: normalizeParams(image, { doNormalize: false, mean: [0, 0, 0], std: [1, 1, 1] }),
   };
 }
 

@@ -3,6 +3,7 @@
 
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import type { NormalizeParams } from './normalize-image.js';
 
 export type Json = Record<string, unknown>;
 
@@ -55,4 +56,15 @@ export function resampleFilter(v: unknown, fallback: 'bilinear' | 'bicubic', whe
   if (v === 2 || v === 'bilinear') return 'bilinear';
   if (v === 3 || v === 'bicubic') return 'bicubic';
   throw new Error(`${where}: resample ${JSON.stringify(v)} is not supported (only 2 = bilinear, 3 = bicubic)`);
+}
+
+/** do_rescale / rescale_factor / do_normalize / image_mean / image_std, with the family's defaults. */
+export function normalizeParams(image: Json, defaults: { doNormalize: boolean; mean: readonly number[]; std: readonly number[] }): NormalizeParams {
+  return {
+    doRescale: bool(image.do_rescale) ?? true,
+    rescaleFactor: num(image.rescale_factor) ?? 1 / 255,
+    doNormalize: bool(image.do_normalize) ?? defaults.doNormalize,
+    mean: triple(image.image_mean, defaults.mean),
+    std: triple(image.image_std, defaults.std),
+  };
 }

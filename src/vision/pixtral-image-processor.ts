@@ -5,7 +5,7 @@
 import type { NativeImageInput } from '../native/types.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { DecodedImage } from './decode-image.js';
-import { bool, type Json, num, obj, resampleFilter, triple } from './image-processor-config.js';
+import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
 import { pilResize, type ResampleFilter } from './pil-resample.js';
 
@@ -37,13 +37,7 @@ export function pixtralImageConfig(image: Json, processor: Json, config: Json, w
     longestEdge,
     doResize: bool(image.do_resize) ?? true,
     resample: resampleFilter(image.resample, 'bicubic', where),
-    norm: {
-      doRescale: bool(image.do_rescale) ?? true,
-      rescaleFactor: num(image.rescale_factor) ?? 1 / 255,
-      doNormalize: bool(image.do_normalize) ?? true,
-      mean: triple(image.image_mean, OPENAI_CLIP_MEAN),
-      std: triple(image.image_std, OPENAI_CLIP_STD),
-    },
+    norm: normalizeParams(image, { doNormalize: true, mean: OPENAI_CLIP_MEAN, std: OPENAI_CLIP_STD }),
   };
 }
 

@@ -1,69 +1,27 @@
 // `rapid run MODEL --image FILE [--image FILE2]` through the real CLI binary on the tiny VLM fixtures:
 // transformers' greedy tokens for one and two images, and clear errors for a text-only model, a
 // missing file, a corrupt image and --raw.
-import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync, writeFileSync, mkdtempSync } from 'node:fs';
+import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { loadNative } from '../../src/native/binding.js';
+import { expectRunImageGreedy, rapidCli as rapid, type RunImageCase, VLM_FIXTURES as vlm, vlmCases, vlmFixtureReady } from '../helpers/vlm-engine.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
-const bin = join(root, 'bin', 'rapid.js');
-const vlm = join(root, 'test', 'fixtures', 'vlm');
 
-function visionReady(dir: string): boolean {
-  if (!existsSync(join(dir, 'model.safetensors'))) return false;
-  try {
-    const m = loadNative().addon.loadModel(dir, { threads: 1, kvCacheBytes: 1 << 20 });
-    const ok = m.info().vision !== undefined;
-    m.close();
-    return ok;
-  } catch {
-    return false;
-  }
-}
-
-export function rapid(args: string[]) {
-  return spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 120_000 });
-}
-
-interface Case {
-  name: string;
-  hf_messages: { role: string; content: { type: string; text?: string }[] }[];
-  images: { file: string }[];
-  n_tokens: number;
-  greedy: number[];
-}
-
-const FIXTURES = ['qwen2_5_vl-f32', 'qwen3_vl-f32', 'gemma3-f32'].filter((f) => visionReady(join(vlm, f)));
+const FIXTURES = ['qwen2_5_vl-f32', 'qwen3_vl-f32', 'gemma3-f32'].filter((f) => vlmFixtureReady(join(vlm, f)));
 
 describe.skipIf(FIXTURES.length === 0).each(FIXTURES)('rapid run --image on %s', (name) => {
   const dir = join(vlm, name);
-  const ref = JSON.parse(readFileSync(join(dir, 'reference.json'), 'utf8')) as { cases: Case[] };
+  const byName = vlmCases<RunImageCase & { name: string }>(dir);
 
   it.each(['one_image', 'two_images'])('%s: greedy tokens equal transformers', (caseName) => {
-    const c = ref.cases.find((x) => x.name === caseName)!;
-    const prompt = c.hf_messages[0]!.content.find((p) => p.type === 'text')!.text!;
-    const args = ['run', dir, '--prompt', prompt, '--temperature', '0', '--max-tokens', '16', '--precision', 'exact', '--json'];
-    for (const im of c.images) args.push('--image', join(vlm, 'images', im.file));
-    const r = rapid(args);
-    expect(r.status, r.stderr).toBe(0);
-    const out = JSON.parse(r.stdout) as { token_ids: number[]; usage: { prompt_tokens: number }; images: unknown[]; timings: { image_encode_ms: number } };
-    expect(out.usage.prompt_tokens).toBe(c.n_tokens);
-    expect(out.images.length).toBe(c.images.length);
-    expect(out.token_ids).toEqual(c.greedy);
-    expect(out.timings.image_encode_ms).toBeGreaterThan(0);
+    const out = expectRunImageGreedy(dir, byName(caseName));
+    expect(out.timings!.image_encode_ms).toBeGreaterThan(0);
   });
 
   it('without --image: the text-only prompt on the VLM gives transformers\' text greedy tokens', () => {
-    const c = ref.cases.find((x) => x.name === 'text')!;
-    const prompt = c.hf_messages[0]!.content.find((p) => p.type === 'text')!.text!;
-    const r = rapid(['run', dir, '--prompt', prompt, '--temperature', '0', '--max-tokens', '16', '--precision', 'exact', '--json']);
-    expect(r.status, r.stderr).toBe(0);
-    const out = JSON.parse(r.stdout) as { token_ids: number[]; usage: { prompt_tokens: number } };
-    expect(out.usage.prompt_tokens).toBe(c.n_tokens);
-    expect(out.token_ids).toEqual(c.greedy);
+    expectRunImageGreedy(dir, byName('text'));
   });
 
   it('says what is wrong with a missing file, a corrupt image and --raw', () => {

@@ -3,7 +3,9 @@
 // placeholder offsets, Gemma 3 bidirectional image blocks, decode positions = index + rope delta.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
+import { expect } from 'vitest';
 import type { NativeModel, NativeStepRow } from '../../src/native/types.js';
+import { maxAbsDiff } from './fixtures.js';
 import { BlockAllocator, GREEDY } from './runner.js';
 
 /** Fixture root; RAPID_VLM_FIXTURES points elsewhere for a locally generated set. */
@@ -176,4 +178,74 @@ export async function runVlmSequences(model: NativeModel, specs: VlmSeqSpec[], a
     }
   }
   return new Map(st.map((s) => [s.spec.id, s.out]));
+}
+
+export const maxAbs = (a: Float32Array): number => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
+
+/** Expects max |got - want| <= tol * max(1, max|want|); returns that relative difference for the summaries. */
+export function expectWithin(got: Float32Array, want: Float32Array, tol: number, label: string): number {
+  const scale = Math.max(1, maxAbs(want));
+  const d = maxAbsDiff(got, want);
+  expect(d, label).toBeLessThanOrEqual(tol * scale);
+  return d / scale;
+}
+
+/** The rows at `positions` of logits [n, vocab], gathered into [positions.length, vocab]. */
+export function logitsAt(logits: Float32Array, positions: number[], vocab: number): Float32Array {
+  const got = new Float32Array(positions.length * vocab);
+  positions.forEach((p, i) => got.set(logits.subarray(p * vocab, (p + 1) * vocab), i * vocab));
+  return got;
+}
+
+/** The stored features (and DeepStack rows) of a case's images, as the step splices them. */
+export function storedImages(dir: string, c: { images: { placeholder_offset: number; tokens: number; features: string; deepstack?: string }[] }): SeqImage[] {
+  return c.images.map((im) => ({
+    offset: im.placeholder_offset,
+    tokens: im.tokens,
+    data: readF32(dir, im.features),
+    deepstack: im.deepstack ? readF32(dir, im.deepstack) : undefined,
+  }));
+}
+
+/** Prefill chunk lengths of an n-token prompt cut at every offset in `cuts`. */
+export function chunksAt(cuts: number[], n: number): number[] {
+  const bounds = [...new Set([0, ...cuts, n])].sort((a, b) => a - b);
+  return bounds.slice(1).map((b, k) => b - bounds[k]!).filter((x) => x > 0);
+}
+
+/** Chunks cut at the case's image boundaries, so no chunk splits an image. */
+export function imageChunks(c: { images: { placeholder_offset: number; tokens: number }[]; input_ids: number[] }): number[] {
+  return chunksAt(c.images.flatMap((im) => [im.placeholder_offset, im.placeholder_offset + im.tokens]), c.input_ids.length);
+}
+
+/**
+ * Batch invariance of `cases` on m: each case's greedy tokens alone (equal to the reference when `exact`),
+ * all cases in one step, and joined mid-stream (case i from step firstStep + 2i, prefilled in `chunks(c)`)
+ * are the same.
+ */
+export async function expectBatchInvariant<C extends { name: string; greedy: number[] }>(
+  m: NativeModel,
+  cases: C[],
+  spec: (c: C, extra?: Partial<VlmSeqSpec>) => VlmSeqSpec,
+  chunks: (c: C) => number[],
+  exact: boolean,
+  firstStep = 0,
+): Promise<void> {
+  const solo = new Map<string, number[]>();
+  for (const c of cases) solo.set(c.name, (await runVlmSequences(m, [spec(c)])).get(c.name)!.tokens);
+  if (exact) for (const c of cases) expect(solo.get(c.name), c.name).toEqual(c.greedy);
+  const together = await runVlmSequences(m, cases.map((c) => spec(c)));
+  for (const c of cases) expect(together.get(c.name)!.tokens, `${c.name} together`).toEqual(solo.get(c.name));
+  const alloc = new BlockAllocator(m.info().blockSize, m.info().numBlocks);
+  const staggered = await runVlmSequences(m, cases.map((c, i) => spec(c, { startStep: firstStep + 2 * i, chunks: chunks(c) })), alloc);
+  for (const c of cases) expect(staggered.get(c.name)!.tokens, `${c.name} joined mid-stream`).toEqual(solo.get(c.name));
+}
+
+/** The fixture's text-only case on m: its reference logits rows within 1e-4 * max(1, max|logit|) and 16 greedy tokens. */
+export async function expectTextCase(m: NativeModel, fx: Pick<VlmFixture, 'dir' | 'cases'>): Promise<void> {
+  const c = fx.cases.find((x) => x.images.length === 0)!;
+  const out = (await runVlmSequences(m, [{ id: 't', prompt: c.input_ids, images: [], maxTokens: 16, wantLogits: true }])).get('t')!;
+  const ref = readF32(fx.dir, c.logits);
+  expect(maxAbsDiff(out.logits!.subarray(out.logits!.length - ref.length), ref)).toBeLessThanOrEqual(1e-4 * Math.max(1, maxAbs(ref)));
+  expect(out.tokens).toEqual(c.greedy);
 }

@@ -15,8 +15,7 @@ import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { decodeImage } from '../../src/vision/decode-image.js';
 import { VisionProcessor, type VisionPrompt } from '../../src/vision/processor.js';
 import { addon } from '../helpers/addon.js';
-import { maxAbsDiff } from '../helpers/fixtures.js';
-import { readF32, runVlmSequences, type SeqImage, VLM_ROOT, vlmFixtureNames } from '../helpers/vlm.js';
+import { expectWithin, logitsAt, readF32, runVlmSequences, type SeqImage, VLM_ROOT, vlmFixtureNames } from '../helpers/vlm.js';
 
 interface G4Case {
   name: string;
@@ -29,7 +28,6 @@ interface G4Case {
 }
 
 const names = vlmFixtureNames().filter((n) => n.startsWith('gemma4-'));
-const maxAbs = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 const report: string[] = [];
 afterAll(() => {
   if (report.length) console.log(`gemma4 vision summary:\n${report.join('\n')}`);
@@ -71,12 +69,8 @@ describe.runIf(names.length > 0).each(names)('%s: PNG -> processor -> encodeImag
       const images: SeqImage[] = [];
       for (const [i, im] of prompt.images.entries()) {
         const out = await model.encodeImage(im.input);
-        const want = readF32(dir, c.images[i]!.features);
         expect(out.tokens).toBe(c.images[i]!.tokens);
-        const scale = Math.max(1, maxAbs(want));
-        const d = maxAbsDiff(out.embeddings, want);
-        worstFeat = Math.max(worstFeat, d / scale);
-        expect(d, `${c.name} image ${i} features`).toBeLessThanOrEqual(1e-4 * scale);
+        worstFeat = Math.max(worstFeat, expectWithin(out.embeddings, readF32(dir, c.images[i]!.features), 1e-4, `${c.name} image ${i} features`));
         images.push({ offset: im.offset, tokens: out.tokens, data: out.embeddings });
       }
       // runVlmSequences derives the blocks from the image spans: they must be the VisionPrompt's.
@@ -87,13 +81,7 @@ describe.runIf(names.length > 0).each(names)('%s: PNG -> processor -> encodeImag
       const out = (await runVlmSequences(model, [spec])).get(c.name)!;
       expect(out.errors).toEqual([]);
       const vocab = model.info().vocabSize;
-      const want = readF32(dir, c.logits);
-      const got = new Float32Array(c.logits_positions.length * vocab);
-      c.logits_positions.forEach((p, k) => got.set(out.logits!.subarray(p * vocab, (p + 1) * vocab), k * vocab));
-      const scale = Math.max(1, maxAbs(want));
-      const d = maxAbsDiff(got, want);
-      worstLogit = Math.max(worstLogit, d / scale);
-      expect(d, `${c.name} logits`).toBeLessThanOrEqual(logitTol * scale);
+      worstLogit = Math.max(worstLogit, expectWithin(logitsAt(out.logits!, c.logits_positions, vocab), readF32(dir, c.logits), logitTol, `${c.name} logits`));
       expect(out.tokens, `${c.name} greedy`).toEqual(c.greedy);
     }
     report.push(`${name}: features ${worstFeat.toExponential(2)}, logits ${worstLogit.toExponential(2)} (max |diff| / max(1, |ref|))`);

@@ -12,9 +12,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NativeModel } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { maxAbsDiff } from '../helpers/fixtures.js';
-import { BlockAllocator } from '../helpers/runner.js';
 import { readSafetensors, writeSafetensors } from '../helpers/safetensors.js';
-import { readF32, runVlmSequences, type SeqImage, VLM_ROOT, type VlmSeqSpec, vlmFixtureNames } from '../helpers/vlm.js';
+import {
+  expectBatchInvariant, expectWithin, imageChunks, logitsAt, maxAbs, readF32, runVlmSequences, storedImages, type SeqImage, VLM_ROOT,
+  type VlmSeqSpec, vlmFixtureNames,
+} from '../helpers/vlm.js';
 
 interface G4Image {
   features: string;
@@ -31,19 +33,15 @@ interface G4Case {
 }
 
 const names = vlmFixtureNames().filter((n) => n.startsWith('gemma4-'));
-const maxAbs = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 const report: string[] = [];
 afterAll(() => {
   if (report.length) console.log(`gemma4 text lane summary:\n${report.join('\n')}`);
 });
 
-const stored = (dir: string, c: G4Case): SeqImage[] =>
-  c.images.map((im) => ({ offset: im.placeholder_offset, tokens: im.tokens, data: readF32(dir, im.features) }));
-
 const spec = (dir: string, c: G4Case, extra: Partial<VlmSeqSpec> = {}): VlmSeqSpec => ({
   id: c.name,
   prompt: c.input_ids,
-  images: stored(dir, c),
+  images: storedImages(dir, c),
   bidirectional: true,
   maxTokens: c.greedy.length,
   ...extra,
@@ -88,13 +86,7 @@ describe.runIf(names.length > 0).each(names)('%s', (name) => {
       const out = (await runVlmSequences(model, [spec(dir, c, { wantLogits: true })])).get(c.name)!;
       expect(out.errors).toEqual([]);
       const V = model.info().vocabSize;
-      const want = readF32(dir, c.logits);
-      const got = new Float32Array(c.logits_positions.length * V);
-      c.logits_positions.forEach((p, i) => got.set(out.logits!.subarray(p * V, (p + 1) * V), i * V));
-      const scale = Math.max(1, maxAbs(want));
-      const d = maxAbsDiff(got, want);
-      worst = Math.max(worst, d / scale);
-      expect(d, `${c.name} logits`).toBeLessThanOrEqual(logitTol * scale);
+      worst = Math.max(worst, expectWithin(logitsAt(out.logits!, c.logits_positions, V), readF32(dir, c.logits), logitTol, `${c.name} logits`));
       expect(out.tokens, `${c.name} greedy`).toEqual(c.greedy);
     }
     report.push(`${name} logits: max |diff|/max(1,|logit|) = ${worst.toExponential(2)}`);
@@ -106,7 +98,7 @@ describe.runIf(names.length > 0).each(names)('%s', (name) => {
     const im = c.images[0]!;
     const V = model.info().vocabSize;
     const H = model.info().hiddenSize;
-    const base = stored(dir, c);
+    const base = storedImages(dir, c);
     const perturbed = base.map((s) => ({ ...s, data: s.data.slice() }));
     for (let i = (im.tokens - 1) * H; i < im.tokens * H; i++) perturbed[0]!.data[i]! += 1;
     const first = async (images: SeqImage[], bidirectional: boolean) => {
@@ -143,24 +135,8 @@ describe.runIf(names.length > 0).each(names)('%s', (name) => {
       it(`two-image, one-image and text rows in one step and joined mid-stream (${precision})`, async () => {
         const m = precision === 'exact' ? model : addon().loadModel(dir, { threads: 2, kvCacheBytes: 16 << 20, precision });
         try {
-          const solo = new Map<string, number[]>();
-          for (const c of cases) solo.set(c.name, (await runVlmSequences(m, [spec(dir, c)])).get(c.name)!.tokens);
-          if (precision === 'exact') for (const c of cases) expect(solo.get(c.name), c.name).toEqual(c.greedy);
-          const together = await runVlmSequences(m, cases.map((c) => spec(dir, c)));
-          for (const c of cases) expect(together.get(c.name)!.tokens, `${c.name} together`).toEqual(solo.get(c.name));
           // Joined mid-stream, prefilled in chunks cut at image boundaries (never inside an image).
-          const alloc = new BlockAllocator(m.info().blockSize, m.info().numBlocks);
-          const staggered = await runVlmSequences(
-            m,
-            cases.map((c, i) => {
-              const cuts = c.images.flatMap((im) => [im.placeholder_offset, im.placeholder_offset + im.tokens]);
-              const bounds = [...new Set([0, ...cuts, c.input_ids.length])].sort((a, b) => a - b);
-              const chunks = bounds.slice(1).map((b, k) => b - bounds[k]!).filter((x) => x > 0);
-              return spec(dir, c, { startStep: 2 * i, chunks });
-            }),
-            alloc,
-          );
-          for (const c of cases) expect(staggered.get(c.name)!.tokens, `${c.name} joined mid-stream`).toEqual(solo.get(c.name));
+          await expectBatchInvariant(m, cases, (c, extra) => spec(dir, c, extra), imageChunks, precision === 'exact');
         } finally {
           if (m !== model) m.close();
         }

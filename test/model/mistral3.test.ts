@@ -11,8 +11,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NativeModel } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { maxAbsDiff } from '../helpers/fixtures.js';
-import { BlockAllocator } from '../helpers/runner.js';
-import { loadVlmFixture, readF32, runVlmSequences, vlmFixtureNames, type SeqImage, type VlmCase, type VlmFixture, type VlmSeqSpec } from '../helpers/vlm.js';
+import {
+  chunksAt, expectBatchInvariant, expectTextCase, expectWithin, loadVlmFixture, maxAbs, readF32, runVlmSequences, vlmFixtureNames,
+  type SeqImage, type VlmCase, type VlmFixture, type VlmSeqSpec,
+} from '../helpers/vlm.js';
 
 const IMG = 10; // [IMG]; [IMG_BREAK] 12 and [IMG_END] 13 are ordinary text tokens
 const names = vlmFixtureNames().filter((n) => n.startsWith('mistral3-'));
@@ -20,8 +22,6 @@ const report: string[] = [];
 afterAll(() => {
   if (report.length) console.log(`mistral3 summary:\n${report.join('\n')}`);
 });
-
-const maxAbs = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 
 interface PixtralRef {
   placeholder_offset: number;
@@ -72,12 +72,8 @@ describe.runIf(names.length > 0)('Mistral 3 fixtures', () => {
         const imgs: SeqImage[] = [];
         for (const [i, im] of c.images.entries()) {
           const out = await model.encodeImage({ pixels: readF32(fx.dir, im.pixel_values), grid: im.grid });
-          const ref = readF32(fx.dir, im.features);
           expect(out.tokens).toBe(im.tokens);
-          const scale = Math.max(1, maxAbs(ref));
-          const d = maxAbsDiff(out.embeddings, ref);
-          worst = Math.max(worst, d / scale);
-          expect(d, `${c.name} image ${i} features`).toBeLessThanOrEqual(1e-4 * scale);
+          worst = Math.max(worst, expectWithin(out.embeddings, readF32(fx.dir, im.features), 1e-4, `${c.name} image ${i} features`));
           imgs.push({ ...spanOf(c, i), tokens: out.tokens, data: out.embeddings });
         }
         encoded.set(c.name, imgs);
@@ -94,11 +90,7 @@ describe.runIf(names.length > 0)('Mistral 3 fixtures', () => {
           const out = (await runVlmSequences(model, [specOf(c, images!, { wantLogits: true })])).get(c.name)!;
           expect(out.errors).toEqual([]);
           const ref = readF32(fx.dir, c.logits);
-          const got = out.logits!.subarray(out.logits!.length - ref.length);
-          const scale = Math.max(1, maxAbs(ref));
-          const d = maxAbsDiff(got, ref);
-          worst = Math.max(worst, d / scale);
-          expect(d, `${c.name} logits`).toBeLessThanOrEqual(logitTol * scale);
+          worst = Math.max(worst, expectWithin(out.logits!.subarray(out.logits!.length - ref.length), ref, logitTol, `${c.name} logits`));
           expect(out.tokens, `${c.name} greedy`).toEqual(c.greedy);
         }
         report.push(`${name} logits (${source}): max |diff|/max(1,|logit|) = ${worst.toExponential(2)}`);
@@ -110,27 +102,11 @@ describe.runIf(names.length > 0)('Mistral 3 fixtures', () => {
         const m = precision === 'exact' ? model : addon().loadModel(fx.dir, { threads: 2, kvCacheBytes: 16 << 20, precision });
         const cases = [...fx.cases].sort((a, b) => b.images.length - a.images.length);
         try {
-          const solo = new Map<string, number[]>();
-          for (const c of cases) solo.set(c.name, (await runVlmSequences(m, [specOf(c, storedImages(fx, c))])).get(c.name)!.tokens);
-          if (precision === 'exact') for (const c of cases) expect(solo.get(c.name), c.name).toEqual(c.greedy);
-          const together = await runVlmSequences(m, cases.map((c) => specOf(c, storedImages(fx, c))));
-          for (const c of cases) expect(together.get(c.name)!.tokens, `${c.name} together`).toEqual(solo.get(c.name));
           // Joined mid-stream, prefilled in chunks cut at every span edge (a span is never split) and inside the
           // text, so later chunks start past position 64 where the Llama-4 scale steps up.
-          const alloc = new BlockAllocator(m.info().blockSize, m.info().numBlocks);
-          const staggered = await runVlmSequences(
-            m,
-            cases.map((c, i) => {
-              const imgs = storedImages(fx, c);
-              const cuts = imgs.flatMap((im) => [im.offset, im.offset + im.span!]);
-              const text = c.images.length === 0 ? [30, 70] : [];
-              const bounds = [...new Set([0, ...cuts, ...text, c.input_ids.length])].sort((a, b) => a - b);
-              const chunks = bounds.slice(1).map((b, k) => b - bounds[k]!).filter((x) => x > 0);
-              return specOf(c, imgs, { startStep: 2 * i, chunks });
-            }),
-            alloc,
-          );
-          for (const c of cases) expect(staggered.get(c.name)!.tokens, `${c.name} joined mid-stream`).toEqual(solo.get(c.name));
+          const chunks = (c: VlmCase) =>
+            chunksAt([...storedImages(fx, c).flatMap((im) => [im.offset, im.offset + im.span!]), ...(c.images.length === 0 ? [30, 70] : [])], c.input_ids.length);
+          await expectBatchInvariant(m, cases, (c, extra) => specOf(c, storedImages(fx, c), extra), chunks, precision === 'exact');
         } finally {
           if (m !== model) m.close();
         }
@@ -188,11 +164,7 @@ describe.runIf(names.length > 0)('Mistral 3 fixtures', () => {
       const m = addon().loadModel(dst, { threads: 2, kvCacheBytes: 8 << 20, precision: 'exact' });
       try {
         expect(m.info().vision).toBeUndefined();
-        const c = fx.cases.find((x) => x.images.length === 0)!;
-        const out = (await runVlmSequences(m, [specOf(c, [], { wantLogits: true })])).get(c.name)!;
-        const ref = readF32(fx.dir, c.logits);
-        expect(maxAbsDiff(out.logits!.subarray(out.logits!.length - ref.length), ref)).toBeLessThanOrEqual(1e-4 * Math.max(1, maxAbs(ref)));
-        expect(out.tokens).toEqual(c.greedy);
+        await expectTextCase(m, fx);
       } finally {
         m.close();
       }

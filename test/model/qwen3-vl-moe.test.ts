@@ -11,9 +11,11 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NativeModel, NativeMoeStepStats, NativeStepPlan } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { maxAbsDiff } from '../helpers/fixtures.js';
-import { BlockAllocator } from '../helpers/runner.js';
 import { readSafetensors, writeSafetensors, type RawTensor } from '../helpers/safetensors.js';
-import { loadVlmFixture, readF32, runVlmSequences, vlmFixtureNames, type SeqImage, type VlmCase, type VlmFixture, type VlmSeqSpec } from '../helpers/vlm.js';
+import {
+  expectBatchInvariant, expectTextCase, expectWithin, imageChunks, loadVlmFixture, maxAbs, readF32, runVlmSequences, storedImages, vlmFixtureNames,
+  type SeqImage, type VlmCase, type VlmFixture, type VlmSeqSpec,
+} from '../helpers/vlm.js';
 
 const VARIANTS = ['qwen3_vl_moe-f32', 'qwen3_vl_moe-q4'].filter((n) => vlmFixtureNames().includes(n));
 const MOE_LAYERS = 2; // layers 0 and 2 (layer 1 is in mlp_only_layers)
@@ -22,18 +24,8 @@ const TOP_K = 2;
 const HIDDEN = 64;
 const FFN = 32;
 
-const maxAbs = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
 const open = (dir: string, precision: 'exact' | 'fast' = 'exact') =>
   addon().loadModel(dir, { threads: 2, kvCacheBytes: 16 << 20, precision });
-
-function storedImages(fx: VlmFixture, c: VlmCase): SeqImage[] {
-  return c.images.map((im) => ({
-    offset: im.placeholder_offset,
-    tokens: im.tokens,
-    data: readF32(fx.dir, im.features),
-    deepstack: im.deepstack ? readF32(fx.dir, im.deepstack) : undefined,
-  }));
-}
 
 function specOf(c: VlmCase, images: SeqImage[], extra: Partial<VlmSeqSpec> = {}): VlmSeqSpec {
   return { id: c.name, prompt: c.input_ids, positions: c.position_ids, delta: c.rope_delta ?? 0, images, maxTokens: c.greedy.length, ...extra };
@@ -59,12 +51,9 @@ async function checkCase(m: NativeModel, fx: VlmFixture, c: VlmCase, images: Seq
   const out = (await runVlmSequences(m, [specOf(c, images, { wantLogits: true })])).get(c.name)!;
   expect(out.errors).toEqual([]);
   const ref = readF32(fx.dir, c.logits);
-  const got = out.logits!.subarray(out.logits!.length - ref.length);
-  const scale = Math.max(1, maxAbs(ref));
-  const d = maxAbsDiff(got, ref);
-  expect(d, `${fx.name} ${c.name} logits`).toBeLessThanOrEqual(tol * scale);
+  const rel = expectWithin(out.logits!.subarray(out.logits!.length - ref.length), ref, tol, `${fx.name} ${c.name} logits`);
   expect(out.tokens, `${fx.name} ${c.name} greedy`).toEqual(c.greedy);
-  return d / scale;
+  return rel;
 }
 
 const report: string[] = [];
@@ -92,7 +81,7 @@ describe.each(VARIANTS)('%s', (name) => {
   it('logits and 16 greedy tokens match transformers (stored features and encodeImage output)', async () => {
     let worst = 0;
     for (const c of fx.cases) {
-      worst = Math.max(worst, await checkCase(model, fx, c, storedImages(fx, c), tol));
+      worst = Math.max(worst, await checkCase(model, fx, c, storedImages(fx.dir, c), tol));
       const encoded: SeqImage[] = [];
       for (const im of c.images) {
         const out = await model.encodeImage({ pixels: readF32(fx.dir, im.pixel_values), grid: im.grid });
@@ -110,23 +99,7 @@ describe.each(VARIANTS)('%s', (name) => {
       const m = precision === 'exact' ? model : open(fx.dir, precision);
       try {
         const cases = [...fx.cases].sort((a, b) => b.images.length - a.images.length);
-        const solo = new Map<string, number[]>();
-        for (const c of cases) solo.set(c.name, (await runVlmSequences(m, [specOf(c, storedImages(fx, c))])).get(c.name)!.tokens);
-        if (precision === 'exact') for (const c of cases) expect(solo.get(c.name), c.name).toEqual(c.greedy);
-        const together = await runVlmSequences(m, cases.map((c) => specOf(c, storedImages(fx, c))));
-        for (const c of cases) expect(together.get(c.name)!.tokens, `${c.name} together`).toEqual(solo.get(c.name));
-        const alloc = new BlockAllocator(m.info().blockSize, m.info().numBlocks);
-        const staggered = await runVlmSequences(
-          m,
-          cases.map((c, i) => {
-            const cuts = c.images.flatMap((im) => [im.placeholder_offset, im.placeholder_offset + im.tokens]);
-            const bounds = [...new Set([0, ...cuts, c.input_ids.length])].sort((a, b) => a - b);
-            const chunks = bounds.slice(1).map((b, k) => b - bounds[k]!).filter((x) => x > 0);
-            return specOf(c, storedImages(fx, c), { startStep: 2 * i + 1, chunks });
-          }),
-          alloc,
-        );
-        for (const c of cases) expect(staggered.get(c.name)!.tokens, `${c.name} joined mid-stream`).toEqual(solo.get(c.name));
+        await expectBatchInvariant(m, cases, (c, extra) => specOf(c, storedImages(fx.dir, c), extra), imageChunks, precision === 'exact', 1);
       } finally {
         if (m !== model) m.close();
       }
@@ -136,7 +109,7 @@ describe.each(VARIANTS)('%s', (name) => {
   it('each active expert is read once per step: 8 decode rows share expert passes, 1 row reads exactly top-k', async () => {
     // Eight sequences: the three cases and five text prompts cut from the two-image prompt's text tail.
     const text = fx.cases.find((c) => c.images.length === 0)!;
-    const specs: VlmSeqSpec[] = fx.cases.map((c) => specOf(c, storedImages(fx, c), { maxTokens: 6 }));
+    const specs: VlmSeqSpec[] = fx.cases.map((c) => specOf(c, storedImages(fx.dir, c), { maxTokens: 6 }));
     for (let i = 0; i < 5; i++) specs.push({ id: `t${i}`, prompt: text.input_ids.slice(0, text.input_ids.length - 1 - i), images: [], maxTokens: 6 });
     const q4 = name.endsWith('-q4');
     // Bytes one expert pass reads: gate + up [FFN, HIDDEN] and down [HIDDEN, FFN]; q4: 4-bit codes + bf16 scales/biases per 32.
@@ -201,7 +174,7 @@ describe.runIf(VARIANTS.includes('qwen3_vl_moe-f32'))('expert layouts of hub fil
     expect(hub.get('model.language_model.layers.0.mlp.experts.down_proj')!.shape).toEqual([EXPERTS, FFN, HIDDEN]);
     const m = open(write(hub, config));
     try {
-      for (const c of fx.cases) await checkCase(m, fx, c, storedImages(fx, c), 1e-4);
+      for (const c of fx.cases) await checkCase(m, fx, c, storedImages(fx.dir, c), 1e-4);
     } finally {
       m.close();
     }
@@ -235,11 +208,7 @@ describe.runIf(VARIANTS.includes('qwen3_vl_moe-f32'))('expert layouts of hub fil
     try {
       expect(m.info().family).toBe('qwen3_moe');
       expect(m.info().vision).toBeUndefined();
-      const c = fx.cases.find((x) => x.images.length === 0)!;
-      const out = (await runVlmSequences(m, [{ id: 't', prompt: c.input_ids, images: [], maxTokens: 16, wantLogits: true }])).get('t')!;
-      const ref = readF32(fx.dir, c.logits);
-      expect(maxAbsDiff(out.logits!.subarray(out.logits!.length - ref.length), ref)).toBeLessThanOrEqual(1e-4 * Math.max(1, maxAbs(ref)));
-      expect(out.tokens).toEqual(c.greedy);
+      await expectTextCase(m, fx);
     } finally {
       m.close();
     }

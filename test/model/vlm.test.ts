@@ -11,9 +11,12 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { NativeModel } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { maxAbsDiff } from '../helpers/fixtures.js';
-import { BlockAllocator, GREEDY } from '../helpers/runner.js';
+import { GREEDY } from '../helpers/runner.js';
 import { readSafetensors, writeSafetensors } from '../helpers/safetensors.js';
-import { loadVlmFixture, readF32, runVlmSequences, vlmFixtureNames, type SeqImage, type VlmCase, type VlmFixture, type VlmSeqSpec } from '../helpers/vlm.js';
+import {
+  expectBatchInvariant, expectTextCase, expectWithin, imageChunks, loadVlmFixture, maxAbs, readF32, runVlmSequences, storedImages, vlmFixtureNames,
+  type SeqImage, type VlmCase, type VlmFixture, type VlmSeqSpec,
+} from '../helpers/vlm.js';
 
 // Mistral 3 (Pixtral spans with row breaks, YaRN) has its own file: test/model/mistral3.test.ts; Gemma 4
 // (sliding-only image blocks, logits at listed positions): test/model/gemma4.test.ts and gemma4-vision.test.ts;
@@ -25,17 +28,6 @@ afterAll(() => {
 });
 
 const isF32 = (name: string) => name.endsWith('-f32');
-const maxAbs = (a: Float32Array) => a.reduce((m, x) => Math.max(m, Math.abs(x)), 0);
-
-/** The stored features (and DeepStack rows) of a case's images, as the step splices them. */
-function storedImages(fx: VlmFixture, c: VlmCase): SeqImage[] {
-  return c.images.map((im) => ({
-    offset: im.placeholder_offset,
-    tokens: im.tokens,
-    data: readF32(fx.dir, im.features),
-    deepstack: im.deepstack ? readF32(fx.dir, im.deepstack) : undefined,
-  }));
-}
 
 function specOf(fx: VlmFixture, c: VlmCase, images: SeqImage[], extra: Partial<VlmSeqSpec> = {}): VlmSeqSpec {
   return {
@@ -76,12 +68,8 @@ describe.each(names)('%s', (name) => {
       const imgs: SeqImage[] = [];
       for (const im of c.images) {
         const out = await model.encodeImage({ pixels: readF32(fx.dir, im.pixel_values), grid: im.grid });
-        const ref = readF32(fx.dir, im.features);
         expect(out.tokens).toBe(im.tokens);
-        const scale = Math.max(1, maxAbs(ref));
-        const d = maxAbsDiff(out.embeddings, ref);
-        worst = Math.max(worst, d / scale);
-        expect(d, `${c.name} features`).toBeLessThanOrEqual(featTol * scale);
+        worst = Math.max(worst, expectWithin(out.embeddings, readF32(fx.dir, im.features), featTol, `${c.name} features`));
         if (im.deepstack) {
           const ds = readF32(fx.dir, im.deepstack);
           expect(out.deepstack, 'deepstack present').toBeDefined();
@@ -105,17 +93,13 @@ describe.each(names)('%s', (name) => {
     it(`logits and 16 greedy tokens match transformers (${source})`, async () => {
       let worst = 0;
       for (const c of fx.cases) {
-        const images = source === 'stored features' ? storedImages(fx, c) : encoded.get(c.name);
+        const images = source === 'stored features' ? storedImages(fx.dir, c) : encoded.get(c.name);
         expect(images, 'encodeImage ran first').toBeDefined();
         const out = (await runVlmSequences(model, [specOf(fx, c, images!, { wantLogits: true })])).get(c.name)!;
         expect(out.errors).toEqual([]);
-        const ref = readF32(fx.dir, c.logits);
         const vocab = model.info().vocabSize;
         const got = out.logits!.subarray(out.logits!.length - c.n_last * vocab);
-        const scale = Math.max(1, maxAbs(ref));
-        const d = maxAbsDiff(got, ref);
-        worst = Math.max(worst, d / scale);
-        expect(d, `${c.name} logits`).toBeLessThanOrEqual(logitTol * scale);
+        worst = Math.max(worst, expectWithin(got, readF32(fx.dir, c.logits), logitTol, `${c.name} logits`));
         expect(out.tokens, `${c.name} greedy`).toEqual(c.greedy);
       }
       report.push(`${name} logits (${source}): max |diff|/max(1,|logit|) = ${worst.toExponential(2)}`);
@@ -131,24 +115,8 @@ describe.each(names)('%s', (name) => {
       it(`two-image, one-image and text rows in one step and joined mid-stream (${precision})`, async () => {
         const m = precision === 'exact' ? model : addon().loadModel(fx.dir, { threads: 2, kvCacheBytes: 16 << 20, precision });
         try {
-          const solo = new Map<string, number[]>();
-          for (const c of cases) solo.set(c.name, (await runVlmSequences(m, [specOf(fx, c, storedImages(fx, c))])).get(c.name)!.tokens);
-          if (precision === 'exact') for (const c of cases) expect(solo.get(c.name), c.name).toEqual(c.greedy);
-          const together = await runVlmSequences(m, cases.map((c) => specOf(fx, c, storedImages(fx, c))));
-          for (const c of cases) expect(together.get(c.name)!.tokens, `${c.name} together`).toEqual(solo.get(c.name));
           // Joined mid-stream, prefilled in chunks that end at image boundaries (never split an image).
-          const alloc = new BlockAllocator(m.info().blockSize, m.info().numBlocks);
-          const staggered = await runVlmSequences(
-            m,
-            cases.map((c, i) => {
-              const cuts = c.images.flatMap((im) => [im.placeholder_offset, im.placeholder_offset + im.tokens]);
-              const bounds = [...new Set([0, ...cuts, c.input_ids.length])].sort((a, b) => a - b);
-              const chunks = bounds.slice(1).map((b, k) => b - bounds[k]!).filter((x) => x > 0);
-              return specOf(fx, c, storedImages(fx, c), { startStep: 2 * i, chunks });
-            }),
-            alloc,
-          );
-          for (const c of cases) expect(staggered.get(c.name)!.tokens, `${c.name} joined mid-stream`).toEqual(solo.get(c.name));
+          await expectBatchInvariant(m, cases, (c, extra) => specOf(fx, c, storedImages(fx.dir, c), extra), imageChunks, precision === 'exact');
         } finally {
           if (m !== model) m.close();
         }
@@ -240,11 +208,7 @@ describe('VLM checkpoint layouts', () => {
     try {
       expect(m.info().family).toBe('qwen2');
       expect(m.info().vision).toBeUndefined();
-      const c = fx.cases.find((x) => x.images.length === 0)!;
-      const out = (await runVlmSequences(m, [{ id: 't', prompt: c.input_ids, images: [], maxTokens: 16, wantLogits: true }])).get('t')!;
-      const ref = readF32(fx.dir, c.logits);
-      expect(maxAbsDiff(out.logits!.subarray(out.logits!.length - ref.length), ref)).toBeLessThanOrEqual(1e-4 * Math.max(1, maxAbs(ref)));
-      expect(out.tokens).toEqual(c.greedy);
+      await expectTextCase(m, fx);
     } finally {
       m.close();
     }

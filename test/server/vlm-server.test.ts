@@ -1,30 +1,15 @@
 // `rapid serve` on a tiny VLM fixture with the openai client: a data: URI image gives the same greedy
 // text as `rapid run --image` (and transformers' tokens), text-only requests on the same server and
 // weights still match transformers, and a bad image is a 400 that leaves the server healthy.
-import { spawnSync } from 'node:child_process';
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
-import { loadNative } from '../../src/native/binding.js';
+import { rapidCli, VLM_FIXTURES as vlm, vlmFixtureReady, withDataUris } from '../helpers/vlm-engine.js';
 
-const root = resolve(import.meta.dirname, '..', '..');
-const vlm = join(root, 'test', 'fixtures', 'vlm');
 const NAME = 'qwen2_5_vl-f32';
 const dir = join(vlm, NAME);
-
-function visionReady(): boolean {
-  if (!existsSync(join(dir, 'model.safetensors'))) return false;
-  try {
-    const m = loadNative().addon.loadModel(dir, { threads: 1, kvCacheBytes: 1 << 20 });
-    const ok = m.info().vision !== undefined;
-    m.close();
-    return ok;
-  } catch {
-    return false;
-  }
-}
 
 interface Case {
   name: string;
@@ -33,26 +18,12 @@ interface Case {
   greedy: number[];
 }
 
-describe.skipIf(!visionReady())(`rapid serve ${NAME} with images`, () => {
+describe.skipIf(!vlmFixtureReady(dir))(`rapid serve ${NAME} with images`, () => {
   const ref = JSON.parse(readFileSync(join(dir, 'reference.json'), 'utf8')) as { cases: Case[] };
   const byName = (n: string) => ref.cases.find((c) => c.name === n)!;
   let srv: RunningServer;
   let client: OpenAI;
   const decode = (ids: number[]) => srv.model.text.tokenizer.decode(ids, { skipSpecialTokens: true });
-
-  /** The case's OpenAI messages with each image file name replaced by a data: URI. */
-  const withDataUris = (c: Case): OpenAI.Chat.Completions.ChatCompletionMessageParam[] =>
-    c.messages.map((m) => ({
-      role: m.role,
-      content:
-        typeof m.content === 'string'
-          ? m.content
-          : m.content.map((p) =>
-              p.type === 'image_url'
-                ? { type: 'image_url', image_url: { url: `data:image/png;base64,${readFileSync(join(vlm, 'images', p.image_url!.url)).toString('base64')}` } }
-                : { type: 'text', text: p.text ?? '' },
-            ),
-    })) as OpenAI.Chat.Completions.ChatCompletionMessageParam[];
 
   beforeAll(async () => {
     srv = await startServer(dir, { port: 0, precision: 'exact', maxBatchedTokens: 16, servedModelName: 'vlm' });
@@ -64,16 +35,12 @@ describe.skipIf(!visionReady())(`rapid serve ${NAME} with images`, () => {
 
   it('a data: URI image gives the same greedy text as rapid run --image, and transformers\' tokens', async () => {
     const c = byName('one_image');
-    const r = await client.chat.completions.create({ model: 'vlm', messages: withDataUris(c), max_tokens: 16, temperature: 0 });
+    const r = await client.chat.completions.create({ model: 'vlm', messages: withDataUris(c.messages), max_tokens: 16, temperature: 0 });
     const served = r.choices[0]!.message.content ?? '';
     expect(served).toBe(decode(c.greedy));
     expect(r.usage!.completion_tokens).toBe(16);
     const prompt = (c.messages[0]!.content as { type: string; text?: string }[]).find((p) => p.type === 'text')!.text!;
-    const cli = spawnSync(
-      process.execPath,
-      [join(root, 'bin', 'rapid.js'), 'run', dir, '--image', join(vlm, 'images', c.images[0]!.file), '--prompt', prompt, '--temperature', '0', '--max-tokens', '16', '--precision', 'exact', '--json'],
-      { encoding: 'utf8', timeout: 120_000 },
-    );
+    const cli = rapidCli(['run', dir, '--image', join(vlm, 'images', c.images[0]!.file), '--prompt', prompt, '--temperature', '0', '--max-tokens', '16', '--precision', 'exact', '--json']);
     expect(cli.status, cli.stderr).toBe(0);
     expect(JSON.parse(cli.stdout).text).toBe(served);
   });
@@ -83,7 +50,7 @@ describe.skipIf(!visionReady())(`rapid serve ${NAME} with images`, () => {
     const two = byName('two_images');
     const text = byName('text');
     const ask = async (c: Case) => {
-      const r = await client.chat.completions.create({ model: 'vlm', messages: withDataUris(c), max_tokens: 16, temperature: 0 });
+      const r = await client.chat.completions.create({ model: 'vlm', messages: withDataUris(c.messages), max_tokens: 16, temperature: 0 });
       return r.choices[0]!.message.content;
     };
     const [a, b, t] = await Promise.all([ask(two), ask(text), ask(one)]);
@@ -106,7 +73,7 @@ describe.skipIf(!visionReady())(`rapid serve ${NAME} with images`, () => {
 
   it('image placeholders typed into the text (more image tokens than images) are a 400', async () => {
     const c = byName('one_image');
-    const messages = withDataUris(c);
+    const messages = withDataUris(c.messages);
     (messages[0]!.content as { type: string; text?: string }[]).push({ type: 'text', text: ' and <|vision_start|><|image_pad|><|vision_end|>' });
     const res = await fetch(`${srv.url}/v1/chat/completions`, {
       method: 'POST',

@@ -70,15 +70,7 @@ Weight load_stacked(const Checkpoint& ck, const QuantConfig& qc, const std::stri
     throw std::runtime_error(path + ": packed shapes inconsistent with affine " + std::to_string(p.bits) +
                              "-bit group " + std::to_string(p.group_size) + " for " + shape_of({E, out, in}) +
                              ": weight " + wt.shape_str() + ", scales " + sc->shape_str());
-  w.kind = WeightKind::Affine;
-  w.dtype = sc->dtype;
-  w.out = E * out;
-  w.in = in;
-  w.data = wt.data;
-  w.scales = sc->data;
-  w.biases = bi->data;
-  w.bits = p.bits;
-  w.group = p.group_size;
+  set_affine_view(w, wt, *sc, *bi, E * out, in, p);  // experts stacked: [E*out, in]
   return w;
 }
 

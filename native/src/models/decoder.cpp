@@ -233,18 +233,7 @@ class DecoderModel final : public Model {
         }
     }
 
-    // Only the requested rows go through the final norm and the (large) head.
-    const int64_t m = int64_t(b.logit_rows.size());
-    if (m == 0) return;
-    std::vector<float> sel(static_cast<size_t>(m * H));  // [m, hidden]
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(sel.data() + i * H, h.data() + b.logit_rows[size_t(i)] * H, size_t(H) * sizeof(float));
-    norm_rows(sel.data(), sel.data(), m, final_norm_);
-    matmul(pool, head_, sel.data(), logits, m, prec);
-    if (d.final_softcap > 0) {
-      const float cap = d.final_softcap;
-      for (int64_t i = 0; i < m * d.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
-    }
+    head_logits(pool, h, H, b.logit_rows, final_norm_, head_, d.vocab, d.final_softcap, logits, prec);
   }
 
  private:
@@ -291,6 +280,23 @@ std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, co
     vision = load_vision_encoder(ckpt, config, vision_family);
   }
   return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info), std::move(vision));
+}
+
+void head_logits(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, const std::vector<int64_t>& rows,
+                 const NormWeight& final_norm, const Weight& head, int64_t vocab, float softcap, float* logits,
+                 Precision prec) {
+  // Only the requested rows go through the final norm and the (large) head.
+  const int64_t m = int64_t(rows.size());
+  if (m == 0) return;
+  std::vector<float> sel(static_cast<size_t>(m * hidden));  // [m, hidden]
+  for (int64_t i = 0; i < m; ++i)
+    std::memcpy(sel.data() + i * hidden, h.data() + rows[size_t(i)] * hidden, size_t(hidden) * sizeof(float));
+  pool.parallel_for(m, [&](int64_t r0, int64_t r1) {
+    rms_norm(sel.data() + r0 * hidden, sel.data() + r0 * hidden, r1 - r0, final_norm);
+  });
+  matmul(pool, head, sel.data(), logits, m, prec);
+  if (softcap > 0)
+    for (int64_t i = 0; i < m * vocab; ++i) logits[i] = softcap * std::tanh(logits[i] / softcap);
 }
 
 void apply_max_window_layers(const Json& c, DecoderConfig& d) {

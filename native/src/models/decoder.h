@@ -81,6 +81,12 @@ std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, co
 // model.vision_tower.*, visual.*, model.visual.*).
 bool has_vision_tower(const Checkpoint& ckpt);
 
+// The head of a forward: only the `rows` of h [T, hidden] go through final_norm and head, giving
+// logits [rows.size(), vocab]; then cap·tanh(logits/cap) when softcap > 0. Nothing when rows is empty.
+void head_logits(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, const std::vector<int64_t>& rows,
+                 const NormWeight& final_norm, const Weight& head, int64_t vocab, float softcap, float* logits,
+                 Precision prec);
+
 // transformers 4.x Qwen configs without layer_types: with use_sliding_window, layers from
 // max_window_layers on use the sliding window.
 void apply_max_window_layers(const Json& c, DecoderConfig& d);

@@ -29,6 +29,14 @@ struct DecoderConfig;
 // decoder_sparse_step, mlp_only_layers, norm_topk_prob) into d; no-op when num_experts is 0.
 void apply_qwen3_moe(const Json& c, DecoderConfig& d, bool norm_topk_default, const std::string& arch);
 
+// The Qwen3 attention of a text config c (q/k norm, attention_bias, hidden_act) on top of the common
+// fields; every Qwen3 lane (dense, MoE, VL, VL-MoE) starts from it.
+DecoderConfig read_qwen3_config(const Json& c, const std::string& arch);
+
+// Qwen3-VL's text lane config: Qwen3 attention, interleaved mRoPE and the DeepStack layer count (Qwen3-VL-MoE
+// adds its experts to it).
+DecoderConfig read_qwen3_vl_config(const Json& c, const Json& config, const std::string& arch);
+
 // HF hidden_act names → Activation; throws naming the value when unsupported.
 Activation parse_activation(const std::string& name, const std::string& arch);
 

@@ -419,18 +419,7 @@ class Gemma4Model final : public Model {
         for (float& x : h) x *= L.layer_scalar;
     }
 
-    // Only the requested rows go through the final norm and the tied head.
-    const int64_t m = int64_t(b.logit_rows.size());
-    if (m == 0) return;
-    std::vector<float> sel(size_t(m * H));  // [m, hidden]
-    for (int64_t i = 0; i < m; ++i)
-      std::memcpy(sel.data() + i * H, h.data() + b.logit_rows[size_t(i)] * H, size_t(H) * sizeof(float));
-    norm_rows(sel.data(), sel.data(), m, final_norm_);
-    matmul(pool, embed_, sel.data(), logits, m, prec);
-    if (g.softcap > 0) {
-      const float cap = g.softcap;
-      for (int64_t i = 0; i < m * g.vocab; ++i) logits[i] = cap * std::tanh(logits[i] / cap);
-    }
+    head_logits(pool, h, H, b.logit_rows, final_norm_, embed_, g.vocab, g.softcap, logits, prec);  // tied head
   }
 
  private:

@@ -33,10 +33,7 @@ void apply_qwen3_moe(const Json& c, DecoderConfig& d, bool norm_topk_default, co
 std::unique_ptr<Model> load_qwen3_moe(std::shared_ptr<const Checkpoint> ckpt, const Json& config,
                                       const std::string& arch) {
   const Json& c = text_config(config);
-  DecoderConfig d = read_common_config(c, arch);
-  d.qk_norm = true;
-  d.qkv_bias = d.o_bias = c.get_bool("attention_bias", false);
-  d.act = parse_activation(c.get_string("hidden_act", "silu"), arch);
+  DecoderConfig d = read_qwen3_config(c, arch);
   d.ropes.push_back(rope_from_params(rope_params(c), d.head_dim, c.get_double("rope_theta", 1e6), arch));
   apply_max_window_layers(c, d);
   apply_qwen3_moe(c, d, false, arch);  // Qwen3MoeConfig.norm_topk_prob defaults to false

@@ -10,17 +10,7 @@ namespace rapid {
 std::unique_ptr<Model> load_qwen3_vl_moe(std::shared_ptr<const Checkpoint> ckpt, const Json& config,
                                          const std::string& arch) {
   const Json& c = text_config(config);
-  DecoderConfig d = read_common_config(c, arch);
-  d.qk_norm = true;
-  d.qkv_bias = d.o_bias = c.get_bool("attention_bias", false);
-  d.act = parse_activation(c.get_string("hidden_act", "silu"), arch);
-  RopeSpec rope = rope_from_params(rope_params(c), d.head_dim, c.get_double("rope_theta", 5e6), arch);
-  d.mrope_sections = mrope_sections(c, config, arch);
-  set_mrope_sections(rope, d.mrope_sections, true, arch);
-  d.ropes.push_back(std::move(rope));
-  const Json* vc = config.find("vision_config");
-  const Json* ds = (vc && vc->is_object()) ? vc->find("deepstack_visual_indexes") : nullptr;
-  d.deepstack_layers = (ds && ds->is_array()) ? int(ds->size()) : 0;
+  DecoderConfig d = read_qwen3_vl_config(c, config, arch);
   apply_qwen3_moe(c, d, true, arch);
   d.router.renormalize = true;
   return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "qwen3_vl_moe", false, "qwen3_vl_moe");

@@ -78,19 +78,24 @@ Weight build(const Checkpoint& ck, const QuantConfig& qc, const std::string& pat
       sc->shape[1] * p.group_size != in)
     throw std::runtime_error(path + ": packed shapes inconsistent with " + params_str(p) + ": weight " +
                              wt.shape_str() + ", scales " + sc->shape_str() + ", biases " + bi->shape_str());
-  w.kind = WeightKind::Affine;
-  w.dtype = sc->dtype;
-  w.out = out;
-  w.in = in;
-  w.data = wt.data;
-  w.scales = sc->data;
-  w.biases = bi->data;
-  w.bits = p.bits;
-  w.group = p.group_size;
+  set_affine_view(w, wt, *sc, *bi, out, in, p);
   return w;
 }
 
 }  // namespace
+
+void set_affine_view(Weight& w, const TensorView& wt, const TensorView& sc, const TensorView& bi, int64_t out, int64_t in,
+                     const QuantParams& p) {
+  w.kind = WeightKind::Affine;
+  w.dtype = sc.dtype;
+  w.out = out;
+  w.in = in;
+  w.data = wt.data;
+  w.scales = sc.data;
+  w.biases = bi.data;
+  w.bits = p.bits;
+  w.group = p.group_size;
+}
 
 QuantConfig QuantConfig::from_config(const Json& config) {
   QuantConfig qc;

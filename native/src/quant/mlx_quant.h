@@ -38,6 +38,10 @@ struct QuantConfig {
 // True if the bits/mode pair is implemented by the kernels (affine, bits 2,3,4,5,6,8; group 32/64/128).
 bool quant_supported(const QuantParams& p);
 
+// Makes w an Affine view [out, in] of packed codes wt with scales sc and biases bi (shapes already checked).
+void set_affine_view(Weight& w, const TensorView& wt, const TensorView& sc, const TensorView& bi, int64_t out, int64_t in,
+                     const QuantParams& p);
+
 // Builds a 2-D Weight for module_path (without ".weight"):
 //  - "<path>.scales" present → Affine: requires "<path>.biases" for affine mode, uint32 weight of
 //    shape [out, in*bits/32], scales/biases [out, in/group] in F32/F16/BF16 (same dtype).

@@ -120,18 +120,7 @@ class Gemma3Vision final : public VisionEncoder {
                                   std::to_string(channels_ * px * px) + " ([" + std::to_string(channels_) + ", " +
                                   std::to_string(px) + ", " + std::to_string(px) + "])");
     const int64_t n = pps_ * pps_;  // patches, row-major
-    const int64_t row_len = channels_ * patch_ * patch_;
-
-    // Flatten [C, H, W] into patch rows [n, C*P*P] in the conv weight's (c, i, j) order.
-    std::vector<float> rows(size_t(n * row_len));
-    for (int64_t gy = 0; gy < pps_; ++gy)
-      for (int64_t gx = 0; gx < pps_; ++gx) {
-        float* r = rows.data() + (gy * pps_ + gx) * row_len;  // [C, P, P]
-        for (int64_t c = 0; c < channels_; ++c)
-          for (int64_t i = 0; i < patch_; ++i)
-            std::copy_n(img.pixels + (c * px + gy * patch_ + i) * px + gx * patch_, patch_,
-                        r + (c * patch_ + i) * patch_);
-      }
+    std::vector<float> rows = image_patch_rows(img.pixels, channels_, pps_, pps_, patch_);  // [n, C*P*P]
     std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
     patch_embed(pool, pe_, rows.data(), x.data(), n);
     rows = {};

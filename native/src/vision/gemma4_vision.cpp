@@ -139,8 +139,7 @@ class Gemma4Vision final : public VisionEncoder {
     const float eps = float(vc.get_double("rms_norm_eps", 1e-6));
     act_ = parse_act(vc.get_string("hidden_activation", vc.get_string("hidden_act", "gelu_pytorch_tanh")),
                      "gemma4 vision");
-    double theta = 100.0;
-    if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) theta = rp->get_double("rope_theta", theta);
+    const double theta = rope_theta(vc, 100.0);
     standardize_ = false;
     if (const Json* s = vc.find("standardize"); s && s->is_bool()) standardize_ = s->as_bool();
 

@@ -56,8 +56,7 @@ class PixtralVision final : public VisionEncoder {
     const std::string proj_act = config.get_string("projector_hidden_act", "gelu");
     proj_act_ = parse_act(proj_act, "mistral3 projector");
     const bool proj_bias = config.get_bool("multimodal_projector_bias", false);
-    double theta = vc.get_double("rope_theta", 10000.0);
-    if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) theta = rp->get_double("rope_theta", theta);
+    const double theta = rope_theta(vc, vc.get_double("rope_theta", 10000.0));
 
     pe_ = load_patch_embed(ck, vprefix_ + "patch_conv", hidden_, channels_, 0, patch_, false);
     ln_pre_ = load_norm(ck, vprefix_ + "ln_pre", hidden_, 1e-5f, false);
@@ -116,18 +115,7 @@ class PixtralVision final : public VisionEncoder {
                                   std::to_string(channels_ * ph * pw) + " ([" + std::to_string(channels_) + ", " +
                                   std::to_string(ph) + ", " + std::to_string(pw) + "])");
     const int64_t n = gh * gw;  // patches, row-major
-    const int64_t row_len = channels_ * patch_ * patch_;
-
-    // Flatten [C, H, W] into patch rows [n, C*P*P] in the conv weight's (c, i, j) order.
-    std::vector<float> rows(size_t(n * row_len));
-    for (int64_t gy = 0; gy < gh; ++gy)
-      for (int64_t gx = 0; gx < gw; ++gx) {
-        float* r = rows.data() + (gy * gw + gx) * row_len;  // [C, P, P]
-        for (int64_t c = 0; c < channels_; ++c)
-          for (int64_t i = 0; i < patch_; ++i)
-            std::copy_n(img.pixels + (c * ph + gy * patch_ + i) * pw + gx * patch_, patch_,
-                        r + (c * patch_ + i) * patch_);
-      }
+    std::vector<float> rows = image_patch_rows(img.pixels, channels_, gh, gw, patch_);  // [n, C*P*P]
     std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
     patch_embed(pool, pe_, rows.data(), x.data(), n);
     rows = {};

@@ -37,8 +37,7 @@ class Qwen25VLVision final : public VisionEncoder {
                                " is smaller than one merged unit (" + std::to_string(merge_ * patch_) + " px)");
     heads_ = cfg_int(vc, {"num_heads", "num_attention_heads"}, 16);
     act_ = parse_act(vc.get_string("hidden_act", "silu"), "qwen2_5_vl vision");
-    double theta = 10000.0;
-    if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) theta = rp->get_double("rope_theta", theta);
+    const double theta = rope_theta(vc, 10000.0);
     const int64_t depth = cfg_int(vc, {"depth", "num_hidden_layers"}, 32);
     if (const Json* fa = vc.find("fullatt_block_indexes"); fa && fa->is_array()) {
       for (const Json& i : fa->array()) fullatt_.push_back(int(i.as_int()));
@@ -133,17 +132,12 @@ class Qwen25VLVision final : public VisionEncoder {
     std::vector<float> qkv(size_t(n * 3 * hidden_));   // [n, 3, heads, hd]
     std::vector<float> att(size_t(n * hidden_));       // [n, hidden]
     std::vector<float> g(size_t(n * ffn_)), u(size_t(n * ffn_));  // [n, ffn]
-    const float scale = 1.0f / std::sqrt(float(hd_));
     for (size_t li = 0; li < blocks_.size(); ++li) {
       const Qwen25Block& b = blocks_[li];
       const bool full = std::find(fullatt_.begin(), fullatt_.end(), int(li)) != fullatt_.end();
       rms_norm_rows(pool, x.data(), hn.data(), n, b.norm1);
-      linear(pool, b.qkv, hn.data(), qkv.data(), n, prec);
-      apply_rope_strided(pool, qkv.data(), 3 * hidden_, n, int(heads_), rope);
-      apply_rope_strided(pool, qkv.data() + hidden_, 3 * hidden_, n, int(heads_), rope);
-      segment_attention(pool, qkv.data(), qkv.data() + hidden_, qkv.data() + 2 * hidden_, 3 * hidden_, att.data(),
-                        hidden_, int(heads_), int(hd_), scale, full ? cu_full : cu_win);
-      linear(pool, b.proj, att.data(), hn.data(), n, prec);
+      fused_qkv_attention(pool, b.qkv, b.proj, hn.data(), qkv.data(), att.data(), n, hidden_, int(heads_), int(hd_),
+                          rope, full ? cu_full : cu_win, prec);
       add_inplace(pool, x.data(), hn.data(), n * hidden_);
       rms_norm_rows(pool, x.data(), hn.data(), n, b.norm2);
       linear(pool, b.gate, hn.data(), g.data(), n, prec);

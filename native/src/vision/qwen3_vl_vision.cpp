@@ -39,8 +39,7 @@ class Qwen3VLVision final : public VisionEncoder {
     merge_ = cfg_int(vc, {"spatial_merge_size"}, 2);
     heads_ = cfg_int(vc, {"num_heads", "num_attention_heads"}, 16);
     act_ = parse_act(vc.get_string("hidden_act", "gelu_pytorch_tanh"), "qwen3_vl vision");
-    double theta = 10000.0;
-    if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) theta = rp->get_double("rope_theta", theta);
+    const double theta = rope_theta(vc, 10000.0);
     const int64_t depth = cfg_int(vc, {"depth", "num_hidden_layers"}, 27);
     std::vector<int64_t> ds_idx;
     if (const Json* d = vc.find("deepstack_visual_indexes"); d && d->is_array()) {
@@ -123,16 +122,11 @@ class Qwen3VLVision final : public VisionEncoder {
     std::vector<float> qkv(size_t(n * 3 * hidden_));  // [n, 3, heads, hd]
     std::vector<float> att(size_t(n * hidden_));      // [n, hidden]
     std::vector<float> f1(size_t(n * ffn_));          // [n, ffn]
-    const float scale = 1.0f / std::sqrt(float(hd_));
     for (size_t li = 0; li < blocks_.size(); ++li) {
       const Qwen3Block& b = blocks_[li];
       layer_norm(pool, x.data(), hn.data(), n, b.norm1);
-      linear(pool, b.qkv, hn.data(), qkv.data(), n, prec);
-      apply_rope_strided(pool, qkv.data(), 3 * hidden_, n, int(heads_), rope);
-      apply_rope_strided(pool, qkv.data() + hidden_, 3 * hidden_, n, int(heads_), rope);
-      segment_attention(pool, qkv.data(), qkv.data() + hidden_, qkv.data() + 2 * hidden_, 3 * hidden_, att.data(),
-                        hidden_, int(heads_), int(hd_), scale, cu);
-      linear(pool, b.proj, att.data(), hn.data(), n, prec);
+      fused_qkv_attention(pool, b.qkv, b.proj, hn.data(), qkv.data(), att.data(), n, hidden_, int(heads_), int(hd_),
+                          rope, cu, prec);
       add_inplace(pool, x.data(), hn.data(), n * hidden_);
       layer_norm(pool, x.data(), hn.data(), n, b.norm2);
       linear(pool, b.fc1, hn.data(), f1.data(), n, prec);

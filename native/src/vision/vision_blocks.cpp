@@ -58,6 +58,11 @@ int64_t cfg_int(const Json& cfg, const std::vector<std::string>& keys, int64_t d
   return def;
 }
 
+double rope_theta(const Json& vc, double def) {
+  if (const Json* rp = vc.find("rope_parameters"); rp && rp->is_object()) return rp->get_double("rope_theta", def);
+  return def;
+}
+
 // ---- activations -------------------------------------------------------------------------------
 
 VAct parse_act(const std::string& name, const std::string& where) {
@@ -244,6 +249,19 @@ void patch_embed(ThreadPool& pool, const PatchEmbed& pe, const float* rows, floa
     for (int64_t o = 0; o < pe.hidden; ++o) y[r * pe.hidden + o] += pe.bias[size_t(o)];
 }
 
+std::vector<float> image_patch_rows(const float* pixels, int64_t channels, int64_t gh, int64_t gw, int64_t patch) {
+  const int64_t ph = gh * patch, pw = gw * patch, row_len = channels * patch * patch;
+  std::vector<float> rows(size_t(gh * gw * row_len));  // [gh*gw, C*P*P]
+  for (int64_t gy = 0; gy < gh; ++gy)
+    for (int64_t gx = 0; gx < gw; ++gx) {
+      float* r = rows.data() + (gy * gw + gx) * row_len;  // [C, P, P]
+      for (int64_t c = 0; c < channels; ++c)
+        for (int64_t i = 0; i < patch; ++i)
+          std::copy_n(pixels + (c * ph + gy * patch + i) * pw + gx * patch, patch, r + (c * patch + i) * patch);
+    }
+  return rows;
+}
+
 // ---- 2-D vision RoPE ---------------------------------------------------------------------------
 
 std::vector<float> vision_inv_freq(int head_dim, double theta) {
@@ -385,6 +403,18 @@ void segment_attention(ThreadPool& pool, const float* q, const float* k, const f
       matmul_strided(pool, vw, S, len, out + tk.q0 * ld_out + tk.head * hd, ld_out, nq, Precision::Exact);
     }
   });
+}
+
+void fused_qkv_attention(ThreadPool& pool, const Linear& qkv_proj, const Linear& out_proj, float* hn, float* qkv,
+                         float* att, int64_t n, int64_t hidden, int heads, int head_dim, const RopeTable& rope,
+                         const std::vector<int64_t>& cu, Precision p) {
+  const int64_t ld = 3 * hidden;
+  linear(pool, qkv_proj, hn, qkv, n, p);
+  apply_rope_strided(pool, qkv, ld, n, heads, rope);
+  apply_rope_strided(pool, qkv + hidden, ld, n, heads, rope);
+  segment_attention(pool, qkv, qkv + hidden, qkv + 2 * hidden, ld, att, hidden, heads, head_dim,
+                    1.0f / std::sqrt(float(head_dim)), cu);
+  linear(pool, out_proj, att, hn, n, p);
 }
 
 // ---- input checks ------------------------------------------------------------------------------

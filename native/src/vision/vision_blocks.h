@@ -36,6 +36,9 @@ const Json& vision_config(const Json& config, const std::string& family);
 // Integer field of a config object, trying several spellings (e.g. in_channels / in_chans).
 int64_t cfg_int(const Json& cfg, const std::vector<std::string>& keys, int64_t def);
 
+// vision_config rope_parameters.rope_theta (transformers 5) when present, else `def`.
+double rope_theta(const Json& vc, double def);
+
 // ---- activations -------------------------------------------------------------------------------
 
 enum class VAct : uint8_t { Silu, GeluTanh, GeluErf, QuickGelu };
@@ -91,6 +94,10 @@ PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int
 // rows [n, in] -> y [n, hidden].
 void patch_embed(ThreadPool& pool, const PatchEmbed& pe, const float* rows, float* y, int64_t n);
 
+// A [C, gh*P, gw*P] image -> patch rows [gh*gw, C*P*P] (row-major patches) in the Conv2d weight's (c, i, j)
+// order, the rows patch_embed takes.
+std::vector<float> image_patch_rows(const float* pixels, int64_t channels, int64_t gh, int64_t gw, int64_t patch);
+
 // ---- 2-D vision RoPE ---------------------------------------------------------------------------
 
 // inv_freq_j = theta^(-2j/(head_dim/2)) for j < head_dim/4 (Qwen vision "axial" rope), in f32.
@@ -116,6 +123,13 @@ void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::
 // softmax(q·k * scale) · v in f32, parallel over (segment, head, query block).
 void segment_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t ld_in, float* out,
                        int64_t ld_out, int n_heads, int head_dim, float scale, const std::vector<int64_t>& cu);
+
+// The attention half of a Qwen-style block with a fused qkv projection: hn [n, hidden] (the normed input)
+// -> qkv [n, 3, heads, hd], RoPE on q and k, segment_attention over `cu` into att [n, hidden], then
+// hn = proj(att). Scale 1/sqrt(hd).
+void fused_qkv_attention(ThreadPool& pool, const Linear& qkv_proj, const Linear& out_proj, float* hn, float* qkv,
+                         float* att, int64_t n, int64_t hidden, int heads, int head_dim, const RopeTable& rope,
+                         const std::vector<int64_t>& cu, Precision p);
 
 // ---- input checks ------------------------------------------------------------------------------
 

@@ -1,0 +1,19 @@
+// Command-line pieces the bench entry points (bench:cpu, bench:moe, gemma4) share.
+/** `--name` as an integer >= `min` (`dflt` when absent). */
+export function intOption(v: string | undefined, name: string, dflt: number, min: 0 | 1 = 1): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be a ${min === 1 ? 'positive' : 'non-negative'} integer, got ${v}`);
+  return n;
+}
+
+export function precisionOption(v: string | undefined): 'fast' | 'exact' {
+  const precision = v ?? 'fast';
+  if (precision !== 'fast' && precision !== 'exact') throw new Error(`--precision must be fast or exact, got ${precision}`);
+  return precision;
+}
+
+/** The stderr line naming the checkpoint, its size and whether it was cached (`t0`: when ensuring it began). */
+export function reportCheckpoint(ck: { dir: string; bytes: number; cached: boolean }, t0: number): void {
+  process.stderr.write(`checkpoint ${ck.dir} (${(ck.bytes / 2 ** 30).toFixed(2)} GiB, ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`})\n`);
+}

@@ -1,0 +1,61 @@
+// The decode measurement the random-weight decode benches (bench:moe, gemma4) share.
+import type { NativeModel, NativeStepResult, NativeStepRow } from '../native/types.js';
+import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
+
+export interface DecodeLoop {
+  concurrency: number;
+  steps: number;
+  prompt: number;
+  /** Row ids are `${idPrefix}-${concurrency}-${row}`. */
+  idPrefix: string;
+  /** Token `k` of row `row`'s prompt. */
+  promptToken: (row: number, k: number, vocabSize: number) => number;
+  /** Sees every step's timings after its rows are checked; `decode` is false for the prefill step. */
+  onTimings?: (timings: NativeStepResult['timings'], decode: boolean) => void;
+}
+
+/** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together; returns the decode ms. */
+export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<number> {
+  const info = model.info();
+  let nextBlock = 0;
+  const need = Math.ceil((o.prompt + o.steps + 1) / info.blockSize);
+  const seqs = Array.from({ length: o.concurrency }, (_, i) => ({
+    id: `${o.idPrefix}-${o.concurrency}-${i}`,
+    table: Int32Array.from({ length: need }, () => nextBlock++),
+    ctx: 0,
+    last: 0,
+  }));
+  if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
+  const run = async (rows: NativeStepRow[], decode: boolean): Promise<void> => {
+    const r = await model.step({ rows });
+    for (const row of r.rows) {
+      if (row.error) throw new Error(`step failed: ${row.error}`);
+      seqs.find((x) => x.id === row.requestId)!.last = row.token!;
+    }
+    o.onTimings?.(r.timings, decode);
+  };
+  await run(
+    seqs.map((s, i) => {
+      const tokens = Int32Array.from({ length: o.prompt }, (_, k) => o.promptToken(i, k, info.vocabSize));
+      return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: { ...GREEDY_SAMPLE, counter: 0 } };
+    }),
+    false,
+  );
+  for (const s of seqs) s.ctx = o.prompt;
+  const t0 = performance.now();
+  for (let k = 0; k < o.steps; k++) {
+    await run(
+      seqs.map((s) => ({
+        requestId: s.id,
+        tokens: Int32Array.of(s.last),
+        positions: Int32Array.of(s.ctx),
+        blockTable: s.table,
+        contextLen: s.ctx,
+        sample: { ...GREEDY_SAMPLE, counter: k + 1 },
+      })),
+      true,
+    );
+    for (const s of seqs) s.ctx++;
+  }
+  return performance.now() - t0;
+}
