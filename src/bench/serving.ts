@@ -14,7 +14,7 @@ import type { GrammarNext, RequestGrammar } from '../engine/grammar/request-gram
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import { loadNative } from '../native/binding.js';
-import type { NativeModel } from '../native/types.js';
+import type { NativeLateMask, NativeModel } from '../native/types.js';
 import { ensureRandomCheckpoint } from './random-checkpoint.js';
 
 export interface ServingLevel {
@@ -45,6 +45,8 @@ function timedModel(model: NativeModel): NativeModel {
     info: () => model.info(),
     encodeImage: (image) => model.encodeImage(image),
     close: () => model.close(),
+    // Forwarded so constrained steps take their masks late (computed while the forward runs).
+    ...(model.supplyMasks ? { supplyMasks: (stepId: number, masks: NativeLateMask[]) => model.supplyMasks!(stepId, masks) } : {}),
     async step(plan) {
       const t = performance.now();
       try {

@@ -2,7 +2,7 @@
 // addon's own thread, awaited through its Promise) -> update each request. A failed step fails
 // exactly its requests and the loop goes on; a step that never returns trips a watchdog. Every
 // request ends with a done event or an error; nothing is retried silently.
-import type { NativeImageEmbedding, NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
+import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
 import { BlockManager } from './block-manager.js';
 import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
 import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
@@ -41,6 +41,11 @@ export interface EngineOptions {
   maxWaiting?: number;
   /** A step that takes longer fails its requests and marks the engine unhealthy until it returns. */
   stepTimeoutMs?: number;
+  /** How long sampling waits after the forward for grammar masks computed meanwhile (default 10 s);
+   *  then only the constrained rows of that step fail. */
+  maskTimeoutMs?: number;
+  /** Compute grammar masks while the forward runs when the model can take them late (default true). */
+  overlapMasks?: boolean;
   enablePrefixCache?: boolean;
   /** Bytes of image embeddings kept by content hash (default 256 MiB). */
   encoderCacheBytes?: number;
@@ -129,6 +134,9 @@ export class Engine implements EngineLike {
   private readonly newTextStream: (options?: { keepSpecialTokens?: boolean }) => TextStream;
   private readonly stopTokenIds: ReadonlySet<number>;
   private readonly stepTimeoutMs: number;
+  private readonly maskTimeoutMs: number;
+  private readonly overlapMasks: boolean;
+  private maskStepId = 0;
   private readonly faults: EngineFaults;
   private readonly log: (message: string) => void;
   private readonly requests = new Map<string, EngineRequest>();
@@ -179,6 +187,8 @@ export class Engine implements EngineLike {
     this.newTextStream = opts.newTextStream;
     this.stopTokenIds = new Set(opts.stopTokenIds ?? []);
     this.stepTimeoutMs = opts.stepTimeoutMs ?? 120_000;
+    this.maskTimeoutMs = opts.maskTimeoutMs ?? 10_000;
+    this.overlapMasks = opts.overlapMasks ?? true;
     this.faults = opts.faults ?? {};
     this.log = opts.log ?? (() => undefined);
   }
@@ -368,13 +378,19 @@ export class Engine implements EngineLike {
       if (!(await this.encodeImages(out))) return; // the watchdog tripped
       if (out.rows.length === 0) return;
     }
-    // Unconstrained steps skip the grammar pass entirely (no extra await on the hot path).
-    const masks = out.rows.some((r) => r.sample && r.request.grammar !== null) ? await this.grammarMasks(out) : NO_MASKS;
+    const constrained = out.rows.some((r) => r.sample && r.request.grammar !== null);
+    // Two-phase: the forward starts now and the masks follow while it runs (the model waits for
+    // them right before sampling). Otherwise they are computed first; unconstrained steps skip both.
+    const late = constrained && this.overlapMasks && this.model.supplyMasks !== undefined;
+    const masks = constrained && !late ? await this.grammarMasks(out) : NO_MASKS;
     if (out.rows.length === 0) return;
-    const plan = this.buildPlan(out, masks);
+    const plan = this.buildPlan(out, masks, late);
     const t0 = performance.now();
     let result: NativeStepResult;
-    const work = this.runNative(plan);
+    let launched!: (ok: boolean) => void;
+    const started = new Promise<boolean>((resolve) => (launched = resolve));
+    const work = this.runNative(plan, launched);
+    if (late) void this.supplyLateMasks(out, plan.pendingMasks!.stepId, started);
     try {
       result = await this.withWatchdog(work);
     } catch (err) {
@@ -396,7 +412,11 @@ export class Engine implements EngineLike {
     for (const row of out.rows) {
       const r = byId.get(row.request.id);
       if (r === undefined) this.failRequest(row.request, new EngineRequestError('the step returned no result for this request', 'step_failed'));
-      else if (r.error !== undefined) this.failRequest(row.request, new EngineRequestError(`the step failed for this request: ${r.error}`, 'sampler_failed'));
+      else if (r.error !== undefined) {
+        // A pending-mask row that got no mask in time: the grammar's failure, not the sampler's.
+        const code = row.sample && plan.pendingMasks !== undefined && row.request.grammar !== null ? 'grammar_failed' : 'sampler_failed';
+        this.failRequest(row.request, new EngineRequestError(`the step failed for this request: ${r.error}`, code));
+      }
     }
     this.scheduler.completeStep(out);
     for (const row of out.rows) if (row.request.imageEmbeddings.size > 0) releaseComputed(row.request);
@@ -414,10 +434,23 @@ export class Engine implements EngineLike {
    * (here, or by an abort while a mask was computed) leave the step.
    */
   private async grammarMasks(out: SchedulerOutput): Promise<ReadonlyMap<string, Int32Array>> {
+    const masks = await this.computeMasks(out);
+    if (masks.size > 0 || out.rows.some((r) => r.request.status !== 'running')) {
+      out.rows = out.rows.filter((r) => r.request.status === 'running');
+      out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
+    }
+    return masks;
+  }
+
+  /**
+   * The masks of the step's constrained sampling rows, in row order. A complete grammar ends its
+   * request with "stop"; a dead or throwing one fails it alone; either way the row gets no mask.
+   */
+  private async computeMasks(out: SchedulerOutput): Promise<Map<string, Int32Array>> {
     const masks = new Map<string, Int32Array>();
     for (const row of out.rows) {
       const req = row.request;
-      if (!row.sample || req.grammar === null) continue;
+      if (!row.sample || req.grammar === null || req.status !== 'running') continue;
       try {
         const next = await req.grammar.next();
         if (req.status !== 'running') continue;
@@ -430,11 +463,28 @@ export class Engine implements EngineLike {
         this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
       }
     }
-    if (masks.size > 0 || out.rows.some((r) => r.request.status !== 'running')) {
-      out.rows = out.rows.filter((r) => r.request.status === 'running');
-      out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
-    }
     return masks;
+  }
+
+  /**
+   * Two-phase step, JS side: computes the masks while the forward runs and hands them to the model
+   * once it has the step. Rows whose request ended meanwhile are withheld (null: not sampled). If the
+   * model stopped waiting (timeout), it refuses them and has failed those rows itself. Never throws.
+   */
+  private async supplyLateMasks(out: SchedulerOutput, stepId: number, started: Promise<boolean>): Promise<void> {
+    try {
+      const masks = await this.computeMasks(out);
+      if (!(await started)) return; // the step never reached the model
+      const late: NativeLateMask[] = [];
+      for (const row of out.rows) {
+        if (!row.sample || row.request.grammar === null) continue;
+        const m = masks.get(row.request.id);
+        late.push({ requestId: row.request.id, bitmask: m !== undefined && row.request.status === 'running' ? m : null });
+      }
+      if (!this.model.supplyMasks!(stepId, late)) this.log(`step ${stepId}: its grammar masks came after it stopped waiting`);
+    } catch (err) {
+      this.log(`step ${stepId}: supplying grammar masks failed: ${(err as Error).message}`);
+    }
   }
 
   /**
@@ -479,7 +529,7 @@ export class Engine implements EngineLike {
     return this.model.encodeImage(span.image.input);
   }
 
-  private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>): NativeStepPlan {
+  private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>, late: boolean): NativeStepPlan {
     const rows: NativeStepRow[] = out.rows.map((s) => {
       const req = s.request;
       const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
@@ -493,17 +543,25 @@ export class Engine implements EngineLike {
       }
       if (s.sample) {
         row.sample = req.sampleParams();
+        if (late && req.grammar !== null) row.sample.bitmask = 'pending';
         const bitmask = masks.get(req.id);
         if (bitmask !== undefined) row.sample.bitmask = bitmask;
       }
       return row;
     });
-    return { rows };
+    return late ? { rows, pendingMasks: { stepId: ++this.maskStepId, timeoutMs: this.maskTimeoutMs } } : { rows };
   }
 
-  private async runNative(plan: NativeStepPlan): Promise<NativeStepResult> {
-    if (this.faults.step) await this.faults.step(plan);
-    return this.model.step(plan);
+  /** Calls launched(true) as soon as the model has the plan (late masks may go in), false if it never will. */
+  private async runNative(plan: NativeStepPlan, launched: (ok: boolean) => void): Promise<NativeStepResult> {
+    try {
+      if (this.faults.step) await this.faults.step(plan);
+      const work = this.model.step(plan);
+      launched(true);
+      return await work;
+    } finally {
+      launched(false); // no-op once resolved
+    }
   }
 
   private async withWatchdog<T>(work: Promise<T>): Promise<T> {

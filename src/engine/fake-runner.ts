@@ -9,6 +9,7 @@
 import type {
   NativeImageEmbedding,
   NativeImageInput,
+  NativeLateMask,
   NativeModel,
   NativeModelInfo,
   NativeStepPlan,
@@ -216,11 +217,53 @@ export class FakeModel implements NativeModel {
     if (this.plans.length > 4096) this.plans.splice(0, 2048);
     let tokens = 0;
     for (const r of plan.rows) tokens += r.tokens.length;
+    // Pending masks, as the addon: supplied while the "forward" runs, awaited (bounded) after it.
+    let late: Promise<NativeLateMask[]> | null = null;
+    if (plan.rows.some((r) => r.sample?.bitmask === 'pending')) {
+      if (plan.pendingMasks === undefined) throw new Error("plan.pendingMasks is required when a row's bitmask is 'pending'");
+      const stepId = plan.pendingMasks.stepId;
+      late = new Promise((resolve) => (this.gate = { stepId, closed: false, supply: resolve }));
+    }
     const delay = this.opts.stepMs + this.opts.msPerToken * tokens;
     await new Promise<void>((resolve) => (delay > 0 ? setTimeout(resolve, delay) : setImmediate(resolve)));
     const t0 = performance.now();
-    const rows = this.compute(plan);
-    return { rows, timings: { forwardMs: performance.now() - t0, sampleMs: 0, tokens } };
+    const lateErrors = late === null ? null : await this.takeLateMasks(plan, late);
+    const maskWaitMs = performance.now() - t0;
+    const rows = this.compute(plan).map((r) => (lateErrors?.has(r.requestId) ? { requestId: r.requestId, error: lateErrors.get(r.requestId)! } : r));
+    return { rows, timings: { forwardMs: performance.now() - t0, sampleMs: 0, tokens, maskWaitMs } };
+  }
+
+  /** The in-flight step's late-mask hand-off (supplyMasks resolves it once). */
+  private gate: { stepId: number; closed: boolean; supply: (masks: NativeLateMask[]) => void } | null = null;
+
+  supplyMasks(stepId: number, masks: NativeLateMask[]): boolean {
+    const g = this.gate;
+    if (g === null || g.stepId !== stepId || g.closed) return false;
+    g.closed = true;
+    g.supply(masks);
+    return true;
+  }
+
+  /** Waits for the supplied masks (bounded), writes them into the plan's rows; returns the rows that got none. */
+  private async takeLateMasks(plan: NativeStepPlan, late: Promise<NativeLateMask[]>): Promise<Map<string, string>> {
+    const timeoutMs = plan.pendingMasks!.timeoutMs;
+    let timer: NodeJS.Timeout | undefined;
+    const got = await Promise.race([late, new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), timeoutMs)))]);
+    clearTimeout(timer);
+    this.gate!.closed = true;
+    this.gate = null;
+    const errors = new Map<string, string>();
+    const words = Math.ceil(this.opts.vocabSize / 32);
+    for (const row of plan.rows) {
+      if (row.sample?.bitmask !== 'pending') continue;
+      const m = got?.find((x) => x.requestId === row.requestId);
+      if (got === null) errors.set(row.requestId, `the grammar bitmask for this row was not supplied within ${timeoutMs} ms of the forward's end (the grammar stalled)`);
+      else if (m === undefined) errors.set(row.requestId, 'no grammar bitmask was supplied for this row');
+      else if (m.bitmask === null) errors.set(row.requestId, 'the grammar bitmask was withheld (the request ended while the step ran)');
+      else if (m.bitmask.length !== words) errors.set(row.requestId, `bitmask has ${m.bitmask.length} words, expected ${words}`);
+      else row.sample.bitmask = m.bitmask; // the recorded plan shows the mask the row sampled with
+    }
+    return errors;
   }
 
   /** Throws (failing the whole step, as a native crash would) when the plan is inconsistent. */

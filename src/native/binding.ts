@@ -91,7 +91,7 @@ export function nativeCandidates(root = packageRoot()): { candidates: NativeCand
   return { candidates, rejected };
 }
 
-export const NATIVE_ABI = 2;
+export const NATIVE_ABI = 3;
 
 let cached: LoadedNative | undefined;
 

@@ -15,7 +15,9 @@ export interface NativeSampleParams {
   logprobs: number; // -1: none; 0: logprob of the sampled token; k > 0: plus top-k alternatives
   promptTokens?: Int32Array; // only needed when repetitionPenalty != 1
   outputTokens?: Int32Array; // tokens generated so far (penalties)
-  bitmask?: Int32Array; // grammar: ceil(vocab/32) words, bit i of word i>>5 set = token allowed
+  /** grammar: ceil(vocab/32) words, bit i of word i>>5 set = token allowed; 'pending': computed
+   *  while the forward runs and handed in with NativeModel.supplyMasks (plan.pendingMasks required). */
+  bitmask?: Int32Array | 'pending';
 }
 
 /** Image embeddings spliced into a row: row token `offsets[i]` takes embedding row i instead of its token's. */
@@ -41,6 +43,15 @@ export interface NativeStepRow {
 
 export interface NativeStepPlan {
   rows: NativeStepRow[];
+  /** Required when a row's bitmask is 'pending': the id supplyMasks names, and how long sampling
+   *  waits for the masks after the forward (then only the pending rows fail). */
+  pendingMasks?: { stepId: number; timeoutMs: number };
+}
+
+/** One pending row's late mask; null withholds it (the request ended): that row is not sampled. */
+export interface NativeLateMask {
+  requestId: string;
+  bitmask: Int32Array | null;
 }
 
 export interface NativeTopLogprob {
@@ -67,7 +78,8 @@ export interface NativeMoeStepStats {
 
 export interface NativeStepResult {
   rows: NativeStepRowResult[];
-  timings: { forwardMs: number; sampleMs: number; tokens: number; moe?: NativeMoeStepStats };
+  /** maskWaitMs: how long sampling waited for pending masks after the forward (0 when none). */
+  timings: { forwardMs: number; sampleMs: number; tokens: number; maskWaitMs?: number; moe?: NativeMoeStepStats };
 }
 
 export interface NativeModelInfo {
@@ -123,6 +135,10 @@ export interface NativeModel {
   info(): NativeModelInfo;
   /** Runs one step on the native thread; rejects only if the whole step failed. */
   step(plan: NativeStepPlan): Promise<NativeStepResult>;
+  /** Hands the in-flight step (plan.pendingMasks.stepId) the masks of its 'pending' rows, once, all
+   *  at once. False when that step no longer waits (timed out, finished, another step): nothing is
+   *  applied. Optional for stand-ins: without it the engine puts masks in the plan. */
+  supplyMasks?(stepId: number, masks: NativeLateMask[]): boolean;
   /** Runs the vision tower + projector on the native thread. Shares the one in-flight slot with
    *  step(): the engine awaits one before starting the other. Rejects with a message on bad input
    *  or when the model has no vision tower. */

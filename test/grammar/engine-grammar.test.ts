@@ -53,18 +53,24 @@ describe('engine with grammars', () => {
       expect(g!.disposed).toBe(1);
     }
     expect(f.tokens).toEqual(free.tokens);
+    // Masks are computed while each step's forward runs and supplied late (the fake writes them into
+    // the recorded plan); the step in which a grammar turns out complete withholds that row's mask.
     let masked = 0;
+    let withheld = 0;
     for (const plan of model.plans) {
       for (const row of plan.rows) {
         const bm = row.sample?.bitmask;
         if (row.requestId === 'free') expect(bm).toBeUndefined();
+        else if (bm === 'pending') withheld++;
         else if (row.sample) {
           masked++;
           expect(bm![0]).toBe((Number(row.requestId.slice(1)) + 1) * 1000);
         }
       }
+      if (plan.rows.some((r) => r.requestId !== 'free' && r.sample)) expect(plan.pendingMasks).toBeDefined();
     }
     expect(masked).toBe(18);
+    expect(withheld).toBe(3);
   });
 
   it('a dead end fails only that request, with code grammar_failed', async () => {

@@ -13,7 +13,7 @@ import type { GrammarNext, RequestGrammar } from '../../src/engine/grammar/reque
 import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
 import { FakeModel } from '../../src/engine/fake-runner.js';
 import { resolveSamplingParams } from '../../src/engine/sampling-params.js';
-import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
+import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { collect } from '../engine/helpers.js';
@@ -72,15 +72,40 @@ class MaskedModel implements NativeModel {
   freeNext(ctx: readonly number[]): number {
     return this.free[hashOf(ctx) % this.free.length]!;
   }
+  /** Two-phase rounds: masks arrive through supplyMasks while the step "runs". */
+  supplyMasks?: (stepId: number, masks: NativeLateMask[]) => boolean;
+  onMasks: (plan: NativeStepPlan, masks: NativeLateMask[]) => void = () => undefined;
+  private gate: { stepId: number; supply: (m: NativeLateMask[]) => void } | null = null;
+  enableLateMasks(): void {
+    this.supplyMasks = (stepId, masks) => {
+      if (this.gate?.stepId !== stepId) return false;
+      this.gate.supply(masks);
+      this.gate = null;
+      return true;
+    };
+  }
   async step(plan: NativeStepPlan): Promise<NativeStepResult> {
+    const late = plan.pendingMasks ? new Promise<NativeLateMask[]>((supply) => (this.gate = { stepId: plan.pendingMasks!.stepId, supply })) : null;
     this.onStep(plan);
     await new Promise<void>((r) => setImmediate(r));
+    const withheld = new Set<string>();
+    if (late) {
+      const masks = await late;
+      this.onMasks(plan, masks);
+      for (const m of masks) {
+        const row = plan.rows.find((r) => r.requestId === m.requestId)!;
+        if (m.bitmask === null) withheld.add(m.requestId);
+        else row.sample!.bitmask = m.bitmask;
+      }
+    }
     const rows = plan.rows.map((row) => {
+      if (withheld.has(row.requestId)) return { requestId: row.requestId, error: 'withheld' };
       const slot = (pos: number) => row.blockTable[pos >> 2]! * 4 + (pos & 3);
       row.tokens.forEach((t, i) => (this.kv[slot(row.contextLen + i)] = t));
       if (!row.sample) return { requestId: row.requestId };
       const ctx = Array.from({ length: row.contextLen + row.tokens.length }, (_, pos) => this.kv[slot(pos)]!);
       const mask = row.sample.bitmask;
+      if (mask === 'pending') throw new Error(`${row.requestId}: its mask never arrived`);
       if (!mask) return { requestId: row.requestId, token: this.freeNext(ctx) };
       const allowed: number[] = [];
       for (let i = 0; i < VOCAB; i++) if ((mask[i >> 5]! >>> (i & 31)) & 1) allowed.push(i);
@@ -128,6 +153,7 @@ describe('row alignment under random join / finish / cancel', () => {
     };
     let constrainedDone = 0;
     let cancelled = 0;
+    let lateMasks = 0;
     for (let round = 0; round < 40; round++) {
       const model = new MaskedModel(free, clean);
       const engine = new Engine({
@@ -160,12 +186,28 @@ describe('row alignment under random join / finish / cancel', () => {
         live.push({ id, prompt, schema, grammar, handle, result: collect(handle), maxTokens });
       };
       const pending: Promise<void>[] = [];
+      // Even rounds: two-phase steps (masks computed while the step runs, supplied late).
+      const twoPhase = round % 2 === 0;
+      if (twoPhase) model.enableLateMasks();
+      model.onMasks = (plan, masks) => {
+        // Late: exactly the constrained sampling rows get an entry, each its own latest mask (or
+        // null once its request ended), never another row's.
+        const want = plan.rows.filter((row) => row.sample && live.find((l) => l.id === row.requestId)!.grammar !== null).map((row) => row.requestId);
+        expect(masks.map((m) => m.requestId)).toEqual(want);
+        for (const m of masks) {
+          const r = live.find((l) => l.id === m.requestId)!;
+          if (m.bitmask !== null) expect(m.bitmask, m.requestId).toBe(r.grammar!.last);
+          lateMasks++;
+        }
+      };
       model.onStep = (plan) => {
-        // The property: a row carries a mask iff it is constrained, and then exactly its own latest.
+        // The property: a row carries a mask iff it is constrained, and then exactly its own latest
+        // (two-phase: 'pending', checked when the masks arrive).
         for (const row of plan.rows) {
           const r = live.find((l) => l.id === row.requestId)!;
           if (!row.sample) continue;
           if (r.grammar === null) expect(row.sample.bitmask, row.requestId).toBeUndefined();
+          else if (twoPhase) expect(row.sample.bitmask, row.requestId).toBe('pending');
           else expect(row.sample.bitmask, row.requestId).toBe(r.grammar.last);
         }
         // Random events between steps: joins and cancels.
@@ -204,6 +246,7 @@ describe('row alignment under random join / finish / cancel', () => {
       }
     }
     expect(constrainedDone).toBeGreaterThan(100);
+    expect(lateMasks).toBeGreaterThan(1000);
     expect(cancelled).toBeGreaterThan(10);
   }, 120_000);
 });

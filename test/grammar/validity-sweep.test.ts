@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { loadNative } from '../../src/native/binding.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
+import { SWEEP_SCHEMAS } from './sweep-schemas.js';
 
 let nativeOk = true;
 try {
@@ -16,42 +17,6 @@ try {
 } catch {
   nativeOk = false;
 }
-
-export const SWEEP_SCHEMAS: Record<string, unknown>[] = [
-  {
-    type: 'object',
-    properties: {
-      user: {
-        type: 'object',
-        properties: { id: { type: 'integer', minimum: 1, maximum: 999 }, role: { enum: ['admin', 'guest'] } },
-        required: ['id', 'role'],
-        additionalProperties: false,
-      },
-      active: { type: 'boolean' },
-    },
-    required: ['user', 'active'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: { tags: { type: 'array', items: { enum: ['x', 'y', 'z'] }, minItems: 1, maxItems: 3 }, count: { type: 'integer', minimum: 0, maximum: 9 } },
-    required: ['tags', 'count'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: { code: { type: 'string', pattern: '^[A-Z]{3}-[0-9]{2}$' }, note: { type: 'string', maxLength: 5 } },
-    required: ['code'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: { score: { type: 'number', minimum: -1, maximum: 1 }, level: { type: 'integer', exclusiveMinimum: 0, exclusiveMaximum: 5 } },
-    required: ['score', 'level'],
-    additionalProperties: false,
-  },
-  { type: 'array', items: { type: 'object', properties: { k: { enum: [1, 2, 3] } }, required: ['k'], additionalProperties: false }, minItems: 1, maxItems: 2 },
-];
 
 const WORDS = ['river', 'stone', 'cloud', 'market', 'engine', 'yellow', 'quiet', 'seven', 'orbit', 'maple'];
 const LEVELS = [1, 2, 4, 8, 16, 32];

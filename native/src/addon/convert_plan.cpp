@@ -32,7 +32,7 @@ static double number(const Napi::Object& o, const char* key, const std::string& 
   return v.As<Napi::Number>().DoubleValue();
 }
 
-static SampleParams sample_from_js(const Napi::Object& s, const std::string& where) {
+static SampleParams sample_from_js(const Napi::Object& s, const std::string& where, bool& mask_pending) {
   SampleParams p;
   p.temperature = float(number(s, "temperature", where, 0, false));
   p.top_p = float(number(s, "topP", where, 1, false));
@@ -57,6 +57,10 @@ static SampleParams sample_from_js(const Napi::Object& s, const std::string& whe
   p.logprobs = int(lp);
   p.prompt_tokens = int32s(s, "promptTokens", where, false);
   p.output_tokens = int32s(s, "outputTokens", where, false);
+  // 'pending': the mask arrives after the forward (ModelWrap::SupplyMasks).
+  Napi::Value bm = s.Get("bitmask");
+  mask_pending = bm.IsString() && bm.As<Napi::String>().Utf8Value() == "pending";
+  if (mask_pending) return p;
   std::vector<int32_t> mask = int32s(s, "bitmask", where, false);
   p.bitmask.resize(mask.size());
   if (!mask.empty()) std::memcpy(p.bitmask.data(), mask.data(), mask.size() * sizeof(int32_t));
@@ -90,7 +94,8 @@ StepPlan plan_from_js(const Napi::Value& v) {
     if (!s.IsUndefined() && !s.IsNull()) {
       if (!s.IsObject()) throw Napi::TypeError::New(env, where + ".sample must be an object");
       row.has_sample = true;
-      row.sample = sample_from_js(s.As<Napi::Object>(), where + ".sample");
+      row.sample = sample_from_js(s.As<Napi::Object>(), where + ".sample", row.mask_pending);
+      plan.pending_masks |= row.mask_pending;
     }
     Napi::Value wl = r.Get("wantLogits");
     row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
@@ -106,7 +111,45 @@ StepPlan plan_from_js(const Napi::Value& v) {
     }
     row.bidirectional = int32s(r, "bidirectional", where, false);
   }
+  Napi::Value pm = v.As<Napi::Object>().Get("pendingMasks");
+  if (plan.pending_masks) {
+    if (!pm.IsObject())
+      throw Napi::TypeError::New(env, "plan.pendingMasks { stepId, timeoutMs } is required when a row's bitmask is 'pending'");
+    Napi::Object o = pm.As<Napi::Object>();
+    const double id = number(o, "stepId", "plan.pendingMasks", 0, true);
+    const double ms = number(o, "timeoutMs", "plan.pendingMasks", 0, true);
+    if (!(id >= 0 && id < 9007199254740992.0) || std::floor(id) != id)
+      throw Napi::TypeError::New(env, "plan.pendingMasks.stepId must be an integer in [0, 2^53)");
+    if (!(ms > 0 && ms <= 3.6e6)) throw Napi::TypeError::New(env, "plan.pendingMasks.timeoutMs must be in (0, 3600000]");
+    plan.mask_step_id = uint64_t(id);
+    plan.mask_timeout_ms = ms;
+  }
   return plan;
+}
+
+std::unordered_map<std::string, std::vector<uint32_t>> masks_from_js(const Napi::Value& v) {
+  Napi::Env env = v.Env();
+  if (!v.IsArray()) throw Napi::TypeError::New(env, "masks must be an array of { requestId, bitmask }");
+  Napi::Array a = v.As<Napi::Array>();
+  std::unordered_map<std::string, std::vector<uint32_t>> out;
+  for (uint32_t i = 0; i < a.Length(); ++i) {
+    const std::string where = "masks[" + std::to_string(i) + "]";
+    Napi::Value e = a.Get(i);
+    if (!e.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
+    Napi::Object o = e.As<Napi::Object>();
+    Napi::Value id = o.Get("requestId");
+    if (!id.IsString()) throw Napi::TypeError::New(env, where + ".requestId must be a string");
+    std::vector<uint32_t> words;
+    if (!o.Get("bitmask").IsNull()) {
+      std::vector<int32_t> m = int32s(o, "bitmask", where, true);
+      if (m.empty()) throw Napi::TypeError::New(env, where + ".bitmask is empty (use null to withhold a row's mask)");
+      words.resize(m.size());
+      std::memcpy(words.data(), m.data(), m.size() * sizeof(int32_t));
+    }
+    if (!out.emplace(id.As<Napi::String>().Utf8Value(), std::move(words)).second)
+      throw Napi::TypeError::New(env, where + ".requestId appears twice");
+  }
+  return out;
 }
 
 Napi::Object result_to_js(Napi::Env env, StepResult& r) {
@@ -142,6 +185,7 @@ Napi::Object result_to_js(Napi::Env env, StepResult& r) {
   Napi::Object t = Napi::Object::New(env);
   t.Set("forwardMs", Napi::Number::New(env, r.forward_ms));
   t.Set("sampleMs", Napi::Number::New(env, r.sample_ms));
+  t.Set("maskWaitMs", Napi::Number::New(env, r.mask_wait_ms));
   t.Set("tokens", Napi::Number::New(env, double(r.tokens)));
   if (r.expert_runs >= 0) {
     Napi::Object m = Napi::Object::New(env);

@@ -1,6 +1,9 @@
 // JS <-> C++ conversion of the step contract (NativeStepPlan / NativeStepResult in src/native/types.ts).
 #pragma once
 #include <napi.h>
+#include <string>
+#include <unordered_map>
+#include <vector>
 #include "step/plan.h"
 
 namespace rapid {
@@ -9,5 +12,8 @@ namespace rapid {
 StepPlan plan_from_js(const Napi::Value& v);
 
 Napi::Object result_to_js(Napi::Env env, StepResult& r);
+
+// supplyMasks' [{ requestId, bitmask: Int32Array | null }] -> requestId -> words (null: empty).
+std::unordered_map<std::string, std::vector<uint32_t>> masks_from_js(const Napi::Value& v);
 
 }  // namespace rapid

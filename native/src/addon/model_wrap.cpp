@@ -13,31 +13,40 @@ namespace {
 // Runs execute_step off the event loop and settles the promise on the main thread.
 class StepWorker : public Napi::AsyncWorker {
  public:
-  StepWorker(Napi::Env env, std::shared_ptr<Runtime> rt, StepPlan plan)
-      : Napi::AsyncWorker(env, "rapid.step"), rt_(std::move(rt)), plan_(std::move(plan)), deferred_(env) {}
+  StepWorker(Napi::Env env, std::shared_ptr<Runtime> rt, StepPlan plan, std::shared_ptr<MaskGate> gate)
+      : Napi::AsyncWorker(env, "rapid.step"), rt_(std::move(rt)), plan_(std::move(plan)), gate_(std::move(gate)), deferred_(env) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
 
   void Execute() override {
     try {
-      result_ = execute_step(*rt_->model, *rt_->kv, *rt_->pool, rt_->precision, plan_);
+      result_ = execute_step(*rt_->model, *rt_->kv, *rt_->pool, rt_->precision, plan_, gate_.get());
     } catch (const std::exception& e) {
       SetError(std::string("step failed: ") + e.what());
     } catch (...) {
       SetError("step failed: unknown native exception");
     }
+    if (gate_) gate_->close();  // a supply after this (or after a timeout) is refused, never applied
   }
   void OnOK() override {
-    rt_->busy = false;
+    release();
     deferred_.Resolve(result_to_js(Env(), result_));
   }
   void OnError(const Napi::Error& e) override {
-    rt_->busy = false;
+    release();
     deferred_.Reject(e.Value());
   }
 
  private:
+  void release() {
+    if (gate_) {
+      std::lock_guard<std::mutex> lock(rt_->gate_mutex);
+      if (rt_->gate == gate_) rt_->gate.reset();
+    }
+    rt_->busy = false;
+  }
   std::shared_ptr<Runtime> rt_;
   StepPlan plan_;
+  std::shared_ptr<MaskGate> gate_;
   StepResult result_;
   Napi::Promise::Deferred deferred_;
 };
@@ -108,6 +117,7 @@ struct AddonData {
 Napi::Function ModelWrap::Init(Napi::Env env) {
   Napi::Function f = DefineClass(env, "NativeModel",
                                  {InstanceMethod("info", &ModelWrap::Info), InstanceMethod("step", &ModelWrap::Step),
+                                  InstanceMethod("supplyMasks", &ModelWrap::SupplyMasks),
                                   InstanceMethod("encodeImage", &ModelWrap::EncodeImage),
                                   InstanceMethod("close", &ModelWrap::Close)});
   auto* data = new AddonData();
@@ -177,10 +187,32 @@ Napi::Value ModelWrap::Step(const Napi::CallbackInfo& info) {
   bool expected = false;
   if (!rt_->busy.compare_exchange_strong(expected, true))
     return reject("a step or encodeImage is already in flight for this model; await it before calling step() again");
-  auto* w = new StepWorker(env, rt_, std::move(plan));
+  std::shared_ptr<MaskGate> gate;
+  if (plan.pending_masks) {
+    gate = std::make_shared<MaskGate>(plan.mask_step_id, plan.mask_timeout_ms);
+    std::lock_guard<std::mutex> lock(rt_->gate_mutex);
+    rt_->gate = gate;
+  }
+  auto* w = new StepWorker(env, rt_, std::move(plan), std::move(gate));
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;
+}
+
+Napi::Value ModelWrap::SupplyMasks(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  if (!rt_) throw Napi::Error::New(env, "model is closed");
+  if (info.Length() < 2 || !info[0].IsNumber()) throw Napi::TypeError::New(env, "supplyMasks expects (stepId, masks)");
+  const double id = info[0].As<Napi::Number>().DoubleValue();
+  auto masks = masks_from_js(info[1]);  // converted here: the worker thread must not touch JS values
+  std::shared_ptr<MaskGate> gate;
+  {
+    std::lock_guard<std::mutex> lock(rt_->gate_mutex);
+    gate = rt_->gate;
+  }
+  // Another step's id (a stale supply) or a step that stopped waiting: refused, never misapplied.
+  const bool ok = gate && id >= 0 && double(gate->step_id()) == id && gate->supply(std::move(masks));
+  return Napi::Boolean::New(env, ok);
 }
 
 Napi::Value ModelWrap::EncodeImage(const Napi::CallbackInfo& info) {

@@ -1,5 +1,5 @@
 // The JS Model object: info(), step(plan) and encodeImage(image) → Promise (run on a worker thread;
-// one of them in flight at a time), close(). Type conversion only; the work is in step/ and models/.
+// one of them in flight at a time), supplyMasks(stepId, masks) for a step's pending grammar masks, close(). Type conversion only; the work is in step/ and models/.
 #pragma once
 #include <napi.h>
 #include <memory>
@@ -16,6 +16,7 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
  private:
   Napi::Value Info(const Napi::CallbackInfo& info);
   Napi::Value Step(const Napi::CallbackInfo& info);
+  Napi::Value SupplyMasks(const Napi::CallbackInfo& info);
   Napi::Value EncodeImage(const Napi::CallbackInfo& info);
   Napi::Value Close(const Napi::CallbackInfo& info);
   std::shared_ptr<Runtime> rt_;  // null after close(); a running step keeps its own reference

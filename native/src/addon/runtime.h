@@ -3,7 +3,9 @@
 #pragma once
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
+#include "addon/mask_gate.h"
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "kv/kv_pool.h"
@@ -24,6 +26,9 @@ struct Runtime {
   std::unique_ptr<KvPool> kv;
   Precision precision = Precision::Fast;
   std::atomic<bool> busy{false};
+  // The in-flight step's late-mask hand-off (null when it has no pending masks).
+  std::mutex gate_mutex;
+  std::shared_ptr<MaskGate> gate;
 };
 
 std::shared_ptr<Runtime> load_runtime(const std::string& dir, const LoadOptions& o);

@@ -67,7 +67,33 @@ static double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision precision, const StepPlan& plan) {
+// Fills the pending rows' masks from the source (waiting for them); a row that gets none fails alone.
+static void take_late_masks(StepPlan& plan, const std::vector<bool>& ok, MaskSource* masks, int64_t vocab,
+                            StepResult& res, std::vector<bool>& can_sample) {
+  LateMasks got;
+  if (masks) got = masks->wait();
+  else got.error = "the row's bitmask is pending but this step has no mask source";
+  const size_t words = size_t((vocab + 31) / 32);
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    StepRow& row = plan.rows[r];
+    if (!ok[r] || !row.has_sample || !row.mask_pending) continue;
+    std::string err;
+    auto it = got.masks.find(row.request_id);
+    if (!got.supplied) err = got.error;
+    else if (it == got.masks.end()) err = "no grammar bitmask was supplied for this row";
+    else if (it->second.empty()) err = "the grammar bitmask was withheld (the request ended while the step ran)";
+    else if (it->second.size() != words)
+      err = "bitmask has " + std::to_string(it->second.size()) + " words, expected " + std::to_string(words);
+    else row.sample.bitmask = std::move(it->second);
+    if (!err.empty()) {
+      res.rows[r].error = err;
+      can_sample[r] = false;
+    }
+  }
+}
+
+StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision precision, StepPlan& plan,
+                        MaskSource* masks) {
   const ModelInfo& info = model.info();
   const int64_t vocab = info.vocab_size;
   StepResult res;
@@ -146,6 +172,16 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
     res.expert_bytes = ms->expert_bytes;
   }
 
+  // Masks computed on the JS thread while the forward ran are needed only now.
+  std::vector<bool> can_sample(ok);
+  bool any_pending = false;
+  for (size_t r = 0; r < plan.rows.size(); ++r) any_pending |= ok[r] && plan.rows[r].has_sample && plan.rows[r].mask_pending;
+  if (any_pending) {
+    t0 = std::chrono::steady_clock::now();
+    take_late_masks(plan, ok, masks, vocab, res, can_sample);
+    res.mask_wait_ms = ms_since(t0);
+  }
+
   t0 = std::chrono::steady_clock::now();
   std::vector<size_t> samplers;
   for (size_t r = 0; r < plan.rows.size(); ++r) {
@@ -153,7 +189,7 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
     if (where[r].n_logits > 0)
       res.rows[r].logits.assign(logits.begin() + where[r].first_logit * vocab,
                                 logits.begin() + (where[r].first_logit + where[r].n_logits) * vocab);
-    if (plan.rows[r].has_sample) samplers.push_back(r);
+    if (plan.rows[r].has_sample && can_sample[r]) samplers.push_back(r);
   }
   // Rows sample independently; each thread takes whole rows, so the result never depends on neighbours.
   pool.parallel_for(int64_t(samplers.size()), [&](int64_t b, int64_t e) {

@@ -17,6 +17,7 @@ struct StepRow {
   int64_t context_len = 0;           // tokens already in KV
   bool has_sample = false;
   SampleParams sample;
+  bool mask_pending = false;         // sample.bitmask arrives after the forward (MaskSource)
   bool want_logits = false;          // raw logits of every token of the row
   // Image embeddings: token embed_offsets[i] takes row i of embed_data instead of its token embedding.
   bool has_embeds = false;
@@ -28,6 +29,10 @@ struct StepRow {
 
 struct StepPlan {
   std::vector<StepRow> rows;
+  // Set when some row's mask is pending: the step's id for the late supply and the bounded wait.
+  bool pending_masks = false;
+  uint64_t mask_step_id = 0;
+  double mask_timeout_ms = 0;
 };
 
 struct StepRowResult {
@@ -45,6 +50,7 @@ struct StepResult {
   std::vector<StepRowResult> rows;  // same order as the plan
   double forward_ms = 0;
   double sample_ms = 0;
+  double mask_wait_ms = 0;          // time sampling waited for pending masks after the forward
   int64_t tokens = 0;               // tokens in the forward
   // MoE models: the forward's expert work (Model::moe_stats); expert_runs < 0 for other models.
   int64_t expert_runs = -1, active_experts = 0, routed_rows = 0, expert_bytes = 0;
