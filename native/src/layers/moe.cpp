@@ -239,14 +239,12 @@ void moe_experts_forward(ThreadPool& pool, const MoeExperts& ex, const float* x,
   s.start.assign(size_t(E) + 1, 0);
   for (int64_t e = 0; e < E; ++e) s.start[size_t(e) + 1] = s.start[size_t(e)] + s.count[size_t(e)];
   s.order.resize(size_t(S));   // [S] slot ids in expert order
-  std::vector<int32_t> pos_of(static_cast<size_t>(S));  // [S] slot id → its row in the expert-ordered outputs
-  {
-    std::vector<int32_t> fill(s.start.begin(), s.start.end() - 1);
-    for (int64_t i = 0; i < S; ++i) {
-      const int32_t at = fill[size_t(idx[i])]++;
-      s.order[size_t(at)] = int32_t(i);
-      pos_of[size_t(i)] = at;
-    }
+  s.pos_of.resize(size_t(S));  // [S] slot id → its row in the expert-ordered outputs
+  s.fill.assign(s.start.begin(), s.start.end() - 1);
+  for (int64_t i = 0; i < S; ++i) {
+    const int32_t at = s.fill[size_t(idx[i])]++;
+    s.order[size_t(at)] = int32_t(i);
+    s.pos_of[size_t(i)] = at;
   }
   s.xg.resize(size_t(S * H));  // [S, hidden] gathered inputs, expert-ordered
   s.g.resize(size_t(S * I));   // [S, ffn]
@@ -277,7 +275,7 @@ void moe_experts_forward(ThreadPool& pool, const MoeExperts& ex, const float* x,
       std::fill(yr, yr + H, 0.0f);
       for (int j = 0; j < top_k; ++j) {
         const int64_t slot = t * top_k + j;
-        vec::axpy(w[slot], s.yo.data() + int64_t(pos_of[size_t(slot)]) * H, yr, H);
+        vec::axpy(w[slot], s.yo.data() + int64_t(s.pos_of[size_t(slot)]) * H, yr, H);
       }
     }
   });

@@ -78,6 +78,7 @@ struct MoeStats {
 struct MoeScratch {
   std::vector<float> xg, g, u, yo;  // gathered rows / expert intermediates / expert outputs
   std::vector<int32_t> order, count, start;
+  std::vector<int32_t> pos_of, fill;  // [S] slot → expert-ordered row; [E] next free row per expert
   std::vector<int32_t> idx;  // [n, top_k] routing of moe_block_forward
   std::vector<float> wts;    // [n, top_k]
 };

@@ -1,6 +1,7 @@
 #include "layers/norm.h"
 #include <cmath>
 #include <stdexcept>
+#include "cpu/threadpool.h"
 #include "format/safetensors.h"
 
 namespace rapid {
@@ -31,6 +32,12 @@ void rms_norm(const float* x, float* y, int64_t rows, const NormWeight& nw) {
     const float inv = 1.0f / std::sqrt(float(ss / double(dim)) + nw.eps);
     for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] * inv) * w[i];
   }
+}
+
+void rms_norm_rows(ThreadPool& pool, const float* x, float* y, int64_t rows, const NormWeight& nw) {
+  const int64_t dim = nw.dim();
+  if (rows * dim < 32768) return rms_norm(x, y, rows, nw);
+  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) { rms_norm(x + r0 * dim, y + r0 * dim, r1 - r0, nw); });
 }
 
 }  // namespace rapid

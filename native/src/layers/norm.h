@@ -7,6 +7,7 @@
 namespace rapid {
 
 class Checkpoint;
+class ThreadPool;
 
 // A norm's weight, converted to f32 once at load. offset: Gemma's `(1 + w)` form, folded in at load.
 struct NormWeight {
@@ -20,5 +21,9 @@ NormWeight load_norm(const Checkpoint& ckpt, const std::string& name, int64_t di
 
 // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w for r in [0, rows); x [rows, dim], y [rows, dim]; may alias.
 void rms_norm(const float* x, float* y, int64_t rows, const NormWeight& nw);
+
+// rms_norm split over rows on the pool (serial below ~32K elements, where dispatch costs more than it
+// saves). Rows are independent, so the result does not depend on the split.
+void rms_norm_rows(ThreadPool& pool, const float* x, float* y, int64_t rows, const NormWeight& nw);
 
 }  // namespace rapid

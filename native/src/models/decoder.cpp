@@ -181,12 +181,6 @@ class DecoderModel final : public Model {
     // Image features replace their placeholders' (scaled) embeddings; they are not scaled themselves.
     for (const TokenEmbed& e : b.embeds) std::memcpy(h.data() + e.token * H, e.data, size_t(H) * sizeof(float));
 
-    auto norm_rows = [&](const float* x, float* y, int64_t rows, const NormWeight& w) {
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        rms_norm(x + r0 * w.dim(), y + r0 * w.dim(), r1 - r0, w);
-      });
-    };
-
     std::vector<RopeTable> rope_tables;  // one per distinct RoPE spec, shared by its layers
     for (const RopeSpec& rs : d.ropes) rope_tables.push_back(rope_table(rs, b.positions.data(), T));
     std::vector<float> q_scale;  // [T] Llama-4 position-dependent query scale (f32 as transformers computes it)
@@ -198,13 +192,13 @@ class DecoderModel final : public Model {
     for (int l = 0; l < d.n_layers; ++l) {
       const Layer& L = layers_[size_t(l)];
       AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.attn_scale, d.window[size_t(l)]};
-      norm_rows(h.data(), xn.data(), T, L.input_norm);
+      rms_norm_rows(pool, h.data(), xn.data(), T, L.input_norm);
       linear(pool, L.q, xn.data(), q.data(), T, prec);
       linear(pool, L.k, xn.data(), k.data(), T, prec);
       linear(pool, L.v, xn.data(), v.data(), T, prec);
       if (d.qk_norm) {
-        norm_rows(q.data(), q.data(), T * d.n_heads, L.q_norm);
-        norm_rows(k.data(), k.data(), T * d.n_kv_heads, L.k_norm);
+        rms_norm_rows(pool, q.data(), q.data(), T * d.n_heads, L.q_norm);
+        rms_norm_rows(pool, k.data(), k.data(), T * d.n_kv_heads, L.k_norm);
       }
       const RopeTable& rope = rope_tables[size_t(d.rope_of[size_t(l)])];
       apply_rope(q.data(), T, d.n_heads, rope);
@@ -214,15 +208,15 @@ class DecoderModel final : public Model {
       write_kv(kv, l, k.data(), v.data(), b.spans);
       paged_attention(pool, kv, l, q.data(), att.data(), b.spans, shape);
       linear(pool, L.o, att.data(), o.data(), T, prec);
-      if (d.sandwich_norms) norm_rows(o.data(), o.data(), T, L.post_attn_norm);
+      if (d.sandwich_norms) rms_norm_rows(pool, o.data(), o.data(), T, L.post_attn_norm);
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
 
-      norm_rows(h.data(), xn.data(), T, d.sandwich_norms ? L.pre_ffn_norm : L.post_attn_norm);
+      rms_norm_rows(pool, h.data(), xn.data(), T, d.sandwich_norms ? L.pre_ffn_norm : L.post_attn_norm);
       if (L.is_moe)
         moe_block_forward(pool, L.moe, xn.data(), T, o.data(), prec, moe_scratch_, &moe_stats_);
       else
         gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
-      if (d.sandwich_norms) norm_rows(o.data(), o.data(), T, L.post_ffn_norm);
+      if (d.sandwich_norms) rms_norm_rows(pool, o.data(), o.data(), T, L.post_ffn_norm);
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
       // Qwen3-VL DeepStack: the vision tower's layer-l features join the residual after decoder layer l.
       if (l < info_.deepstack_layers)
@@ -291,9 +285,7 @@ void head_logits(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, 
   std::vector<float> sel(static_cast<size_t>(m * hidden));  // [m, hidden]
   for (int64_t i = 0; i < m; ++i)
     std::memcpy(sel.data() + i * hidden, h.data() + rows[size_t(i)] * hidden, size_t(hidden) * sizeof(float));
-  pool.parallel_for(m, [&](int64_t r0, int64_t r1) {
-    rms_norm(sel.data() + r0 * hidden, sel.data() + r0 * hidden, r1 - r0, final_norm);
-  });
+  rms_norm_rows(pool, sel.data(), sel.data(), m, final_norm);
   matmul(pool, head, sel.data(), logits, m, prec);
   if (softcap > 0)
     for (int64_t i = 0; i < m * vocab; ++i) logits[i] = softcap * std::tanh(logits[i] / softcap);

@@ -314,12 +314,6 @@ class Gemma4Model final : public Model {
     std::vector<float> scratch;
     moe_stats_ = MoeStats{};
 
-    auto norm_rows = [&](const float* x, float* y, int64_t rows, const NormWeight& w) {
-      pool.parallel_for(rows, [&](int64_t r0, int64_t r1) {
-        rms_norm(x + r0 * w.dim(), y + r0 * w.dim(), r1 - r0, w);
-      });
-    };
-
     // Embeddings × sqrt(H); image features replace their placeholders and are not scaled. Multimodal
     // positions look up the pad id (transformers replaces them before embedding).
     std::vector<int32_t> ids(b.tokens);  // [T]
@@ -338,7 +332,7 @@ class Gemma4Model final : public Model {
       linear(pool, ple_model_proj_, h.data(), ple.data(), T, prec);
       const float ps = 1.0f / std::sqrt(float(H));
       for (float& x : ple) x *= ps;
-      norm_rows(ple.data(), ple.data(), T * g.n_layers, ple_proj_norm_);
+      rms_norm_rows(pool, ple.data(), ple.data(), T * g.n_layers, ple_proj_norm_);
       const float is = 1.0f / std::sqrt(2.0f);
       for (int64_t i = 0; i < T * LP; ++i) ple[size_t(i)] = (ple[size_t(i)] + tok[size_t(i)] * g.ple_embed_scale) * is;
     }
@@ -362,28 +356,28 @@ class Gemma4Model final : public Model {
       const bool sliding = g.window[size_t(l)] > 0;
       const RopeTable& rope = sliding ? rope_s : rope_f;
 
-      norm_rows(h.data(), xn.data(), T, L.input_norm);
+      rms_norm_rows(pool, h.data(), xn.data(), T, L.input_norm);
       linear(pool, L.q, xn.data(), q.data(), T, prec);
-      norm_rows(q.data(), q.data(), T * g.n_heads, L.q_norm);
+      rms_norm_rows(pool, q.data(), q.data(), T * g.n_heads, L.q_norm);
       apply_rope(q.data(), T, g.n_heads, rope);
       if (g.owner[size_t(l)] < 0) {
         linear(pool, L.k, xn.data(), k.data(), T, prec);
         // K-eq-V: v is the raw k projection (before k_norm and RoPE).
         if (g.k_eq_v[size_t(l)]) std::memcpy(v.data(), k.data(), size_t(T * kd) * sizeof(float));
         else linear(pool, L.v, xn.data(), v.data(), T, prec);
-        norm_rows(k.data(), k.data(), T * nkv, L.k_norm);
+        rms_norm_rows(pool, k.data(), k.data(), T * nkv, L.k_norm);
         apply_rope(k.data(), T, nkv, rope);
-        norm_rows(v.data(), v.data(), T * nkv, L.v_norm);
+        rms_norm_rows(pool, v.data(), v.data(), T * nkv, L.v_norm);
         write_kv(kv, l, k.data(), v.data(), b.spans);
       }
       // KV-shared layers read their source layer's cache (the pool resolves cache_of).
       const AttnShape shape{g.n_heads, nkv, hd, 1.0f, g.window[size_t(l)]};
       paged_attention(pool, kv, l, q.data(), att.data(), sliding ? sliding_spans : causal_spans, shape);
       linear(pool, L.o, att.data(), o.data(), T, prec);
-      norm_rows(o.data(), o.data(), T, L.post_attn_norm);
+      rms_norm_rows(pool, o.data(), o.data(), T, L.post_attn_norm);
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
 
-      norm_rows(h.data(), xn.data(), T, L.pre_ffn_norm);
+      rms_norm_rows(pool, h.data(), xn.data(), T, L.pre_ffn_norm);
       gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
       if (g.moe) {
         // o = post_ffn_norm_1(mlp) + post_ffn_norm_2(experts(pre_ffn_norm_2(r), router(r))), r = h.
@@ -392,15 +386,15 @@ class Gemma4Model final : public Model {
         e_out.resize(size_t(T * H));
         idx.resize(size_t(T * g.top_k));
         wts.resize(size_t(T * g.top_k));
-        norm_rows(o.data(), m1.data(), T, L.post_ffn_norm_1);
+        rms_norm_rows(pool, o.data(), m1.data(), T, L.post_ffn_norm_1);
         moe_route(pool, L.router, h.data(), T, prec, idx.data(), wts.data());
-        norm_rows(h.data(), e_in.data(), T, L.pre_ffn_norm_2);
+        rms_norm_rows(pool, h.data(), e_in.data(), T, L.pre_ffn_norm_2);
         moe_experts_forward(pool, L.experts, e_in.data(), T, idx.data(), wts.data(), g.top_k, e_out.data(), prec,
                             moe_scratch_, &moe_stats_);
-        norm_rows(e_out.data(), e_out.data(), T, L.post_ffn_norm_2);
+        rms_norm_rows(pool, e_out.data(), e_out.data(), T, L.post_ffn_norm_2);
         for (int64_t i = 0; i < T * H; ++i) o[size_t(i)] = m1[size_t(i)] + e_out[size_t(i)];
       }
-      norm_rows(o.data(), o.data(), T, L.post_ffn_norm);
+      rms_norm_rows(pool, o.data(), o.data(), T, L.post_ffn_norm);
       for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
 
       if (P > 0) {
@@ -412,7 +406,7 @@ class Gemma4Model final : public Model {
           for (int64_t j = 0; j < P; ++j) gr[j] = gelu_tanh(gr[j]) * pr[j];
         }
         linear(pool, L.ple_proj, pg.data(), o.data(), T, prec);
-        norm_rows(o.data(), o.data(), T, L.post_ple_norm);
+        rms_norm_rows(pool, o.data(), o.data(), T, L.post_ple_norm);
         for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
       }
       if (L.layer_scalar != 1.0f)

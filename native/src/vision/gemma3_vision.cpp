@@ -88,12 +88,7 @@ class Gemma3Vision final : public VisionEncoder {
     proj_t_.resize(size_t(out_ * hidden_));
     for (int64_t i = 0; i < hidden_; ++i)
       for (int64_t o = 0; o < out_; ++o) proj_t_[size_t(o * hidden_ + i)] = load_float(pw.data, pw.dtype, size_t(i * out_ + o));
-    proj_.kind = WeightKind::Dense;
-    proj_.dtype = DType::F32;
-    proj_.out = out_;
-    proj_.in = hidden_;
-    proj_.data = proj_t_.data();
-    proj_.name = pw.name;
+    proj_ = f32_weight(proj_t_.data(), out_, hidden_, pw.name);
 
     bytes_ = prefix_bytes(ck, {vprefix_, pprefix_});
     std::vector<const Weight*> ws{&pos_};

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include <utility>
 #include "layers/activations.h"
 #include "layers/vec_math.h"
 
@@ -172,13 +173,16 @@ void layer_norm(ThreadPool& pool, const float* x, float* y, int64_t rows, const 
   else body(0, rows);
 }
 
-void rms_norm_rows(ThreadPool& pool, const float* x, float* y, int64_t rows, const NormWeight& nw) {
-  const int64_t dim = nw.dim();
-  if (rows * dim < 32768) return rms_norm(x, y, rows, nw);
-  pool.parallel_for(rows, [&](int64_t r0, int64_t r1) { rms_norm(x + r0 * dim, y + r0 * dim, r1 - r0, nw); });
-}
-
 // ---- linear layers -----------------------------------------------------------------------------
+
+Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name) {
+  Weight w;  // kind Dense, dtype F32 by default
+  w.out = out;
+  w.in = in;
+  w.data = data;
+  w.name = std::move(name);
+  return w;
+}
 
 void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
                     Precision p) {
@@ -233,12 +237,7 @@ PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int
           dst[(c * T + tt) * pp + q] = load_float(t.data, t.dtype, size_t(o * in + (tt * pp + q) * channels + c));
   }
   if (with_bias) pe.bias = load_vector_f32(ckpt, name + ".bias", hidden);
-  pe.view.kind = WeightKind::Dense;
-  pe.view.dtype = DType::F32;
-  pe.view.out = hidden;
-  pe.view.in = in;
-  pe.view.data = pe.w.data();
-  pe.view.name = name;
+  pe.view = f32_weight(pe.w.data(), hidden, in, name);
   return pe;
 }
 
@@ -374,13 +373,8 @@ void segment_attention(ThreadPool& pool, const float* q, const float* k, const f
       const int64_t nq = tk.q1 - tk.q0;
       if (scores.size() < size_t(nq * len)) scores.resize(size_t(nq * len));
       float* S = scores.data();  // [nq, len]
-      Weight kw;                 // [len, hd]: S = Q · Kᵀ
-      kw.kind = WeightKind::Dense;
-      kw.dtype = DType::F32;
-      kw.out = len;
-      kw.in = hd;
-      kw.data = kp.data() + (tk.head * n + t0) * hd;
-      kw.name = "vision attention K";
+      // [len, hd]: S = Q · Kᵀ
+      const Weight kw = f32_weight(kp.data() + (tk.head * n + t0) * hd, len, hd, "vision attention K");
       // Nested inside pool.run, so these matmuls run inline on this thread.
       matmul_strided(pool, kw, q + tk.q0 * ld_in + tk.head * hd, ld_in, S, len, nq, Precision::Exact);
       for (int64_t i = 0; i < nq; ++i) {
@@ -393,13 +387,8 @@ void segment_attention(ThreadPool& pool, const float* q, const float* k, const f
         const float sum = vec::exp_shift_sum(r, len, mx);
         for (int64_t j = 0; j < len; ++j) r[j] /= sum;
       }
-      Weight vw;  // [hd, len]: O = P · V
-      vw.kind = WeightKind::Dense;
-      vw.dtype = DType::F32;
-      vw.out = hd;
-      vw.in = len;
-      vw.data = vt.data() + (tk.head * n + t0) * hd;
-      vw.name = "vision attention V";
+      // [hd, len]: O = P · V
+      const Weight vw = f32_weight(vt.data() + (tk.head * n + t0) * hd, hd, len, "vision attention V");
       matmul_strided(pool, vw, S, len, out + tk.q0 * ld_out + tk.head * hd, ld_out, nq, Precision::Exact);
     }
   });

@@ -66,10 +66,10 @@ LayerNormW load_layer_norm(const Checkpoint& ckpt, const std::string& name, int6
 // x [rows, dim] -> y [rows, dim]; may alias. Parallel over rows.
 void layer_norm(ThreadPool& pool, const float* x, float* y, int64_t rows, const LayerNormW& ln);
 
-// rms_norm (layers/norm.h) split over rows on the pool.
-void rms_norm_rows(ThreadPool& pool, const float* x, float* y, int64_t rows, const NormWeight& nw);
-
 // ---- linear layers -----------------------------------------------------------------------------
+
+// A Dense F32 Weight view of `data` [out, in] (load-time f32 copies and attention operands).
+Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name);
 
 // linear() with an explicit output row stride (lets q/k/v land side by side in one buffer).
 void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
