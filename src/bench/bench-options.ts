@@ -1,4 +1,14 @@
-// Command-line pieces the bench entry points (bench:cpu, bench:moe, gemma4) share.
+// Command-line pieces the bench entry points (bench:cpu, bench:moe, bench:vision, gemma4) share.
+/** parseArgs options of the random-weight decode benches (bench:moe, gemma4), as their USAGE lists them. */
+export const DECODE_BENCH_ARGS = {
+  steps: { type: 'string' },
+  prompt: { type: 'string' },
+  threads: { type: 'string' },
+  precision: { type: 'string' },
+  dir: { type: 'string' },
+  help: { type: 'boolean', short: 'h' },
+} as const;
+
 /** `--name` as an integer >= `min` (`dflt` when absent). */
 export function intOption(v: string | undefined, name: string, dflt: number, min: 0 | 1 = 1): number {
   if (v === undefined) return dflt;

@@ -1,4 +1,5 @@
 // The decode measurement the random-weight decode benches (bench:moe, gemma4) share.
+import { loadNative } from '../native/binding.js';
 import type { NativeModel, NativeStepResult, NativeStepRow } from '../native/types.js';
 import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
 
@@ -58,4 +59,24 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
     for (const s of seqs) s.ctx++;
   }
   return performance.now() - t0;
+}
+
+/** Loads `dir` and measures at concurrency 1 then 8, each after a 2-step warm-up that pages in the weights it touches. */
+export async function measureAtConcurrencies<F>(
+  dir: string,
+  load: { threads: number; precision: 'fast' | 'exact' },
+  steps: number,
+  measure: (model: NativeModel, concurrency: number, steps: number) => Promise<F>,
+): Promise<F[]> {
+  const model = loadNative().addon.loadModel(dir, { threads: load.threads, kvCacheBytes: 256 << 20, precision: load.precision });
+  try {
+    const figures: F[] = [];
+    for (const c of [1, 8]) {
+      await measure(model, c, 2); // warm-up
+      figures.push(await measure(model, c, steps));
+    }
+    return figures;
+  } finally {
+    model.close();
+  }
 }

@@ -4,12 +4,11 @@
 // the figures measure the kernels and the byte traffic of the real shapes, not text quality.
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { loadNative } from '../native/binding.js';
 import type { NativeModel } from '../native/types.js';
-import { intOption, precisionOption, reportCheckpoint } from './bench-options.js';
-import { timeDecode } from './decode-loop.js';
-import { checkpointComplete, defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32, writeCheckpoint } from './random-checkpoint.js';
-import { tensorBytes, type TensorSpec } from './safetensors-writer.js';
+import { DECODE_BENCH_ARGS, intOption, precisionOption, reportCheckpoint } from './bench-options.js';
+import { measureAtConcurrencies, timeDecode } from './decode-loop.js';
+import { defaultBenchDir, ensureCheckpoint, fillOnes, fillRandomBits, fillScales, hash32 } from './random-checkpoint.js';
+import type { TensorSpec } from './safetensors-writer.js';
 
 export interface Gemma4Shape {
   hidden: number;
@@ -138,11 +137,7 @@ export function gemma4Config(s: Gemma4Shape): Record<string, unknown> {
 
 export function ensureGemma4Checkpoint(root: string, s: Gemma4Shape): { dir: string; bytes: number; cached: boolean } {
   const dir = join(root, `gemma4-h${s.hidden}-l${s.layers}-ple${s.ple}-shared${s.kvShared}-${BITS}bit-g${GROUP}`);
-  const tensors = gemma4Tensors(s);
-  const bytes = tensors.reduce((a, t) => a + tensorBytes(t), 0);
-  if (checkpointComplete(dir, FORMAT_VERSION)) return { dir, bytes, cached: true };
-  writeCheckpoint(dir, FORMAT_VERSION, gemma4Config(s), tensors);
-  return { dir, bytes, cached: false };
+  return ensureCheckpoint(dir, FORMAT_VERSION, () => gemma4Config(s), gemma4Tensors(s));
 }
 
 export interface DecodeFigure {
@@ -168,14 +163,7 @@ const USAGE = `usage: node bench/run.js gemma4 [options]   (after npm run compil
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: {
-      steps: { type: 'string' },
-      prompt: { type: 'string' },
-      threads: { type: 'string' },
-      precision: { type: 'string' },
-      dir: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: DECODE_BENCH_ARGS,
     strict: true,
   });
   if (values.help) {
@@ -189,19 +177,11 @@ export async function main(argv: string[]): Promise<number> {
   const t0 = performance.now();
   const ck = ensureGemma4Checkpoint(values.dir ?? defaultBenchDir(), shape);
   reportCheckpoint(ck, t0);
-  const { addon } = loadNative();
-  const model = addon.loadModel(ck.dir, { threads: intOption(values.threads, 'threads', 2), kvCacheBytes: 256 << 20, precision });
-  try {
-    const figures: DecodeFigure[] = [];
-    for (const c of [1, 8]) {
-      await measureDecode(model, c, 2, prompt); // warm-up: page the weights in
-      figures.push(await measureDecode(model, c, steps, prompt));
-    }
-    process.stdout.write(`gemma-4-e2b text shape, random ${BITS}-bit g${GROUP} weights, ${precision}, ${prompt}-token prompts, ${steps} decode steps\n`);
-    for (const f of figures)
-      process.stdout.write(`  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step)\n`);
-    return 0;
-  } finally {
-    model.close();
-  }
+  const figures = await measureAtConcurrencies(ck.dir, { threads: intOption(values.threads, 'threads', 2), precision }, steps, (model, c, n) =>
+    measureDecode(model, c, n, prompt),
+  );
+  process.stdout.write(`gemma-4-e2b text shape, random ${BITS}-bit g${GROUP} weights, ${precision}, ${prompt}-token prompts, ${steps} decode steps\n`);
+  for (const f of figures)
+    process.stdout.write(`  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step)\n`);
+  return 0;
 }

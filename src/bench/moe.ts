@@ -5,12 +5,11 @@
 // The full model is 48 layers (~17 GB at 4-bit); --layers picks the subset that fits here.
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { loadNative } from '../native/binding.js';
 import type { NativeModel } from '../native/types.js';
-import { intOption, precisionOption, reportCheckpoint } from './bench-options.js';
-import { timeDecode } from './decode-loop.js';
-import { checkpointComplete, defaultBenchDir, fillOnes, fillRandomBits, fillScales, hash32, writeCheckpoint } from './random-checkpoint.js';
-import { tensorBytes, type TensorSpec } from './safetensors-writer.js';
+import { DECODE_BENCH_ARGS, intOption, precisionOption, reportCheckpoint } from './bench-options.js';
+import { measureAtConcurrencies, timeDecode } from './decode-loop.js';
+import { defaultBenchDir, ensureCheckpoint, fillOnes, fillRandomBits, fillScales, hash32 } from './random-checkpoint.js';
+import type { TensorSpec } from './safetensors-writer.js';
 
 export interface MoeShape {
   hidden: number;
@@ -112,11 +111,7 @@ export function moeConfig(s: MoeShape): Record<string, unknown> {
 /** The cached checkpoint for `shape` under `root`, generated first when missing. */
 export function ensureMoeCheckpoint(root: string, shape: MoeShape): { dir: string; bytes: number; cached: boolean } {
   const dir = join(root, `qwen3moe-h${shape.hidden}-e${shape.experts}-l${shape.layers}-${BITS}bit`);
-  const tensors = moeTensors(shape);
-  const bytes = tensors.reduce((a, t) => a + tensorBytes(t), 0);
-  if (checkpointComplete(dir, FORMAT_VERSION)) return { dir, bytes, cached: true };
-  writeCheckpoint(dir, FORMAT_VERSION, moeConfig(shape), tensors);
-  return { dir, bytes, cached: false };
+  return ensureCheckpoint(dir, FORMAT_VERSION, () => moeConfig(shape), moeTensors(shape));
 }
 
 /** Bytes one pass over one expert reads: gate, up and down 4-bit codes plus a bf16 scale and bias per group. */
@@ -175,15 +170,7 @@ const USAGE = `usage: npm run bench:moe -- [options]
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: {
-      layers: { type: 'string' },
-      steps: { type: 'string' },
-      prompt: { type: 'string' },
-      threads: { type: 'string' },
-      precision: { type: 'string' },
-      dir: { type: 'string' },
-      help: { type: 'boolean', short: 'h' },
-    },
+    options: { layers: { type: 'string' }, ...DECODE_BENCH_ARGS },
     strict: true,
   });
   if (values.help) {
@@ -197,28 +184,20 @@ export async function main(argv: string[]): Promise<number> {
   const t0 = performance.now();
   const ck = ensureMoeCheckpoint(values.dir ?? defaultBenchDir(), shape);
   reportCheckpoint(ck, t0);
-  const { addon } = loadNative();
-  const model = addon.loadModel(ck.dir, { threads: intOption(values.threads, 'threads', 2), kvCacheBytes: 256 << 20, precision });
-  try {
-    const figures: DecodeFigure[] = [];
-    for (const c of [1, 8]) {
-      await measureDecode(model, c, 2, prompt); // warm-up: page in the experts this concurrency touches
-      figures.push(await measureDecode(model, c, steps, prompt));
-    }
-    const perExpert = expertPassBytes(shape);
-    process.stdout.write(`Qwen3-VL-30B-A3B text shape, random 4-bit weights, ${shape.layers} of 48 layers, ${precision}, ${prompt}-token prompts\n`);
-    for (const f of figures)
-      process.stdout.write(
-        `  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step), expert bytes/step ${(f.expertBytesPerStep / 2 ** 20).toFixed(1)} MiB, ` +
-          `expert passes/step ${f.expertRunsPerStep.toFixed(0)} for ${f.routedRowsPerStep.toFixed(0)} routed rows\n`,
-      );
-    const [one, eight] = figures as [DecodeFigure, DecodeFigure];
+  const figures = await measureAtConcurrencies(ck.dir, { threads: intOption(values.threads, 'threads', 2), precision }, steps, (model, c, n) =>
+    measureDecode(model, c, n, prompt),
+  );
+  const perExpert = expertPassBytes(shape);
+  process.stdout.write(`Qwen3-VL-30B-A3B text shape, random 4-bit weights, ${shape.layers} of 48 layers, ${precision}, ${prompt}-token prompts\n`);
+  for (const f of figures)
     process.stdout.write(
-      `  one expert pass = ${(perExpert / 2 ** 20).toFixed(2)} MiB; 8 rows read ${(eight.expertBytesPerStep / one.expertBytesPerStep).toFixed(2)}x the expert bytes of 1 row ` +
-        `(reading per token would be 8.00x; the cap is ${shape.experts} experts = ${((shape.experts * shape.layers * perExpert) / 2 ** 30).toFixed(2)} GiB)\n`,
+      `  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step), expert bytes/step ${(f.expertBytesPerStep / 2 ** 20).toFixed(1)} MiB, ` +
+        `expert passes/step ${f.expertRunsPerStep.toFixed(0)} for ${f.routedRowsPerStep.toFixed(0)} routed rows\n`,
     );
-    return 0;
-  } finally {
-    model.close();
-  }
+  const [one, eight] = figures as [DecodeFigure, DecodeFigure];
+  process.stdout.write(
+    `  one expert pass = ${(perExpert / 2 ** 20).toFixed(2)} MiB; 8 rows read ${(eight.expertBytesPerStep / one.expertBytesPerStep).toFixed(2)}x the expert bytes of 1 row ` +
+      `(reading per token would be 8.00x; the cap is ${shape.experts} experts = ${((shape.experts * shape.layers * perExpert) / 2 ** 30).toFixed(2)} GiB)\n`,
+  );
+  return 0;
 }

@@ -196,11 +196,6 @@ export function qwen2Config(shape: Qwen2Shape, quant: QuantSpec): Record<string,
   };
 }
 
-/** Weights a decode step streams: everything except the embedding gather, which the tied head re-reads anyway. */
-function decodeBytes(tensors: TensorSpec[]): number {
-  return tensors.reduce((sum, t) => sum + tensorBytes(t), 0);
-}
-
 function parameterCount(tensors: TensorSpec[], quant: QuantSpec): number {
   let n = 0;
   for (const t of tensors) {
@@ -224,11 +219,12 @@ export function ensureRandomCheckpoint(
   const name = `qwen2-h${shape.hidden}-l${shape.layers}-v${shape.vocab}-${quant.bits}bit-g${quant.groupSize}`;
   const dir = join(root, name);
   const tensors = qwen2Tensors(shape, quant);
-  const total = tensors.reduce((sum, t) => sum + tensorBytes(t), 0);
+  const total = checkpointBytes(tensors);
   const result = (cached: boolean, generateMs: number): RandomCheckpoint => ({
     dir,
     tensorBytes: total,
-    decodeBytesPerToken: decodeBytes(tensors),
+    // A decode step streams every tensor: the embedding gather aside, the tied head re-reads it anyway.
+    decodeBytesPerToken: total,
     parameters: parameterCount(tensors, quant),
     cached,
     generateMs,
@@ -238,6 +234,24 @@ export function ensureRandomCheckpoint(
   const t0 = performance.now();
   writeCheckpoint(dir, FORMAT_VERSION, qwen2Config(shape, quant), tensors);
   return result(false, performance.now() - t0);
+}
+
+/** Bytes of every tensor of a checkpoint. */
+export function checkpointBytes(tensors: TensorSpec[]): number {
+  return tensors.reduce((sum, t) => sum + tensorBytes(t), 0);
+}
+
+/** `dir` holding `tensors` and config(), written first unless a complete checkpoint of `version` is there. */
+export function ensureCheckpoint(
+  dir: string,
+  version: number,
+  config: () => Record<string, unknown>,
+  tensors: TensorSpec[],
+): { dir: string; bytes: number; cached: boolean } {
+  const bytes = checkpointBytes(tensors);
+  if (checkpointComplete(dir, version)) return { dir, bytes, cached: true };
+  writeCheckpoint(dir, version, config(), tensors);
+  return { dir, bytes, cached: false };
 }
 
 /** True when `dir` holds a finished checkpoint stamped with `version` (an older stamp means stale). */

@@ -4,7 +4,7 @@
 import { copyFileSync, existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 
-import { bf16, checkpointComplete, hash32, writeCheckpoint } from './random-checkpoint.js';
+import { bf16, checkpointBytes, checkpointComplete, hash32, writeCheckpoint } from './random-checkpoint.js';
 import { type TensorSpec, tensorBytes } from './safetensors-writer.js';
 
 export interface VlmTowerShape {
@@ -238,7 +238,7 @@ export function ensureRandomVlmCheckpoint(
   const name = `qwen2_5_vl-tower-d${tower.depth}-h${tower.hidden}-text-l${text.layers}-h${tower.outHidden}-v${vocab}`;
   const dir = join(root, name);
   const { tensors, towerBytes, towerParameters } = qwen25VlTensors(tower, text, vocab);
-  const total = tensors.reduce((n, t) => n + tensorBytes(t), 0);
+  const total = checkpointBytes(tensors);
   const result = (cached: boolean, generateMs: number): RandomVlmCheckpoint => ({ dir, towerBytes, towerParameters, tensorBytes: total, cached, generateMs });
   if (checkpointComplete(dir, FORMAT_VERSION)) return result(true, 0);
 

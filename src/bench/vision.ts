@@ -16,6 +16,7 @@ import { createTextEngine } from '../engine/text-engine.js';
 import { openTextModel, type TextModel } from '../engine/text-model.js';
 import { packageRoot } from '../native/binding.js';
 import { decodeImage } from '../vision/decode-image.js';
+import { intOption } from './bench-options.js';
 import { defaultBenchDir } from './random-checkpoint.js';
 import { ensureRandomVlmCheckpoint, QWEN25_VL_3B_TOWER, type VlmTowerShape } from './random-vlm-checkpoint.js';
 
@@ -248,13 +249,6 @@ export function formatReport(r: VisionBenchReport): string {
   return lines.join('\n');
 }
 
-function intOption(v: string | undefined, name: string): number | undefined {
-  if (v === undefined) return undefined;
-  const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
-  return n;
-}
-
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -274,8 +268,8 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const report = await runVisionBench({
-    runs: intOption(values.runs, 'runs') ?? 5,
-    threads: intOption(values.threads, 'threads'),
+    runs: intOption(values.runs, 'runs', 5),
+    threads: values.threads === undefined ? undefined : intOption(values.threads, 'threads', 1), // absent: all cores
     fixtures: !values['skip-fixtures'],
     tower: !values['skip-tower'],
     dir: values.dir ?? defaultBenchDir(),

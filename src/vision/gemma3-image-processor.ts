@@ -5,7 +5,7 @@ import type { NativeImageInput } from '../native/types.js';
 import type { DecodedImage } from './decode-image.js';
 import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
-import { pilResize, type ResampleFilter } from './pil-resample.js';
+import { resizeDecoded, type ResampleFilter } from './pil-resample.js';
 
 export interface Gemma3ImageConfig {
   height: number;
@@ -40,8 +40,7 @@ export function gemma3ImageConfig(image: Json, processor: Json, config: Json, wh
 export function gemma3Preprocess(cfg: Gemma3ImageConfig, img: DecodedImage): { input: NativeImageInput; tokens: number } {
   const h = cfg.doResize ? cfg.height : img.height;
   const w = cfg.doResize ? cfg.width : img.width;
-  const rgb = w === img.width && h === img.height ? img.data : pilResize(img.data, img.width, img.height, w, h, cfg.resample);
-  const pixels = normalizeToChw(rgb, w, h, cfg.norm);
+  const pixels = normalizeToChw(resizeDecoded(img, w, h, cfg.resample), w, h, cfg.norm);
   return {
     input: { pixels, grid: [1, Math.floor(h / cfg.patchSize), Math.floor(w / cfg.patchSize)] },
     tokens: cfg.tokens,

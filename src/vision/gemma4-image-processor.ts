@@ -8,7 +8,7 @@ import type { NativeImageInput } from '../native/types.js';
 import type { DecodedImage } from './decode-image.js';
 import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
-import { pilResize, type ResampleFilter } from './pil-resample.js';
+import { resizeDecoded, type ResampleFilter } from './pil-resample.js';
 
 /** The soft-token budgets the processor accepts (Gemma4ImageProcessorPil._SUPPORTED_SOFT_TOKENS). */
 export const GEMMA4_SOFT_TOKENS = [70, 140, 280, 560, 1120] as const;
@@ -88,8 +88,7 @@ export function gemma4Preprocess(cfg: Gemma4ImageConfig, img: DecodedImage): { i
   if (H % (P * k) !== 0 || W % (P * k) !== 0) {
     throw new InvalidRequestError(`image of ${W}x${H} px: both sides must be multiples of ${P * k} px (do_resize is off)`, 'image');
   }
-  const rgb = W === img.width && H === img.height ? img.data : pilResize(img.data, img.width, img.height, W, H, cfg.resample);
-  const chw = normalizeToChw(rgb, W, H, cfg.norm); // [3, H, W]
+  const chw = normalizeToChw(resizeDecoded(img, W, H, cfg.resample), W, H, cfg.norm); // [3, H, W]
   const gh = H / P;
   const gw = W / P;
   const rowLen = 3 * P * P;

@@ -58,6 +58,10 @@ export function resampleFilter(v: unknown, fallback: 'bilinear' | 'bicubic', whe
   throw new Error(`${where}: resample ${JSON.stringify(v)} is not supported (only 2 = bilinear, 3 = bicubic)`);
 }
 
+/** transformers' OPENAI_CLIP_MEAN / OPENAI_CLIP_STD: the default normalization of Qwen2.5-VL and Pixtral. */
+export const OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073] as const;
+export const OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711] as const;
+
 /** do_rescale / rescale_factor / do_normalize / image_mean / image_std, with the family's defaults. */
 export function normalizeParams(image: Json, defaults: { doNormalize: boolean; mean: readonly number[]; std: readonly number[] }): NormalizeParams {
   return {

@@ -1,6 +1,8 @@
 // Pillow's Image.resize (libImaging/Resample.c) for 8-bit RGB, reproduced bit for bit: the Hugging Face
 // PIL-backend image processors resize with it, so exact pixel_values parity needs its fixed-point arithmetic.
 
+import type { DecodedImage } from './decode-image.js';
+
 export type ResampleFilter = 'bilinear' | 'bicubic';
 
 interface Filter {
@@ -204,4 +206,9 @@ export function pilResize(
     shift = yFirst;
   }
   return needV ? resampleVertical(cur, outW, outH, ch, cv, shift) : cur;
+}
+
+/** A decoded image's RGB pixels at w x h: its own buffer, uncopied, when the size already matches. */
+export function resizeDecoded(img: DecodedImage, w: number, h: number, filter: ResampleFilter): Uint8Array {
+  return w === img.width && h === img.height ? img.data : pilResize(img.data, img.width, img.height, w, h, filter);
 }

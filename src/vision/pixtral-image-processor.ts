@@ -5,12 +5,9 @@
 import type { NativeImageInput } from '../native/types.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { DecodedImage } from './decode-image.js';
-import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
+import { bool, type Json, normalizeParams, num, obj, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
-import { pilResize, type ResampleFilter } from './pil-resample.js';
-
-const OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073] as const;
-const OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711] as const;
+import { resizeDecoded, type ResampleFilter } from './pil-resample.js';
 
 export interface PixtralImageConfig {
   patchSize: number; // vision tower patch (grid unit)
@@ -62,8 +59,7 @@ export function pixtralPreprocess(cfg: PixtralImageConfig, img: DecodedImage): {
   if (h < unit || w < unit || h % unit !== 0 || w % unit !== 0) {
     throw new InvalidRequestError(`image ${img.width}x${img.height} cannot be laid out in ${unit}-pixel cells without resizing`, 'image');
   }
-  const rgb = w === img.width && h === img.height ? img.data : pilResize(img.data, img.width, img.height, w, h, cfg.resample);
-  const pixels = normalizeToChw(rgb, w, h, cfg.norm);
+  const pixels = normalizeToChw(resizeDecoded(img, w, h, cfg.resample), w, h, cfg.norm);
   return {
     input: { pixels, grid: [1, h / cfg.patchSize, w / cfg.patchSize] },
     tokens: (h / unit) * (w / unit),

@@ -4,12 +4,9 @@
 import type { NativeImageInput } from '../native/types.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { DecodedImage } from './decode-image.js';
-import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';
+import { bool, type Json, normalizeParams, num, obj, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';
-import { pilResize, type ResampleFilter } from './pil-resample.js';
-
-const OPENAI_CLIP_MEAN = [0.48145466, 0.4578275, 0.40821073] as const;
-const OPENAI_CLIP_STD = [0.26862954, 0.26130258, 0.27577711] as const;
+import { resizeDecoded, type ResampleFilter } from './pil-resample.js';
 
 export interface QwenImageConfig {
   patchSize: number;
@@ -87,8 +84,7 @@ export function qwenPreprocess(cfg: QwenImageConfig, img: DecodedImage): { input
   if (h % (P * m) !== 0 || w % (P * m) !== 0) {
     throw new InvalidRequestError(`image size ${w}x${h} is not a multiple of ${P * m} (set do_resize in the processor config)`, 'image');
   }
-  const rgb = w === img.width && h === img.height ? img.data : pilResize(img.data, img.width, img.height, w, h, cfg.resample);
-  const chw = normalizeToChw(rgb, w, h, cfg.norm);
+  const chw = normalizeToChw(resizeDecoded(img, w, h, cfg.resample), w, h, cfg.norm);
   const gh = h / P;
   const gw = w / P;
   const cols = 3 * T * P * P;
