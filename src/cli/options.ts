@@ -15,3 +15,8 @@ export function parseFloatOption(flag: string): (value: string) => number {
     return n;
   };
 }
+
+/** --precision, checked in each command's action (the message is the same everywhere). */
+export function checkPrecision(value: string | undefined): void {
+  if (value !== 'exact' && value !== 'fast') throw new Error(`--precision must be exact or fast, got "${value}"`);
+}

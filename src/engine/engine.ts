@@ -12,7 +12,7 @@ import type { RequestGrammar } from './grammar/request-grammar.js';
 import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type MultimodalInput } from './multimodal.js';
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
-import { Scheduler, type SchedulerOutput } from './scheduler.js';
+import { Scheduler, type ScheduledRow, type SchedulerOutput } from './scheduler.js';
 
 /** Test-only fault hooks; reachable only through the constructor, never from HTTP. */
 export interface EngineFaults {
@@ -373,8 +373,8 @@ export class Engine implements EngineLike {
       if (out.failed.length > 0 || out.preempted.length > 0) return;
       throw new Error(`scheduler produced an empty step with ${this.scheduler.waiting.length} waiting and ${this.scheduler.running.length} running`);
     }
-    // Image spans this step computes get their embeddings first (text-only steps skip this).
-    if (out.rows.some((r) => r.request.imageSpans.length > 0)) {
+    // Image spans this step computes get their embeddings first (text-only and decode steps skip this).
+    if (out.rows.some(reachesImages)) {
       if (!(await this.encodeImages(out))) return; // the watchdog tripped
       if (out.rows.length === 0) return;
     }
@@ -435,10 +435,7 @@ export class Engine implements EngineLike {
    */
   private async grammarMasks(out: SchedulerOutput): Promise<ReadonlyMap<string, Int32Array>> {
     const masks = await this.computeMasks(out);
-    if (masks.size > 0 || out.rows.some((r) => r.request.status !== 'running')) {
-      out.rows = out.rows.filter((r) => r.request.status === 'running');
-      out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
-    }
+    dropEndedRows(out);
     return masks;
   }
 
@@ -517,10 +514,7 @@ export class Engine implements EngineLike {
         if (req.status === 'running') req.imageEmbeddings.set(i, e);
       }
     }
-    if (out.rows.some((r) => r.request.status !== 'running')) {
-      out.rows = out.rows.filter((r) => r.request.status === 'running');
-      out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
-    }
+    dropEndedRows(out);
     return true;
   }
 
@@ -535,7 +529,7 @@ export class Engine implements EngineLike {
       const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
       const positions = rowPositions(s.contextLen, s.numTokens, this.mrope, req.numPromptTokens, req.multimodal);
       const row: NativeStepRow = { requestId: req.id, tokens, positions, blockTable: Int32Array.from(req.blockTable), contextLen: s.contextLen };
-      if (req.imageSpans.length > 0) {
+      if (reachesImages(s)) {
         const bidi = req.multimodal?.bidirectional === true;
         const e = rowEmbeds(req.imageSpans, req.imageEmbeddings, s.contextLen, s.numTokens, this.hiddenSize, bidi);
         if (e.embeds !== undefined) row.embeds = e.embeds;
@@ -658,6 +652,18 @@ function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number
   const n = span.image.embedAt?.length ?? span.end - span.start; // Pixtral: only its [IMG] tokens take rows
   if (e.tokens !== n) throw new Error(`the image encodes to ${e.tokens} tokens but the prompt has ${n} placeholder tokens for it`);
   if (e.embeddings.length !== n * hidden) throw new Error(`the encoder returned ${e.embeddings.length} values for ${n} tokens of width ${hidden}`);
+}
+
+/** Whether a row can cover an image span: not once it starts past the last one (decode rows). */
+function reachesImages(row: ScheduledRow): boolean {
+  return row.contextLen < (row.request.imageSpans.at(-1)?.end ?? 0);
+}
+
+/** Takes rows whose request ended (while its masks or images were computed) out of the step. */
+function dropEndedRows(out: SchedulerOutput): void {
+  if (out.rows.every((r) => r.request.status === 'running')) return;
+  out.rows = out.rows.filter((r) => r.request.status === 'running');
+  out.numTokens = out.rows.reduce((n, r) => n + r.numTokens, 0);
 }
 
 /** Drops a request's image embeddings once their spans are in its KV (a preemption fetches them again). */

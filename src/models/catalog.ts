@@ -15,6 +15,17 @@ export interface RecommendedSampling {
   repetitionPenalty?: number;
 }
 
+/** Sampling defaults: the model's own generation_config first, the catalog's recommendation for the rest. */
+export function samplingDefaults(own: { temperature?: number; topP?: number; topK?: number }, recommended: RecommendedSampling = {}): RecommendedSampling {
+  return {
+    temperature: own.temperature ?? recommended.temperature,
+    topP: own.topP ?? recommended.topP,
+    topK: own.topK ?? recommended.topK,
+    minP: recommended.minP,
+    repetitionPenalty: recommended.repetitionPenalty,
+  };
+}
+
 export interface CatalogEntry {
   alias: string;
   aka?: string[];

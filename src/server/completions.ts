@@ -223,7 +223,6 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
   if (g.stream) {
     const sse = new SseWriter(res, ctx.keepAliveMs);
     const splitter = g.kind === 'chat' && g.reasoning ? new ReasoningSplitter() : null;
-    let toolText = '';
     // tool_choice auto: content streams until a call marker; calls stream as tool_calls deltas.
     const toolStream = g.tools?.auto ? new ToolCallStream(g.tools.auto, g.tools.maxCalls) : null;
     const sendTools = (events: ToolStreamEvent[]) => {
@@ -236,10 +235,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
         if (ev.type === 'delta') {
           onDelta();
           const lp = ev.logprob !== undefined ? [ev] : [];
-          if (g.tools?.format) {
-            toolText += ev.text; // sent as one tool call at the end
-            continue;
-          }
+          if (g.tools?.format) continue; // the done event's text is sent as one tool call at the end
           if (toolStream) {
             const p = splitter ? splitter.push(ev.text) : { reasoning: '', content: ev.text };
             if (p.reasoning || lp.length > 0) sse.send(shaper.chunk('', lp, null, false, p.reasoning));
@@ -254,7 +250,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
         }
         finished = true;
         if (ev.finishReason === 'abort') break; // the client is gone
-        const call = g.tools?.format && ev.finishReason === 'stop' ? toolCallFrom(toolText) : null;
+        const call = g.tools?.format && ev.finishReason === 'stop' ? toolCallFrom(ev.text) : null;
         if (call) {
           sse.send(shaper.toolCallChunk(call));
           sse.send(shaper.chunk(null, [], 'tool_calls'));
@@ -263,7 +259,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
           sse.end(true);
           return;
         }
-        if (g.tools?.format && toolText) sse.send(shaper.chunk(toolText, [], null)); // cut short: the raw text
+        if (g.tools?.format && ev.text) sse.send(shaper.chunk(ev.text, [], null)); // cut short: the raw text
         const rest = splitter?.flush();
         let finish: string = ev.finishReason;
         if (toolStream) {
@@ -291,20 +287,18 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
     return;
   }
 
-  let text = '';
   const lp: EngineDelta[] = [];
   try {
     for await (const ev of handle.events) {
       if (ev.type === 'delta') {
         onDelta();
-        text += ev.text;
         if (ev.logprob !== undefined) lp.push(ev);
         continue;
       }
       finished = true;
       if (ev.finishReason === 'abort') return;
       ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
-      ctx.sendJson(res, 200, shaper.full(text, lp, ev));
+      ctx.sendJson(res, 200, shaper.full(ev.text, lp, ev));
       return;
     }
   } catch (err) {

@@ -5,22 +5,20 @@
 import { InvalidRequestError } from '../engine/errors.js';
 import { badRequest } from './http-errors.js';
 import type { ImageDetail, LoadedImage, ServedModel } from './served-model.js';
+import { isObject } from '../engine/is-object.js';
 
 /** Loaded images by their content part object (validate.ts looks them up as it walks the parts). */
 export type RequestImages = ReadonlyMap<object, LoadedImage>;
 
 const DETAILS = new Set(['auto', 'low', 'high']);
-const IMAGE_TYPES = new Set(['image_url', 'input_image', 'image']);
+/** Content part types that carry an image (only image_url is accepted; the others get a hint). */
+export const IMAGE_TYPES: ReadonlySet<string> = new Set(['image_url', 'input_image', 'image']);
 
 interface ImagePart {
   part: object;
   url: string;
   detail: ImageDetail;
   where: string;
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** The image parts of body.messages, in prompt order (malformed parts are left to validate.ts). */

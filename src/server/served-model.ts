@@ -1,16 +1,11 @@
 // What the server needs to know about the model it serves: its name, limits, defaults and the
 // text side (chat template, tokenizer). Compute goes through the engine only.
 import type { MultimodalInput } from '../engine/multimodal.js';
+import { samplingDefaults, type RecommendedSampling } from '../models/catalog.js';
 import type { ChatMessage } from '../template/chat-template.js';
 import { detectToolFormat } from './tool-parsers/registry.js';
 
-export interface SamplingDefaults {
-  temperature?: number;
-  topP?: number;
-  topK?: number;
-  minP?: number;
-  repetitionPenalty?: number;
-}
+export type SamplingDefaults = RecommendedSampling;
 
 export interface ServedModel {
   /** The name clients pass as `model` and see in /v1/models. */
@@ -67,19 +62,12 @@ export interface TextModelLike {
 }
 
 export function servedModelFrom(model: TextModelLike, id: string, recommended: SamplingDefaults = {}): ServedModel {
-  const d = model.defaults;
   return {
     id,
     created: Math.floor(Date.now() / 1000),
     contextLength: model.info.contextLength,
     vocabSize: model.info.vocabSize,
-    defaults: {
-      temperature: d.temperature ?? recommended.temperature,
-      topP: d.topP ?? recommended.topP,
-      topK: d.topK ?? recommended.topK,
-      minP: recommended.minP,
-      repetitionPenalty: recommended.repetitionPenalty,
-    },
+    defaults: samplingDefaults(model.defaults, recommended),
     encodeChat: (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }),
     encodeText: (text) => model.encodePrompt({ prompt: text, raw: true }),
     tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),

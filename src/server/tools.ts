@@ -11,6 +11,7 @@ import { badRequest } from './http-errors.js';
 import type { ChatMessage } from '../template/chat-template.js';
 import { detectToolFormat, toolFormatByName } from './tool-parsers/registry.js';
 import type { ToolCallFormat } from './tool-parsers/types.js';
+import { isObject } from '../engine/is-object.js';
 
 export interface ToolFunction {
   name: string;
@@ -40,10 +41,6 @@ export interface ToolCall {
   id: string;
   type: 'function';
   function: { name: string; arguments: string };
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 function parseTools(raw: unknown): (ToolFunction & { index: number })[] {

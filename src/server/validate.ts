@@ -5,11 +5,12 @@ import { resolveSamplingParams, type SamplingInput, type SamplingParams } from '
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
 import { badRequest, notFound } from './http-errors.js';
-import type { RequestImages } from './images.js';
+import { IMAGE_TYPES, type RequestImages } from './images.js';
 import type { MultimodalInput } from '../engine/multimodal.js';
 import type { LoadedImage } from './served-model.js';
 import type { ServedModel } from './served-model.js';
 import { parseToolRequest, prepareToolMessages, type ToolRequest } from './tools.js';
+import { isObject } from '../engine/is-object.js';
 
 export interface GenerationRequest {
   kind: 'chat' | 'text';
@@ -43,10 +44,6 @@ const CHAT_FIELDS = new Set([
 ]);
 const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'best_of', 'echo', 'suffix', 'response_format']);
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
-
-function isObject(v: unknown): v is Body {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function present(body: Body, key: string): boolean {
   return body[key] !== undefined && body[key] !== null;
@@ -149,7 +146,7 @@ function contentText(content: unknown, where: string, images?: RequestImages): s
       if (typeof part.text !== 'string') throw badRequest(`${where}[${j}].text must be a string`, `${where}[${j}].text`, 'invalid_type');
       return { type: 'text', text: part.text };
     }
-    if (part.type === 'image_url' || part.type === 'input_image' || part.type === 'image') {
+    if (IMAGE_TYPES.has(part.type)) {
       // Loaded by images.ts before validation (which refuses images for a text-only model).
       const image = images?.get(part);
       if (image === undefined) throw badRequest('this model does not accept images', `${where}[${j}]`, 'unsupported');

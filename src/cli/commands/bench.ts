@@ -3,7 +3,7 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
 import { parseByteSize } from './serve.js';
-import { parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, parseFloatOption, parseIntOption } from '../options.js';
 
 /** "1,2,4,16" -> [1, 2, 4, 16] */
 export function parseConcurrencyList(value: string): number[] {
@@ -45,7 +45,7 @@ export function registerBench(program: Command, version = '0.0.0'): void {
     .option('--precision <mode>', 'in-process model: exact or fast', 'fast')
     .option('--kv-cache-memory <size>', 'in-process model: KV cache budget, e.g. 2GiB', parseByteSize)
     .action(async (model: string | undefined, opts: CliOptions) => {
-      if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      checkPrecision(opts.precision);
       if (!['auto', 'live', 'plain', 'none'].includes(opts.progress ?? 'auto')) throw new Error(`--progress must be auto, live, plain or none, got "${opts.progress}"`);
       // commander puts --model on opts.model; the positional is the model to serve.
       const { model: modelName, ...rest } = opts;

@@ -9,7 +9,7 @@ import { formatCoherence } from '../../doctor/coherence/format-coherence.js';
 import { runCoherenceGate } from '../../doctor/coherence/run-gate.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
-import { parseIntOption } from '../options.js';
+import { checkPrecision, parseIntOption } from '../options.js';
 
 interface DoctorCliOptions {
   json?: boolean;
@@ -38,7 +38,7 @@ function parseConcurrencies(value: string): number[] {
 }
 
 async function coherence(spec: string, opts: DoctorCliOptions): Promise<void> {
-  if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+  checkPrecision(opts.precision);
   const model = await resolveModelDetailed(spec, { pull: false });
   // A model without its own golden set (e.g. a converted copy) is gated on the default model's.
   const own = join(model.dir, 'golden');

@@ -5,13 +5,14 @@ import { openTextModel } from '../../engine/text-model.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import type { GenerateDone } from '../../engine/generate.js';
-import { parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, parseFloatOption, parseIntOption } from '../options.js';
 import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { runWithImages } from './run-images.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
+import { samplingDefaults } from '../../models/catalog.js';
 
 interface RunOptions {
   prompt?: string;
@@ -72,23 +73,23 @@ export function registerRun(program: Command): void {
     .option('--json-object', 'constrain the output to a JSON object')
     .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
     .action(async (spec: string, opts: RunOptions) => {
-      if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      checkPrecision(opts.precision);
       const images = opts.image ?? [];
       if (images.length > 0 && opts.raw) throw new Error('--image needs the chat template: drop --raw');
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
       const format = responseFormat(opts);
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
-      const recommended = resolved.entry?.sampling ?? {};
       const model = openTextModel(resolved.dir, { threads: opts.threads, precision: opts.precision });
+      const defaults = samplingDefaults(model.defaults, resolved.entry?.sampling);
       try {
         const params = resolveSamplingParams(
           {
-            temperature: opts.temperature ?? model.defaults.temperature ?? recommended.temperature ?? 0.7,
-            topP: opts.topP ?? model.defaults.topP ?? recommended.topP,
-            topK: opts.topK ?? model.defaults.topK ?? recommended.topK,
-            minP: opts.minP ?? recommended.minP,
-            repetitionPenalty: recommended.repetitionPenalty,
+            temperature: opts.temperature ?? defaults.temperature ?? 0.7,
+            topP: opts.topP ?? defaults.topP,
+            topK: opts.topK ?? defaults.topK,
+            minP: opts.minP ?? defaults.minP,
+            repetitionPenalty: defaults.repetitionPenalty,
             seed: opts.seed,
             maxTokens: opts.maxTokens,
             stop: format ? [] : opts.stop, // a stop string would cut a constrained object

@@ -10,7 +10,7 @@ import { servedModelFrom, type SamplingDefaults } from '../../server/served-mode
 import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
-import { parseIntOption } from '../options.js';
+import { checkPrecision, parseIntOption } from '../options.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 
 export interface ServeOptions {
@@ -141,7 +141,7 @@ export function registerServe(program: Command): void {
     .option('--encoder-cache-memory <size>', 'image embeddings kept for reuse, by content hash', parseByteSize, 256 * 1024 * 1024)
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
-      if (opts.precision !== 'exact' && opts.precision !== 'fast') throw new Error(`--precision must be exact or fast, got "${opts.precision}"`);
+      checkPrecision(opts.precision);
       const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;

@@ -77,8 +77,8 @@ async function post(url: string, body: string): Promise<Response> {
   }
 }
 
-async function ask(url: string, body: Record<string, unknown>): Promise<string> {
-  const res = await post(url, JSON.stringify(body));
+async function ask(url: string, body: string): Promise<string> {
+  const res = await post(url, body);
   const text = await res.text();
   if (!res.ok) throw new Error(`server answered ${res.status}: ${text.slice(0, 300)}`);
   const json = JSON.parse(text) as { choices: { message: { content: string | null } }[] };
@@ -125,6 +125,8 @@ export async function runCoherenceGate(modelDir: string, opts: CoherenceOptions)
   const minScore = opts.minScore ?? 0.95;
   const precision = opts.precision ?? 'fast';
   const maxTokens = opts.maxTokens ?? 256;
+  // The bodies (images inlined as base64) are the same at every concurrency: built once.
+  const bodies = set.items.map((it) => JSON.stringify(goldenRequest(set, it, maxTokens)));
   const runs: GateRun[] = [];
   for (const c of concurrencies) {
     // A fresh server per run: no prefix or image-embedding cache carried over from the previous run.
@@ -139,7 +141,7 @@ export async function runCoherenceGate(modelDir: string, opts: CoherenceOptions)
     });
     try {
       opts.onProgress?.(`coherence: ${set.items.length} golden items at concurrency ${c}`);
-      const outs = await pool(set.items, c, (it) => ask(srv.url, goldenRequest(set, it, maxTokens)));
+      const outs = await pool(bodies, c, (body) => ask(srv.url, body));
       runs.push(scoreOutputs(set, new Map(set.items.map((it, i) => [it.id, outs[i]!])), c));
     } finally {
       await srv.close(5000);

@@ -3,6 +3,7 @@
 // bounds admit the bound itself), so such subschemas are swapped for placeholders before xgrammar
 // converts the schema to EBNF, and each placeholder for a rule built here: plain decimals
 // (-?int(.digits)?, no exponent) whose value lies in the range, built digit by digit.
+import { isObject } from '../is-object.js';
 
 export interface NumberBounds {
   min?: { value: number; strict: boolean };
@@ -148,10 +149,6 @@ export function numberRangeEbnf(b: NumberBounds): string | null {
 }
 
 const PLACEHOLDER = '__rapid_number_';
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function boundsOf(s: Record<string, unknown>): NumberBounds | null {
   const b: NumberBounds = {};

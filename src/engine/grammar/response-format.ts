@@ -2,12 +2,9 @@
 // grammar enforces. Shared by the server (request bodies) and the CLI (--schema, --json-object).
 import { InvalidRequestError } from '../errors.js';
 import { checkSchemaSupported } from './schema-support.js';
+import { isObject } from '../is-object.js';
 
 export type ResponseFormat = { type: 'json_object' } | { type: 'json_schema'; name: string; schema: unknown; strict: boolean };
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 const bad = (message: string) => new InvalidRequestError(message, 'response_format');
 

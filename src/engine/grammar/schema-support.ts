@@ -1,6 +1,7 @@
 // The JSON Schema subset rapid constrains decoding to. Anything else is refused up front with the
 // construct named: a keyword the grammar would silently ignore could let invalid output through.
 import { InvalidRequestError } from '../errors.js';
+import { isObject } from '../is-object.js';
 
 /** Keywords that only annotate a schema; they never constrain output. */
 const ANNOTATIONS = new Set(['title', 'description', 'default', 'examples', '$schema', '$id', '$comment', 'deprecated', 'readOnly', 'writeOnly']);
@@ -14,10 +15,6 @@ const SUPPORTED = new Set([
 
 const TYPES = new Set(['object', 'array', 'string', 'integer', 'number', 'boolean', 'null']);
 const FORMATS = new Set(['date', 'time', 'date-time', 'email', 'uuid', 'uri', 'ipv4', 'ipv6', 'hostname', 'duration']);
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
-}
 
 function fail(path: string, what: string): never {
   throw new InvalidRequestError(`response_format.json_schema.schema${path}: ${what}`, 'response_format');

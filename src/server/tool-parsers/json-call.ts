@@ -2,6 +2,7 @@
 // written), and the `{"name": ..., "arguments"|"parameters": {...}}` call object that Hermes/Qwen,
 // Mistral's array form, Llama 3 JSON and the Gemma JSON convention all use.
 import type { ScannedCall } from './types.js';
+import { isObject } from '../../engine/is-object.js';
 
 export const WS = /\s/;
 
@@ -45,10 +46,6 @@ export function jsonValueEnd(s: string, i: number, final: boolean): number {
   let j = i;
   while (j < s.length && /[-+.0-9a-zA-Z]/.test(s[j]!)) j++;
   return j < s.length || final ? j : -1;
-}
-
-function isObject(v: unknown): v is Record<string, unknown> {
-  return typeof v === 'object' && v !== null && !Array.isArray(v);
 }
 
 /** The arguments of a parsed call object as JSON text of an object; null if they are not one. */
