@@ -10,16 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import type { BenchReport } from '../../src/bench/sweep/bench-report.js';
 import { runBench, type BenchOptions } from '../../src/bench/sweep/run-bench.js';
-import { loadNative } from '../../src/native/binding.js';
-
-function nativeAvailable(): boolean {
-  try {
-    loadNative();
-    return true;
-  } catch {
-    return false;
-  }
-}
+import { nativeAvailable } from '../helpers/addon.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const fixture = join(root, 'test', 'fixtures', 'models', 'qwen2-q4');

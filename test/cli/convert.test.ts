@@ -7,7 +7,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 import { readSafetensors, type RawTensor } from '../helpers/safetensors.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
@@ -15,13 +15,6 @@ const bin = join(root, 'bin', 'rapid.js');
 const fixtures = join(root, 'test', 'fixtures', 'models');
 const work = mkdtempSync(join(tmpdir(), 'rapid-convert-'));
 afterAll(() => rmSync(work, { recursive: true, force: true }));
-
-let nativeOk = true;
-try {
-  loadNative();
-} catch {
-  nativeOk = false;
-}
 
 function tensors(dir: string): Map<string, RawTensor> {
   const all = new Map<string, RawTensor>();
@@ -50,7 +43,7 @@ function toBf16(x: number): number {
   return f[0];
 }
 
-describe.skipIf(!nativeOk)('rapid convert', () => {
+describe.skipIf(!nativeAvailable())('rapid convert', () => {
   it.each([
     ['qwen2', 8, 128],
     ['qwen3', 8, 64],

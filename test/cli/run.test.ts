@@ -4,18 +4,11 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const bin = join(root, 'bin', 'rapid.js');
 const fixtures = join(root, 'test', 'fixtures', 'models');
-
-let nativeOk = true;
-try {
-  loadNative();
-} catch {
-  nativeOk = false;
-}
 
 interface Reference {
   prompts: { ids: number[]; greedy: number[]; text?: string; messages?: { role: string; content: string }[] }[];
@@ -44,7 +37,7 @@ function stopIds(model: string): number[] {
   return Array.isArray(g.eos_token_id) ? g.eos_token_id : [g.eos_token_id];
 }
 
-describe.skipIf(!nativeOk)('rapid run', () => {
+describe.skipIf(!nativeAvailable())('rapid run', () => {
   it.each(['qwen2-f32', 'qwen3-bf16', 'llama-f32', 'gemma3-q8'])(
     '%s: --raw greedy tokens equal transformers',
     (model) => {

@@ -5,19 +5,12 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 import { schemaViolation } from './json-schema-check.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const bin = join(root, 'bin', 'rapid.js');
 const model = join(root, 'test', 'fixtures', 'models', 'qwen2-q4');
-
-let nativeOk = true;
-try {
-  loadNative();
-} catch {
-  nativeOk = false;
-}
 
 function rapid(args: string[]) {
   return spawnSync(process.execPath, [bin, ...args], { encoding: 'utf8', timeout: 60_000 });
@@ -30,7 +23,7 @@ const SCHEMA = {
   additionalProperties: false,
 };
 
-describe.skipIf(!nativeOk)('rapid run with a grammar', () => {
+describe.skipIf(!nativeAvailable())('rapid run with a grammar', () => {
   const dir = mkdtempSync(join(tmpdir(), 'rapid-schema-'));
   const file = join(dir, 'schema.json');
   writeFileSync(file, JSON.stringify(SCHEMA));

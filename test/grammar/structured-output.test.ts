@@ -5,18 +5,10 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
+import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
 import { schemaViolation } from './json-schema-check.js';
-
-function nativeAvailable(): boolean {
-  try {
-    loadNative();
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 const SCHEMAS: Record<string, unknown>[] = [
   {
@@ -83,31 +75,20 @@ describe.skipIf(!nativeAvailable()).each(CASES)('structured output on $name', ({
       maxBatchedTokens: 256,
       servedModelName: model,
     });
-    client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60_000 });
+    client = servedClient(srv.url);
   });
   afterAll(async () => {
     await srv?.close(1000);
   });
 
-  async function ask(it: Item): Promise<{ text: string; finish: string | null }> {
+  async function ask(it: Item): Promise<ChatText> {
     const response_format = it.schema ? { type: 'json_schema' as const, json_schema: { name: 's', schema: it.schema, strict: true } } : undefined;
     const body = { model, messages: [{ role: 'user' as const, content: it.prompt }], max_tokens: it.schema ? maxTokens : 12, temperature: 0, response_format };
-    if (!it.stream) {
-      const r = await client.chat.completions.create(body);
-      return { text: r.choices[0]!.message.content ?? '', finish: r.choices[0]!.finish_reason };
-    }
-    const s = await client.chat.completions.create({ ...body, stream: true });
-    let text = '';
-    let finish: string | null = null;
-    for await (const c of s) {
-      text += c.choices[0]?.delta.content ?? '';
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
-    return { text, finish };
+    return chatText(client, body, it.stream);
   }
 
-  async function runPool(concurrency: number): Promise<{ text: string; finish: string | null }[]> {
-    const out: { text: string; finish: string | null }[] = new Array(ITEMS.length);
+  async function runPool(concurrency: number): Promise<ChatText[]> {
+    const out: ChatText[] = new Array(ITEMS.length);
     let next = 0;
     const worker = async () => {
       while (next < ITEMS.length) {
@@ -119,7 +100,7 @@ describe.skipIf(!nativeAvailable()).each(CASES)('structured output on $name', ({
     return out;
   }
 
-  let solo: { text: string; finish: string | null }[];
+  let solo: ChatText[];
 
   it('every schema output parses and validates when run alone', async () => {
     solo = [];

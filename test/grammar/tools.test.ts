@@ -4,16 +4,10 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
+import { servedClient } from '../helpers/openai-chat.js';
 import { schemaViolation } from './json-schema-check.js';
-
-let nativeOk = true;
-try {
-  loadNative();
-} catch {
-  nativeOk = false;
-}
 
 const TOOLS = [
   {
@@ -31,14 +25,14 @@ const TOOLS = [
 ];
 const PARAMS = Object.fromEntries(TOOLS.map((t) => [t.function.name, t.function.parameters]));
 
-describe.skipIf(!nativeOk)('forced tool calls on qwen2-q4', () => {
+describe.skipIf(!nativeAvailable())('forced tool calls on qwen2-q4', () => {
   let srv: RunningServer;
   let client: OpenAI;
   const model = 'fixture-qwen2-q4';
 
   beforeAll(async () => {
     srv = await startServer(`${FIXTURE_ROOT}/qwen2-q4`, { port: 0, threads: 2, precision: 'exact', kvCacheMemory: 32 << 20, blockSize: 16, maxNumSeqs: 16, servedModelName: model });
-    client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60_000 });
+    client = servedClient(srv.url);
   });
   afterAll(async () => {
     await srv?.close(1000);

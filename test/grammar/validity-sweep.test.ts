@@ -7,16 +7,10 @@ import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
+import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
 import { SWEEP_SCHEMAS } from './sweep-schemas.js';
-
-let nativeOk = true;
-try {
-  loadNative();
-} catch {
-  nativeOk = false;
-}
 
 const WORDS = ['river', 'stone', 'cloud', 'market', 'engine', 'yellow', 'quiet', 'seven', 'orbit', 'maple'];
 const LEVELS = [1, 2, 4, 8, 16, 32];
@@ -35,7 +29,7 @@ function item(level: number, run: number, i: number): Item {
   return { prompt: `${WORDS[k % WORDS.length]} ${WORDS[(k * 3 + 1) % WORDS.length]}`, schema: i % 2 === 0 ? (k >> 1) % SWEEP_SCHEMAS.length : null, stream: k % 3 === 0 };
 }
 
-describe.skipIf(!nativeOk)('validity sweep on qwen2-q4 (concurrency 1..32, three runs each)', () => {
+describe.skipIf(!nativeAvailable())('validity sweep on qwen2-q4 (concurrency 1..32, three runs each)', () => {
   let srv: RunningServer;
   let client: OpenAI;
   const ajv = new Ajv({ strict: false });
@@ -53,27 +47,16 @@ describe.skipIf(!nativeOk)('validity sweep on qwen2-q4 (concurrency 1..32, three
       maxBatchedTokens: 512,
       servedModelName: MODEL,
     });
-    client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60_000 });
+    client = servedClient(srv.url);
   });
   afterAll(async () => {
     await srv?.close(1000);
   });
 
-  async function ask(it: Item): Promise<{ text: string; finish: string | null }> {
+  async function ask(it: Item): Promise<ChatText> {
     const response_format = it.schema === null ? undefined : { type: 'json_schema' as const, json_schema: { name: 's', schema: SWEEP_SCHEMAS[it.schema]!, strict: true } };
     const body = { model: MODEL, messages: [{ role: 'user' as const, content: it.prompt }], max_tokens: it.schema === null ? 8 : 64, temperature: 0, response_format };
-    if (!it.stream) {
-      const r = await client.chat.completions.create(body);
-      return { text: r.choices[0]!.message.content ?? '', finish: r.choices[0]!.finish_reason };
-    }
-    const s = await client.chat.completions.create({ ...body, stream: true });
-    let text = '';
-    let finish: string | null = null;
-    for await (const c of s) {
-      text += c.choices[0]?.delta.content ?? '';
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
-    return { text, finish };
+    return chatText(client, body, it.stream);
   }
 
   it('schema outputs always validate; free-text neighbours equal their solo output', async () => {

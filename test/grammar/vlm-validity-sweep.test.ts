@@ -3,30 +3,18 @@
 // a mix of schema requests (with and without an image), free-text requests and image requests
 // (data: URIs), streamed and not: 100% of schema outputs parse and validate with ajv, and every
 // free-text or image neighbour equals its solo greedy output.
-import { existsSync, readFileSync } from 'node:fs';
-import { join, resolve } from 'node:path';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
-import { loadNative } from '../../src/native/binding.js';
 import { SWEEP_SCHEMAS } from './sweep-schemas.js';
+import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
+import { VLM_FIXTURES as vlm, vlmFixtureReady } from '../helpers/vlm-engine.js';
 
-const vlm = resolve(import.meta.dirname, '..', 'fixtures', 'vlm');
 const dir = join(vlm, 'qwen2_5_vl-q4');
 const MODEL = 'fixture-qwen2_5_vl-q4';
-
-function visionReady(): boolean {
-  if (!existsSync(join(dir, 'model.safetensors'))) return false;
-  try {
-    const m = loadNative().addon.loadModel(dir, { threads: 1, kvCacheBytes: 1 << 20 });
-    const ok = m.info().vision !== undefined;
-    m.close();
-    return ok;
-  } catch {
-    return false;
-  }
-}
 
 const WORDS = ['river', 'stone', 'cloud', 'market', 'engine', 'yellow', 'quiet', 'seven', 'orbit', 'maple'];
 const IMAGES = ['wide_90x60.png', 'tall_64x100.png', 'square_130x130.png', 'big_200x150.png', 'tiny_rgba_48x40.png'];
@@ -75,7 +63,7 @@ const SCHEMAS: Record<string, unknown>[] = SWEEP_SCHEMAS.map((s, i) =>
 
 const dataUri = (file: string) => `data:image/png;base64,${readFileSync(join(vlm, 'images', file)).toString('base64')}`;
 
-describe.skipIf(!visionReady())('validity sweep on qwen2_5_vl-q4 with images (concurrency 1..32, three runs each)', () => {
+describe.skipIf(!vlmFixtureReady(dir))('validity sweep on qwen2_5_vl-q4 with images (concurrency 1..32, three runs each)', () => {
   let srv: RunningServer;
   let client: OpenAI;
   const ajv = new Ajv({ strict: false });
@@ -93,30 +81,19 @@ describe.skipIf(!visionReady())('validity sweep on qwen2_5_vl-q4 with images (co
       maxBatchedTokens: 512,
       servedModelName: MODEL,
     });
-    client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60_000 });
+    client = servedClient(srv.url);
   });
   afterAll(async () => {
     await srv?.close(1000);
   });
 
-  async function ask(it: Item): Promise<{ text: string; finish: string | null }> {
+  async function ask(it: Item): Promise<ChatText> {
     const content: OpenAI.Chat.Completions.ChatCompletionContentPart[] = [];
     if (it.image !== null) content.push({ type: 'image_url', image_url: { url: uris.get(it.image)! } });
     content.push({ type: 'text', text: it.prompt });
     const response_format = it.schema === null ? undefined : { type: 'json_schema' as const, json_schema: { name: 's', schema: SCHEMAS[it.schema]!, strict: true } };
     const body = { model: MODEL, messages: [{ role: 'user' as const, content }], max_tokens: it.schema === null ? 8 : 64, temperature: 0, response_format };
-    if (!it.stream) {
-      const r = await client.chat.completions.create(body);
-      return { text: r.choices[0]!.message.content ?? '', finish: r.choices[0]!.finish_reason };
-    }
-    const s = await client.chat.completions.create({ ...body, stream: true });
-    let text = '';
-    let finish: string | null = null;
-    for await (const c of s) {
-      text += c.choices[0]?.delta.content ?? '';
-      finish = c.choices[0]?.finish_reason ?? finish;
-    }
-    return { text, finish };
+    return chatText(client, body, it.stream);
   }
 
   it('schema outputs (with and without images) always validate; text and image neighbours equal their solo output', async () => {

@@ -6,19 +6,11 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { createTextEngine } from '../../src/engine/text-engine.js';
-import { loadNative } from '../../src/native/binding.js';
+import { nativeAvailable } from '../helpers/addon.js';
 import { resolveSamplingParams } from '../../src/engine/sampling-params.js';
 import { loadFixture } from '../helpers/fixtures.js';
+import { servedClient } from '../helpers/openai-chat.js';
 import { sleep } from '../engine/helpers.js';
-
-function nativeAvailable(): boolean {
-  try {
-    loadNative();
-    return true;
-  } catch {
-    return false;
-  }
-}
 
 // gemma3's native step is slower at batch > 1: fewer tokens keep the suite short.
 const CASES: { name: string; precision: 'exact' | 'fast'; tokens: number }[] = [
@@ -47,7 +39,7 @@ describe.skipIf(!nativeAvailable()).each(CASES)('$name ($precision) served with 
       maxBatchedTokens: 256,
       servedModelName: model,
     });
-    client = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 60_000 });
+    client = servedClient(srv.url);
   });
   afterAll(async () => {
     await srv?.close(1000);

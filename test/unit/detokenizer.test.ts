@@ -7,6 +7,7 @@ import { fileURLToPath } from 'node:url';
 
 import { describe, expect, it } from 'vitest';
 
+import { createRng } from '../../src/bench/sweep/rng.js';
 import { StreamingDetokenizer } from '../../src/engine/detokenizer.js';
 import { Tokenizer } from '../../src/tokenizer/tokenizer.js';
 import type { TokenizerJson } from '../../src/tokenizer/tokenizer-json.js';
@@ -23,18 +24,6 @@ function stream(tok: Tokenizer, ids: readonly number[], skipSpecialTokens: boole
   const deltas = ids.map((id) => d.push(id));
   deltas.push(d.flush());
   return deltas;
-}
-
-/** Deterministic PRNG (mulberry32) so failures reproduce. */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function hasLoneSurrogate(s: string): boolean {
@@ -68,7 +57,7 @@ for (const kind of ['bytelevel', 'sentencepiece']) {
     });
 
     it('matches decode() on random token sequences (incl. byte tokens and specials)', () => {
-      const rand = rng(1234);
+      const rand = createRng(1234); // seeded so failures reproduce
       const byteIds: number[] = [];
       for (let id = 0; id < tok.vocabSize; id++) {
         const t = tok.idToToken(id);
