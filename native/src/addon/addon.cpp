@@ -4,6 +4,7 @@
 #include <thread>
 #include "addon/model_wrap.h"
 #include "addon/runtime.h"
+#include "backend/device.h"
 #include "cpu/matmul.h"
 #include "format/safetensors.h"
 #include "quant/quantize.h"
@@ -11,7 +12,7 @@
 namespace rapid {
 namespace {
 
-constexpr int kAbi = 3;  // must equal NATIVE_ABI in src/native/binding.ts
+constexpr int kAbi = 4;  // must equal NATIVE_ABI in src/native/binding.ts
 constexpr const char* kVersion = "0.1.0";
 
 std::string str_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {
@@ -47,6 +48,11 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
     o.threads = int(num("threads", 0));
     o.kv_bytes = int64_t(num("kvCacheBytes", 0));
     o.block_size = int(num("blockSize", 16));
+    Napi::Value dv = opts.Get("device");
+    if (!dv.IsUndefined()) {
+      if (!dv.IsString()) throw Napi::TypeError::New(env, "options.device must be 'auto', 'cpu' or 'cuda'");
+      o.device = guarded(env, [&] { return parse_device(dv.As<Napi::String>().Utf8Value()); });
+    }
     Napi::Value p = opts.Get("precision");
     if (!p.IsUndefined()) {
       const std::string ps = p.IsString() ? p.As<Napi::String>().Utf8Value() : "";
@@ -100,6 +106,25 @@ Napi::Value SystemInfo(const Napi::CallbackInfo& info) {
   o.Set("simd", simd);
   o.Set("kernel", matmul_kernel_name());
   o.Set("threads", Napi::Number::New(env, ThreadPool::hardware_threads()));
+  const CudaStatus cs = cuda_status();
+  Napi::Object c = Napi::Object::New(env);
+  c.Set("compiled", cs.compiled);
+  Napi::Array devs = Napi::Array::New(env, cs.devices.size());
+  for (size_t i = 0; i < cs.devices.size(); ++i) {
+    const GpuInfo& g = cs.devices[i];
+    Napi::Object d = Napi::Object::New(env);
+    d.Set("index", Napi::Number::New(env, g.index));
+    d.Set("name", g.name);
+    d.Set("totalBytes", Napi::Number::New(env, double(g.total_bytes)));
+    d.Set("freeBytes", Napi::Number::New(env, double(g.free_bytes)));
+    d.Set("computeCapability", std::to_string(g.cc_major) + "." + std::to_string(g.cc_minor));
+    devs.Set(uint32_t(i), d);
+  }
+  c.Set("devices", devs);
+  if (!cs.driver_version.empty()) c.Set("driverVersion", cs.driver_version);
+  if (!cs.runtime_version.empty()) c.Set("runtimeVersion", cs.runtime_version);
+  if (!cs.error.empty()) c.Set("error", cs.error);
+  o.Set("cuda", c);
   return o;
 }
 

@@ -152,6 +152,9 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
   o.Set("quantization", m.quantization);
   o.Set("precision", rt_->precision == Precision::Exact ? "exact" : "fast");
   o.Set("threads", Napi::Number::New(env, rt_->pool->size()));
+  o.Set("device", rt_->device);
+  o.Set("deviceName", rt_->device_name);
+  if (!rt_->device_note.empty()) o.Set("deviceNote", rt_->device_note);
   if (!m.mrope_sections.empty()) {
     Napi::Array a = Napi::Array::New(env, m.mrope_sections.size());
     for (size_t i = 0; i < m.mrope_sections.size(); ++i) a.Set(uint32_t(i), Napi::Number::New(env, m.mrope_sections[i]));

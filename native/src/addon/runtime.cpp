@@ -19,16 +19,17 @@ static int64_t available_memory() {
 
 std::shared_ptr<Runtime> load_runtime(const std::string& dir, const LoadOptions& o) {
   auto rt = std::make_shared<Runtime>();
-  rt->model = load_model(dir);
   rt->pool = std::make_unique<ThreadPool>(o.threads > 0 ? o.threads : ThreadPool::hardware_threads());
   rt->precision = o.precision;
-  int64_t budget = o.kv_bytes;
-  if (budget <= 0) {
-    // A quarter of available memory, capped at 2 GiB; pages are only committed when written.
-    const int64_t avail = available_memory();
-    budget = std::min<int64_t>(avail > 0 ? avail / 4 : (int64_t(512) << 20), int64_t(2) << 30);
-  }
-  rt->kv = std::make_unique<KvPool>(rt->model->kv_layers(), o.block_size, size_t(budget));
+  // Host default: a quarter of available memory, capped at 2 GiB; pages are only committed when written.
+  const int64_t avail = available_memory();
+  const int64_t host_default = std::min<int64_t>(avail > 0 ? avail / 4 : (int64_t(512) << 20), int64_t(2) << 30);
+  Placement p = place_model(load_model(dir), o.device, o.block_size, o.kv_bytes, host_default);
+  rt->model = std::move(p.model);
+  rt->kv = std::move(p.kv);
+  rt->device = std::move(p.device);
+  rt->device_name = std::move(p.device_name);
+  rt->device_note = std::move(p.note);
   return rt;
 }
 

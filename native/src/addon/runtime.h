@@ -6,6 +6,7 @@
 #include <mutex>
 #include <string>
 #include "addon/mask_gate.h"
+#include "backend/device.h"
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "kv/kv_pool.h"
@@ -18,6 +19,7 @@ struct LoadOptions {
   int64_t kv_bytes = 0;     // <= 0: default share of available memory
   int block_size = 16;
   Precision precision = Precision::Fast;
+  DeviceKind device = DeviceKind::Auto;
 };
 
 struct Runtime {
@@ -25,6 +27,7 @@ struct Runtime {
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<KvPool> kv;
   Precision precision = Precision::Fast;
+  std::string device, device_name, device_note;  // see Placement
   std::atomic<bool> busy{false};
   // The in-flight step's late-mask hand-off (null when it has no pending masks).
   std::mutex gate_mutex;

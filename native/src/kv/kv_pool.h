@@ -18,8 +18,9 @@ struct KvLayerSpec {
 
 class KvPool {
  public:
-  // Throws if the budget cannot hold at least one block.
-  KvPool(std::vector<KvLayerSpec> layers, int block_size, size_t budget_bytes);
+  // Throws if the budget cannot hold at least one block. allocate = false: geometry only (a device
+  // backend keeps the storage in its own memory; view() then throws).
+  KvPool(std::vector<KvLayerSpec> layers, int block_size, size_t budget_bytes, bool allocate = true);
 
   int block_size() const { return block_size_; }
   int num_blocks() const { return num_blocks_; }

@@ -72,18 +72,6 @@ DecoderNames find_decoder_names(const Checkpoint& ckpt, bool tie_word_embeddings
 
 namespace {
 
-struct Layer {
-  NormWeight input_norm;      // [hidden]
-  NormWeight post_attn_norm;  // [hidden] Llama: before the MLP; Gemma: after attention
-  NormWeight pre_ffn_norm;    // [hidden] Gemma only
-  NormWeight post_ffn_norm;   // [hidden] Gemma only
-  NormWeight q_norm, k_norm;  // [head_dim] Qwen3/Gemma
-  Linear q, k, v, o;          // q [heads*hd, hidden], k/v [kv*hd, hidden], o [hidden, heads*hd]
-  GatedMlp mlp;               // dense layers
-  MoeBlock moe;               // MoE layers (moe_layer[l])
-  bool is_moe = false;
-};
-
 class DecoderModel final : public Model {
  public:
   DecoderModel(std::shared_ptr<const Checkpoint> ckpt, const QuantConfig& qc, DecoderConfig cfg,
@@ -107,7 +95,7 @@ class DecoderModel final : public Model {
     layers_.resize(size_t(d.n_layers));
     for (int i = 0; i < d.n_layers; ++i) {
       const std::string p = m + ".layers." + std::to_string(i);
-      Layer& L = layers_[size_t(i)];
+      DecoderLayer& L = layers_[size_t(i)];
       L.input_norm = load_norm(c, p + ".input_layernorm", d.hidden, d.rms_eps, d.norm_offset);
       L.post_attn_norm = load_norm(c, p + ".post_attention_layernorm", d.hidden, d.rms_eps, d.norm_offset);
       if (d.sandwich_norms) {
@@ -155,6 +143,7 @@ class DecoderModel final : public Model {
   const ModelInfo& info() const override { return info_; }
   const VisionEncoder* vision() const override { return vision_.get(); }
   const MoeStats* moe_stats() const override { return has_moe_ ? &moe_stats_ : nullptr; }
+  const DecoderParts* decoder_parts() const override { return &parts_; }
 
   std::vector<KvLayerSpec> kv_layers() const override {
     return std::vector<KvLayerSpec>(size_t(cfg_.n_layers), KvLayerSpec{cfg_.n_kv_heads, cfg_.head_dim, -1});
@@ -190,7 +179,7 @@ class DecoderModel final : public Model {
                                                                            float(d.q_pos_period))));
 
     for (int l = 0; l < d.n_layers; ++l) {
-      const Layer& L = layers_[size_t(l)];
+      const DecoderLayer& L = layers_[size_t(l)];
       AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.attn_scale, d.window[size_t(l)]};
       rms_norm_rows(pool, h.data(), xn.data(), T, L.input_norm);
       linear(pool, L.q, xn.data(), q.data(), T, prec);
@@ -238,7 +227,8 @@ class DecoderModel final : public Model {
   Weight embed_;   // [vocab, hidden]
   Weight head_;    // [vocab, hidden]
   NormWeight final_norm_;
-  std::vector<Layer> layers_;
+  std::vector<DecoderLayer> layers_;
+  DecoderParts parts_{&cfg_, &embed_, &head_, &final_norm_, &layers_};
   bool has_moe_ = false;
   MoeScratch moe_scratch_;  // reused across layers and steps; holds no meaning between calls
   MoeStats moe_stats_;      // expert work of the last forward

@@ -48,6 +48,28 @@ struct DecoderConfig {
   RouterOptions router;
 };
 
+// One decoder layer's weights (views into the mapped checkpoint; norms and biases converted to f32).
+struct DecoderLayer {
+  NormWeight input_norm;      // [hidden]
+  NormWeight post_attn_norm;  // [hidden] Llama: before the MLP; Gemma: after attention
+  NormWeight pre_ffn_norm;    // [hidden] Gemma only
+  NormWeight post_ffn_norm;   // [hidden] Gemma only
+  NormWeight q_norm, k_norm;  // [head_dim] Qwen3/Gemma
+  Linear q, k, v, o;          // q [heads*hd, hidden], k/v [kv*hd, hidden], o [hidden, heads*hd]
+  GatedMlp mlp;               // dense layers
+  MoeBlock moe;               // MoE layers (moe_layer[l])
+  bool is_moe = false;
+};
+
+// Everything a decoder forward reads, for backends that place the weights on another device (CUDA).
+struct DecoderParts {
+  const DecoderConfig* cfg = nullptr;
+  const Weight* embed = nullptr;       // [vocab, hidden]
+  const Weight* head = nullptr;        // [vocab, hidden] (the embedding when tied)
+  const NormWeight* final_norm = nullptr;
+  const std::vector<DecoderLayer>* layers = nullptr;
+};
+
 // Key prefixes found in the checkpoint: the text decoder ("model.") and the head ("lm_head").
 struct DecoderNames {
   std::string model;  // e.g. "model", "language_model.model", "model.language_model"

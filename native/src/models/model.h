@@ -46,6 +46,20 @@ struct Batch {
   std::vector<TokenEmbed> embeds;   // spliced image features, by batch token (borrowed from the plan)
 };
 
+struct DecoderParts;
+
+// Logits that stay on a device after forward (CUDA): the executor fetches only the rows that must
+// reach the host and takes greedy tokens from an argmax run where the logits are.
+class DeviceLogits {
+ public:
+  virtual ~DeviceLogits() = default;
+  // out[i, vocab] = logits of the forward's logit row rows[i]. Waits for the forward.
+  virtual void copy_rows(const std::vector<int64_t>& rows, float* out) = 0;
+  // tokens[i] = argmax of logit row rows[i] over the ids masks[i] allows (null = all; bit set =
+  // allowed), lowest id on ties; -1 when no allowed finite logit. Waits for the forward.
+  virtual void argmax(const std::vector<int64_t>& rows, const std::vector<const uint32_t*>& masks, int32_t* tokens) = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -58,6 +72,10 @@ class Model {
   virtual const VisionEncoder* vision() const { return nullptr; }
   // Expert work of the last forward (MoE models), else null: lets a step report what it read.
   virtual const MoeStats* moe_stats() const { return nullptr; }
+  // The generic decoder's weights and config (families built by make_decoder), else null.
+  virtual const DecoderParts* decoder_parts() const { return nullptr; }
+  // Non-null: forward takes logits == nullptr and leaves them on the device, read through this.
+  virtual DeviceLogits* device_logits() { return nullptr; }
 };
 
 }  // namespace rapid

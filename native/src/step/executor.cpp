@@ -162,8 +162,17 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   if (T == 0) return res;
 
   auto t0 = std::chrono::steady_clock::now();
-  std::vector<float> logits(batch.logit_rows.size() * size_t(vocab));  // [m, vocab]
-  model.forward(batch, kv, pool, precision, logits.data());
+  // Host logits [rows, vocab]: every logit row on the CPU; with a device backend only the rows that must
+  // reach the host (wantLogits, non-greedy sampling), compacted; host_row maps a logit row to its place.
+  DeviceLogits* dev = model.device_logits();
+  const int64_t m = int64_t(batch.logit_rows.size());
+  std::vector<float> logits;
+  std::vector<int64_t> host_row(size_t(m), -1);
+  if (!dev) {
+    logits.resize(size_t(m) * size_t(vocab));
+    for (int64_t i = 0; i < m; ++i) host_row[size_t(i)] = i;
+  }
+  model.forward(batch, kv, pool, precision, dev ? nullptr : logits.data());
   res.forward_ms = ms_since(t0);
   if (const MoeStats* ms = model.moe_stats()) {
     res.expert_runs = ms->expert_runs;
@@ -183,13 +192,60 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   }
 
   t0 = std::chrono::steady_clock::now();
-  std::vector<size_t> samplers;
+  std::vector<size_t> samplers;   // rows sampled on the host
+  std::vector<size_t> on_device;  // greedy rows whose argmax runs where the logits are
+  std::vector<bool> host_sampled(plan.rows.size(), false);
   for (size_t r = 0; r < plan.rows.size(); ++r) {
-    if (!ok[r]) continue;
-    if (where[r].n_logits > 0)
-      res.rows[r].logits.assign(logits.begin() + where[r].first_logit * vocab,
-                                logits.begin() + (where[r].first_logit + where[r].n_logits) * vocab);
-    if (plan.rows[r].has_sample && can_sample[r]) samplers.push_back(r);
+    if (!ok[r] || !plan.rows[r].has_sample || !can_sample[r]) continue;
+    const SampleParams& sp = plan.rows[r].sample;
+    const bool plain_greedy = sp.temperature == 0.0f && sp.logprobs < 0 && sp.repetition_penalty == 1.0f &&
+                              sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
+    if (dev && plain_greedy) {
+      on_device.push_back(r);
+    } else {
+      samplers.push_back(r);
+      host_sampled[r] = true;
+    }
+  }
+  if (dev) {
+    std::vector<int64_t> need;  // logit rows copied to the host, in order (a row's wantLogits stay contiguous)
+    for (size_t r = 0; r < plan.rows.size(); ++r) {
+      if (!ok[r]) continue;
+      if (where[r].n_logits > 0)
+        for (int64_t i = 0; i < where[r].n_logits; ++i) need.push_back(where[r].first_logit + i);
+      else if (host_sampled[r])
+        need.push_back(where[r].sample_logit);
+    }
+    for (size_t i = 0; i < need.size(); ++i) host_row[size_t(need[i])] = int64_t(i);
+    logits.resize(need.size() * size_t(vocab));
+    if (!need.empty()) dev->copy_rows(need, logits.data());
+    if (!on_device.empty()) {
+      std::vector<int64_t> rows;
+      std::vector<const uint32_t*> row_masks;
+      for (size_t r : on_device) {
+        rows.push_back(where[r].sample_logit);
+        const SampleParams& sp = plan.rows[r].sample;
+        row_masks.push_back(sp.bitmask.empty() ? nullptr : sp.bitmask.data());
+      }
+      std::vector<int32_t> tokens(rows.size(), -1);
+      dev->argmax(rows, row_masks, tokens.data());
+      for (size_t i = 0; i < on_device.size(); ++i) {
+        StepRowResult& out = res.rows[on_device[i]];
+        if (tokens[i] >= 0) {
+          out.has_token = true;
+          out.token = tokens[i];
+        } else {
+          out.error = plan.rows[on_device[i]].sample.bitmask.empty()
+                          ? "sampling failed: logits contain no finite value (NaN or all masked)"
+                          : "sampling failed: grammar bitmask allows no token with a finite logit";
+        }
+      }
+    }
+  }
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    if (!ok[r] || where[r].n_logits == 0) continue;
+    const float* first = logits.data() + host_row[size_t(where[r].first_logit)] * vocab;
+    res.rows[r].logits.assign(first, first + where[r].n_logits * vocab);
   }
   // Rows sample independently; each thread takes whole rows, so the result never depends on neighbours.
   pool.parallel_for(int64_t(samplers.size()), [&](int64_t b, int64_t e) {
@@ -198,7 +254,8 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
       const size_t r = samplers[size_t(i)];
       StepRowResult& out = res.rows[r];
       const SampleParams& sp = plan.rows[r].sample;
-      std::memcpy(scratch.data(), logits.data() + where[r].sample_logit * vocab, size_t(vocab) * sizeof(float));
+      std::memcpy(scratch.data(), logits.data() + host_row[size_t(where[r].sample_logit)] * vocab,
+                  size_t(vocab) * sizeof(float));
       try {
         SampleOutput so = sample_token(scratch.data(), vocab, sp);
         out.has_token = true;
