@@ -1,0 +1,558 @@
+// Paged GQA attention and the KV-slot write. One thread block per (token, KV head[, head group], key
+// partition): the block streams its keys through shared memory in chunks of 32 (cp.async, 2-4 stages in
+// flight), so each K/V row is read once for all the query heads that share it. Split-K ("flash decoding"):
+// a token with more keys than one partition is cut into up to kMaxParts partitions whose (max, sum,
+// unnormalized output) land in a per-stream scratch buffer and are merged by a second kernel in partition
+// order. How a token is partitioned depends only on its own key count, the partition size and the layer's
+// window; every reduction has a fixed order (dot: 4 strided partial sums over d, fixed shuffle trees, chunks
+// in key order, partitions in index order), so a token's result is independent of T and of its neighbours.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include "cuda/cuda_kernels.h"
+#include "cuda/device_math.cuh"
+
+namespace rapid::cuda {
+
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps
+constexpr int kWarps = kThreads / 32;
+constexpr int kChunk = 32;     // keys per chunk: one key per lane in the score/softmax phase
+constexpr int kMaxH = 8;       // most heads one thread accumulates in the P·V phase
+constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the combine
+static_assert(kMaxParts == 32);
+constexpr int kDefaultPartKeys = 128;  // keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise
+constexpr int kCombineThreads = 64;    // one float4 column of the head each (head_dim <= 256)
+// Per-stream split-K scratch. Fixed, so it never moves under a captured graph; launches with more tokens
+// than it holds are cut into token tiles (a token's arithmetic does not depend on its tile).
+constexpr size_t kScratchBytes = size_t(64) << 20;
+
+struct AttnParams {
+  const float* q;      // [T, n_heads, hd]
+  float* out;          // [T, n_heads, hd]
+  AttnTokens tok;
+  const float* kpool;  // [num_blocks * block_size, width]
+  const float* vpool;  // [num_blocks * block_size, width]
+  int n_heads, group, heads_per_block, n_hgroups, hd, width, window;
+  float scale;
+  int64_t t0;          // first token of this launch's tile: block x handles token t0 + blockIdx.x
+  int part_keys;       // keys per partition (multiple of kChunk); 0 = every token in one pass
+  float* part_o;       // [tile, n_heads, kMaxParts, hd] unnormalized partial outputs (part_keys > 0)
+  float2* part_ml;     // [tile, n_heads, kMaxParts] (max, sum) of each partition's scores
+};
+
+__host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+// How a token's nkeys visible keys are cut: `parts` partitions of `len` keys (the last one shorter).
+// Partitions are part_keys long until that would need more than kMaxParts; then they grow (in whole
+// chunks) so that there are at most kMaxParts. A function of (nkeys, part_keys) only.
+struct KeySplit {
+  int len, parts;
+};
+__host__ __device__ inline KeySplit split_keys(int nkeys, int part_keys) {
+  if (part_keys <= 0 || nkeys <= part_keys) return {nkeys, 1};
+  const int len = max(part_keys, ceil_div(ceil_div(nkeys, kMaxParts), kChunk) * kChunk);
+  return {len, ceil_div(nkeys, len)};
+}
+
+// The token's visible key range [lo, kv_end).
+struct KeyRange {
+  int q_pos, lo, end;
+  __device__ int count() const { return max(0, end - lo); }
+};
+__device__ inline KeyRange token_keys(const AttnParams& p, int64_t t) {
+  KeyRange r;
+  r.q_pos = p.tok.q_pos[t];
+  r.end = p.tok.kv_end[t];
+  r.lo = p.window > 0 ? max(0, r.q_pos - p.window + 1) : 0;  // keys k > q_pos - window
+  return r;
+}
+
+// Shared layout (floats): K [S][kChunk][ld], V [S][kChunk][ld], Q [Gb][hd], P [Gb][kChunk], M, L, A [Gb],
+// S = pipeline stages. ld = hd + 4 keeps rows 16-byte aligned and the per-lane float4 row reads
+// bank-conflict free.
+size_t attn_smem_floats(int hd, int gb, int stages) {
+  const size_t ld = size_t(hd) + 4;
+  return 2 * size_t(stages) * size_t(kChunk) * ld + size_t(gb) * size_t(hd) + size_t(gb) * kChunk + 3 * size_t(gb);
+}
+
+// STAGES chunks in flight (cp.async groups): the block-table read and the K/V copy of chunk c + STAGES - 1
+// overlap the math of chunk c, which is what decode with short contexts is bound by.
+// Grid (tile tokens, KV heads x head groups, Z): block z computes partitions z, z + Z, ... of its token (Z is
+// only parallelism; the partitions and their arithmetic do not depend on it). A token in one partition is
+// normalized and written to out here; otherwise each partition goes to the scratch for the combine kernel.
+template <int MAXH, int STAGES>
+__global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const AttnParams p) {
+  extern __shared__ float4 smem4[];
+  float* smem = reinterpret_cast<float*>(smem4);
+  const int hd = p.hd, ld = hd + 4, hd4 = hd / 4;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t tl = blockIdx.x;  // token within the tile
+  const int64_t t = p.t0 + tl;
+  const int kvh = int(blockIdx.y) / p.n_hgroups;
+  const int g0 = (int(blockIdx.y) % p.n_hgroups) * p.heads_per_block;  // first head of this block in the group
+  const int Gb = min(p.heads_per_block, p.group - g0);                  // heads handled here
+
+  const KeyRange kr_tok = token_keys(p, t);
+  const KeySplit split = split_keys(kr_tok.count(), p.part_keys);
+  if (int(blockIdx.z) >= split.parts) return;  // block-uniform, before any barrier: this token has fewer partitions
+
+  float* Ks = smem;                                  // [STAGES][kChunk][ld]
+  float* Vs = Ks + STAGES * kChunk * ld;             // [STAGES][kChunk][ld]
+  float* Qs = Vs + STAGES * kChunk * ld;             // [Gb][hd]
+  float* Ps = Qs + p.heads_per_block * hd;           // [Gb][kChunk]
+  float* Ms = Ps + p.heads_per_block * kChunk;       // [Gb] running max
+  float* Ls = Ms + p.heads_per_block;                // [Gb] running sum
+  float* As = Ls + p.heads_per_block;                // [Gb] this chunk's rescale factor
+
+  const int32_t* bt = p.tok.block_tables + p.tok.table_off[t];
+  const int bs = p.tok.block_size;
+  const int hq0 = kvh * p.group + g0;                     // first query head of this block
+  const int64_t head0 = int64_t(t) * p.n_heads + hq0;     // its row in q / out
+  const float4* q4 = reinterpret_cast<const float4*>(p.q + head0 * hd);
+  for (int i = tid; i < Gb * hd4; i += kThreads) reinterpret_cast<float4*>(Qs)[i] = q4[i];
+
+  const int64_t col0 = int64_t(kvh) * hd;
+  // P·V ownership: thread = (column of 4 dims, head slot); heads slot, slot + slots, ... (< MAXH of them).
+  const int slots = kThreads / hd4;
+  const int col = tid % hd4, slot = tid / hd4;
+  const bool pv_active = slot < slots;
+
+  for (int part = int(blockIdx.z); part < split.parts; part += int(gridDim.z)) {
+    // Keys [lo, kv_end) of this partition; the whole range when the token is not split.
+    const int lo = kr_tok.lo + part * split.len;
+    const int kv_end = split.parts == 1 ? kr_tok.end : min(kr_tok.end, lo + split.len);
+    const int nkeys = max(0, kv_end - lo);
+    const int nchunks = (nkeys + kChunk - 1) / kChunk;
+
+    __syncthreads();  // the previous partition's readers of Ms/Ls are done
+    for (int g = tid; g < Gb; g += kThreads) {
+      Ms[g] = -INFINITY;
+      Ls[g] = 0.0f;
+    }
+
+    // Always commits a group (empty past the last chunk) so the wait count below is uniform.
+    auto load_chunk = [&](int c, int buf) {
+      if (c >= nchunks) {
+        cp_async_commit();
+        return;
+      }
+      const int k0 = lo + c * kChunk;
+      const int nk = min(kChunk, kv_end - k0);
+      float* kd = Ks + buf * kChunk * ld;
+      float* vd = Vs + buf * kChunk * ld;
+      for (int i = tid; i < nk * hd4; i += kThreads) {
+        const int j = i / hd4, e = i - j * hd4;
+        const int key = k0 + j;
+        const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
+        const int64_t src = slot_idx * p.width + col0 + 4 * e;
+        cp_async16(kd + j * ld + 4 * e, p.kpool + src);
+        cp_async16(vd + j * ld + 4 * e, p.vpool + src);
+      }
+      cp_async_commit();
+    };
+
+    float4 acc[MAXH];
+#pragma unroll
+    for (int h = 0; h < MAXH; ++h) acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+    for (int c = 0; c < STAGES - 1; ++c) load_chunk(c, c);
+    for (int c = 0; c < nchunks; ++c) {
+      const int buf = c % STAGES;
+      // Into the buffer chunk c-1 used, freed by the barrier that ended iteration c-1.
+      load_chunk(c + STAGES - 1, (c + STAGES - 1) % STAGES);
+      cp_async_wait<STAGES - 1>();  // chunk c has landed (for this thread's copies)
+      __syncthreads();
+      const int nk = min(kChunk, kv_end - (lo + c * kChunk));
+
+      // Scores and the online-softmax update: warp w owns heads w, w+4, ...; lane j owns key j.
+      {
+        const bool valid = lane < nk;
+        const float4* kr = reinterpret_cast<const float4*>(Ks + buf * kChunk * ld + lane * ld);
+        for (int gb = warp; gb < Gb; gb += 4 * kWarps) {
+          // Four partial sums per score (dims d % 4), combined in a fixed order: a 4x shorter FMA chain.
+          float4 s4[4];
+#pragma unroll
+          for (int hh = 0; hh < 4; ++hh) s4[hh] = make_float4(0.f, 0.f, 0.f, 0.f);
+          for (int e = 0; e < hd4; ++e) {
+            const float4 kf = kr[e];
+#pragma unroll
+            for (int hh = 0; hh < 4; ++hh) {
+              const int g = gb + hh * kWarps;
+              if (g < Gb) {
+                const float4 qf = reinterpret_cast<const float4*>(Qs + g * hd)[e];
+                s4[hh].x = fmaf(qf.x, kf.x, s4[hh].x);
+                s4[hh].y = fmaf(qf.y, kf.y, s4[hh].y);
+                s4[hh].z = fmaf(qf.z, kf.z, s4[hh].z);
+                s4[hh].w = fmaf(qf.w, kf.w, s4[hh].w);
+              }
+            }
+          }
+          float s[4];
+#pragma unroll
+          for (int hh = 0; hh < 4; ++hh) s[hh] = (s4[hh].x + s4[hh].y) + (s4[hh].z + s4[hh].w);
+#pragma unroll
+          for (int hh = 0; hh < 4; ++hh) {
+            const int g = gb + hh * kWarps;
+            if (g < Gb) {  // warp-uniform
+              const float sc = valid ? s[hh] * p.scale : -INFINITY;
+              const float mo = Ms[g];
+              const float mn = fmaxf(mo, warp_max(sc));
+              const float pj = valid ? expf(sc - mn) : 0.0f;
+              const float al = expf(mo - mn);  // 0 on the first chunk (mo = -inf)
+              const float ps = warp_sum(pj);
+              Ps[g * kChunk + lane] = pj;
+              __syncwarp();
+              if (lane == 0) {
+                Ms[g] = mn;
+                Ls[g] = Ls[g] * al + ps;
+                As[g] = al;
+              }
+            }
+          }
+        }
+      }
+      __syncthreads();
+
+      // acc = acc * alpha + Σ_j p_j · v_j, keys in order.
+      if (pv_active) {
+        const float* vb = Vs + buf * kChunk * ld + 4 * col;
+#pragma unroll
+        for (int h = 0; h < MAXH; ++h) {
+          const int g = slot + h * slots;
+          if (g < Gb) {
+            const float al = As[g];
+            acc[h].x *= al;
+            acc[h].y *= al;
+            acc[h].z *= al;
+            acc[h].w *= al;
+          }
+        }
+#pragma unroll 8
+        for (int j = 0; j < nk; ++j) {
+          const float4 v = *reinterpret_cast<const float4*>(vb + j * ld);
+#pragma unroll
+          for (int h = 0; h < MAXH; ++h) {
+            const int g = slot + h * slots;
+            if (g < Gb) {
+              const float pj = Ps[g * kChunk + j];
+              acc[h].x = fmaf(pj, v.x, acc[h].x);
+              acc[h].y = fmaf(pj, v.y, acc[h].y);
+              acc[h].z = fmaf(pj, v.z, acc[h].z);
+              acc[h].w = fmaf(pj, v.w, acc[h].w);
+            }
+          }
+        }
+      }
+      __syncthreads();
+    }
+    cp_async_wait<0>();                 // no copy may be pending past this partition (only empty groups remain)
+    if (nchunks == 0) __syncthreads();  // Ls initialisation visible to the writers below
+
+    if (pv_active) {
+#pragma unroll
+      for (int h = 0; h < MAXH; ++h) {
+        const int g = slot + h * slots;
+        if (g < Gb) {
+          if (split.parts == 1) {
+            const float l = Ls[g];
+            const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // no visible key: zeros
+            float4 o = acc[h];
+            o.x *= inv;
+            o.y *= inv;
+            o.z *= inv;
+            o.w *= inv;
+            reinterpret_cast<float4*>(p.out + (head0 + g) * hd)[col] = o;
+          } else {
+            const int64_t prow = (tl * p.n_heads + hq0 + g) * kMaxParts + part;  // [tile, n_heads, kMaxParts]
+            reinterpret_cast<float4*>(p.part_o + prow * hd)[col] = acc[h];
+            if (col == 0) p.part_ml[prow] = make_float2(Ms[g], Ls[g]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Grid (tile tokens, n_heads), kCombineThreads threads: out = Σ_p e^(m_p - M) o_p / Σ_p e^(m_p - M) l_p with
+// M = max_p m_p, every sum in partition order. Tokens computed in one pass were written by the main kernel.
+__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(const AttnParams p) {
+  const int64_t tl = blockIdx.x;
+  const int64_t t = p.t0 + tl;
+  const int hq = int(blockIdx.y);
+  const KeySplit split = split_keys(token_keys(p, t).count(), p.part_keys);
+  if (split.parts <= 1) return;
+  __shared__ float w[kMaxParts];  // e^(m_p - M)
+  __shared__ float ls[kMaxParts];
+  __shared__ float inv_l;
+  const int64_t base = (tl * p.n_heads + hq) * kMaxParts;  // row of partition 0 in [tile, n_heads, kMaxParts]
+  if (threadIdx.x < 32) {  // warp 0, lane i = partition i
+    const int i = int(threadIdx.x);
+    const float2 ml = i < split.parts ? p.part_ml[base + i] : make_float2(-INFINITY, 0.0f);
+    const float m = warp_max(ml.x);
+    w[i] = i < split.parts ? expf(ml.x - m) : 0.0f;
+    ls[i] = ml.y;
+    __syncwarp();
+    if (i == 0) {
+      float l = 0.0f;
+      for (int j = 0; j < split.parts; ++j) l = fmaf(ls[j], w[j], l);  // partition order
+      inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    }
+  }
+  __syncthreads();
+  const int hd4 = p.hd / 4;
+  const float4* po = reinterpret_cast<const float4*>(p.part_o) + base * hd4;  // [kMaxParts][hd4]
+  float4* o4 = reinterpret_cast<float4*>(p.out + (t * p.n_heads + hq) * p.hd);
+  for (int c = int(threadIdx.x); c < hd4; c += kCombineThreads) {
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < split.parts; ++i) {
+      const float4 a = po[i * hd4 + c];
+      const float wi = w[i];
+      o.x = fmaf(wi, a.x, o.x);
+      o.y = fmaf(wi, a.y, o.y);
+      o.z = fmaf(wi, a.z, o.z);
+      o.w = fmaf(wi, a.w, o.w);
+    }
+    const float il = inv_l;
+    o.x *= il;
+    o.y *= il;
+    o.z *= il;
+    o.w *= il;
+    o4[c] = o;
+  }
+}
+
+using AttnKernel = void (*)(AttnParams);
+
+// The kernel instantiation, its dynamic shared-memory cap raised once (the largest size seen so far).
+template <int MAXH, int STAGES>
+AttnKernel prepared_kernel(size_t smem) {
+  static std::mutex mu;
+  static std::atomic<size_t> configured{48 * 1024};
+  if (smem > configured.load()) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (smem > configured.load()) {
+      check(cudaFuncSetAttribute(paged_attention_kernel<MAXH, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+            "paged_attention: shared memory attribute");
+      configured.store(smem);
+    }
+  }
+  return paged_attention_kernel<MAXH, STAGES>;
+}
+
+AttnKernel select_kernel(int per_thread, int stages, size_t smem) {
+  if (stages == 4) {
+    if (per_thread <= 1) return prepared_kernel<1, 4>(smem);
+    if (per_thread <= 2) return prepared_kernel<2, 4>(smem);
+    if (per_thread <= 4) return prepared_kernel<4, 4>(smem);
+    return prepared_kernel<kMaxH, 4>(smem);
+  }
+  if (per_thread <= 1) return prepared_kernel<1, 2>(smem);
+  if (per_thread <= 2) return prepared_kernel<2, 2>(smem);
+  if (per_thread <= 4) return prepared_kernel<4, 2>(smem);
+  return prepared_kernel<kMaxH, 2>(smem);
+}
+
+// ---- split-K configuration (process-wide; set at model load, read at every launch)
+
+std::atomic<int> g_part_keys{-1};       // -1: not set, use RAPID_CUDA_ATTN_SPLIT
+std::atomic<int64_t> g_max_context{0};  // 0: unknown
+
+void validate_part_keys(long v, const char* what) {
+  if (v < 0 || v > (1 << 20) || v % kChunk != 0)
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(v) +
+                                " is not 0 (split off) or a positive multiple of 32 keys per partition");
+}
+
+// RAPID_CUDA_ATTN_SPLIT: unset or "1" = on with the default partition size, "0" = off, N = N keys per
+// partition (a multiple of 32). Read once.
+int env_part_keys() {
+  static const int v = [] {
+    const char* e = std::getenv("RAPID_CUDA_ATTN_SPLIT");
+    if (!e || !*e || std::string(e) == "1") return kDefaultPartKeys;
+    char* endp = nullptr;
+    const long n = std::strtol(e, &endp, 10);
+    if (*endp != '\0')
+      throw std::invalid_argument(std::string("RAPID_CUDA_ATTN_SPLIT: \"") + e +
+                                  "\" is not 0 (split off), 1 (default) or a multiple of 32 keys per partition");
+    validate_part_keys(n, "RAPID_CUDA_ATTN_SPLIT");
+    return int(n);
+  }();
+  return v;
+}
+
+int current_part_keys() {
+  const int v = g_part_keys.load();
+  return v >= 0 ? v : env_part_keys();
+}
+
+// ---- per-stream split-K scratch: allocated on first use and kept (captured graphs hold its address)
+
+struct Scratch {
+  int device;
+  cudaStream_t stream;
+  void* ptr;  // kScratchBytes
+};
+std::mutex g_scratch_mu;
+std::vector<Scratch> g_scratch;
+
+void* stream_scratch(cudaStream_t s) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "paged_attention: cudaGetDevice");
+  std::lock_guard<std::mutex> lock(g_scratch_mu);
+  for (const Scratch& e : g_scratch)
+    if (e.device == dev && e.stream == s) return e.ptr;
+  // The first use may come while `s` is being captured: relaxed mode lets this thread allocate then. The
+  // buffer is not part of the graph and outlives it (freed only by paged_attention_release).
+  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
+  check(cudaThreadExchangeStreamCaptureMode(&mode), "paged_attention: capture mode");
+  void* ptr = nullptr;
+  const cudaError_t err = cudaMalloc(&ptr, kScratchBytes);
+  cudaThreadExchangeStreamCaptureMode(&mode);  // restore the caller's mode
+  check(err, "paged_attention: cudaMalloc split-K scratch");
+  g_scratch.push_back({dev, s, ptr});
+  return ptr;
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+__global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, const int32_t* slot,
+                                float* kpool, float* vpool, int64_t width, bool vec) {
+  const int64_t t = blockIdx.x;
+  const int64_t sl = slot[t];
+  if (sl < 0) return;  // padding token: nothing to store
+  const float* ks = k + t * width;
+  const float* vs = v + t * width;
+  float* kd = kpool + sl * width;
+  float* vd = vpool + sl * width;
+  if (vec) {
+    for (int64_t i = threadIdx.x; i < width / 4; i += blockDim.x) {
+      reinterpret_cast<float4*>(kd)[i] = reinterpret_cast<const float4*>(ks)[i];
+      reinterpret_cast<float4*>(vd)[i] = reinterpret_cast<const float4*>(vs)[i];
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
+      kd[i] = ks[i];
+      vd[i] = vs[i];
+    }
+  }
+}
+
+}  // namespace
+
+void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const float* kpool,
+                     const float* vpool, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                     cudaStream_t s) {
+  if (T <= 0) return;
+  if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
+    throw std::runtime_error("paged_attention: n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv_heads " +
+                             std::to_string(n_kv_heads));
+  // 256 bounds the double-buffered K/V chunks (4 * 32 * (hd + 4) floats) to the 227 KB of shared memory.
+  if (head_dim <= 0 || head_dim % 4 != 0 || head_dim > 256)
+    throw std::runtime_error("paged_attention: head_dim " + std::to_string(head_dim) +
+                             " must be a positive multiple of 4 up to 256");
+  if (!aligned16(q) || !aligned16(out) || !aligned16(kpool) || !aligned16(vpool))
+    throw std::runtime_error("paged_attention: q, out and the pools must be 16-byte aligned");
+  if (tok.block_size <= 0) throw std::runtime_error("paged_attention: block_size must be positive");
+  AttnParams p;
+  p.q = q;
+  p.out = out;
+  p.tok = tok;
+  p.kpool = kpool;
+  p.vpool = vpool;
+  p.n_heads = n_heads;
+  p.group = n_heads / n_kv_heads;
+  p.hd = head_dim;
+  p.width = n_kv_heads * head_dim;
+  p.window = window;
+  p.scale = scale;
+  // Heads per block: all of the group when the P·V accumulators fit (MAXH per thread), else split
+  // the group over several blocks (each still reads the keys once).
+  const int slots = kThreads / (head_dim / 4);
+  p.n_hgroups = (p.group + kMaxH * slots - 1) / (kMaxH * slots);
+  p.heads_per_block = (p.group + p.n_hgroups - 1) / p.n_hgroups;
+  const int per_thread = (p.heads_per_block + slots - 1) / slots;
+  // Four stages where they fit in shared memory next to Q (head_dim <= 128), else two.
+  const int stages = head_dim <= 128 ? 4 : 2;
+  const size_t smem = attn_smem_floats(head_dim, p.heads_per_block, stages) * sizeof(float);
+  const AttnKernel kernel = select_kernel(per_thread, stages, smem);
+  const unsigned gy = unsigned(n_kv_heads * p.n_hgroups);
+
+  // Split-K unless off, or the layer's window keeps every token within one partition. (Bidirectional spans
+  // can see a few keys past the window; they then run in one pass, in every batch alike.)
+  const int pk = current_part_keys();
+  if (pk <= 0 || (window > 0 && window <= pk)) {
+    p.t0 = 0;
+    p.part_keys = 0;
+    p.part_o = nullptr;
+    p.part_ml = nullptr;
+    kernel<<<dim3(unsigned(T), gy, 1), kThreads, smem, s>>>(p);
+    check(cudaGetLastError(), "paged_attention launch");
+    return;
+  }
+  // Partition blocks per (token, head): enough for the longest context the bound allows (a token past the
+  // bound still gets all its partitions, its blocks loop).
+  int64_t bound = g_max_context.load();
+  if (window > 0) bound = bound > 0 ? std::min<int64_t>(bound, window) : window;
+  const int gz = bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
+  // Token tiles that fit the scratch: [tile, n_heads, kMaxParts, hd] outputs, then [tile, n_heads, kMaxParts] (m, l).
+  const size_t per_token = size_t(n_heads) * kMaxParts * (size_t(head_dim) * sizeof(float) + sizeof(float2));
+  const int64_t tile = int64_t(kScratchBytes / per_token);
+  if (tile < 1) throw std::runtime_error("paged_attention: n_heads " + std::to_string(n_heads) + " too large for the split-K scratch");
+  char* scratch = static_cast<char*>(stream_scratch(s));
+  p.part_keys = pk;
+  p.part_o = reinterpret_cast<float*>(scratch);
+  p.part_ml = reinterpret_cast<float2*>(scratch + size_t(tile) * n_heads * kMaxParts * head_dim * sizeof(float));
+  for (int64_t t0 = 0; t0 < T; t0 += tile) {
+    const unsigned n = unsigned(std::min(tile, T - t0));
+    p.t0 = t0;
+    kernel<<<dim3(n, gy, unsigned(gz)), kThreads, smem, s>>>(p);
+    check(cudaGetLastError(), "paged_attention launch");
+    attention_combine_kernel<<<dim3(n, unsigned(n_heads)), kCombineThreads, 0, s>>>(p);
+    check(cudaGetLastError(), "paged_attention combine launch");
+  }
+}
+
+void set_attention_max_context(int64_t max_keys) {
+  if (max_keys < 0) throw std::invalid_argument("set_attention_max_context: negative bound");
+  g_max_context.store(max_keys);
+}
+
+void set_attention_split(int partition_keys) {
+  if (partition_keys != -1) validate_part_keys(partition_keys, "set_attention_split");
+  g_part_keys.store(partition_keys);
+}
+
+void paged_attention_reserve(cudaStream_t s) { stream_scratch(s); }
+
+void paged_attention_release(cudaStream_t s) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "paged_attention: cudaGetDevice");
+  std::lock_guard<std::mutex> lock(g_scratch_mu);
+  for (size_t i = 0; i < g_scratch.size(); ++i)
+    if (g_scratch[i].device == dev && g_scratch[i].stream == s) {
+      void* ptr = g_scratch[i].ptr;
+      g_scratch.erase(g_scratch.begin() + std::ptrdiff_t(i));
+      check(cudaFree(ptr), "paged_attention: cudaFree split-K scratch");
+      return;
+    }
+}
+
+void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, float* kpool, float* vpool,
+              int64_t width, cudaStream_t s) {
+  if (n <= 0) return;
+  // float4 copies when every row start is 16-byte aligned; otherwise scalar.
+  const bool vec = width % 4 == 0 && aligned16(k) && aligned16(v) && aligned16(kpool) && aligned16(vpool);
+  kv_write_kernel<<<unsigned(n), 128, 0, s>>>(k, v, slot, kpool, vpool, width, vec);
+  check(cudaGetLastError(), "kv_write launch");
+}
+
+}  // namespace rapid::cuda

@@ -1,0 +1,87 @@
+// Device discovery and the model checks of the CUDA backend.
+#include <cuda_runtime.h>
+#include <string>
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_kernels.h"
+#include "models/decoder.h"
+#include "quant/mlx_quant.h"
+
+namespace rapid::cuda {
+
+static std::string version_string(int v) { return std::to_string(v / 1000) + "." + std::to_string((v % 1000) / 10); }
+
+CudaStatus status() {
+  CudaStatus s;
+  s.compiled = true;
+  int rt = 0, drv = 0, n = 0;
+  if (cudaRuntimeGetVersion(&rt) == cudaSuccess) s.runtime_version = version_string(rt);
+  if (cudaDriverGetVersion(&drv) == cudaSuccess && drv > 0) s.driver_version = version_string(drv);
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    s.error = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
+    (void)cudaGetLastError();  // clear the non-sticky error so later calls start clean
+    return s;
+  }
+  for (int i = 0; i < n; ++i) {
+    cudaDeviceProp p{};
+    if (cudaGetDeviceProperties(&p, i) != cudaSuccess) continue;
+    GpuInfo g;
+    g.index = i;
+    g.name = p.name;
+    g.total_bytes = int64_t(p.totalGlobalMem);
+    g.cc_major = p.major;
+    g.cc_minor = p.minor;
+    size_t free = 0, total = 0;
+    // Only device 0 runs models; asking the others for free memory would create contexts on them.
+    if (i == 0 && cudaSetDevice(0) == cudaSuccess && cudaMemGetInfo(&free, &total) == cudaSuccess)
+      g.free_bytes = int64_t(free);
+    s.devices.push_back(g);
+  }
+  if (s.devices.empty()) s.error = "no CUDA device";
+  return s;
+}
+
+int64_t free_bytes() {
+  size_t free = 0, total = 0;
+  check(cudaSetDevice(0), "cudaSetDevice");
+  check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+  return int64_t(free);
+}
+
+static std::string weight_problem(const Weight& w, const std::string& what) {
+  const bool float_type = w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16;
+  if (w.kind == WeightKind::Dense) {
+    if (!float_type) return what + " has dtype " + dtype_name(w.dtype) + " (the CUDA kernels take F32/F16/BF16)";
+    if (w.in % 8 != 0) return what + " has an input width of " + std::to_string(w.in) + " (the CUDA kernels need a multiple of 8)";
+    return "";
+  }
+  if (w.bits != 4 && w.bits != 8) return what + " is " + std::to_string(w.bits) + "-bit (the CUDA kernels take 4 and 8 bits)";
+  if (w.group != 32 && w.group != 64 && w.group != 128) return what + " has group size " + std::to_string(w.group);
+  if (!float_type) return what + " has scales of dtype " + dtype_name(w.dtype);
+  return "";
+}
+
+std::string unsupported_reason(const Model& host) {
+  const ModelInfo& info = host.info();
+  const DecoderParts* parts = host.decoder_parts();
+  if (!parts) return info.family + " (" + info.architecture + ") has no CUDA implementation yet; it runs on the CPU";
+  const DecoderConfig& d = *parts->cfg;
+  for (uint8_t m : d.moe_layer)
+    if (m) return "mixture-of-experts layers run on the CPU only for now";
+  for (const KvLayerSpec& k : host.kv_layers())
+    if (k.cache_of >= 0) return "layers that share another layer's KV cache run on the CPU only for now";
+  if (d.head_dim > 256 || d.head_dim % 2 != 0) return "head_dim " + std::to_string(d.head_dim) + " is not supported on CUDA (even, <= 256)";
+  std::string why = weight_problem(*parts->embed, "embed_tokens");
+  if (why.empty()) why = weight_problem(*parts->head, "lm_head");
+  for (size_t l = 0; l < parts->layers->size() && why.empty(); ++l) {
+    const DecoderLayer& L = (*parts->layers)[l];
+    const std::string p = "layer " + std::to_string(l) + " ";
+    for (const auto& [w, name] : {std::pair<const Weight*, const char*>{&L.q.w, "q_proj"}, {&L.k.w, "k_proj"},
+                                  {&L.v.w, "v_proj"}, {&L.o.w, "o_proj"}, {&L.mlp.gate.w, "gate_proj"},
+                                  {&L.mlp.up.w, "up_proj"}, {&L.mlp.down.w, "down_proj"}})
+      if (why.empty()) why = weight_problem(*w, p + name);
+  }
+  return why;
+}
+
+}  // namespace rapid::cuda

@@ -1,0 +1,23 @@
+// The CUDA backend's entry points for backend/device.cpp. Host-only: includes no CUDA header, so the
+// generic code compiles the same way in both variants.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "backend/device.h"
+
+namespace rapid::cuda {
+
+CudaStatus status();
+
+// "" when the CUDA backend can run this model, else the reason (family, MoE, weight format ...).
+std::string unsupported_reason(const Model& host);
+
+// Free bytes on the current device.
+int64_t free_bytes();
+
+// Copies the host model's weights to the device and allocates the KV storage of `geometry` there.
+// The returned model keeps `host` (mappings, vision tower, config) and runs forward on the GPU.
+std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry);
+
+}  // namespace rapid::cuda

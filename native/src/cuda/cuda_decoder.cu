@@ -1,0 +1,548 @@
+// The generic decoder (models/decoder.*) on an NVIDIA GPU: the host model's weights are copied to the
+// device once, the KV pool lives there, and one forward is one stream of kernel launches (captured
+// into a CUDA graph per (tokens, logit rows) shape, so a decode step is a single launch). Logits stay
+// on the device; the executor fetches only the rows it must sample on the host.
+#include <cuda_runtime.h>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+#include "cuda/cuda_backend.h"
+#include "cuda/cuda_kernels.h"
+#include "layers/rope.h"
+#include "models/decoder.h"
+#include "quant/mlx_quant.h"
+
+namespace rapid::cuda {
+namespace {
+
+__global__ void add_kernel(float* __restrict__ h, const float* __restrict__ o, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) h[i] += o[i];
+}
+
+// h[n] += o[n] (the sandwich-norm residual adds of Gemma 3).
+void add_inplace(float* h, const float* o, int64_t n, cudaStream_t s) {
+  if (n <= 0) return;
+  add_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(h, o, n);
+  check(cudaGetLastError(), "add_inplace");
+}
+
+// Device memory freed on destruction.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { release(); }
+  void reserve(size_t bytes, const char* what) {
+    if (bytes <= bytes_) return;
+    release();
+    check(cudaMalloc(&p_, bytes), what);
+    bytes_ = bytes;
+  }
+  void release() {
+    if (p_) cudaFree(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  template <typename T> T* as(size_t byte_offset = 0) const { return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset); }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory, so the per-step uploads are true async copies.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { release(); }
+  void reserve(size_t bytes) {
+    if (bytes <= bytes_) return;
+    release();
+    check(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
+    bytes_ = bytes;
+  }
+  void release() {
+    if (p_) cudaFreeHost(p_);
+    p_ = nullptr;
+    bytes_ = 0;
+  }
+  template <typename T> T* as(size_t byte_offset = 0) const { return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset); }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct DevLayer {
+  const float *input_norm = nullptr, *post_attn_norm = nullptr, *pre_ffn_norm = nullptr, *post_ffn_norm = nullptr;
+  const float *q_norm = nullptr, *k_norm = nullptr;  // [head_dim] or null
+  DevWeight q, k, v, o, gate, up, down;
+  const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;  // [out] or null
+  int act = 0;
+};
+
+size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
+
+// Byte offsets of the per-step integer metadata inside one buffer (fixed while the capacities are).
+struct MetaLayout {
+  size_t tokens = 0, slot = 0, table_off = 0, q_pos = 0, kv_end = 0, logit_rows = 0, tables = 0, mask_of = 0,
+         tokens_out = 0, total = 0;
+  MetaLayout() = default;
+  MetaLayout(int64_t Tc, int64_t Mc, int64_t Bc) {
+    size_t o = 0;
+    auto take = [&](int64_t n) { const size_t at = o; o += align_up(size_t(n) * sizeof(int32_t)); return at; };
+    tokens = take(Tc);
+    slot = take(Tc);
+    table_off = take(Tc);
+    q_pos = take(Tc);
+    kv_end = take(Tc);
+    logit_rows = take(Mc);
+    tables = take(Bc);
+    mask_of = take(Mc);
+    tokens_out = take(Mc);
+    total = o;
+  }
+};
+
+class CudaDecoder final : public Model, public DeviceLogits {
+ public:
+  CudaDecoder(std::unique_ptr<Model> host, const KvPool& geometry)
+      : host_(std::move(host)), parts_(*host_->decoder_parts()), cfg_(*parts_.cfg) {
+    check(cudaSetDevice(0), "cudaSetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    const char* g = std::getenv("RAPID_CUDA_GRAPHS");
+    use_graphs_ = !(g && std::string(g) == "0");
+    upload_weights();
+    allocate_kv(geometry);
+    // Split-K attention: its scratch is taken now (never during a capture); the bound only trims idle blocks.
+    paged_attention_reserve(stream_);
+    set_attention_max_context(int64_t(num_blocks_) * block_size_);
+  }
+
+  ~CudaDecoder() override {
+    drop_graphs();
+    if (stream_) {
+      cudaStreamSynchronize(stream_);
+      paged_attention_release(stream_);
+    }
+    for (void* p : allocations_) cudaFree(p);
+    if (stream_) cudaStreamDestroy(stream_);
+  }
+
+  const ModelInfo& info() const override { return host_->info(); }
+  std::vector<KvLayerSpec> kv_layers() const override { return host_->kv_layers(); }
+  const VisionEncoder* vision() const override { return host_->vision(); }
+  DeviceLogits* device_logits() override { return this; }
+
+  void forward(const Batch& b, KvPool& kv, ThreadPool&, Precision, float* logits) override {
+    if (logits) throw std::logic_error("CUDA model: logits stay on the device (forward takes no host buffer)");
+    if (kv.num_blocks() != num_blocks_ || kv.block_size() != block_size_)
+      throw std::logic_error("CUDA model: the KV pool geometry differs from the one the device storage was sized for");
+    check(cudaSetDevice(0), "cudaSetDevice");
+    const int64_t T = int64_t(b.tokens.size()), m = int64_t(b.logit_rows.size());
+    int64_t n_tables = 0;
+    for (const SeqSpan& sp : b.spans) n_tables += sp.n_blocks;
+    ensure_capacity(T, m, n_tables);
+    T_ = T;
+    m_ = m;
+    upload_step(b, T);
+
+    const bool embeds = !b.embeds.empty();
+    if (embeds) upload_embeds(b);
+    if (!use_graphs_ || embeds || T > 512) {
+      enqueue(T, m, embeds ? int64_t(b.embeds.size()) : 0);
+    } else {
+      auto it = graphs_.find({T, m});
+      if (it == graphs_.end() && !eager_seen_.insert({T, m}).second) {
+        if (graphs_.size() >= 256) drop_graphs();  // bound the cache of (tokens, logit rows) shapes
+        it = graphs_.emplace(std::make_pair(T, m), capture(T, m)).first;
+      }
+      // A shape's first forward runs eagerly: kernels make their one-time settings (shared-memory limits,
+      // scratch) outside a capture; from its second forward on, the shape is one graph launch.
+      if (it == graphs_.end()) enqueue(T, m, 0);
+      else check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+    }
+    // A step that samples nothing (a prefill chunk) still reports its failures in this step.
+    if (m == 0) check(cudaStreamSynchronize(stream_), "forward");
+  }
+
+  void copy_rows(const std::vector<int64_t>& rows, float* out) override {
+    const int64_t V = cfg_.vocab;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= m_) throw std::out_of_range("CUDA model: logit row out of range");
+      check(cudaMemcpyAsync(out + int64_t(i) * V, logits_.as<float>() + rows[i] * V, size_t(V) * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "copy logits to host");
+    }
+    check(cudaStreamSynchronize(stream_), "forward (logit copy)");
+  }
+
+  void argmax(const std::vector<int64_t>& rows, const std::vector<const uint32_t*>& masks, int32_t* tokens) override {
+    const int64_t V = cfg_.vocab, words = (V + 31) / 32;
+    int64_t n_masks = 0;
+    for (const uint32_t* mk : masks) n_masks += mk ? 1 : 0;
+    mask_host_.reserve(size_t(std::max<int64_t>(n_masks, 1) * words) * sizeof(uint32_t) + size_t(m_) * 2 * sizeof(int32_t));
+    mask_dev_.reserve(size_t(std::max<int64_t>(n_masks, 1) * words) * sizeof(uint32_t), "cudaMalloc masks");
+    int32_t* mask_of = mask_host_.as<int32_t>();                          // [m]
+    int32_t* all_tokens = mask_of + m_;                                    // [m]
+    uint32_t* packed = reinterpret_cast<uint32_t*>(all_tokens + m_);       // [n_masks, words]
+    for (int64_t r = 0; r < m_; ++r) mask_of[r] = -1;
+    int64_t k = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (rows[i] < 0 || rows[i] >= m_) throw std::out_of_range("CUDA model: logit row out of range");
+      if (!masks[i]) continue;
+      std::memcpy(packed + k * words, masks[i], size_t(words) * sizeof(uint32_t));
+      mask_of[rows[i]] = int32_t(k++);
+    }
+    int32_t* d_mask_of = meta_.as<int32_t>(layout_.mask_of);
+    int32_t* d_tokens = meta_.as<int32_t>(layout_.tokens_out);
+    if (k > 0)
+      check(cudaMemcpyAsync(mask_dev_.as<uint32_t>(), packed, size_t(k * words) * sizeof(uint32_t),
+                            cudaMemcpyHostToDevice, stream_), "upload masks");
+    check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m_) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
+    argmax_rows(logits_.as<float>(), m_, V, mask_dev_.as<uint32_t>(), d_mask_of, d_tokens, stream_);
+    check(cudaMemcpyAsync(all_tokens, d_tokens, size_t(m_) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+    check(cudaStreamSynchronize(stream_), "forward (argmax)");
+    for (size_t i = 0; i < rows.size(); ++i) tokens[i] = all_tokens[rows[i]];
+  }
+
+ private:
+  // ---- load ----
+  void* upload(const void* host, size_t bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes), "cudaMalloc weights");
+    allocations_.push_back(p);
+    check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "upload weights");
+    return p;
+  }
+  const float* upload_floats(const std::vector<float>& v) {
+    return v.empty() ? nullptr : static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
+  }
+  DevWeight upload_weight(const Weight& w) {
+    // The tied head is the embedding: one device copy serves both.
+    for (const auto& [host, dev] : uploaded_)
+      if (host == w.data) return dev;
+    DevWeight d;
+    d.kind = w.kind;
+    d.dtype = w.dtype;
+    d.out = w.out;
+    d.in = w.in;
+    d.bits = w.bits;
+    d.group = w.group;
+    if (w.kind == WeightKind::Dense) {
+      d.data = upload(w.data, size_t(w.out * w.in) * dtype_size(w.dtype));
+    } else {
+      d.data = upload(w.data, size_t(w.out) * size_t(w.in * w.bits / 32) * sizeof(uint32_t));
+      const size_t sb = size_t(w.out) * size_t(w.in / w.group) * dtype_size(w.dtype);
+      d.scales = upload(w.scales, sb);
+      d.biases = upload(w.biases, sb);
+    }
+    uploaded_.push_back({w.data, d});
+    return d;
+  }
+  void upload_weights() {
+    const int64_t free_before = free_bytes();
+    if (int64_t(host_->info().weight_bytes) > free_before)
+      throw std::runtime_error("the weights (" + std::to_string(host_->info().weight_bytes >> 20) +
+                               " MiB) do not fit in the GPU's free memory (" + std::to_string(free_before >> 20) + " MiB)");
+    embed_ = upload_weight(*parts_.embed);
+    head_ = upload_weight(*parts_.head);
+    final_norm_ = upload_floats(parts_.final_norm->w);
+    for (const DecoderLayer& L : *parts_.layers) {
+      DevLayer d;
+      d.input_norm = upload_floats(L.input_norm.w);
+      d.post_attn_norm = upload_floats(L.post_attn_norm.w);
+      d.pre_ffn_norm = upload_floats(L.pre_ffn_norm.w);
+      d.post_ffn_norm = upload_floats(L.post_ffn_norm.w);
+      d.q_norm = upload_floats(L.q_norm.w);
+      d.k_norm = upload_floats(L.k_norm.w);
+      d.q = upload_weight(L.q.w);
+      d.k = upload_weight(L.k.w);
+      d.v = upload_weight(L.v.w);
+      d.o = upload_weight(L.o.w);
+      d.bq = upload_floats(L.q.bias);
+      d.bk = upload_floats(L.k.bias);
+      d.bv = upload_floats(L.v.bias);
+      d.bo = upload_floats(L.o.bias);
+      d.gate = upload_weight(L.mlp.gate.w);
+      d.up = upload_weight(L.mlp.up.w);
+      d.down = upload_weight(L.mlp.down.w);
+      d.act = L.mlp.act == Activation::Silu ? 0 : 1;
+      layers_.push_back(d);
+    }
+    uploaded_.clear();
+  }
+  void allocate_kv(const KvPool& g) {
+    num_blocks_ = g.num_blocks();
+    block_size_ = g.block_size();
+    const int64_t width = int64_t(cfg_.n_kv_heads) * cfg_.head_dim;
+    const size_t per_layer = size_t(num_blocks_) * size_t(block_size_) * size_t(width) * sizeof(float);  // K or V
+    const size_t total = per_layer * 2 * size_t(cfg_.n_layers);
+    const int64_t free = free_bytes();
+    if (int64_t(total) > free - (int64_t(512) << 20))
+      throw std::runtime_error("KV cache of " + std::to_string(total >> 20) + " MiB does not fit in the GPU's free memory (" +
+                               std::to_string(free >> 20) + " MiB after the weights); lower --kv-cache-memory");
+    void* p = nullptr;
+    check(cudaMalloc(&p, total), "cudaMalloc KV cache");
+    allocations_.push_back(p);
+    // Zeroed so that a never-written slot is harmless (no NaN garbage reaches a softmax).
+    check(cudaMemset(p, 0, total), "cudaMemset KV cache");
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      kpool_.push_back(reinterpret_cast<float*>(static_cast<char*>(p) + per_layer * size_t(2 * l)));
+      vpool_.push_back(reinterpret_cast<float*>(static_cast<char*>(p) + per_layer * size_t(2 * l + 1)));
+    }
+  }
+
+  // ---- per step ----
+  void ensure_capacity(int64_t T, int64_t m, int64_t n_tables) {
+    if (T <= Tc_ && m <= Mc_ && n_tables <= Bc_) return;
+    // Buffers move, so every captured graph (which holds their addresses) is dropped.
+    drop_graphs();
+    check(cudaStreamSynchronize(stream_), "sync before regrow");
+    Tc_ = std::max<int64_t>({T, Tc_ * 2, 16});
+    Mc_ = std::max<int64_t>({m, Mc_ * 2, 16});
+    Bc_ = std::max<int64_t>({n_tables, Bc_ * 2, 256});
+    const int64_t H = cfg_.hidden, qd = int64_t(cfg_.n_heads) * cfg_.head_dim, kd = int64_t(cfg_.n_kv_heads) * cfg_.head_dim;
+    const size_t f = sizeof(float);
+    off_h_ = 0;
+    size_t o = align_up(size_t(Tc_ * H) * f);
+    off_xn_ = o; o += align_up(size_t(Tc_ * H) * f);
+    off_q_ = o; o += align_up(size_t(Tc_ * qd) * f);
+    off_k_ = o; o += align_up(size_t(Tc_ * kd) * f);
+    off_v_ = o; o += align_up(size_t(Tc_ * kd) * f);
+    off_att_ = o; o += align_up(size_t(Tc_ * qd) * f);
+    off_o_ = o; o += align_up(size_t(Tc_ * H) * f);
+    off_g_ = o; o += align_up(size_t(Tc_ * cfg_.ffn) * f);
+    off_sel_ = o; o += align_up(size_t(Mc_ * H) * f);
+    scratch_.release();
+    scratch_.reserve(o, "cudaMalloc activations");
+    logits_.release();
+    logits_.reserve(size_t(Mc_ * cfg_.vocab) * f, "cudaMalloc logits");
+    layout_ = MetaLayout(Tc_, Mc_, Bc_);
+    meta_.release();
+    meta_.reserve(layout_.total, "cudaMalloc step metadata");
+    meta_host_.reserve(layout_.total);
+    // cos/sin [Tc, half] per RoPE spec, then q_scale [Tc].
+    rope_off_.clear();
+    size_t fo = 0;
+    for (const RopeSpec& rs : cfg_.ropes) {
+      const size_t n = align_up(size_t(Tc_) * size_t(rs.rot_dim / 2) * f);
+      rope_off_.push_back({fo, fo + n});
+      fo += 2 * n;
+    }
+    qscale_off_ = fo;
+    fo += align_up(size_t(Tc_) * f);
+    fmeta_.release();
+    fmeta_.reserve(fo, "cudaMalloc RoPE tables");
+    fmeta_host_.reserve(fo);
+    fmeta_bytes_ = fo;
+  }
+
+  void upload_step(const Batch& b, int64_t T) {
+    // The staging buffers are rewritten below: the previous step's copies out of them must be done.
+    check(cudaStreamSynchronize(stream_), "previous step");
+    int32_t* tokens = meta_host_.as<int32_t>(layout_.tokens);
+    int32_t* slot = meta_host_.as<int32_t>(layout_.slot);
+    int32_t* table_off = meta_host_.as<int32_t>(layout_.table_off);
+    int32_t* q_pos = meta_host_.as<int32_t>(layout_.q_pos);
+    int32_t* kv_end = meta_host_.as<int32_t>(layout_.kv_end);
+    int32_t* logit_rows = meta_host_.as<int32_t>(layout_.logit_rows);
+    int32_t* tables = meta_host_.as<int32_t>(layout_.tables);
+    int64_t toff = 0;
+    for (const SeqSpan& sp : b.spans) {
+      std::memcpy(tables + toff, sp.block_table, size_t(sp.n_blocks) * sizeof(int32_t));
+      for (int64_t i = 0; i < sp.n; ++i) {
+        const int64_t t = sp.start + i, pos = sp.context_len + i;
+        tokens[t] = b.tokens[size_t(t)];
+        q_pos[t] = int32_t(pos);
+        table_off[t] = int32_t(toff);
+        slot[t] = int32_t(int64_t(sp.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
+        int64_t end = pos + 1;
+        for (int64_t j = 0; j < sp.n_bidir; ++j)
+          if (i >= sp.bidir[2 * j] && i < sp.bidir[2 * j + 1]) end = sp.context_len + sp.bidir[2 * j + 1];
+        kv_end[t] = int32_t(end);
+      }
+      toff += sp.n_blocks;
+    }
+    for (size_t i = 0; i < b.logit_rows.size(); ++i) logit_rows[i] = int32_t(b.logit_rows[i]);
+    check(cudaMemcpyAsync(meta_.as<void>(), meta_host_.as<void>(), layout_.total, cudaMemcpyHostToDevice, stream_),
+          "upload step metadata");
+
+    for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
+      const RopeTable t = rope_table(cfg_.ropes[r], b.positions.data(), T);
+      std::memcpy(fmeta_host_.as<float>(rope_off_[r].first), t.cos.data(), t.cos.size() * sizeof(float));
+      std::memcpy(fmeta_host_.as<float>(rope_off_[r].second), t.sin.data(), t.sin.size() * sizeof(float));
+    }
+    if (cfg_.q_pos_beta != 0.0f) {
+      float* qs = fmeta_host_.as<float>(qscale_off_);
+      for (int64_t t = 0; t < T; ++t)
+        qs[t] = 1.0f + cfg_.q_pos_beta * std::log(1.0f + std::floor(float(b.positions[size_t(t)]) / float(cfg_.q_pos_period)));
+    }
+    check(cudaMemcpyAsync(fmeta_.as<void>(), fmeta_host_.as<void>(), fmeta_bytes_, cudaMemcpyHostToDevice, stream_),
+          "upload RoPE tables");
+  }
+
+  // Image features [ne, H] and DeepStack rows [deepstack_layers, ne, H], with their batch token indices.
+  void upload_embeds(const Batch& b) {
+    const int64_t ne = int64_t(b.embeds.size()), H = cfg_.hidden, L = cfg_.deepstack_layers;
+    const size_t bytes = align_up(size_t(ne) * sizeof(int32_t)) + size_t(ne * H * (1 + L)) * sizeof(float);
+    embeds_host_.reserve(bytes);
+    embeds_dev_.reserve(bytes, "cudaMalloc image embeddings");
+    int32_t* rows = embeds_host_.as<int32_t>();
+    float* data = embeds_host_.as<float>(align_up(size_t(ne) * sizeof(int32_t)));
+    for (int64_t e = 0; e < ne; ++e) {
+      const TokenEmbed& te = b.embeds[size_t(e)];
+      rows[e] = int32_t(te.token);
+      std::memcpy(data + e * H, te.data, size_t(H) * sizeof(float));
+      for (int64_t l = 0; l < L; ++l)
+        std::memcpy(data + (1 + l) * ne * H + e * H, te.deepstack + l * te.ds_stride, size_t(H) * sizeof(float));
+    }
+    check(cudaMemcpyAsync(embeds_dev_.as<void>(), embeds_host_.as<void>(), bytes, cudaMemcpyHostToDevice, stream_),
+          "upload image embeddings");
+  }
+
+  cudaGraphExec_t capture(int64_t T, int64_t m) {
+    check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+    try {
+      enqueue(T, m, 0);
+    } catch (...) {
+      cudaGraph_t g = nullptr;
+      cudaStreamEndCapture(stream_, &g);
+      if (g) cudaGraphDestroy(g);
+      throw;
+    }
+    cudaGraph_t g = nullptr;
+    check(cudaStreamEndCapture(stream_, &g), "cudaStreamEndCapture");
+    cudaGraphExec_t exec = nullptr;
+    const cudaError_t e = cudaGraphInstantiate(&exec, g, 0);
+    cudaGraphDestroy(g);
+    check(e, "cudaGraphInstantiate");
+    return exec;
+  }
+
+  void drop_graphs() {
+    for (auto& [shape, exec] : graphs_)
+      if (exec) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+    eager_seen_.clear();
+  }
+
+  // The whole forward as launches on stream_: embeddings, every layer, the head over the logit rows.
+  void enqueue(int64_t T, int64_t m, int64_t ne) {
+    const DecoderConfig& d = cfg_;
+    const int64_t H = d.hidden, qd = int64_t(d.n_heads) * d.head_dim, kd = int64_t(d.n_kv_heads) * d.head_dim;
+    float* h = scratch_.as<float>(off_h_);      // [T, H] residual stream
+    float* xn = scratch_.as<float>(off_xn_);    // [T, H] normed sub-block input
+    float* q = scratch_.as<float>(off_q_);      // [T, n_heads, hd]
+    float* k = scratch_.as<float>(off_k_);      // [T, n_kv, hd]
+    float* v = scratch_.as<float>(off_v_);      // [T, n_kv, hd]
+    float* att = scratch_.as<float>(off_att_);  // [T, n_heads, hd]
+    float* o = scratch_.as<float>(off_o_);      // [T, H]
+    float* g = scratch_.as<float>(off_g_);      // [T, ffn]
+    float* sel = scratch_.as<float>(off_sel_);  // [m, H]
+    float* logits = logits_.as<float>();        // [m, vocab]
+    const int32_t* erows = embeds_dev_.as<int32_t>();
+    const float* edata = ne ? embeds_dev_.as<float>(align_up(size_t(ne) * sizeof(int32_t))) : nullptr;
+    const float* qscale = d.q_pos_beta != 0.0f ? fmeta_.as<float>(qscale_off_) : nullptr;
+    AttnTokens tok;
+    tok.table_off = meta_.as<int32_t>(layout_.table_off);
+    tok.q_pos = meta_.as<int32_t>(layout_.q_pos);
+    tok.kv_end = meta_.as<int32_t>(layout_.kv_end);
+    tok.block_tables = meta_.as<int32_t>(layout_.tables);
+    tok.block_size = block_size_;
+    const int32_t* slot = meta_.as<int32_t>(layout_.slot);
+    cudaStream_t s = stream_;
+
+    embed_rows(embed_, meta_.as<int32_t>(layout_.tokens), T, d.embed_scale, h, s);
+    if (ne) scatter_rows(edata, erows, ne, H, h, /*add=*/false, s);
+    for (int l = 0; l < d.n_layers; ++l) {
+      const DevLayer& L = layers_[size_t(l)];
+      rms_norm(h, xn, T, H, L.input_norm, d.rms_eps, s);
+      const MatmulJob qkv[3] = {{L.q, L.bq, q, qd, false}, {L.k, L.bk, k, kd, false}, {L.v, L.bv, v, kd, false}};
+      matmul(xn, H, T, qkv, 3, s);
+      if (d.qk_norm) {
+        rms_norm(q, q, T * d.n_heads, d.head_dim, L.q_norm, d.rms_eps, s);
+        rms_norm(k, k, T * d.n_kv_heads, d.head_dim, L.k_norm, d.rms_eps, s);
+      }
+      const int r = d.rope_of[size_t(l)];
+      const int half = d.ropes[size_t(r)].rot_dim / 2;
+      const float* cs = fmeta_.as<float>(rope_off_[size_t(r)].first);
+      const float* sn = fmeta_.as<float>(rope_off_[size_t(r)].second);
+      rope(q, T, d.n_heads, d.head_dim, half, cs, sn, qscale, s);
+      rope(k, T, d.n_kv_heads, d.head_dim, half, cs, sn, nullptr, s);
+      kv_write(k, v, T, slot, kpool_[size_t(l)], vpool_[size_t(l)], kd, s);
+      paged_attention(q, att, T, tok, kpool_[size_t(l)], vpool_[size_t(l)], d.n_heads, d.n_kv_heads, d.head_dim,
+                      d.attn_scale, d.window[size_t(l)], s);
+      if (d.sandwich_norms) {
+        const MatmulJob oj{L.o, L.bo, o, H, false};
+        matmul(att, qd, T, &oj, 1, s);
+        rms_norm(o, o, T, H, L.post_attn_norm, d.rms_eps, s);
+        add_rms_norm(h, o, xn, T, H, L.pre_ffn_norm, d.rms_eps, s);
+      } else {
+        const MatmulJob oj{L.o, L.bo, h, H, true};  // h += att·Woᵀ
+        matmul(att, qd, T, &oj, 1, s);
+        rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
+      }
+      matmul_glu(xn, T, L.gate, L.up, L.act, g, s);
+      if (d.sandwich_norms) {
+        const MatmulJob dj{L.down, nullptr, o, H, false};
+        matmul(g, d.ffn, T, &dj, 1, s);
+        rms_norm(o, o, T, H, L.post_ffn_norm, d.rms_eps, s);
+        add_inplace(h, o, T * H, s);
+      } else {
+        const MatmulJob dj{L.down, nullptr, h, H, true};  // h += mlp
+        matmul(g, d.ffn, T, &dj, 1, s);
+      }
+      if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);
+    }
+    if (m == 0) return;
+    gather_rows(h, meta_.as<int32_t>(layout_.logit_rows), m, H, sel, s);
+    rms_norm(sel, sel, m, H, final_norm_, d.rms_eps, s);
+    const MatmulJob hj{head_, nullptr, logits, d.vocab, false};
+    matmul(sel, H, m, &hj, 1, s);
+    if (d.final_softcap > 0) softcap(logits, m * d.vocab, d.final_softcap, s);
+  }
+
+  std::unique_ptr<Model> host_;  // owns the mapped checkpoint, the config and the vision tower
+  const DecoderParts& parts_;
+  const DecoderConfig& cfg_;
+  cudaStream_t stream_ = nullptr;
+  bool use_graphs_ = true;
+  std::vector<void*> allocations_;  // weights and KV, freed with the model
+  std::vector<std::pair<const void*, DevWeight>> uploaded_;  // host data -> device copy, during load only
+  DevWeight embed_, head_;
+  const float* final_norm_ = nullptr;
+  std::vector<DevLayer> layers_;
+  int num_blocks_ = 0, block_size_ = 0;
+  std::vector<float*> kpool_, vpool_;  // per layer [num_blocks * block_size, n_kv * hd]
+  // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
+  int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, T_ = 0, m_ = 0;
+  DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_;
+  PinnedBuffer meta_host_, fmeta_host_, embeds_host_, mask_host_;
+  MetaLayout layout_;
+  size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_sel_ = 0;
+  std::vector<std::pair<size_t, size_t>> rope_off_;  // per RoPE spec: byte offsets of cos and sin
+  size_t qscale_off_ = 0, fmeta_bytes_ = 0;
+  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
+  std::set<std::pair<int64_t, int64_t>> eager_seen_;  // shapes that ran once without a graph
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry) {
+  const std::string why = unsupported_reason(*host);
+  if (!why.empty()) throw std::runtime_error("CUDA backend: " + why);
+  return std::make_unique<CudaDecoder>(std::move(host), geometry);
+}
+
+}  // namespace rapid::cuda

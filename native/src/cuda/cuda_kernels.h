@@ -1,0 +1,119 @@
+// Host-callable launchers of the CUDA backend's kernels. Every pointer argument is device memory
+// unless it says otherwise; every launcher enqueues on `s` and returns without synchronizing, so a
+// whole forward can be captured into a CUDA graph. Tensors are row-major f32 unless stated.
+// Batch invariance: per token (row) every kernel's arithmetic, including its reduction order, is
+// fixed and independent of how many other rows share the launch.
+#pragma once
+#include <cuda_runtime.h>
+#include <cstdint>
+#include "tensor/weight.h"
+
+namespace rapid::cuda {
+
+// Throws std::runtime_error("<what>: <cudaGetErrorString>") unless e == cudaSuccess.
+void check(cudaError_t e, const char* what);
+
+// A Weight whose bytes live in device memory, in exactly the host Weight's layout:
+// Dense: dtype [out, in]; Affine (MLX): data uint32 [out, in*bits/32], scales/biases dtype [out, in/group].
+struct DevWeight {
+  WeightKind kind = WeightKind::Dense;
+  DType dtype = DType::F32;  // Dense: element type (F32/F16/BF16); Affine: scales/biases type
+  int64_t out = 0, in = 0;
+  int bits = 0, group = 0;   // Affine: bits 4 or 8, group 32/64/128
+  const void* data = nullptr;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+};
+
+// One output of a fused matmul launch: y[n, out] (= or +=) x[n, in] · Wᵀ (+ bias).
+struct MatmulJob {
+  DevWeight w;
+  const float* bias = nullptr;  // [out] or null
+  float* y = nullptr;           // [n, ldy]
+  int64_t ldy = 0;
+  bool accumulate = false;      // y += x·Wᵀ (+bias): the residual add fused into the epilogue
+};
+
+// Up to 4 weights that share x [n, ldx] (q/k/v; gate/up) in ONE launch; all jobs have the same `in`.
+void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s);
+
+// out[n, ffn] = act(x·Gateᵀ) * (x·Upᵀ); act 0 = silu, 1 = gelu_tanh (PyTorch formulas). One launch.
+void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
+                cudaStream_t s);
+
+// y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w over rows of `dim`; x and y may alias. w [dim] f32.
+void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* w, float eps, cudaStream_t s);
+
+// h[r] += o[r]; then xn[r] = rms_norm(h[r]) (the residual add and the next sub-block's norm in one pass).
+void add_rms_norm(float* h, const float* o, float* xn, int64_t rows, int64_t dim, const float* w, float eps,
+                  cudaStream_t s);
+
+// out[i, :] = dequant(E[ids[i], :]) * scale, out [n, E.in]. ids are valid (checked on the host).
+void embed_rows(const DevWeight& E, const int32_t* ids, int64_t n, float scale, float* out, cudaStream_t s);
+
+// Rotate-half RoPE on the leading 2*half dims of every head: x [n, heads, head_dim];
+// cos/sin [n, half] (computed on the host per step). q_scale [n] or null: x *= q_scale[t] after RoPE.
+void rope(float* x, int64_t n, int heads, int head_dim, int half, const float* cos, const float* sin,
+          const float* q_scale, cudaStream_t s);
+
+// Writes k/v [n, width] (width = n_kv_heads * head_dim) into pool slots: slot[t] is the flat slot
+// index (block * block_size + offset); kpool/vpool [num_blocks * block_size, width].
+void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, float* kpool, float* vpool,
+              int64_t width, cudaStream_t s);
+
+// Per-token attention metadata, all [T] except block_tables (the step's tables concatenated).
+struct AttnTokens {
+  const int32_t* table_off = nullptr;  // where the token's sequence's block table starts in block_tables
+  const int32_t* q_pos = nullptr;      // the token's index in its sequence (context_len + i)
+  const int32_t* kv_end = nullptr;     // keys [0, kv_end) are visible: q_pos + 1, or a bidirectional span's end
+  const int32_t* block_tables = nullptr;
+  int block_size = 16;
+};
+
+// q [T, n_heads, head_dim] -> out [T, n_heads, head_dim]: softmax(scale · q·kᵀ) · v over the token's
+// visible keys (window > 0 keeps keys k > q_pos - window), GQA (head h reads kv head h / (n_heads/n_kv)).
+// Online softmax in f32; no score matrix is materialized.
+void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const float* kpool,
+                     const float* vpool, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+                     cudaStream_t s);
+
+// paged_attention's split-K path: a token with more keys than one partition (RAPID_CUDA_ATTN_SPLIT, read once:
+// unset or "1" = 128 keys, "0" = off, N = N keys) is split into at most 32 partitions over extra blocks,
+// merged in partition order by a second launch. A
+// token's partitions depend only on its own key count, the partition size and the layer's window, so results
+// stay batch invariant. Partial results go to a 64 MiB scratch per (device, stream), allocated on the
+// stream's first split launch (allowed during graph capture) and kept until paged_attention_release.
+
+// The most keys any token can see (model max positions, or KV pool slots); 0 = unknown (the default). Only
+// sizes the launch (fewer idle partition blocks); results do not depend on it, even when a token exceeds it.
+// Call once at model load, before the first forward (captured graphs keep the launch shape they saw).
+void set_attention_max_context(int64_t max_keys);
+
+// Overrides RAPID_CUDA_ATTN_SPLIT: 0 = split off, N = N keys per partition (a positive multiple of 32),
+// -1 = back to the environment / default. Results depend on it: set it before any launch (tests, tuning).
+void set_attention_split(int partition_keys);
+
+// Allocates the split-K scratch of stream `s` now (otherwise done by the first split launch on `s`).
+void paged_attention_reserve(cudaStream_t s);
+
+// Frees the split-K scratch of stream `s` (synchronizes the device). Call after the last launch on `s`
+// and after destroying every graph captured from it, before destroying the stream.
+void paged_attention_release(cudaStream_t s);
+
+// x[i] = cap * tanh(x[i] / cap) over n values.
+void softcap(float* x, int64_t n, float cap, cudaStream_t s);
+
+// dst[rows[i], :] = src[i, :] (copy) or += (add), rows of width `dim`: image embeddings spliced into the
+// residual stream, DeepStack features added to it.
+void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst, bool add, cudaStream_t s);
+
+// dst[i, :] = src[rows[i], :] for i < n (the logit rows' hidden states before the head).
+void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst, cudaStream_t s);
+
+// tokens[r] = argmax over the allowed ids of logits[r, :] (lowest id on ties), r < m. mask_of[r] >= 0
+// selects bitmask row masks[mask_of[r] * words ...] (bit set = allowed, words = ceil(vocab/32));
+// -1 = unconstrained. A row with no allowed finite logit gets tokens[r] = -1.
+void argmax_rows(const float* logits, int64_t m, int64_t vocab, const uint32_t* masks, const int32_t* mask_of,
+                 int32_t* tokens, cudaStream_t s);
+
+}  // namespace rapid::cuda

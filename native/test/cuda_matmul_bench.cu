@@ -1,0 +1,176 @@
+// Decode-shape timing of cuda::matmul / cuda::matmul_glu with 4-bit g64 bf16-scale weights (the MLX
+// checkpoints' format) on the Qwen2.5-0.5B and 3B projection shapes at n = 1, 8, 64. Each case is a
+// CUDA graph of launches that rotate through weight copies totalling > 256 MB, so L2 (50 MB) holds
+// none of them between uses; GB/s counts weight bytes (data + scales + biases) per launch.
+//
+// Build (from the repo root; the op test's line with this source):
+//   mkdir -p /tmp/k1 && nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90
+//     -Xcompiler -Wall,-Wextra -Werror all-warnings -Inative/src
+//     native/test/cuda_matmul_bench.cu native/src/cuda/matmul.cu native/src/cuda/check.cu
+//     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
+//     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
+//     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_bench -lpthread
+// Run: /tmp/k1/cuda_matmul_bench [label]   (prints one BENCH line per shape and n)
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda/cuda_kernels.h"
+#include "tensor/dtype.h"
+
+using namespace rapid;
+
+namespace {
+
+void ck(cudaError_t e, const char* what) { cuda::check(e, what); }
+
+struct Shape {
+  const char* name;
+  int64_t out, in;
+  bool glu;  // gate+up pair through matmul_glu (out = ffn)
+};
+
+// Deterministic filler (xorshift64*), enough for timing: weights need no structure.
+struct Rng {
+  uint64_t s = 0x9E3779B97F4A7C15ull;
+  uint64_t next() {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    return s * 2685821657736338717ull;
+  }
+  float uniform() { return float(next() >> 40) / float(1 << 24); }
+};
+
+size_t align256(size_t b) { return (b + 255) & ~size_t(255); }
+
+// One 4-bit g64 bf16 weight's host bytes: data [out, in/8] u32, scales/biases [out, in/64] bf16.
+struct HostWeight {
+  std::vector<uint8_t> data, scales, biases;
+};
+
+HostWeight make_host(int64_t out, int64_t in, Rng& rng) {
+  HostWeight h;
+  h.data.resize(size_t(out * in / 2));
+  for (size_t i = 0; i < h.data.size(); i += 8) {
+    const uint64_t v = rng.next();
+    std::memcpy(h.data.data() + i, &v, 8);
+  }
+  const size_t ng = size_t(out * in / 64);
+  h.scales.resize(ng * 2);
+  h.biases.resize(ng * 2);
+  for (size_t g = 0; g < ng; ++g) {
+    const float s = 0.001f + 0.01f * rng.uniform();
+    const uint16_t sb = f32_to_bf16(s), bb = f32_to_bf16(-8.f * s);
+    std::memcpy(h.scales.data() + 2 * g, &sb, 2);
+    std::memcpy(h.biases.data() + 2 * g, &bb, 2);
+  }
+  return h;
+}
+
+void run_case(const Shape& sh, const char* label, Rng& rng) {
+  const int mats = sh.glu ? 2 : 1;
+  const HostWeight hw = make_host(sh.out, sh.in, rng);
+  const size_t db = align256(hw.data.size()), sb = align256(hw.scales.size());
+  const size_t per_mat = db + 2 * sb, per_copy = per_mat * size_t(mats);
+  const size_t wbytes = (hw.data.size() + hw.scales.size() + hw.biases.size()) * size_t(mats);
+  const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / per_copy + 1));
+  uint8_t* pool = nullptr;
+  ck(cudaMalloc(&pool, per_copy * size_t(copies)), "cudaMalloc pool");
+  std::vector<cuda::DevWeight> devs;  // [copies * mats]
+  for (int c = 0; c < copies; ++c)
+    for (int m = 0; m < mats; ++m) {
+      uint8_t* base = pool + size_t(c) * per_copy + size_t(m) * per_mat;
+      if (c == 0 && m == 0) {
+        ck(cudaMemcpy(base, hw.data.data(), hw.data.size(), cudaMemcpyHostToDevice), "h2d");
+        ck(cudaMemcpy(base + db, hw.scales.data(), hw.scales.size(), cudaMemcpyHostToDevice), "h2d");
+        ck(cudaMemcpy(base + db + sb, hw.biases.data(), hw.biases.size(), cudaMemcpyHostToDevice), "h2d");
+      } else {
+        ck(cudaMemcpy(base, pool, per_mat, cudaMemcpyDeviceToDevice), "d2d");
+      }
+      devs.push_back({WeightKind::Affine, DType::BF16, sh.out, sh.in, 4, 64, base, base + db, base + db + sb});
+    }
+  cudaStream_t s;
+  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  for (int n : {1, 8, 64}) {
+    std::vector<float> hx(size_t(n * sh.in));
+    for (auto& v : hx) v = rng.uniform() * 2.f - 1.f;
+    float *x = nullptr, *y = nullptr;
+    ck(cudaMalloc(&x, hx.size() * 4), "cudaMalloc x");
+    ck(cudaMalloc(&y, size_t(n * sh.out) * 4), "cudaMalloc y");
+    ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "h2d x");
+    const int iters = std::max(copies, 20);
+    ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
+    for (int it = 0; it < iters; ++it) {
+      const cuda::DevWeight* w = &devs[size_t(it % copies) * size_t(mats)];
+      if (sh.glu) {
+        cuda::matmul_glu(x, n, w[0], w[1], 0, y, s);
+      } else {
+        cuda::MatmulJob j;
+        j.w = w[0];
+        j.y = y;
+        j.ldy = sh.out;
+        cuda::matmul(x, sh.in, n, &j, 1, s);
+      }
+    }
+    cudaGraph_t g;
+    ck(cudaStreamEndCapture(s, &g), "end capture");
+    cudaGraphExec_t ge;
+    ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+    ck(cudaGraphLaunch(ge, s), "warmup");
+    cudaEvent_t a, b;
+    ck(cudaEventCreate(&a), "event");
+    ck(cudaEventCreate(&b), "event");
+    float best = 1e30f;
+    for (int rep = 0; rep < 3; ++rep) {
+      ck(cudaEventRecord(a, s), "record");
+      ck(cudaGraphLaunch(ge, s), "launch");
+      ck(cudaEventRecord(b, s), "record");
+      ck(cudaEventSynchronize(b), "sync");
+      float ms = 0;
+      ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+      best = std::min(best, ms);
+    }
+    const double us = 1e3 * double(best) / iters;
+    std::printf("BENCH %-8s %-24s n=%-3d %9.2f us %7.0f GB/s\n", label, sh.name, n, us, double(wbytes) / (us * 1e3));
+    std::fflush(stdout);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    cudaFree(x);
+    cudaFree(y);
+  }
+  cudaStreamDestroy(s);
+  cudaFree(pool);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const char* label = argc > 1 ? argv[1] : "matmul";
+  try {
+    cudaDeviceProp prop{};
+    ck(cudaGetDeviceProperties(&prop, 0), "props");
+    std::printf("device: %s (a4g64-bf16 weights, us per launch, weight GB/s)\n", prop.name);
+    const Shape shapes[] = {
+        {"0.5B qo [896x896]", 896, 896, false},      {"0.5B kv [128x896]", 128, 896, false},
+        {"0.5B glu 2x[4864x896]", 4864, 896, true},  {"0.5B down [896x4864]", 896, 4864, false},
+        {"0.5B head [151936x896]", 151936, 896, false}, {"3B qo [2048x2048]", 2048, 2048, false},
+        {"3B kv [256x2048]", 256, 2048, false},      {"3B glu 2x[11008x2048]", 11008, 2048, true},
+        {"3B down [2048x11008]", 2048, 11008, false}, {"3B head [151936x2048]", 151936, 2048, false},
+    };
+    Rng rng;
+    for (const Shape& sh : shapes) run_case(sh, label, rng);
+  } catch (const std::exception& e) {
+    std::printf("FAIL exception: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,432 @@
+// Op test of cuda::matmul / cuda::matmul_glu against the CPU matmul (Precision::Exact): every weight
+// format x n x shape, bitwise batch invariance, bias/accumulate, fused multi-job launches, GLU, and
+// the decode bandwidth of 4-bit weights. Prints one PASS/FAIL line per case; exits 1 on any failure.
+//
+// Build (from the repo root; one command):
+//   mkdir -p /tmp/k1 && nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90
+//     -Xcompiler -Wall,-Wextra -Werror all-warnings -Inative/src
+//     native/test/cuda_matmul_test.cu native/src/cuda/matmul.cu native/src/cuda/check.cu
+//     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
+//     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
+//     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_test -lpthread
+// (kernels_avx2.cpp selects avx2/fma/f16c with target pragmas itself: no -mavx2 needed.)
+// Run: /tmp/k1/cuda_matmul_test            (RAPID_CUDA_MM_QUICK=1 skips the n=130 sweeps)
+//
+// Error metric: rel = |gpu - cpu| / Σ_i |w_i·x_i| (the dot product's own magnitude scale, so a
+// cancelling sum near 0 is not mistaken for a large relative error); pass if rel <= 1e-5.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "cpu/matmul.h"
+#include "cpu/threadpool.h"
+#include "cuda/cuda_kernels.h"
+#include "layers/activations.h"
+#include "quant/quantize.h"
+#include "tensor/dtype.h"
+
+using namespace rapid;
+
+namespace {
+
+int g_failures = 0;
+constexpr double kTol = 1e-5;
+
+void ck(cudaError_t e, const char* what) { cuda::check(e, what); }
+
+// Device buffer owning its bytes.
+struct DevBuf {
+  void* p = nullptr;
+  size_t bytes = 0;
+  DevBuf() = default;
+  explicit DevBuf(size_t b) : bytes(b) { ck(cudaMalloc(&p, b ? b : 16), "cudaMalloc"); }
+  DevBuf(const void* host, size_t b) : DevBuf(b) { ck(cudaMemcpy(p, host, b, cudaMemcpyHostToDevice), "h2d"); }
+  DevBuf(const DevBuf&) = delete;
+  DevBuf& operator=(const DevBuf&) = delete;
+  DevBuf(DevBuf&& o) noexcept : p(o.p), bytes(o.bytes) { o.p = nullptr; }
+  DevBuf& operator=(DevBuf&& o) noexcept {
+    std::swap(p, o.p);
+    std::swap(bytes, o.bytes);
+    return *this;
+  }
+  ~DevBuf() { if (p) cudaFree(p); }
+  float* f() const { return static_cast<float*>(p); }
+};
+
+struct Format {
+  WeightKind kind;
+  int bits, group;
+  DType dtype;
+  std::string name() const {
+    if (kind == WeightKind::Dense) return std::string("dense-") + dtype_name(dtype);
+    char b[48];  // snprintf, not operator+: GCC 12 reports a false -Wrestrict on "a" + std::string
+    std::snprintf(b, sizeof b, "a%dg%d-%s", bits, group, dtype_name(dtype));
+    return b;
+  }
+};
+
+// A host weight (bytes owned here), its device copy, and the f32 dequantized rows |W| for the error scale.
+struct TestWeight {
+  Format fmt;
+  int64_t out = 0, in = 0;
+  std::vector<uint8_t> data, scales, biases;
+  std::vector<float> absw;  // [out, in] |dequantized W|
+  Weight host;
+  DevBuf d_data, d_scales, d_biases;
+  cuda::DevWeight dev;
+  size_t weight_bytes() const { return data.size() + scales.size() + biases.size(); }
+};
+
+uint16_t to_bits(float v, DType t) { return t == DType::F16 ? f32_to_f16(v) : f32_to_bf16(v); }
+
+void store(std::vector<uint8_t>& dst, const std::vector<float>& v, DType t) {
+  dst.resize(v.size() * dtype_size(t));
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (t == DType::F32) {
+      std::memcpy(dst.data() + 4 * i, &v[i], 4);
+    } else {
+      const uint16_t b = to_bits(v[i], t);
+      std::memcpy(dst.data() + 2 * i, &b, 2);
+    }
+  }
+}
+
+float round_to(float v, DType t) {
+  if (t == DType::F16) return f16_to_f32(f32_to_f16(v));
+  if (t == DType::BF16) return bf16_to_f32(f32_to_bf16(v));
+  return v;
+}
+
+TestWeight make_weight(const Format& f, int64_t out, int64_t in, std::mt19937& rng, bool dev_copy = true) {
+  TestWeight W;
+  W.fmt = f;
+  W.out = out;
+  W.in = in;
+  std::normal_distribution<float> nd(0.f, 0.05f);
+  std::vector<float> w(size_t(out * in));
+  for (auto& v : w) v = round_to(nd(rng), f.dtype);
+  if (f.kind == WeightKind::Dense) {
+    store(W.data, w, f.dtype);
+  } else {
+    std::vector<uint32_t> packed;
+    quantize_affine_typed(w.data(), out, in, f.group, f.bits, f.dtype, packed, W.scales, W.biases);
+    W.data.resize(packed.size() * 4);
+    std::memcpy(W.data.data(), packed.data(), W.data.size());
+  }
+  W.host.kind = f.kind;
+  W.host.dtype = f.dtype;
+  W.host.out = out;
+  W.host.in = in;
+  W.host.data = W.data.data();
+  W.host.scales = W.scales.empty() ? nullptr : W.scales.data();
+  W.host.biases = W.biases.empty() ? nullptr : W.biases.data();
+  W.host.bits = f.bits;
+  W.host.group = f.group;
+  W.host.name = "test." + f.name();
+  if (!dev_copy) return W;  // benchmark weights: no error scale, copies made by the caller
+  // |W| through the CPU's own dequantization (embedding_rows gathers and dequantizes rows).
+  W.absw.resize(size_t(out * in));
+  std::vector<int32_t> ids(static_cast<size_t>(out));
+  for (int64_t r = 0; r < out; ++r) ids[size_t(r)] = int32_t(r);
+  embedding_rows(W.host, ids.data(), out, W.absw.data());
+  for (auto& v : W.absw) v = std::fabs(v);
+  {
+    W.d_data = DevBuf(W.data.data(), W.data.size());
+    if (!W.scales.empty()) {
+      W.d_scales = DevBuf(W.scales.data(), W.scales.size());
+      W.d_biases = DevBuf(W.biases.data(), W.biases.size());
+    }
+    W.dev.kind = f.kind;
+    W.dev.dtype = f.dtype;
+    W.dev.out = out;
+    W.dev.in = in;
+    W.dev.bits = f.bits;
+    W.dev.group = f.group;
+    W.dev.data = W.d_data.p;
+    W.dev.scales = W.d_scales.p;
+    W.dev.biases = W.d_biases.p;
+  }
+  return W;
+}
+
+// scale[r*out + o] = Σ_i |W[o,i]|·|x[r,i]| over n rows of x [n, ldx].
+std::vector<double> abs_scale(const TestWeight& W, const float* x, int64_t ldx, int64_t n) {
+  std::vector<double> s(size_t(n * W.out));
+  for (int64_t r = 0; r < n; ++r)
+    for (int64_t o = 0; o < W.out; ++o) {
+      const float* wr = W.absw.data() + o * W.in;
+      const float* xr = x + r * ldx;
+      double a = 0;
+      for (int64_t i = 0; i < W.in; ++i) a += double(wr[i]) * std::fabs(double(xr[i]));
+      s[size_t(r * W.out + o)] = a;
+    }
+  return s;
+}
+
+std::vector<float> random_vec(size_t n, std::mt19937& rng, float sd = 1.f) {
+  std::normal_distribution<float> nd(0.f, sd);
+  std::vector<float> v(n);
+  for (auto& e : v) e = nd(rng);
+  return v;
+}
+
+std::vector<float> download(const DevBuf& b, size_t n) {
+  std::vector<float> h(n);
+  ck(cudaMemcpy(h.data(), b.p, n * 4, cudaMemcpyDeviceToHost), "d2h");
+  return h;
+}
+
+struct Err {
+  double max_abs = 0, max_rel = 0;
+  bool finite = true;
+  void add(double got, double want, double scale) {
+    if (!std::isfinite(got)) finite = false;
+    const double d = std::fabs(got - want);
+    max_abs = std::fmax(max_abs, d);
+    max_rel = std::fmax(max_rel, d / std::fmax(scale, 1e-30));
+  }
+  bool ok() const { return finite && max_rel <= kTol; }
+};
+
+void report(bool ok, const std::string& name, const std::string& detail) {
+  std::printf("%s %s %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
+  if (!ok) ++g_failures;
+}
+
+// GPU y[n, out] = x·Wᵀ (contiguous y), one job.
+void gpu_matmul(const TestWeight& W, const float* d_x, int64_t ldx, int64_t n, float* d_y) {
+  cuda::MatmulJob j;
+  j.w = W.dev;
+  j.y = d_y;
+  j.ldy = W.out;
+  cuda::matmul(d_x, ldx, n, &j, 1, nullptr);
+  ck(cudaGetLastError(), "matmul");
+}
+
+// All n of one format and shape: accuracy vs CPU, plus bitwise invariance against single-row launches.
+void test_shape(ThreadPool& pool, const Format& f, int64_t out, int64_t in, const std::vector<int>& ns,
+                std::mt19937& rng) {
+  const int64_t nmax = ns.back();
+  TestWeight W = make_weight(f, out, in, rng);
+  const std::vector<float> x = random_vec(size_t(nmax * in), rng);
+  const std::vector<double> scale = abs_scale(W, x.data(), in, nmax);
+  DevBuf d_x(x.data(), x.size() * 4), d_y(size_t(nmax * out) * 4), d_y1(size_t(out) * 4);
+  std::vector<float> cpu(size_t(nmax * out));
+  for (int n : ns) {
+    matmul(pool, W.host, x.data(), cpu.data(), n, Precision::Exact);
+    ck(cudaMemset(d_y.p, 0xFF, d_y.bytes), "memset");  // NaN: an unwritten element fails
+    gpu_matmul(W, d_x.f(), in, n, d_y.f());
+    const std::vector<float> gpu = download(d_y, size_t(n * out));
+    Err e;
+    for (size_t i = 0; i < gpu.size(); ++i) e.add(gpu[i], cpu[i], scale[i]);
+    // Batch invariance: each row alone must give the bitwise same result.
+    int bad_rows = 0;
+    if (n > 1) {
+      for (int r = 0; r < n; ++r) {
+        gpu_matmul(W, d_x.f() + int64_t(r) * in, in, 1, d_y1.f());
+        const std::vector<float> one = download(d_y1, size_t(out));
+        if (std::memcmp(one.data(), gpu.data() + size_t(r * out), size_t(out) * 4) != 0) ++bad_rows;
+      }
+    }
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g invariance_bad_rows=%d", e.max_abs, e.max_rel,
+                  bad_rows);
+    report(e.ok() && bad_rows == 0,
+           "matmul " + f.name() + " [" + std::to_string(out) + "x" + std::to_string(in) + "] n=" + std::to_string(n),
+           buf);
+  }
+}
+
+// Fused launch: jobs sharing x with strided x/y, bias and accumulate, one of another format (split launch).
+void test_fused(ThreadPool& pool, const Format& f, std::mt19937& rng) {
+  const int64_t in = 256, ldx = in + 8;
+  const int64_t outs[4] = {200, 64, 64, 96};
+  std::vector<TestWeight> Ws;
+  for (int j = 0; j < 4; ++j) {
+    const Format fj = j == 3 ? Format{WeightKind::Dense, 0, 0, DType::BF16} : f;  // job 3: another format
+    Ws.push_back(make_weight(fj, outs[j], in, rng));
+  }
+  for (int n : {1, 5, 8, 19}) {
+    const std::vector<float> x = random_vec(size_t(n * ldx), rng);
+    DevBuf d_x(x.data(), x.size() * 4);
+    cuda::MatmulJob jobs[4];
+    std::vector<DevBuf> d_y, d_b;
+    std::vector<std::vector<float>> y0(4), bias(4);
+    std::vector<int64_t> ldy(4);
+    for (int j = 0; j < 4; ++j) {
+      ldy[size_t(j)] = outs[j] + 3 * j;
+      y0[size_t(j)] = random_vec(size_t(n * ldy[size_t(j)]), rng);
+      bias[size_t(j)] = random_vec(size_t(outs[j]), rng, 0.5f);
+      d_y.emplace_back(y0[size_t(j)].data(), y0[size_t(j)].size() * 4);
+      d_b.emplace_back(bias[size_t(j)].data(), bias[size_t(j)].size() * 4);
+      jobs[j].w = Ws[size_t(j)].dev;
+      jobs[j].bias = j % 2 == 0 ? d_b.back().f() : nullptr;
+      jobs[j].y = d_y.back().f();
+      jobs[j].ldy = ldy[size_t(j)];
+      jobs[j].accumulate = j >= 2;
+    }
+    cuda::matmul(d_x.f(), ldx, n, jobs, 4, nullptr);
+    ck(cudaDeviceSynchronize(), "fused");
+    for (int j = 0; j < 4; ++j) {
+      const TestWeight& W = Ws[size_t(j)];
+      std::vector<float> cpu(size_t(n * W.out));
+      matmul_strided(pool, W.host, x.data(), ldx, cpu.data(), W.out, n, Precision::Exact);
+      const std::vector<double> scale = abs_scale(W, x.data(), ldx, n);
+      const std::vector<float> gpu = download(d_y[size_t(j)], size_t(n * ldy[size_t(j)]));
+      Err e;
+      for (int r = 0; r < n; ++r)
+        for (int64_t o = 0; o < ldy[size_t(j)]; ++o) {
+          const size_t i = size_t(r * ldy[size_t(j)] + o);
+          if (o >= W.out) {  // padding between rows must be untouched
+            e.add(gpu[i], y0[size_t(j)][i], 1.0);
+            continue;
+          }
+          float want = cpu[size_t(r * W.out + o)];
+          if (jobs[j].bias) want = want + bias[size_t(j)][size_t(o)];
+          if (jobs[j].accumulate) want = y0[size_t(j)][i] + want;
+          const double sc = scale[size_t(r * W.out + o)] + std::fabs(double(y0[size_t(j)][i])) +
+                            (jobs[j].bias ? std::fabs(double(bias[size_t(j)][size_t(o)])) : 0.0);
+          e.add(gpu[i], want, sc);
+        }
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g", e.max_abs, e.max_rel);
+      report(e.ok(),
+             "fused " + W.fmt.name() + " job" + std::to_string(j) + (jobs[j].bias ? "+bias" : "") +
+                 (jobs[j].accumulate ? "+acc" : "") + " n=" + std::to_string(n),
+             buf);
+    }
+  }
+}
+
+void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::mt19937& rng) {
+  TestWeight G = make_weight(f, ffn, in, rng), U = make_weight(f, ffn, in, rng);
+  for (int act = 0; act < 2; ++act)
+    for (int n : {1, 3, 8, 13, 64}) {
+      const std::vector<float> x = random_vec(size_t(n * in), rng);
+      DevBuf d_x(x.data(), x.size() * 4), d_out(size_t(n * ffn) * 4), d_o1(size_t(ffn) * 4);
+      ck(cudaMemset(d_out.p, 0xFF, d_out.bytes), "memset");
+      cuda::matmul_glu(d_x.f(), n, G.dev, U.dev, act, d_out.f(), nullptr);
+      const std::vector<float> gpu = download(d_out, size_t(n * ffn));
+      std::vector<float> g(size_t(n * ffn)), u(size_t(n * ffn));
+      matmul(pool, G.host, x.data(), g.data(), n, Precision::Exact);
+      matmul(pool, U.host, x.data(), u.data(), n, Precision::Exact);
+      const std::vector<double> sg = abs_scale(G, x.data(), in, n), su = abs_scale(U, x.data(), in, n);
+      std::vector<float> want = g;
+      glu_inplace(want.data(), u.data(), int64_t(want.size()), act == 0 ? Activation::Silu : Activation::GeluTanh);
+      Err e;
+      for (size_t i = 0; i < want.size(); ++i) {
+        // First-order propagation: |act'| <= 1.2 for silu and gelu_tanh, plus ulps of exp/tanh.
+        const double a = act == 0 ? silu(g[i]) : gelu_tanh(g[i]);
+        const double sc = 1.2 * std::fabs(double(u[i])) * sg[i] + std::fabs(a) * su[i] + 1e-1 * std::fabs(double(want[i]));
+        e.add(gpu[i], want[i], sc);
+      }
+      int bad_rows = 0;
+      for (int r = 0; n > 1 && r < n; ++r) {
+        cuda::matmul_glu(d_x.f() + int64_t(r) * in, 1, G.dev, U.dev, act, d_o1.f(), nullptr);
+        const std::vector<float> one = download(d_o1, size_t(ffn));
+        if (std::memcmp(one.data(), gpu.data() + size_t(r * ffn), size_t(ffn) * 4) != 0) ++bad_rows;
+      }
+      char buf[256];
+      std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g invariance_bad_rows=%d", e.max_abs, e.max_rel,
+                    bad_rows);
+      report(e.ok() && bad_rows == 0,
+             std::string("glu ") + (act == 0 ? "silu " : "gelu_tanh ") + f.name() + " [" + std::to_string(ffn) + "x" +
+                 std::to_string(in) + "] n=" + std::to_string(n),
+             buf);
+    }
+}
+
+// Decode bandwidth: cycles through enough weight copies that the set exceeds L2 (H200: 50 MB).
+void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
+  TestWeight W = make_weight(f, out, in, rng, false);
+  const size_t wb = W.weight_bytes();
+  const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / wb + 1));
+  std::vector<DevBuf> bufs;
+  std::vector<cuda::DevWeight> devs;
+  for (int c = 0; c < copies; ++c) {
+    bufs.emplace_back(W.data.data(), W.data.size());
+    bufs.emplace_back(W.scales.data(), W.scales.size());
+    bufs.emplace_back(W.biases.data(), W.biases.size());
+    cuda::DevWeight d{f.kind, f.dtype, out, in, f.bits, f.group, bufs[bufs.size() - 3].p, bufs[bufs.size() - 2].p,
+                      bufs.back().p};
+    devs.push_back(d);
+  }
+  for (int n : {1, 8, 64}) {
+    const std::vector<float> x = random_vec(size_t(n * in), rng);
+    DevBuf d_x(x.data(), x.size() * 4), d_y(size_t(n * out) * 4);
+    cuda::MatmulJob j;
+    j.y = d_y.f();
+    j.ldy = out;
+    for (int it = 0; it < copies; ++it) {
+      j.w = devs[size_t(it % copies)];
+      cuda::matmul(d_x.f(), in, n, &j, 1, nullptr);
+    }
+    cudaEvent_t a, b;
+    ck(cudaEventCreate(&a), "event");
+    ck(cudaEventCreate(&b), "event");
+    const int iters = std::max(copies * 4, 40);
+    ck(cudaEventRecord(a), "record");
+    for (int it = 0; it < iters; ++it) {
+      j.w = devs[size_t(it % copies)];
+      cuda::matmul(d_x.f(), in, n, &j, 1, nullptr);
+    }
+    ck(cudaEventRecord(b), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    const double us = 1e3 * ms / iters;
+    std::printf("BENCH %s [%lldx%lld] n=%d: %.2f us/launch, %.0f GB/s of weights (%d copies, %zu bytes each)\n",
+                f.name().c_str(), (long long)out, (long long)in, n, us, double(wb) / (us * 1e3), copies, wb);
+  }
+}
+
+}  // namespace
+
+int main() {
+  try {
+    int dev_count = 0;
+    ck(cudaGetDeviceCount(&dev_count), "cudaGetDeviceCount");
+    cudaDeviceProp prop{};
+    ck(cudaGetDeviceProperties(&prop, 0), "props");
+    std::printf("device: %s\n", prop.name);
+    ThreadPool pool(0);
+    std::mt19937 rng(1234);
+    const bool quick = std::getenv("RAPID_CUDA_MM_QUICK") != nullptr;
+    std::vector<int> ns = {1, 2, 3, 7, 8, 9, 16, 33, 64, 130};
+    if (quick) ns = {1, 3, 8, 9, 33};
+    std::vector<Format> fmts;
+    for (int bits : {4, 8})
+      for (int g : {32, 64, 128})
+        for (DType t : {DType::F32, DType::F16, DType::BF16}) fmts.push_back({WeightKind::Affine, bits, g, t});
+    for (DType t : {DType::F32, DType::F16, DType::BF16}) fmts.push_back({WeightKind::Dense, 0, 0, t});
+    // (out, in): small, a 0.5B-like square, a tied-embedding-like head [vocab=1000, 256], a down-proj-like K.
+    const int64_t shapes[][2] = {{96, 64}, {896, 896}, {1000, 256}, {130, 4864}, {37, 136}};
+    for (const Format& f : fmts)
+      for (const auto& sh : shapes) {
+        const int64_t mult = f.kind == WeightKind::Affine ? f.group : 8;
+        if (sh[1] % mult != 0) continue;
+        test_shape(pool, f, sh[0], sh[1], ns, rng);
+      }
+    for (const Format& f : fmts) test_fused(pool, f, rng);
+    for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 8, 32, DType::F16},
+                            Format{WeightKind::Dense, 0, 0, DType::BF16}, Format{WeightKind::Dense, 0, 0, DType::F32}})
+      test_glu(pool, f, 1000, 896, rng);
+    bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, 4864, 896, rng);
+    bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, 151936, 896, rng);
+  } catch (const std::exception& e) {
+    std::printf("FAIL exception: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%s: %d failing case(s)\n", g_failures ? "FAIL" : "PASS", g_failures);
+  return g_failures ? 1 : 0;
+}
