@@ -10,9 +10,9 @@ export { createTextEngine } from './engine/text-engine.js';
 export { openTextModel } from './engine/text-model.js';
 export { createServer } from './server/server.js';
 
-/** Which native binary this process loaded, from where, and why others were rejected. */
-export async function nativeInfo(): Promise<{ path: string; source: string; rejected: { path: string; reason: string }[] }> {
+/** Which native binary this process loaded (CPU or CUDA variant), from where, and why others were rejected. */
+export async function nativeInfo(): Promise<{ path: string; source: string; variant: string; note?: string; rejected: { path: string; reason: string }[] }> {
   const { loadNative } = await import('./native/binding.js');
   const n = loadNative();
-  return { path: n.path, source: n.source, rejected: n.rejected.map((r) => ({ path: r.path, reason: r.reason })) };
+  return { path: n.path, source: n.source, variant: n.variant, ...(n.note ? { note: n.note } : {}), rejected: n.rejected.map((r) => ({ path: r.path, reason: r.reason })) };
 }

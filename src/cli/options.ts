@@ -1,5 +1,7 @@
 // Option parsers shared by subcommands: each rejects bad input with a message naming the flag.
 import { InvalidArgumentError } from 'commander';
+import { parseDevice } from '../native/binding.js';
+import type { NativeDevice } from '../native/types.js';
 
 export function parseIntOption(flag: string): (value: string) => number {
   return (value: string) => {
@@ -19,4 +21,15 @@ export function parseFloatOption(flag: string): (value: string) => number {
 /** --precision, checked in each command's action (the message is the same everywhere). */
 export function checkPrecision(value: string | undefined): void {
   if (value !== 'exact' && value !== 'fast') throw new Error(`--precision must be exact or fast, got "${value}"`);
+}
+
+export const DEVICE_HELP = 'auto (an NVIDIA GPU when present and the CUDA build is installed), cpu or cuda (default: $RAPID_DEVICE, else auto)';
+
+/** --device auto|cpu|cuda: checked while parsing, before anything loads the addon. */
+export function parseDeviceOption(value: string): NativeDevice {
+  try {
+    return parseDevice(value, '--device');
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
 }

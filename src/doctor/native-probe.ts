@@ -1,13 +1,20 @@
-// Loads each candidate native binary in a child process first, in the loader's order, so a
-// binary that crashes or hangs on load (wrong CPU, broken build) cannot take doctor down with it.
+// Loads each candidate native binary in a child process first, in the loader's order (the same
+// CUDA-or-CPU variant choice), so a binary that crashes or hangs on load (wrong CPU, broken
+// build) cannot take doctor down with it.
 import { spawn } from 'node:child_process';
-import { NATIVE_ABI, nativeCandidates, packageRoot, type NativeCandidate, type NativeRejection } from '../native/binding.js';
-import type { NativeSystemInfo } from '../native/types.js';
+import { NATIVE_ABI, planNative, selectionNote, type NativeCandidate, type NativePlan, type NativeRejection, type NativeSelectOptions } from '../native/binding.js';
+import type { NativeDevice, NativeSystemInfo } from '../native/types.js';
 
 export interface NativeProbe {
   loaded?: NativeCandidate & { version: string; systemInfo: NativeSystemInfo };
   rejected: NativeRejection[];
   candidates: NativeCandidate[];
+  /** The device the variant was chosen for (RAPID_DEVICE, else auto). */
+  device?: NativeDevice;
+  /** The NVIDIA driver file found, or null; absent when the probe did not look. */
+  driver?: string | null;
+  /** Why the CUDA variant is not the one loaded (see binding.selectionNote). */
+  note?: string;
 }
 
 // CommonJS, run with `node -e`: argv[1] is the JSON list of paths, argv[2] the expected ABI.
@@ -81,9 +88,15 @@ function runChild(paths: string[], timeoutMs: number): Promise<{ lines: ChildLin
   });
 }
 
-/** Probes the candidates under `root` (default: this package) in child processes. */
-export async function probeNative(opts: { root?: string; timeoutMs?: number } = {}): Promise<NativeProbe> {
-  const { candidates, rejected } = nativeCandidates(opts.root ?? packageRoot());
+/** Probes the candidates of the loader's plan (default: this package, RAPID_DEVICE) in child processes. */
+export async function probeNative(opts: Pick<NativeSelectOptions, 'root' | 'device' | 'env' | 'driverPaths'> & { timeoutMs?: number } = {}): Promise<NativeProbe> {
+  const plan: NativePlan = planNative(opts);
+  const { candidates, device, driver } = plan;
+  const rejected = [...plan.rejected];
+  const done = (loaded?: NativeProbe['loaded']): NativeProbe => {
+    const note = loaded ? selectionNote(plan, loaded, rejected) : plan.cudaSkipped;
+    return { ...(loaded ? { loaded } : {}), rejected, candidates, device, driver, ...(note ? { note } : {}) };
+  };
   const bySource = new Map(candidates.map((c) => [c.path, c]));
   let pending = candidates.map((c) => c.path);
   // Each crash removes the culprit and restarts with the rest: at most one child per candidate.
@@ -98,19 +111,19 @@ export async function probeNative(opts: { root?: string; timeoutMs?: number } = 
       }
       if (line.ok && line.systemInfo) {
         const c = bySource.get(line.ok) as NativeCandidate;
-        return { loaded: { ...c, version: line.version ?? '?', systemInfo: line.systemInfo }, rejected, candidates };
+        return done({ ...c, version: line.version ?? '?', systemInfo: line.systemInfo });
       }
-      if (line.none) return { rejected, candidates };
+      if (line.none) return done();
     }
     if (!current) {
       // The child died before trying anything (e.g. node itself failed): report and stop.
       const why = r.timedOut ? 'timed out' : `exited with ${r.signal ?? r.code}: ${r.stderr.trim().split('\n').pop() ?? ''}`;
       for (const p of pending) rejected.push({ ...(bySource.get(p) as NativeCandidate), reason: `probe process ${why}` });
-      return { rejected, candidates };
+      return done();
     }
     const how = r.timedOut ? `hung for more than ${Math.round((opts.timeoutMs ?? 20_000) / 1000)} s while loading` : `crashed the process while loading (${r.signal ?? `exit code ${r.code}`})`;
     rejected.push({ ...(bySource.get(current) as NativeCandidate), reason: how });
     pending = pending.slice(pending.indexOf(current) + 1);
   }
-  return { rejected, candidates };
+  return done();
 }

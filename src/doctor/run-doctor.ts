@@ -3,7 +3,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { hubCacheDir, type Env } from '../models/hub-env.js';
-import { packageRoot } from '../native/binding.js';
+import { packageRoot, resolveDevice } from '../native/binding.js';
+import type { NativeDevice } from '../native/types.js';
 import { checkCacheIntegrity } from './checks/cache-integrity.js';
 import { checkCpuFeatures } from './checks/cpu-features.js';
 import { checkDisk } from './checks/disk.js';
@@ -24,6 +25,7 @@ export interface DoctorOptions {
   threads?: number;
   env?: Env;
   nativeRoot?: string; // package root to probe (tests)
+  driverPaths?: readonly string[]; // NVIDIA driver files to look for (tests)
   probeTimeoutMs?: number;
 }
 
@@ -49,17 +51,25 @@ export async function runDoctor(opts: DoctorOptions = {}): Promise<DoctorReport>
   const checks: CheckResult[] = [];
   checks.push(await guarded('node', 'Node.js', () => checkNodeVersion()));
   checks.push(await guarded('platform', 'Platform', () => checkPlatform()));
+  let requested: NativeDevice = 'auto';
+  let deviceError: string | undefined;
+  try {
+    requested = resolveDevice(undefined, env);
+  } catch (err) {
+    deviceError = (err as Error).message;
+  }
   let probe: NativeProbe = { rejected: [], candidates: [] };
   checks.push(
     await guarded('native', 'Native binary', async () => {
-      probe = await probeNative({ root: opts.nativeRoot, timeoutMs: opts.probeTimeoutMs });
+      // device cuda is probed as auto: the native check still finds a binary, the GPU check says why not CUDA.
+      probe = await probeNative({ root: opts.nativeRoot, timeoutMs: opts.probeTimeoutMs, device: requested === 'cuda' ? 'auto' : requested, driverPaths: opts.driverPaths });
       return checkNativeBinary(probe);
     }),
   );
   const sys = probe.loaded?.systemInfo;
   checks.push(await guarded('cpu', 'CPU features', () => checkCpuFeatures(sys)));
   checks.push(await guarded('threads', 'Threads', () => checkThreads(sys)));
-  checks.push(await guarded('gpu', 'GPU backends', () => checkGpu()));
+  checks.push(await guarded('gpu', 'GPU', () => checkGpu({ probe, requested, deviceError })));
   checks.push(await guarded('memory', 'Memory', () => checkMemory()));
   checks.push(await guarded('disk', 'Disk (model cache)', () => checkDisk(cacheDir)));
   checks.push(await guarded('cache', 'Cache integrity', () => checkCacheIntegrity(cacheDir)));

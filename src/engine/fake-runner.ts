@@ -115,6 +115,8 @@ export class FakeModel implements NativeModel {
       quantization: 'none',
       precision: 'exact',
       threads: 1,
+      device: 'cpu',
+      deviceName: 'fake CPU',
       ...(this.vision?.mrope ? { mropeSections: [1, 1, 2] } : {}),
       ...(this.vision ? { vision: { family: 'fake', deepstackLayers: this.vision.deepstackLayers ?? 0, weightBytes: 0, quantization: 'none' } } : {}),
     };

@@ -2,7 +2,7 @@
 // ids and generation defaults, loaded from one local directory.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { loadNative } from '../native/binding.js';
+import { loadNative, resolveDevice } from '../native/binding.js';
 import type { NativeLoadOptions, NativeModel, NativeModelInfo } from '../native/types.js';
 import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
 import { ChatTemplate, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../template/chat-template.js';
@@ -78,7 +78,9 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
     topP: num(gen.top_p),
     topK: num(gen.top_k),
   };
-  const native = loadNative().addon.loadModel(abs, options);
+  // --device (else RAPID_DEVICE) picks the binary variant on the first load and the device here.
+  const device = resolveDevice(options.device);
+  const native = loadNative({ device }).addon.loadModel(abs, { ...options, device });
   const info = native.info();
   const blocks = new KvBlockAllocator(info.numBlocks, info.blockSize);
 

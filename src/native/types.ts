@@ -96,6 +96,9 @@ export interface NativeModelInfo {
   quantization: string; // e.g. "none", "affine 4-bit g64", "mixed"
   precision: 'exact' | 'fast';
   threads: number;
+  device: 'cpu' | 'cuda'; // where the forward runs
+  deviceName: string; // e.g. "NVIDIA H200"; on the CPU, what the runtime calls it
+  deviceNote?: string; // why a CUDA build runs this model on the CPU (device auto)
   mropeSections?: number[]; // present iff positions are [3, n] (mRoPE)
   vision?: NativeVisionInfo; // present iff the checkpoint has a vision tower (loaded with the text model)
 }
@@ -124,11 +127,18 @@ export interface NativeImageEmbedding {
   ms: number; // encoder wall time
 }
 
+/** auto: CUDA when the binary has it, a device is present and the family is supported, else CPU. */
+export type NativeDevice = 'auto' | 'cpu' | 'cuda';
+
+/** Which build of the addon: the CPU-only default, or the one linked with the CUDA runtime. */
+export type NativeVariant = 'cpu' | 'cuda';
+
 export interface NativeLoadOptions {
   threads?: number; // default: hardware cores
   kvCacheBytes?: number; // default: a share of free RAM, capped
   blockSize?: number; // default 16
   precision?: 'exact' | 'fast'; // fast (default): int8 activations for quantized matmuls
+  device?: NativeDevice; // default auto; cuda throws (saying why) when it cannot run there
 }
 
 export interface NativeModel {
@@ -157,6 +167,24 @@ export interface NativeSystemInfo {
   simd: string[]; // e.g. ["avx2", "fma", "f16c"] detected at run time
   kernel: string; // which matmul kernel set is in use, e.g. "avx2" | "generic" | "neon"
   threads: number; // default pool size
+  cuda: NativeCudaInfo;
+}
+
+export interface NativeCudaDevice {
+  index: number;
+  name: string; // e.g. "NVIDIA H200"
+  totalBytes: number;
+  freeBytes: number;
+  computeCapability: string; // e.g. "9.0"
+}
+
+/** What the CUDA runtime reports; compiled false (and no devices) in the CPU-only build. */
+export interface NativeCudaInfo {
+  compiled: boolean;
+  devices: NativeCudaDevice[];
+  driverVersion?: string;
+  runtimeVersion?: string;
+  error?: string; // why no device is usable (no driver, driver too old, ...)
 }
 
 export interface NativeConvertOptions {

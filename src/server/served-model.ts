@@ -4,6 +4,7 @@ import type { MultimodalInput } from '../engine/multimodal.js';
 import { samplingDefaults, type RecommendedSampling } from '../models/catalog.js';
 import type { ChatMessage } from '../template/chat-template.js';
 import { detectToolFormat } from './tool-parsers/registry.js';
+import { modelDevice, type DeviceInfo, type ModelDevice } from '../engine/model-device.js';
 
 export type SamplingDefaults = RecommendedSampling;
 
@@ -28,6 +29,8 @@ export interface ServedModel {
   readonly toolFormat?: string;
   /** Present iff the model takes images (it has a vision tower). */
   readonly vision?: ServedVision;
+  /** Where the model runs (CPU or a CUDA device), for /v1/status; absent for stand-ins. */
+  readonly device?: ModelDevice;
 }
 
 /** OpenAI image_url.detail: "low" caps the image's pixel budget (fewer image tokens); auto = high. */
@@ -54,7 +57,7 @@ export interface ServedVision {
 
 /** The parts of a loaded TextModel (src/engine/text-model.ts) this adapter reads. */
 export interface TextModelLike {
-  info: { contextLength: number; vocabSize: number; family?: string };
+  info: { contextLength: number; vocabSize: number; family?: string } & Partial<DeviceInfo>;
   defaults: { temperature?: number; topP?: number; topK?: number };
   text: { tokenizer: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string; tokenToId?(token: string): number | undefined } };
   encodePrompt(input: { prompt?: string; messages?: ChatMessage[]; raw?: boolean; templateArgs?: Record<string, unknown> }): number[];
@@ -73,5 +76,6 @@ export function servedModelFrom(model: TextModelLike, id: string, recommended: S
     tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),
     reasoning: model.template?.source.includes('<think>') ?? false,
     toolFormat: detectToolFormat(model.template?.source, model.info.family, (t) => model.text.tokenizer.tokenToId?.(t) !== undefined),
+    ...(model.info.device !== undefined ? { device: modelDevice({ device: model.info.device, deviceName: model.info.deviceName ?? model.info.device, deviceNote: model.info.deviceNote }) } : {}),
   };
 }

@@ -148,7 +148,7 @@ export function createServer(options: ServerOptions): RapidServer {
         sendJson(res, 200, { object: 'list', data: [modelCard()] });
         return;
       case '/v1/status':
-        sendJson(res, 200, { model: model.id, uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
+        sendJson(res, 200, { model: model.id, ...(model.device ? { device: model.device } : {}), uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
         return;
       case '/metrics': {
         const text = metrics.render(engine.stats(), model.id);

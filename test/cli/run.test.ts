@@ -65,7 +65,7 @@ describe.skipIf(!nativeAvailable())('rapid run', () => {
     const json = rapid([...args, '--json']);
     expect(json.status, json.stderr).toBe(0);
     const out = JSON.parse(json.stdout) as Record<string, unknown>;
-    expect(Object.keys(out).sort()).toEqual(['finish_reason', 'text', 'timings', 'token_ids', 'usage']);
+    expect(Object.keys(out).sort()).toEqual(['device', 'finish_reason', 'text', 'timings', 'token_ids', 'usage']);
     expect(['stop', 'length']).toContain(out.finish_reason);
     expect(out.usage).toMatchObject({ completion_tokens: (out.token_ids as number[]).length });
     expect(out.timings).toHaveProperty('decode_tokens_per_second');

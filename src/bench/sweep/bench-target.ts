@@ -3,10 +3,12 @@
 import { basename, resolve } from 'node:path';
 import { chatCompletionsUrl, modelsUrl } from './endpoint.js';
 import type { StreamTarget } from './stream-request.js';
+import type { NativeDevice } from '../../native/types.js';
 
 export interface InProcessOptions {
   threads?: number;
   precision?: 'exact' | 'fast';
+  device?: NativeDevice;
   maxNumSeqs: number;
   kvCacheMemory?: number;
   log?: (line: string) => void;
@@ -52,6 +54,7 @@ export async function openInProcessTarget(spec: string, o: InProcessOptions): Pr
       servedModelName: name,
       threads: o.threads,
       precision: o.precision ?? 'fast',
+      device: o.device,
       maxNumSeqs: o.maxNumSeqs,
       maxWaiting: Math.max(256, o.maxNumSeqs * 4),
       kvCacheMemory: o.kvCacheMemory,

@@ -13,6 +13,7 @@ import { resultsTable } from './results-table.js';
 import { loadSchemaCheck, type SchemaCheck } from './schema-validator.js';
 import { runSweep, validateSweep, type SweepListener } from './sweep.js';
 import { validateWorkload, type WorkloadKind, type WorkloadOptions } from './workload.js';
+import type { NativeDevice } from '../../native/types.js';
 
 export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed';
 
@@ -42,6 +43,7 @@ export interface BenchOptions {
   /** In-process serving. */
   threads?: number;
   precision?: 'exact' | 'fast';
+  device?: NativeDevice;
   kvCacheMemory?: number;
   /** auto: the ink view on a terminal, plain lines otherwise. */
   progress?: 'auto' | 'live' | 'plain' | 'none';
@@ -96,7 +98,7 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
   const opened: OpenTarget =
     o.url !== undefined
       ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs)
-      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, maxNumSeqs: maxC, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
+      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
   let report: BenchReport;
   try {
     const mode = o.progress ?? 'auto';

@@ -3,7 +3,7 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
 import { parseByteSize } from './serve.js';
-import { checkPrecision, parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 
 /** "1,2,4,16" -> [1, 2, 4, 16] */
 export function parseConcurrencyList(value: string): number[] {
@@ -43,6 +43,7 @@ export function registerBench(program: Command, version = '0.0.0'): void {
     .option('--progress <mode>', 'auto (live on a terminal, plain lines otherwise), live, plain or none', 'auto')
     .option('--threads <n>', 'in-process model: CPU threads', parseIntOption('--threads'))
     .option('--precision <mode>', 'in-process model: exact or fast', 'fast')
+    .option('--device <device>', `in-process model: ${DEVICE_HELP}`, parseDeviceOption)
     .option('--kv-cache-memory <size>', 'in-process model: KV cache budget, e.g. 2GiB', parseByteSize)
     .action(async (model: string | undefined, opts: CliOptions) => {
       checkPrecision(opts.precision);

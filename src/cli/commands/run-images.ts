@@ -7,6 +7,7 @@ import { imageChatPrompt, imageUserMessage } from '../../engine/image-prompt.js'
 import type { EngineDone } from '../../engine/request.js';
 import type { SamplingParams } from '../../engine/sampling-params.js';
 import type { TextModel } from '../../engine/text-model.js';
+import { modelDevice } from '../../engine/model-device.js';
 import type { ChatMessage } from '../../template/chat-template.js';
 import { decodeImage, type PreparedImage } from '../../vision/index.js';
 
@@ -68,6 +69,7 @@ export async function runWithImages(model: TextModel, o: RunImagesOptions): Prom
         finish_reason: done.finishReason,
         usage: { prompt_tokens: done.usage.promptTokens, completion_tokens: done.usage.completionTokens, total_tokens: done.usage.totalTokens },
         images: multimodal.images.map((im) => ({ grid: im.input.grid, tokens: im.length })),
+        device: modelDevice(model.info),
         timings: {
           image_encode_ms: round(enc.encodeMs),
           ttft_ms: round(done.timings.ttftMs),

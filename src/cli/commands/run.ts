@@ -5,7 +5,9 @@ import { openTextModel } from '../../engine/text-model.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import type { GenerateDone } from '../../engine/generate.js';
-import { checkPrecision, parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
+import type { NativeDevice } from '../../native/types.js';
+import { modelDevice } from '../../engine/model-device.js';
 import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
@@ -28,6 +30,7 @@ interface RunOptions {
   json?: boolean;
   threads?: number;
   precision: 'exact' | 'fast';
+  device?: NativeDevice;
   schema?: string;
   jsonObject?: boolean;
   image?: string[];
@@ -66,9 +69,10 @@ export function registerRun(program: Command): void {
     .option('--seed <n>', 'random seed (same seed, same output)', parseIntOption('--seed'))
     .option('--stop <text>', 'stop string (repeatable)', collect)
     .option('--raw', 'send the prompt as is, without the chat template')
-    .option('--json', 'print one JSON object: text, token_ids, finish_reason, usage, timings')
+    .option('--json', 'print one JSON object: text, token_ids, finish_reason, usage, device, timings')
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--schema <file>', 'constrain the output to JSON valid against this JSON Schema file')
     .option('--json-object', 'constrain the output to a JSON object')
     .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
@@ -80,7 +84,7 @@ export function registerRun(program: Command): void {
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
       const format = responseFormat(opts);
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
-      const model = openTextModel(resolved.dir, { threads: opts.threads, precision: opts.precision });
+      const model = openTextModel(resolved.dir, { threads: opts.threads, precision: opts.precision, device: opts.device });
       const defaults = samplingDefaults(model.defaults, resolved.entry?.sampling);
       try {
         const params = resolveSamplingParams(
@@ -117,6 +121,7 @@ export function registerRun(program: Command): void {
               token_ids: done.tokenIds,
               finish_reason: done.finishReason,
               usage: { prompt_tokens: done.usage.promptTokens, completion_tokens: done.usage.completionTokens, total_tokens: done.usage.totalTokens },
+              device: modelDevice(model.info),
               timings: {
                 prefill_ms: round(done.timings.prefillMs),
                 decode_ms: round(done.timings.decodeMs),

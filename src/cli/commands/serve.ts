@@ -10,7 +10,10 @@ import { servedModelFrom, type SamplingDefaults } from '../../server/served-mode
 import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
-import { checkPrecision, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
+import type { NativeDevice } from '../../native/types.js';
+import { loadNative } from '../../native/binding.js';
+import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 
 export interface ServeOptions {
@@ -25,6 +28,7 @@ export interface ServeOptions {
   blockSize?: number;
   threads?: number;
   precision: 'exact' | 'fast';
+  device?: NativeDevice; // default: RAPID_DEVICE, else auto
   stepTimeout: number; // seconds
   prefixCache: boolean;
   maxBodyBytes?: number;
@@ -66,6 +70,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     precision: opts.precision ?? 'fast',
     kvCacheBytes: opts.kvCacheMemory,
     blockSize: opts.blockSize,
+    device: opts.device,
   });
   const engine = createTextEngine(model, {
     maxNumSeqs: opts.maxNumSeqs ?? 16,
@@ -131,6 +136,7 @@ export function registerServe(program: Command): void {
     .option('--block-size <n>', 'tokens per KV block', parseIntOption('--block-size'))
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
     .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')
     .option('--max-body-bytes <size>', 'largest request body accepted (default 8 MiB; 64 MiB for vision models: inline images)', parseByteSize)
@@ -155,8 +161,14 @@ export function registerServe(program: Command): void {
       log(
         `serving ${name} on ${running.url}/v1 ` +
           `(${info.family}${info.vision ? ` + ${info.vision.family} vision` : ''}, context ${info.contextLength}, ` +
-          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${info.threads} threads)`,
+          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)})`,
       );
+      // Why a GPU machine runs on the CPU; on a machine without an NVIDIA driver there is nothing to explain.
+      const native = loadNative();
+      if (info.device === 'cpu' && native.driver !== null && native.device !== 'cpu') {
+        const why = native.variant === 'cpu' ? (native.note ?? info.deviceNote) : (info.deviceNote ?? native.note);
+        log(`running on the CPU: ${why ?? 'the CUDA backend was not used'}`);
+      }
       let signals = 0;
       const stop = (sig: string) => {
         if (++signals > 1) {
