@@ -32,6 +32,20 @@ export const QWEN25_05B: Qwen2Shape = {
   maxPositions: 32768,
 };
 
+/** Qwen2.5-3B: the larger shape of the CUDA bench (tied embeddings like 0.5B). */
+export const QWEN25_3B: Qwen2Shape = {
+  hidden: 2048,
+  layers: 36,
+  heads: 16,
+  kvHeads: 2,
+  headDim: 128,
+  ffn: 11008,
+  vocab: 151936,
+  ropeTheta: 1_000_000,
+  rmsEps: 1e-6,
+  maxPositions: 32768,
+};
+
 export interface QuantSpec {
   bits: 4 | 8;
   groupSize: number;
