@@ -20,7 +20,8 @@ const nvcc = join(cuda, 'bin', 'nvcc');
 const werror = process.env.RAPID_WERROR === '1';
 const archs = (process.env.RAPID_CUDA_ARCHS ?? '80,90').split(',').map((a) => a.trim()).filter(Boolean);
 const out = join(root, 'build', 'cuda');
-const objDir = join(out, 'obj');
+// Objects depend on the target GPUs: one folder per arch list, so changing RAPID_CUDA_ARCHS rebuilds.
+const objDir = join(out, `obj-sm${archs.join('-')}`);
 
 if (!existsSync(nvcc)) {
   process.stderr.write(`build-cuda: ${nvcc} not found; install the CUDA toolkit or set CUDA_HOME\n`);

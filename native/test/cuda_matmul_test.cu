@@ -306,14 +306,29 @@ void test_fused(ThreadPool& pool, const Format& f, std::mt19937& rng) {
   }
 }
 
-void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::mt19937& rng) {
-  TestWeight G = make_weight(f, ffn, in, rng), U = make_weight(f, ffn, in, rng);
+// fu == nullptr: gate and up share format f and run fused (matmul_glu); else up is stored as *fu and the
+// decoder's fallback runs: one matmul launch with two jobs, then cuda::glu.
+void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::mt19937& rng, const Format* fu = nullptr) {
+  TestWeight G = make_weight(f, ffn, in, rng), U = make_weight(fu ? *fu : f, ffn, in, rng);
+  DevBuf d_u(size_t(64 * ffn) * 4);  // up scratch of the fallback, [n <= 64, ffn]
+  auto run = [&](const float* d_x, int64_t n, float* d_out, int act) {
+    if (!fu) return cuda::matmul_glu(d_x, n, G.dev, U.dev, act, d_out, nullptr);
+    cuda::MatmulJob jobs[2];
+    jobs[0].w = G.dev;
+    jobs[0].y = d_out;
+    jobs[0].ldy = ffn;
+    jobs[1].w = U.dev;
+    jobs[1].y = d_u.f();
+    jobs[1].ldy = ffn;
+    cuda::matmul(d_x, in, n, jobs, 2, nullptr);
+    cuda::glu(d_out, d_u.f(), n * ffn, act, nullptr);
+  };
   for (int act = 0; act < 2; ++act)
     for (int n : {1, 3, 8, 13, 64}) {
       const std::vector<float> x = random_vec(size_t(n * in), rng);
       DevBuf d_x(x.data(), x.size() * 4), d_out(size_t(n * ffn) * 4), d_o1(size_t(ffn) * 4);
       ck(cudaMemset(d_out.p, 0xFF, d_out.bytes), "memset");
-      cuda::matmul_glu(d_x.f(), n, G.dev, U.dev, act, d_out.f(), nullptr);
+      run(d_x.f(), n, d_out.f(), act);
       const std::vector<float> gpu = download(d_out, size_t(n * ffn));
       std::vector<float> g(size_t(n * ffn)), u(size_t(n * ffn));
       matmul(pool, G.host, x.data(), g.data(), n, Precision::Exact);
@@ -330,7 +345,7 @@ void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::m
       }
       int bad_rows = 0;
       for (int r = 0; n > 1 && r < n; ++r) {
-        cuda::matmul_glu(d_x.f() + int64_t(r) * in, 1, G.dev, U.dev, act, d_o1.f(), nullptr);
+        run(d_x.f() + int64_t(r) * in, 1, d_o1.f(), act);
         const std::vector<float> one = download(d_o1, size_t(ffn));
         if (std::memcmp(one.data(), gpu.data() + size_t(r * ffn), size_t(ffn) * 4) != 0) ++bad_rows;
       }
@@ -338,7 +353,8 @@ void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::m
       std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g invariance_bad_rows=%d", e.max_abs, e.max_rel,
                     bad_rows);
       report(e.ok() && bad_rows == 0,
-             std::string("glu ") + (act == 0 ? "silu " : "gelu_tanh ") + f.name() + " [" + std::to_string(ffn) + "x" +
+             std::string("glu ") + (act == 0 ? "silu " : "gelu_tanh ") + f.name() + (fu ? " + up " + fu->name() : "") +
+                 " [" + std::to_string(ffn) + "x" +
                  std::to_string(in) + "] n=" + std::to_string(n),
              buf);
     }
@@ -421,6 +437,10 @@ int main() {
     for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 8, 32, DType::F16},
                             Format{WeightKind::Dense, 0, 0, DType::BF16}, Format{WeightKind::Dense, 0, 0, DType::F32}})
       test_glu(pool, f, 1000, 896, rng);
+    // Mixed per-layer quantization (a dense gate beside a 4-bit up, as in the qwen3-q4 fixture).
+    const Format dense_f32{WeightKind::Dense, 0, 0, DType::F32}, a4{WeightKind::Affine, 4, 32, DType::F32};
+    test_glu(pool, dense_f32, 1000, 896, rng, &a4);
+    test_glu(pool, a4, 1000, 896, rng, &dense_f32);
     bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, 4864, 896, rng);
     bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, 151936, 896, rng);
   } catch (const std::exception& e) {

@@ -89,7 +89,13 @@ struct DevLayer {
   DevWeight q, k, v, o, gate, up, down;
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;  // [out] or null
   int act = 0;
+  bool glu_fused = true;  // gate and up share one format: one fused launch; else two matmuls + glu
 };
+
+// Per-layer quantization overrides can store gate and up differently (one 8-bit, one dense, ...).
+bool same_format(const Weight& a, const Weight& b) {
+  return a.kind == b.kind && a.dtype == b.dtype && a.bits == b.bits && a.group == b.group && a.out == b.out && a.in == b.in;
+}
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -278,6 +284,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
       d.up = upload_weight(L.mlp.up.w);
       d.down = upload_weight(L.mlp.down.w);
       d.act = L.mlp.act == Activation::Silu ? 0 : 1;
+      d.glu_fused = same_format(L.mlp.gate.w, L.mlp.up.w);
       layers_.push_back(d);
     }
     uploaded_.clear();
@@ -323,6 +330,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     off_att_ = o; o += align_up(size_t(Tc_ * qd) * f);
     off_o_ = o; o += align_up(size_t(Tc_ * H) * f);
     off_g_ = o; o += align_up(size_t(Tc_ * cfg_.ffn) * f);
+    off_u_ = o; o += align_up(size_t(Tc_ * cfg_.ffn) * f);
     off_sel_ = o; o += align_up(size_t(Mc_ * H) * f);
     scratch_.release();
     scratch_.reserve(o, "cudaMalloc activations");
@@ -449,6 +457,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     float* att = scratch_.as<float>(off_att_);  // [T, n_heads, hd]
     float* o = scratch_.as<float>(off_o_);      // [T, H]
     float* g = scratch_.as<float>(off_g_);      // [T, ffn]
+    float* u = scratch_.as<float>(off_u_);      // [T, ffn] up projection when not fused
     float* sel = scratch_.as<float>(off_sel_);  // [m, H]
     float* logits = logits_.as<float>();        // [m, vocab]
     const int32_t* erows = embeds_dev_.as<int32_t>();
@@ -493,7 +502,13 @@ class CudaDecoder final : public Model, public DeviceLogits {
         matmul(att, qd, T, &oj, 1, s);
         rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
       }
-      matmul_glu(xn, T, L.gate, L.up, L.act, g, s);
+      if (L.glu_fused) {
+        matmul_glu(xn, T, L.gate, L.up, L.act, g, s);
+      } else {
+        const MatmulJob gu[2] = {{L.gate, nullptr, g, d.ffn, false}, {L.up, nullptr, u, d.ffn, false}};
+        matmul(xn, H, T, gu, 2, s);
+        glu(g, u, T * d.ffn, L.act, s);
+      }
       if (d.sandwich_norms) {
         const MatmulJob dj{L.down, nullptr, o, H, false};
         matmul(g, d.ffn, T, &dj, 1, s);
@@ -530,7 +545,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_;
   PinnedBuffer meta_host_, fmeta_host_, embeds_host_, mask_host_;
   MetaLayout layout_;
-  size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_sel_ = 0;
+  size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_u_ = 0, off_sel_ = 0;
   std::vector<std::pair<size_t, size_t>> rope_off_;  // per RoPE spec: byte offsets of cos and sin
   size_t qscale_off_ = 0, fmeta_bytes_ = 0;
   std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;

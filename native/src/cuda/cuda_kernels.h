@@ -41,6 +41,10 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
 void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
                 cudaStream_t s);
 
+// gate[i] = act(gate[i]) * up[i] over n values (the GLU product when gate and up are stored in different
+// formats and run as two matmuls); same formulas as matmul_glu.
+void glu(float* gate, const float* up, int64_t n, int act, cudaStream_t s);
+
 // y[r] = x[r] * rsqrt(mean(x[r]^2) + eps) * w over rows of `dim`; x and y may alias. w [dim] f32.
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* w, float eps, cudaStream_t s);
 

@@ -491,6 +491,18 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
   }
 }
 
+__global__ void glu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, int act) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) gate[i] = __fmul_rn(act_fn(gate[i], act), up[i]);
+}
+
+void glu(float* gate, const float* up, int64_t n, int act, cudaStream_t s) {
+  if (act != 0 && act != 1) throw std::runtime_error("cuda::glu: act must be 0 (silu) or 1 (gelu_tanh)");
+  if (n <= 0) return;
+  glu_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(gate, up, n, act);
+  check(cudaGetLastError(), "cuda::glu launch");
+}
+
 void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
                 cudaStream_t s) {
   const Fmt f = fmt_of(gate, "cuda::matmul_glu");
