@@ -355,7 +355,8 @@ function checkTextPositions(c) {
 
 // ---------------------------------------------------------------- b) batch invariance
 
-/** Seeded PRNG (mulberry32): the prompts are the same on every machine. */
+/** Seeded PRNG (mulberry32, as src/bench/sweep/rng.ts; repeated here because this script runs on a GPU
+ * machine with Node alone, importing nothing but node: builtins): the prompts are the same everywhere. */
 function rng(seed) {
   let a = seed >>> 0;
   return () => {

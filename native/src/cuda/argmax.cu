@@ -19,6 +19,19 @@ __device__ __forceinline__ bool better(float v, int32_t i, float bv, int32_t bi)
   return v > bv || (v == bv && i < bi);
 }
 
+// The warp's best (value, id) pair by `better`, with a fixed shuffle tree.
+__device__ __forceinline__ void warp_best(float& bv, int32_t& bi) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+}
+
 // logits [m, vocab]; masks [*, words] bit set = allowed; mask_of [m] (-1 = no mask) or null.
 __global__ void __launch_bounds__(kArgThreads) argmax_kernel(const float* __restrict__ logits, int64_t vocab,
                                                              const uint32_t* __restrict__ masks,
@@ -41,15 +54,7 @@ __global__ void __launch_bounds__(kArgThreads) argmax_kernel(const float* __rest
       bi = int32_t(i);
     }
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
+  warp_best(bv, bi);
   __shared__ float sv[kArgThreads / 32];
   __shared__ int32_t si[kArgThreads / 32];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -61,15 +66,7 @@ __global__ void __launch_bounds__(kArgThreads) argmax_kernel(const float* __rest
   if (warp == 0) {
     bv = sv[lane];
     bi = si[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-      const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-      if (better(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-      }
-    }
+    warp_best(bv, bi);
     if (lane == 0) tokens[r] = bi;
   }
 }

@@ -33,21 +33,32 @@ void add_inplace(float* h, const float* o, int64_t n, cudaStream_t s) {
   check(cudaGetLastError(), "add_inplace");
 }
 
-// Device memory freed on destruction.
-class DeviceBuffer {
+// Device or page-locked host memory (pinned, so the per-step uploads are true async copies), freed on
+// destruction; reserve() only ever grows it, and a regrow drops the old contents.
+struct DeviceMemory {
+  static cudaError_t alloc(void** p, size_t n) { return cudaMalloc(p, n); }
+  static void free(void* p) { cudaFree(p); }
+};
+struct PinnedMemory {
+  static cudaError_t alloc(void** p, size_t n) { return cudaHostAlloc(p, n, cudaHostAllocDefault); }
+  static void free(void* p) { cudaFreeHost(p); }
+};
+
+template <class Memory>
+class Buffer {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  ~DeviceBuffer() { release(); }
-  void reserve(size_t bytes, const char* what) {
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
+  void reserve(size_t bytes, const char* what = "allocate staging memory") {
     if (bytes <= bytes_) return;
     release();
-    check(cudaMalloc(&p_, bytes), what);
+    check(Memory::alloc(&p_, bytes), what);
     bytes_ = bytes;
   }
   void release() {
-    if (p_) cudaFree(p_);
+    if (p_) Memory::free(p_);
     p_ = nullptr;
     bytes_ = 0;
   }
@@ -57,31 +68,8 @@ class DeviceBuffer {
   void* p_ = nullptr;
   size_t bytes_ = 0;
 };
-
-// Page-locked host memory, so the per-step uploads are true async copies.
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() { release(); }
-  void reserve(size_t bytes) {
-    if (bytes <= bytes_) return;
-    release();
-    check(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault), "cudaHostAlloc");
-    bytes_ = bytes;
-  }
-  void release() {
-    if (p_) cudaFreeHost(p_);
-    p_ = nullptr;
-    bytes_ = 0;
-  }
-  template <typename T> T* as(size_t byte_offset = 0) const { return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset); }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
+using DeviceBuffer = Buffer<DeviceMemory>;
+using PinnedBuffer = Buffer<PinnedMemory>;
 
 struct DevLayer {
   const float *input_norm = nullptr, *post_attn_norm = nullptr, *pre_ffn_norm = nullptr, *post_ffn_norm = nullptr;
