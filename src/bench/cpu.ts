@@ -8,6 +8,7 @@ import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadNative, packageRoot } from '../native/binding.js';
 import type { NativeAddon, NativeModel, NativeModelInfo, NativeStepResult } from '../native/types.js';
+import { median } from './median.js';
 import { intOption, precisionOption } from './bench-options.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, type RandomCheckpoint } from './random-checkpoint.js';
 import { runPeer, type PeerResult } from './peer.js';
@@ -68,11 +69,6 @@ export interface CpuBenchReport {
 }
 
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m] : (s[m - 1] + s[m]) / 2;
-}
 
 function log(msg: string): void {
   process.stderr.write(`bench: ${msg}\n`);

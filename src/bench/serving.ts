@@ -9,8 +9,9 @@ import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Engine } from '../engine/engine.js';
+import { median } from './median.js';
 import { GrammarService, type GrammarTokenizer } from '../engine/grammar/grammar-service.js';
-import type { GrammarNext, RequestGrammar } from '../engine/grammar/request-grammar.js';
+import type { GrammarNext, GrammarPick, RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import { loadNative } from '../native/binding.js';
@@ -33,7 +34,7 @@ export interface ServingLevel {
   /** Mean time inside the native step (forward + sampling), from the engine's await of it. */
   nativeStepMs: number;
   /** Constrained runs only: time in the grammar (mask + accept), per generated token and in all. */
-  grammar?: { maskMsPerToken: number; maskMsTotal: number; maskShareOfWall: number; stepMsMean: number };
+  grammar?: { maskMsPerToken: number; maskMsTotal: number; maskShareOfWall: number; stepMsMean: number; speculated: number; misses: number };
 }
 
 /** Time spent inside native steps (all engines of this process). */
@@ -63,7 +64,7 @@ function timedModel(model: NativeModel): NativeModel {
 class TimedGrammar implements RequestGrammar {
   constructor(
     private readonly inner: RequestGrammar,
-    private readonly clock: { ms: number; tokens: number },
+    private readonly clock: { ms: number; tokens: number; speculated: number; misses: number },
   ) {}
   async next(): Promise<GrammarNext> {
     const t = performance.now();
@@ -79,6 +80,25 @@ class TimedGrammar implements RequestGrammar {
     this.clock.ms += performance.now() - t;
     this.clock.tokens++;
     return ok;
+  }
+  // Speculation (the engine skips the mask in wide states) is forwarded and timed like the mask.
+  speculate(): boolean {
+    const t = performance.now();
+    const wide = this.inner.speculate?.() ?? false;
+    this.clock.ms += performance.now() - t;
+    return wide;
+  }
+  async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
+    const t = performance.now();
+    try {
+      const pick = await this.inner.acceptBest!(candidates);
+      if (pick.kind === 'token') this.clock.tokens++;
+      else if (pick.kind === 'miss') this.clock.misses++;
+      this.clock.speculated++;
+      return pick;
+    } finally {
+      this.clock.ms += performance.now() - t;
+    }
   }
   dispose(): void {
     this.inner.dispose();
@@ -193,7 +213,7 @@ export async function runLevel(
   const firstAt: number[] = [];
   const doneAt: number[] = [];
   const tokenTimes: number[] = [];
-  const clock = { ms: 0, tokens: 0 };
+  const clock = { ms: 0, tokens: 0, speculated: 0, misses: 0 };
   // Matchers are made before the clock starts: compiling is cached per schema, not per request.
   const grammars = constrained
     ? await Promise.all(Array.from({ length: concurrency }, async () => new TimedGrammar(await constrained.service.matcher(constrained.format), clock)))
@@ -240,6 +260,8 @@ export async function runLevel(
             maskMsPerToken: Math.round((clock.ms / Math.max(1, clock.tokens)) * 1000) / 1000,
             maskMsTotal: Math.round(clock.ms),
             maskShareOfWall: Math.round((clock.ms / wall) * 1000) / 1000,
+            speculated: clock.speculated,
+            misses: clock.misses,
             stepMsMean: round(wall / Math.max(1, steps)),
           },
         }
@@ -258,6 +280,8 @@ export async function main(argv: string[]): Promise<number> {
       precision: { type: 'string' },
       'max-batched-tokens': { type: 'string' },
       schema: { type: 'string' },
+      // A/B: constrained rows always take the grammar mask (no speculative greedy rows).
+      'no-speculation': { type: 'boolean' },
       json: { type: 'boolean' },
     },
   });
@@ -283,6 +307,7 @@ export async function main(argv: string[]): Promise<number> {
     maxBatchedTokens: Number(values['max-batched-tokens'] ?? 512),
     enablePrefixCache: false,
     stepTimeoutMs: 600_000,
+    speculativeGrammar: values['no-speculation'] !== true,
   });
   const load0 = loadavg()[0]!;
   let constrained: LevelGrammar | undefined;
@@ -320,14 +345,13 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(line('constrained', k));
       process.stderr.write(
         `            ratio output ${(k.outputTokS / r.outputTokS).toFixed(3)}  decode ${(k.decodeTokS / Math.max(1e-9, r.decodeTokS)).toFixed(3)}  ` +
-          `mask ${g.maskMsPerToken} ms/token (${Math.round(g.maskShareOfWall * 1000) / 10}% of wall)  step ${g.stepMsMean} ms${constrainedFirst ? '  (constrained ran first)' : ''}\n`,
+          `mask ${g.maskMsPerToken} ms/token (${Math.round(g.maskShareOfWall * 1000) / 10}% of wall)  step ${g.stepMsMean} ms  speculated ${g.speculated} (${g.misses} missed)${constrainedFirst ? '  (constrained ran first)' : ''}\n`,
       );
     }
   }
   if (constrained && !values.json && constrainedResults.length > 1) {
-    const med = (xs: number[]) => [...xs].sort((x, y) => x - y)[Math.floor(xs.length / 2)]!;
-    const out = med(constrainedResults.map((k, i) => k.outputTokS / results[i]!.outputTokS));
-    const dec = med(constrainedResults.map((k, i) => k.decodeTokS / Math.max(1e-9, results[i]!.decodeTokS)));
+    const out = median(constrainedResults.map((k, i) => k.outputTokS / results[i]!.outputTokS));
+    const dec = median(constrainedResults.map((k, i) => k.decodeTokS / Math.max(1e-9, results[i]!.decodeTokS)));
     process.stderr.write(`median ratio over ${constrainedResults.length} pairs: output ${out.toFixed(3)}  decode ${dec.toFixed(3)}\n`);
   }
   const report = {
@@ -337,7 +361,7 @@ export async function main(argv: string[]): Promise<number> {
     binary: native.path,
     checkpoint: ckpt.dir,
     model: { family: info.family, quantization: info.quantization, threads: info.threads, precision: info.precision, blockSize: info.blockSize, numBlocks: info.numBlocks },
-    options: { promptTokens, genTokens, levels, maxBatchedTokens: Number(values['max-batched-tokens'] ?? 512), schema: values.schema ?? null },
+    options: { promptTokens, genTokens, levels, maxBatchedTokens: Number(values['max-batched-tokens'] ?? 512), schema: values.schema ?? null, speculativeGrammar: values['no-speculation'] !== true },
     levels: results,
     ...(constrained
       ? {

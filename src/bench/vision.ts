@@ -16,6 +16,7 @@ import { createTextEngine } from '../engine/text-engine.js';
 import { openTextModel, type TextModel } from '../engine/text-model.js';
 import { packageRoot } from '../native/binding.js';
 import { decodeImage } from '../vision/decode-image.js';
+import { median } from './median.js';
 import { intOption } from './bench-options.js';
 import { defaultBenchDir } from './random-checkpoint.js';
 import { ensureRandomVlmCheckpoint, QWEN25_VL_3B_TOWER, type VlmTowerShape } from './random-vlm-checkpoint.js';
@@ -67,10 +68,6 @@ function log(msg: string): void {
   process.stderr.write(`bench:vision: ${msg}\n`);
 }
 
-function median(xs: number[]): number {
-  const s = [...xs].sort((a, b) => a - b);
-  return s[Math.floor((s.length - 1) / 2)];
-}
 
 /** One image request through a fresh engine (empty encoder cache, so the image is encoded every run). */
 async function oneRun(model: TextModel, bytes: Uint8Array): Promise<{ run: VisionRun; grid: [number, number, number]; imageTokens: number; promptTokens: number }> {

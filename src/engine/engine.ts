@@ -8,7 +8,7 @@ import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
 import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
 import { InvalidRequestError } from './errors.js';
 import type { TextStream } from './generate.js';
-import type { RequestGrammar } from './grammar/request-grammar.js';
+import type { GrammarPick, RequestGrammar } from './grammar/request-grammar.js';
 import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type MultimodalInput } from './multimodal.js';
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
@@ -46,6 +46,13 @@ export interface EngineOptions {
   maskTimeoutMs?: number;
   /** Compute grammar masks while the forward runs when the model can take them late (default true). */
   overlapMasks?: boolean;
+  /**
+   * Greedy constrained rows in wide grammar states skip the mask: the sampler ranks its top
+   * candidates and the grammar takes the best it allows, which is the masked argmax exactly; when
+   * none is allowed the token is redone with a mask next step (default: on for CPU models; off on a
+   * GPU, where masks are computed while the device runs and greedy rows take the device argmax).
+   */
+  speculativeGrammar?: boolean;
   enablePrefixCache?: boolean;
   /** Bytes of image embeddings kept by content hash (default 256 MiB). */
   encoderCacheBytes?: number;
@@ -119,6 +126,9 @@ class WatchdogTrip extends Error {}
 
 const THROUGHPUT_WINDOW_MS = 10_000;
 const NO_MASKS: ReadonlyMap<string, Int32Array> = new Map();
+const NO_ROWS: ReadonlySet<EngineRequest> = new Set();
+/** Candidates a speculative row asks the sampler for (its top logprobs, best first). */
+const SPECULATION_CANDIDATES = 16;
 
 export class Engine implements EngineLike {
   readonly contextLength: number;
@@ -136,6 +146,7 @@ export class Engine implements EngineLike {
   private readonly stepTimeoutMs: number;
   private readonly maskTimeoutMs: number;
   private readonly overlapMasks: boolean;
+  private readonly speculativeGrammar: boolean;
   private maskStepId = 0;
   private readonly faults: EngineFaults;
   private readonly log: (message: string) => void;
@@ -189,6 +200,7 @@ export class Engine implements EngineLike {
     this.stepTimeoutMs = opts.stepTimeoutMs ?? 120_000;
     this.maskTimeoutMs = opts.maskTimeoutMs ?? 10_000;
     this.overlapMasks = opts.overlapMasks ?? true;
+    this.speculativeGrammar = opts.speculativeGrammar ?? opts.model.info().device !== 'cuda';
     this.faults = opts.faults ?? {};
     this.log = opts.log ?? (() => undefined);
   }
@@ -378,19 +390,20 @@ export class Engine implements EngineLike {
       if (!(await this.encodeImages(out))) return; // the watchdog tripped
       if (out.rows.length === 0) return;
     }
-    const constrained = out.rows.some((r) => r.sample && r.request.grammar !== null);
+    const spec = this.speculativeRows(out);
+    const constrained = out.rows.some((r) => needsMask(r, spec));
     // Two-phase: the forward starts now and the masks follow while it runs (the model waits for
     // them right before sampling). Otherwise they are computed first; unconstrained steps skip both.
     const late = constrained && this.overlapMasks && this.model.supplyMasks !== undefined;
-    const masks = constrained && !late ? await this.grammarMasks(out) : NO_MASKS;
+    const masks = constrained && !late ? await this.grammarMasks(out, spec) : NO_MASKS;
     if (out.rows.length === 0) return;
-    const plan = this.buildPlan(out, masks, late);
+    const plan = this.buildPlan(out, masks, late, spec);
     const t0 = performance.now();
     let result: NativeStepResult;
     let launched!: (ok: boolean) => void;
     const started = new Promise<boolean>((resolve) => (launched = resolve));
     const work = this.runNative(plan, launched);
-    if (late) void this.supplyLateMasks(out, plan.pendingMasks!.stepId, started);
+    if (late) void this.supplyLateMasks(out, spec, plan.pendingMasks!.stepId, started);
     try {
       result = await this.withWatchdog(work);
     } catch (err) {
@@ -414,13 +427,14 @@ export class Engine implements EngineLike {
       if (r === undefined) this.failRequest(row.request, new EngineRequestError('the step returned no result for this request', 'step_failed'));
       else if (r.error !== undefined) {
         // A pending-mask row that got no mask in time: the grammar's failure, not the sampler's.
-        const code = row.sample && plan.pendingMasks !== undefined && row.request.grammar !== null ? 'grammar_failed' : 'sampler_failed';
+        const code = plan.pendingMasks !== undefined && needsMask(row, spec) ? 'grammar_failed' : 'sampler_failed';
         this.failRequest(row.request, new EngineRequestError(`the step failed for this request: ${r.error}`, code));
       }
     }
     this.scheduler.completeStep(out);
     for (const row of out.rows) if (row.request.imageEmbeddings.size > 0) releaseComputed(row.request);
-    const lengthEnded = this.applyResult(out, byId);
+    const picked = spec.size > 0 ? await this.resolveSpeculation(out, byId, spec) : new Map<string, number>();
+    const lengthEnded = this.applyResult(out, byId, spec, picked);
     // max_tokens on a constrained request: "stop" if its last token completed the output.
     for (const req of lengthEnded) {
       const next = await req.grammar!.next().catch(() => ({ kind: 'dead' as const }));
@@ -433,8 +447,8 @@ export class Engine implements EngineLike {
    * complete ends with "stop"; one whose grammar is dead (or throws) fails alone. Rows that ended
    * (here, or by an abort while a mask was computed) leave the step.
    */
-  private async grammarMasks(out: SchedulerOutput): Promise<ReadonlyMap<string, Int32Array>> {
-    const masks = await this.computeMasks(out);
+  private async grammarMasks(out: SchedulerOutput, spec: ReadonlySet<EngineRequest>): Promise<ReadonlyMap<string, Int32Array>> {
+    const masks = await this.computeMasks(out, spec);
     dropEndedRows(out);
     return masks;
   }
@@ -443,11 +457,11 @@ export class Engine implements EngineLike {
    * The masks of the step's constrained sampling rows, in row order. A complete grammar ends its
    * request with "stop"; a dead or throwing one fails it alone; either way the row gets no mask.
    */
-  private async computeMasks(out: SchedulerOutput): Promise<Map<string, Int32Array>> {
+  private async computeMasks(out: SchedulerOutput, spec: ReadonlySet<EngineRequest>): Promise<Map<string, Int32Array>> {
     const masks = new Map<string, Int32Array>();
     for (const row of out.rows) {
       const req = row.request;
-      if (!row.sample || req.grammar === null || req.status !== 'running') continue;
+      if (!needsMask(row, spec) || req.grammar === null || req.status !== 'running') continue;
       try {
         const next = await req.grammar.next();
         if (req.status !== 'running') continue;
@@ -455,7 +469,7 @@ export class Engine implements EngineLike {
         else if (next.kind === 'complete') {
           req.completeText();
           this.end(req, 'stop');
-        } else this.failRequest(req, new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed'));
+        } else this.failRequest(req, deadEndError());
       } catch (err) {
         this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
       }
@@ -468,13 +482,13 @@ export class Engine implements EngineLike {
    * once it has the step. Rows whose request ended meanwhile are withheld (null: not sampled). If the
    * model stopped waiting (timeout), it refuses them and has failed those rows itself. Never throws.
    */
-  private async supplyLateMasks(out: SchedulerOutput, stepId: number, started: Promise<boolean>): Promise<void> {
+  private async supplyLateMasks(out: SchedulerOutput, spec: ReadonlySet<EngineRequest>, stepId: number, started: Promise<boolean>): Promise<void> {
     try {
-      const masks = await this.computeMasks(out);
+      const masks = await this.computeMasks(out, spec);
       if (!(await started)) return; // the step never reached the model
       const late: NativeLateMask[] = [];
       for (const row of out.rows) {
-        if (!row.sample || row.request.grammar === null) continue;
+        if (!needsMask(row, spec)) continue;
         const m = masks.get(row.request.id);
         late.push({ requestId: row.request.id, bitmask: m !== undefined && row.request.status === 'running' ? m : null });
       }
@@ -482,6 +496,70 @@ export class Engine implements EngineLike {
     } catch (err) {
       this.log(`step ${stepId}: supplying grammar masks failed: ${(err as Error).message}`);
     }
+  }
+
+  /**
+   * The step's rows that sample without a mask and take the grammar's best allowed candidate instead:
+   * greedy (the argmax is what speculation reproduces), no logprobs asked (they would have to come
+   * from the masked distribution), not covering images (a miss un-computes the last prompt token,
+   * which must stay a text token), and in a state the grammar judges wide. Penalties are fine: the
+   * sampler masks first and penalizes after, so the ranking of allowed tokens is the same.
+   */
+  private speculativeRows(out: SchedulerOutput): ReadonlySet<EngineRequest> {
+    if (!this.speculativeGrammar) return NO_ROWS;
+    let spec: Set<EngineRequest> | null = null;
+    for (const row of out.rows) {
+      const req = row.request;
+      const g = req.grammar;
+      if (!row.sample || g === null || g.speculate === undefined || g.acceptBest === undefined) continue;
+      // A redo after a miss takes the mask, so every token is sampled at most twice.
+      if (req.redoWithMask || req.params.temperature !== 0 || req.params.logprobs >= 0 || reachesImages(row)) continue;
+      let wide = false;
+      try {
+        wide = g.speculate();
+      } catch {
+        // The mask path meets the same failure and fails the request with it.
+      }
+      if (wide) (spec ??= new Set()).add(req);
+    }
+    return spec ?? NO_ROWS;
+  }
+
+  /**
+   * Speculative rows after the step: the grammar takes the best allowed of the sampler's ranked
+   * candidates. Returns the token each such row emits. A complete or dead state ends the request as
+   * the mask path would. A miss emits nothing and un-computes the row's last token, so the next step
+   * recomputes its logits at the same position and samples them with a mask.
+   */
+  private async resolveSpeculation(
+    out: SchedulerOutput,
+    byId: ReadonlyMap<string, NativeStepRowResult>,
+    spec: ReadonlySet<EngineRequest>,
+  ): Promise<Map<string, number>> {
+    const picked = new Map<string, number>();
+    for (const row of out.rows) {
+      const req = row.request;
+      const r = byId.get(req.id);
+      if (!spec.has(req) || req.status !== 'running' || r?.token === undefined) continue; // applyResult fails a missing token
+      let pick: GrammarPick;
+      try {
+        pick = await req.grammar!.acceptBest!(rankedCandidates(r));
+      } catch (err) {
+        this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
+        continue;
+      }
+      if (req.status !== 'running') continue; // aborted while a mask was computed
+      if (pick.kind === 'token') picked.set(req.id, pick.token);
+      else if (pick.kind === 'complete') {
+        req.completeText();
+        this.end(req, 'stop');
+      } else if (pick.kind === 'dead') this.failRequest(req, deadEndError());
+      else {
+        this.scheduler.redoLastToken(req);
+        req.redoWithMask = true;
+      }
+    }
+    return picked;
   }
 
   /**
@@ -523,7 +601,7 @@ export class Engine implements EngineLike {
     return this.model.encodeImage(span.image.input);
   }
 
-  private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>, late: boolean): NativeStepPlan {
+  private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>, late: boolean, spec: ReadonlySet<EngineRequest>): NativeStepPlan {
     const rows: NativeStepRow[] = out.rows.map((s) => {
       const req = s.request;
       const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
@@ -537,7 +615,8 @@ export class Engine implements EngineLike {
       }
       if (s.sample) {
         row.sample = req.sampleParams();
-        if (late && req.grammar !== null) row.sample.bitmask = 'pending';
+        if (spec.has(req)) row.sample.logprobs = SPECULATION_CANDIDATES; // no mask: its ranked candidates
+        else if (late && req.grammar !== null) row.sample.bitmask = 'pending';
         const bitmask = masks.get(req.id);
         if (bitmask !== undefined) row.sample.bitmask = bitmask;
       }
@@ -586,8 +665,16 @@ export class Engine implements EngineLike {
     this.log('watchdog: the stalled step returned; the engine is healthy again');
   }
 
-  /** Returns the constrained requests that reached their token limit (not ended yet). */
-  private applyResult(out: SchedulerOutput, byId: ReadonlyMap<string, NativeStepRowResult>): EngineRequest[] {
+  /**
+   * Returns the constrained requests that reached their token limit (not ended yet). Speculative rows
+   * emit their `picked` token (already accepted by their grammar; none after a miss).
+   */
+  private applyResult(
+    out: SchedulerOutput,
+    byId: ReadonlyMap<string, NativeStepRowResult>,
+    spec: ReadonlySet<EngineRequest>,
+    picked: ReadonlyMap<string, number>,
+  ): EngineRequest[] {
     const lengthEnded: EngineRequest[] = [];
     let generated = 0;
     for (const row of out.rows) {
@@ -599,25 +686,30 @@ export class Engine implements EngineLike {
         this.failRequest(req, new EngineRequestError('the step returned no token for this request', 'sampler_failed'));
         continue;
       }
+      const speculative = spec.has(req);
+      const token = speculative ? picked.get(req.id) : r.token;
+      if (token === undefined) continue; // a speculative miss: the token is redone next step
       try {
-        this.faults.sampler?.(req.id, r.token);
+        this.faults.sampler?.(req.id, token);
       } catch (err) {
         this.failRequest(req, new EngineRequestError(`sampling failed: ${(err as Error).message}`, 'sampler_failed'));
         continue;
       }
-      if (req.grammar !== null && !req.grammar.accept(r.token)) {
-        this.failRequest(req, new EngineRequestError(`the grammar rejected token ${r.token}`, 'grammar_failed'));
+      if (!speculative && req.grammar !== null && !req.grammar.accept(token)) {
+        this.failRequest(req, new EngineRequestError(`the grammar rejected token ${token}`, 'grammar_failed'));
         continue;
       }
       let reason: EngineFinishReason | null;
       try {
-        this.faults.detokenizer?.(req.id, r.token);
-        reason = req.appendToken(r.token, r.logprob, r.topLogprobs);
+        this.faults.detokenizer?.(req.id, token);
+        // A speculative row's logprobs were its candidates, not something the user asked for.
+        reason = speculative ? req.appendToken(token) : req.appendToken(token, r.logprob, r.topLogprobs);
       } catch (err) {
         this.failRequest(req, new EngineRequestError(`output processing failed: ${(err as Error).message}`, 'detokenizer_failed'));
         continue;
       }
       generated++;
+      req.redoWithMask = false;
       if (reason === 'length' && req.grammar !== null) lengthEnded.push(req);
       else if (reason !== null) this.end(req, reason);
     }
@@ -652,6 +744,20 @@ function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number
   const n = span.image.embedAt?.length ?? span.end - span.start; // Pixtral: only its [IMG] tokens take rows
   if (e.tokens !== n) throw new Error(`the image encodes to ${e.tokens} tokens but the prompt has ${n} placeholder tokens for it`);
   if (e.embeddings.length !== n * hidden) throw new Error(`the encoder returned ${e.embeddings.length} values for ${n} tokens of width ${hidden}`);
+}
+
+/** Whether a row samples with a grammar mask: constrained and not speculative. */
+function needsMask(row: ScheduledRow, spec: ReadonlySet<EngineRequest>): boolean {
+  return row.sample && row.request.grammar !== null && !spec.has(row.request);
+}
+
+/** A speculative row's candidates as the sampler ranked them (best first, ties lower id first). */
+function rankedCandidates(r: NativeStepRowResult): number[] {
+  return r.topLogprobs !== undefined && r.topLogprobs.length > 0 ? r.topLogprobs.map((c) => c.token) : [r.token!];
+}
+
+function deadEndError(): EngineRequestError {
+  return new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
 }
 
 /** Whether a row can cover an image span: not once it starts past the last one (decode rows). */

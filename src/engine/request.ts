@@ -120,6 +120,8 @@ export class EngineRequest {
   /** Prompt tokens served from the prefix cache at first admission. */
   cachedTokens = -1;
   preemptions = 0;
+  /** Its last token is being redone after a speculative grammar miss: it samples with the mask. */
+  redoWithMask = false;
   text = '';
   readonly arrivalMs = performance.now();
   firstScheduledMs = 0;

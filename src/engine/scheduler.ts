@@ -139,6 +139,19 @@ export class Scheduler {
   }
 
   /**
+   * Un-computes req's last token (its sampled token could not be used: a speculative grammar row
+   * whose candidates all missed), so the next step recomputes it and its logits at the same
+   * position. Its KV slot is rewritten with the same values, so blocks stay allocated and any
+   * prefix-cache entry already registered for them stays valid.
+   */
+  redoLastToken(req: EngineRequest): void {
+    if (req.status !== 'running' || req.numComputed !== req.tokens.length) {
+      throw new Error(`${req.id}: only a running request whose tokens are all computed can redo its last token`);
+    }
+    req.numComputed--;
+  }
+
+  /**
    * Tokens of req to compute from `start` within `budget`: never part of an image span. A span
    * that does not fit what is left of this step waits one step at most, then goes whole.
    */

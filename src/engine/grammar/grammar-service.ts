@@ -3,7 +3,7 @@
 // the first constrained request only, so free-text serving never pays for it.
 import { createHash } from 'node:crypto';
 import { InvalidRequestError } from '../errors.js';
-import type { GrammarNext, RequestGrammar } from './request-grammar.js';
+import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
 import { extractNumberRanges, substituteNumberRules } from './number-range.js';
 import type { ResponseFormat } from './response-format.js';
 import { capturing, initWithErrorSink, xgrammar, type XgCompiledGrammar, type XgGrammarCompiler, type XgGrammarMatcher } from './xgrammar.js';
@@ -65,6 +65,7 @@ export class GrammarService implements GrammarProvider {
   private readonly cache = new Map<string, Promise<XgCompiledGrammar>>();
   private readonly cacheSize: number;
   private banned: Int32Array | null = null;
+  private speculation: SpeculationTables | null = null;
 
   constructor(opts: GrammarServiceOptions) {
     this.opts = opts;
@@ -121,19 +122,59 @@ export class GrammarService implements GrammarProvider {
     const xg = xgrammar();
     const m = await xg.GrammarMatcher.createGrammarMatcher(compiled, this.stopIds, false);
     this.banned ??= controlTokenMask(this.opts.tokenizer, this.opts.vocabSize);
-    return new XgRequestGrammar(m, this.stopIds, this.banned);
+    this.speculation ??= speculationTables(this.opts.tokenizer, this.opts.vocabSize, this.banned, this.stopIds);
+    return new XgRequestGrammar(m, this.stopIds, this.banned, this.speculation);
   }
 }
+
+interface SpeculationTables {
+  /** Tokens no mask ever allows besides stop tokens (banned, special, past the tokenizer): never tried. */
+  never: Int32Array;
+  /** The ordinary tokens (all the others but stop tokens): the sample speculate() probes a state with. */
+  probes: Int32Array;
+}
+
+function speculationTables(tok: GrammarTokenizer, vocabSize: number, banned: Int32Array, stopIds: readonly number[]): SpeculationTables {
+  const stops = new Set(stopIds);
+  const never = Int32Array.from(banned);
+  const probes: number[] = [];
+  const n = Math.min(tok.vocabSize, vocabSize);
+  for (let i = 0; i < vocabSize; i++) {
+    if (stops.has(i)) continue;
+    // xgrammar rejects special tokens with a printed warning: they are skipped before it sees them.
+    if (i >= n || tok.isSpecialId(i)) never[i >> 5]! |= 1 << (i & 31);
+    else if (!isSet(banned, i)) probes.push(i);
+  }
+  return { never, probes: Int32Array.from(probes) };
+}
+
+function isSet(mask: Int32Array, token: number): boolean {
+  return ((mask[token >> 5] ?? 0) >>> (token & 31)) & 1 ? true : false;
+}
+
+/**
+ * Tokens speculate() tries on a state (each accepted one is rolled back) and how many must fit: a
+ * state that allows about a tenth of the vocabulary or more usually speculates. Its mask is the
+ * costly kind (many tokens to check), and the model's top 16 usually hold an allowed token.
+ */
+const PROBES = 24;
+const PROBES_TO_SPECULATE = 2;
 
 /** One request's matcher. */
 class XgRequestGrammar implements RequestGrammar {
   private disposed = false;
+  /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
+  private seed = 0x9e3779b9;
+  private readonly stopSet: ReadonlySet<number>;
 
   constructor(
     private readonly m: XgGrammarMatcher,
     private readonly stopIds: readonly number[],
     private readonly banned: Int32Array,
-  ) {}
+    private readonly tables: SpeculationTables,
+  ) {
+    this.stopSet = new Set(stopIds);
+  }
 
   async next(): Promise<GrammarNext> {
     if (this.disposed) return { kind: 'dead' };
@@ -157,6 +198,50 @@ class XgRequestGrammar implements RequestGrammar {
   accept(token: number): boolean {
     if (this.disposed) return false;
     return this.m.acceptToken(token);
+  }
+
+  speculate(): boolean {
+    if (this.disposed || this.m.isTerminated()) return false;
+    // Forced characters ahead (a key, a separator): one or two tokens fit, a ranked guess would miss.
+    if (this.m.findJumpForwardString() !== '') return false;
+    // The share of the vocabulary the state allows, estimated from a few ordinary tokens (each
+    // accepted one is rolled back): narrow states (numbers, enums, string ends) keep their mask.
+    let fit = 0;
+    for (let i = 0; i < PROBES && fit < PROBES_TO_SPECULATE; i++) {
+      this.seed = (Math.imul(this.seed, 1664525) + 1013904223) >>> 0;
+      if (this.m.acceptToken(this.tables.probes[this.seed % this.tables.probes.length]!)) {
+        this.m.rollBack(1);
+        fit++;
+      }
+    }
+    return fit >= PROBES_TO_SPECULATE;
+  }
+
+  async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
+    if (this.disposed) return { kind: 'dead' };
+    for (let i = 0; i < candidates.length; i++) {
+      const t = candidates[i]!;
+      // Accepting a stop token cannot be undone, and a state that allows only stop tokens ends without
+      // one: the mask tells these apart (this happens at the end of the output only).
+      if (this.stopSet.has(t)) return this.pickWithMask(candidates.slice(i));
+      if (isSet(this.tables.never, t)) continue; // no mask allows these (next() clears banned ones)
+      // A rejected token leaves the matcher as it was.
+      if (this.m.acceptToken(t)) return { kind: 'token', token: t };
+    }
+    return { kind: 'miss' };
+  }
+
+  /** The first of `candidates` the mask allows, accepted; or what next() says of the state. */
+  private async pickWithMask(candidates: readonly number[]): Promise<GrammarPick> {
+    const next = await this.next();
+    if (next.kind !== 'mask') return next;
+    if (this.disposed) return { kind: 'dead' }; // the request ended while the mask was computed
+    for (const t of candidates) {
+      if (!isSet(next.bitmask, t)) continue;
+      if (!this.m.acceptToken(t)) throw new Error(`the grammar's mask allows token ${t} but its matcher rejects it`);
+      return { kind: 'token', token: t };
+    }
+    return { kind: 'miss' };
   }
 
   dispose(): void {

@@ -7,12 +7,31 @@ export type GrammarNext =
   | { kind: 'complete' } // the output is complete: only end-of-sequence could follow
   | { kind: 'dead' }; // no token can continue the output: it can never complete
 
+/** The grammar's verdict on a greedy row sampled without its mask (see RequestGrammar.acceptBest). */
+export type GrammarPick =
+  | { kind: 'token'; token: number } // the best allowed candidate, already accepted: the masked argmax
+  | { kind: 'complete' } // as next() would have said: only end-of-sequence could follow
+  | { kind: 'dead' } // as next() would have said: no token can continue
+  | { kind: 'miss' }; // no candidate is allowed; the state is unchanged and the token must be redone with a mask
+
 export interface RequestGrammar {
   next(): Promise<GrammarNext>;
   /** False when the grammar rejects the token (the request must fail). */
   accept(token: number): boolean;
   /** Frees the matcher; idempotent. */
   dispose(): void;
+  /**
+   * Exact speculation for greedy rows (optional): true when the next state looks wide enough that
+   * the model's top unmasked candidates probably include an allowed token, so the engine may skip
+   * the mask this step and call acceptBest. (After a miss the engine redoes the token with the mask
+   * without asking.)
+   */
+  speculate?(): boolean;
+  /**
+   * Takes the first allowed token of `candidates` (the sampler's ranking of the unmasked logits, best
+   * first, ties lower id first): every better-ranked token is disallowed, so it is the masked argmax.
+   */
+  acceptBest?(candidates: readonly number[]): Promise<GrammarPick>;
 }
 
 /** Thrown when a constrained request can no longer produce valid output. */

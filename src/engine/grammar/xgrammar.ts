@@ -23,6 +23,10 @@ export interface XgGrammarMatcher {
   acceptToken(tokenId: number): boolean;
   getNextTokenBitmask(): Promise<Int32Array>;
   isTerminated(): boolean;
+  /** The characters every continuation starts with ('' when more than one path is open). */
+  findJumpForwardString(): string;
+  /** Undoes the last numTokens accepted tokens. */
+  rollBack(numTokens: number): void;
 }
 export interface Xgrammar {
   /** xgrammar's JSON Schema to EBNF converter (exposed under Testings in the web build). */
