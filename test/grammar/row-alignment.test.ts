@@ -17,6 +17,7 @@ import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { collect } from '../engine/helpers.js';
+import { hashOf } from '../helpers/context-hash.js';
 
 const VOCAB = 1024;
 
@@ -34,19 +35,6 @@ const SCHEMAS: Record<string, unknown>[] = [
   { type: 'object', properties: { code: { type: 'string', pattern: '^[A-Z]{2}[0-9]{2}$' }, name: { type: 'string', maxLength: 6 } }, required: ['code', 'name'], additionalProperties: false },
   { type: 'array', items: { type: 'integer', minimum: 0, maximum: 9 }, minItems: 2, maxItems: 4 },
 ];
-
-function mix(a: number, b: number): number {
-  let h = Math.imul(a ^ (b + 0x9e3779b9), 0x85ebca6b) >>> 0;
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35) >>> 0;
-  return (h ^ (h >>> 16)) >>> 0;
-}
-
-function hashOf(ids: readonly number[]): number {
-  let h = 0x811c9dc5;
-  for (const t of ids) h = mix(h, t);
-  return h;
-}
 
 /**
  * Keeps each request's context by id and samples greedily from it: unconstrained rows from a fixed

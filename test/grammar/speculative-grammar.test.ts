@@ -19,6 +19,7 @@ import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { collect, type Collected } from '../engine/helpers.js';
 import { SWEEP_SCHEMAS } from './sweep-schemas.js';
+import { hashOf, mix } from '../helpers/context-hash.js';
 
 const VOCAB = 1024;
 
@@ -35,19 +36,6 @@ const SCHEMAS: Record<string, unknown>[] = [
   { type: 'integer', minimum: 0 }, // "7" may end or go on: the stop token competes with digits
   { type: 'boolean' }, // ends in a state that allows only the stop token
 ];
-
-function mix(a: number, b: number): number {
-  let h = Math.imul(a ^ (b + 0x9e3779b9), 0x85ebca6b) >>> 0;
-  h ^= h >>> 13;
-  h = Math.imul(h, 0xc2b2ae35) >>> 0;
-  return (h ^ (h >>> 16)) >>> 0;
-}
-
-function hashOf(ids: readonly number[]): number {
-  let h = 0x811c9dc5;
-  for (const t of ids) h = mix(h, t);
-  return h;
-}
 
 function isSet(mask: Int32Array, t: number): boolean {
   return ((mask[t >> 5]! >>> (t & 31)) & 1) === 1;
