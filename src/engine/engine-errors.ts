@@ -24,6 +24,11 @@ export class EngineRequestError extends StepError {
 }
 
 /** The engine cannot take the request now (queue full, draining, unhealthy): retry later. */
+/** A constrained request whose grammar allows no continuation (every path that samples under a grammar). */
+export function grammarDeadEnd(): EngineRequestError {
+  return new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
+}
+
 export class EngineUnavailableError extends Error {
   constructor(
     message: string,

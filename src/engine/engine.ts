@@ -5,7 +5,7 @@
 import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
 import { BlockManager } from './block-manager.js';
 import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
-import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
+import { EngineRequestError, EngineUnavailableError, grammarDeadEnd } from './engine-errors.js';
 import { InvalidRequestError } from './errors.js';
 import type { TextStream } from './generate.js';
 import type { GrammarPick, RequestGrammar } from './grammar/request-grammar.js';
@@ -469,7 +469,7 @@ export class Engine implements EngineLike {
         else if (next.kind === 'complete') {
           req.completeText();
           this.end(req, 'stop');
-        } else this.failRequest(req, deadEndError());
+        } else this.failRequest(req, grammarDeadEnd());
       } catch (err) {
         this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
       }
@@ -553,7 +553,7 @@ export class Engine implements EngineLike {
       else if (pick.kind === 'complete') {
         req.completeText();
         this.end(req, 'stop');
-      } else if (pick.kind === 'dead') this.failRequest(req, deadEndError());
+      } else if (pick.kind === 'dead') this.failRequest(req, grammarDeadEnd());
       else {
         this.scheduler.redoLastToken(req);
         req.redoWithMask = true;
@@ -756,9 +756,6 @@ function rankedCandidates(r: NativeStepRowResult): number[] {
   return r.topLogprobs !== undefined && r.topLogprobs.length > 0 ? r.topLogprobs.map((c) => c.token) : [r.token!];
 }
 
-function deadEndError(): EngineRequestError {
-  return new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
-}
 
 /** Whether a row can cover an image span: not once it starts past the last one (decode rows). */
 function reachesImages(row: ScheduledRow): boolean {

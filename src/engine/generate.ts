@@ -2,7 +2,7 @@
 // token, a stop string, max_tokens or the context limit. The continuous-batching scheduler replaces
 // this loop for the server; `rapid run` and the fixture tests use it directly.
 import type { NativeModel, NativeSampleParams, NativeStepRow, NativeTopLogprob } from '../native/types.js';
-import { EngineRequestError } from './engine-errors.js';
+import { EngineRequestError, grammarDeadEnd } from './engine-errors.js';
 import { InvalidRequestError, StepError } from './errors.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
 import type { KvBlockAllocator } from './kv-blocks.js';
@@ -111,7 +111,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
       if (opts.grammar) {
         const next = await opts.grammar.next();
         if (next.kind === 'complete') return null; // the output is complete: no token to sample
-        if (next.kind === 'dead') throw new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
+        if (next.kind === 'dead') throw grammarDeadEnd();
         row.sample.bitmask = next.bitmask;
       }
     }

@@ -147,7 +147,6 @@ class CudaDecoder final : public Model, public DeviceLogits {
     int64_t n_tables = 0;
     for (const SeqSpan& sp : b.spans) n_tables += sp.n_blocks;
     ensure_capacity(T, m, n_tables);
-    T_ = T;
     m_ = m;
     upload_step(b, T);
 
@@ -273,6 +272,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
       d.down = upload_weight(L.mlp.down.w);
       d.act = L.mlp.act == Activation::Silu ? 0 : 1;
       d.glu_fused = same_format(L.mlp.gate.w, L.mlp.up.w);
+      split_glu_ |= !d.glu_fused;
       layers_.push_back(d);
     }
     uploaded_.clear();
@@ -318,7 +318,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
     off_att_ = o; o += align_up(size_t(Tc_ * qd) * f);
     off_o_ = o; o += align_up(size_t(Tc_ * H) * f);
     off_g_ = o; o += align_up(size_t(Tc_ * cfg_.ffn) * f);
-    off_u_ = o; o += align_up(size_t(Tc_ * cfg_.ffn) * f);
+    off_u_ = o;  // the up projection of layers whose gate and up cannot run fused; none: no buffer
+    if (split_glu_) o += align_up(size_t(Tc_ * cfg_.ffn) * f);
     off_sel_ = o; o += align_up(size_t(Mc_ * H) * f);
     scratch_.release();
     scratch_.reserve(o, "cudaMalloc activations");
@@ -521,6 +522,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const DecoderConfig& cfg_;
   cudaStream_t stream_ = nullptr;
   bool use_graphs_ = true;
+  bool split_glu_ = false;  // some layer runs gate and up as two matmuls (needs the up scratch)
   std::vector<void*> allocations_;  // weights and KV, freed with the model
   std::vector<std::pair<const void*, DevWeight>> uploaded_;  // host data -> device copy, during load only
   DevWeight embed_, head_;
@@ -529,7 +531,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   int num_blocks_ = 0, block_size_ = 0;
   std::vector<float*> kpool_, vpool_;  // per layer [num_blocks * block_size, n_kv * hd]
   // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
-  int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, T_ = 0, m_ = 0;
+  int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, m_ = 0;
   DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_;
   PinnedBuffer meta_host_, fmeta_host_, embeds_host_, mask_host_;
   MetaLayout layout_;

@@ -32,6 +32,13 @@ struct SampleOutput {
   std::vector<std::pair<int32_t, float>> top;  // [logprobs] best first (ties: lower id first)
 };
 
+// True when sample_token reduces to the (masked) argmax: greedy, no penalties, no logprobs. A device
+// backend can then pick the token where the logits are.
+inline bool is_plain_argmax(const SampleParams& p) {
+  return p.temperature == 0.0f && p.logprobs < 0 && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+         p.frequency_penalty == 0.0f;
+}
+
 // Checks ranges (token ids < vocab, bitmask length, finite params); returns "" or an error message.
 std::string validate_sample_params(const SampleParams& p, int64_t vocab);
 

@@ -194,28 +194,18 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   t0 = std::chrono::steady_clock::now();
   std::vector<size_t> samplers;   // rows sampled on the host
   std::vector<size_t> on_device;  // greedy rows whose argmax runs where the logits are
-  std::vector<bool> host_sampled(plan.rows.size(), false);
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     if (!ok[r] || !plan.rows[r].has_sample || !can_sample[r]) continue;
-    const SampleParams& sp = plan.rows[r].sample;
-    const bool plain_greedy = sp.temperature == 0.0f && sp.logprobs < 0 && sp.repetition_penalty == 1.0f &&
-                              sp.presence_penalty == 0.0f && sp.frequency_penalty == 0.0f;
-    if (dev && plain_greedy) {
-      on_device.push_back(r);
-    } else {
-      samplers.push_back(r);
-      host_sampled[r] = true;
-    }
+    (dev && is_plain_argmax(plan.rows[r].sample) ? on_device : samplers).push_back(r);
   }
   if (dev) {
-    std::vector<int64_t> need;  // logit rows copied to the host, in order (a row's wantLogits stay contiguous)
-    for (size_t r = 0; r < plan.rows.size(); ++r) {
-      if (!ok[r]) continue;
-      if (where[r].n_logits > 0)
+    // Logit rows copied to the host: every wantLogits row's (contiguous), then the host samplers' others.
+    std::vector<int64_t> need;
+    for (size_t r = 0; r < plan.rows.size(); ++r)
+      if (ok[r])
         for (int64_t i = 0; i < where[r].n_logits; ++i) need.push_back(where[r].first_logit + i);
-      else if (host_sampled[r])
-        need.push_back(where[r].sample_logit);
-    }
+    for (size_t r : samplers)
+      if (where[r].n_logits == 0) need.push_back(where[r].sample_logit);
     for (size_t i = 0; i < need.size(); ++i) host_row[size_t(need[i])] = int64_t(i);
     logits.resize(need.size() * size_t(vocab));
     if (!need.empty()) dev->copy_rows(need, logits.data());
