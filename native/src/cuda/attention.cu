@@ -2,10 +2,11 @@
 // partition): the block streams its keys through shared memory in chunks of 32 (cp.async, 2-4 stages in
 // flight), so each K/V row is read once for all the query heads that share it. Split-K ("flash decoding"):
 // a token with more keys than one partition is cut into up to kMaxParts partitions whose (max, sum,
-// unnormalized output) land in a per-stream scratch buffer and are merged by a second kernel in partition
-// order. How a token is partitioned depends only on its own key count, the partition size and the layer's
-// window; every reduction has a fixed order (dot: 4 strided partial sums over d, fixed shuffle trees, chunks
-// in key order, partitions in index order), so a token's result is independent of T and of its neighbours.
+// unnormalized output) land in a per-stream scratch buffer; the block that finishes the token's last
+// partition (a counter per token and block row) merges them in partition order. How a token is partitioned
+// depends only on its own key count, the partition size and the layer's window; every reduction has a fixed
+// order (dot: 4 strided partial sums over d, fixed shuffle trees, chunks in key order, partitions in index
+// order), so a token's result is independent of T and of its neighbours.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -27,13 +28,15 @@ constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 32;     // keys per chunk: one key per lane in the score/softmax phase
 constexpr int kMaxH = 8;       // most heads one thread accumulates in the P·V phase
-constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the combine
+constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the merge
 static_assert(kMaxParts == 32);
-constexpr int kDefaultPartKeys = 128;  // keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise
-constexpr int kCombineThreads = 64;    // one float4 column of the head each (head_dim <= 256)
+constexpr int kDefaultPartKeys = 64;   // keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise
 // Per-stream split-K scratch. Fixed, so it never moves under a captured graph; launches with more tokens
 // than it holds are cut into token tiles (a token's arithmetic does not depend on its tile).
 constexpr size_t kScratchBytes = size_t(64) << 20;
+// Its last bytes hold the per-(token, block row) partition counters: zeroed at allocation, and every merge
+// leaves its counter at zero again.
+constexpr size_t kCounterBytes = size_t(4) << 20;
 
 struct AttnParams {
   const float* q;      // [T, n_heads, hd]
@@ -47,6 +50,7 @@ struct AttnParams {
   int part_keys;       // keys per partition (multiple of kChunk); 0 = every token in one pass
   float* part_o;       // [tile, n_heads, kMaxParts, hd] unnormalized partial outputs (part_keys > 0)
   float2* part_ml;     // [tile, n_heads, kMaxParts] (max, sum) of each partition's scores
+  int* done;           // [tile, gridDim.y] partitions finished per (token, block row); 0 between launches
 };
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -84,11 +88,45 @@ size_t attn_smem_floats(int hd, int gb, int stages) {
   return 2 * size_t(stages) * size_t(kChunk) * ld + size_t(gb) * size_t(hd) + size_t(gb) * kChunk + 3 * size_t(gb);
 }
 
+// Merges query head hq of token t (tile row tl) from its partitions, by one warp: out = Σ_p e^(m_p - M) o_p /
+// Σ_p e^(m_p - M) l_p with M = max_p m_p, every sum in partition order (lane i holds partition i's weight).
+// Reads the partials through L2: other blocks wrote them.
+__device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, int parts, int lane) {
+  const int64_t base = (tl * p.n_heads + hq) * kMaxParts;  // row of partition 0 in [tile, n_heads, kMaxParts]
+  const float2 ml = lane < parts ? __ldcg(p.part_ml + base + lane) : make_float2(-INFINITY, 0.0f);
+  const float m = warp_max(ml.x);
+  const float w = lane < parts ? expf(ml.x - m) : 0.0f;
+  float l = 0.0f;
+  for (int j = 0; j < parts; ++j) l = fmaf(__shfl_sync(0xffffffffu, ml.y, j), __shfl_sync(0xffffffffu, w, j), l);
+  const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+  const int hd4 = p.hd / 4;
+  const float4* po = reinterpret_cast<const float4*>(p.part_o) + base * hd4;  // [kMaxParts][hd4]
+  float4* o4 = reinterpret_cast<float4*>(p.out + (t * p.n_heads + hq) * p.hd);
+  for (int c0 = 0; c0 < hd4; c0 += 32) {  // uniform trip counts: every lane joins the shuffles
+    const int c = c0 + lane;
+    const bool ok = c < hd4;
+    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int i = 0; i < parts; ++i) {
+      const float4 a = ok ? __ldcg(po + i * hd4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      const float wi = __shfl_sync(0xffffffffu, w, i);
+      o.x = fmaf(wi, a.x, o.x);
+      o.y = fmaf(wi, a.y, o.y);
+      o.z = fmaf(wi, a.z, o.z);
+      o.w = fmaf(wi, a.w, o.w);
+    }
+    o.x *= inv_l;
+    o.y *= inv_l;
+    o.z *= inv_l;
+    o.w *= inv_l;
+    if (ok) o4[c] = o;
+  }
+}
+
 // STAGES chunks in flight (cp.async groups): the block-table read and the K/V copy of chunk c + STAGES - 1
 // overlap the math of chunk c, which is what decode with short contexts is bound by.
 // Grid (tile tokens, KV heads x head groups, Z): block z computes partitions z, z + Z, ... of its token (Z is
 // only parallelism; the partitions and their arithmetic do not depend on it). A token in one partition is
-// normalized and written to out here; otherwise each partition goes to the scratch for the combine kernel.
+// normalized and written to out here; otherwise each partition goes to the scratch and the last block merges.
 template <int MAXH, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const AttnParams p) {
   extern __shared__ float4 smem4[];
@@ -280,54 +318,23 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
       }
     }
   }
-}
-
-// Grid (tile tokens, n_heads), kCombineThreads threads: out = Σ_p e^(m_p - M) o_p / Σ_p e^(m_p - M) l_p with
-// M = max_p m_p, every sum in partition order. Tokens computed in one pass were written by the main kernel.
-__global__ void __launch_bounds__(kCombineThreads) attention_combine_kernel(const AttnParams p) {
-  const int64_t tl = blockIdx.x;
-  const int64_t t = p.t0 + tl;
-  const int hq = int(blockIdx.y);
-  const KeySplit split = split_keys(token_keys(p, t).count(), p.part_keys);
-  if (split.parts <= 1) return;
-  __shared__ float w[kMaxParts];  // e^(m_p - M)
-  __shared__ float ls[kMaxParts];
-  __shared__ float inv_l;
-  const int64_t base = (tl * p.n_heads + hq) * kMaxParts;  // row of partition 0 in [tile, n_heads, kMaxParts]
-  if (threadIdx.x < 32) {  // warp 0, lane i = partition i
-    const int i = int(threadIdx.x);
-    const float2 ml = i < split.parts ? p.part_ml[base + i] : make_float2(-INFINITY, 0.0f);
-    const float m = warp_max(ml.x);
-    w[i] = i < split.parts ? expf(ml.x - m) : 0.0f;
-    ls[i] = ml.y;
-    __syncwarp();
-    if (i == 0) {
-      float l = 0.0f;
-      for (int j = 0; j < split.parts; ++j) l = fmaf(ls[j], w[j], l);  // partition order
-      inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-    }
+  if (split.parts == 1) return;
+  // The block that finishes the token's last partition merges its heads (no second launch): the partials are
+  // published (fence) before the count, and the merge reads them in partition order, whichever block runs it.
+  __shared__ int last;
+  __threadfence();
+  __syncthreads();
+  if (tid == 0) {
+    const int mine = (split.parts - int(blockIdx.z) + int(gridDim.z) - 1) / int(gridDim.z);  // partitions done here
+    int* ctr = p.done + tl * int64_t(gridDim.y) + blockIdx.y;
+    const int before = atomicAdd(ctr, mine);
+    last = before + mine == split.parts;
+    if (last) *ctr = 0;  // every block of this (token, row) has counted: ready for the next launch
   }
   __syncthreads();
-  const int hd4 = p.hd / 4;
-  const float4* po = reinterpret_cast<const float4*>(p.part_o) + base * hd4;  // [kMaxParts][hd4]
-  float4* o4 = reinterpret_cast<float4*>(p.out + (t * p.n_heads + hq) * p.hd);
-  for (int c = int(threadIdx.x); c < hd4; c += kCombineThreads) {
-    float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < split.parts; ++i) {
-      const float4 a = po[i * hd4 + c];
-      const float wi = w[i];
-      o.x = fmaf(wi, a.x, o.x);
-      o.y = fmaf(wi, a.y, o.y);
-      o.z = fmaf(wi, a.z, o.z);
-      o.w = fmaf(wi, a.w, o.w);
-    }
-    const float il = inv_l;
-    o.x *= il;
-    o.y *= il;
-    o.z *= il;
-    o.w *= il;
-    o4[c] = o;
-  }
+  if (!last) return;
+  __threadfence();
+  for (int g = warp; g < Gb; g += kWarps) merge_head(p, tl, t, hq0 + g, split.parts, lane);
 }
 
 using AttnKernel = void (*)(AttnParams);
@@ -415,7 +422,8 @@ void* stream_scratch(cudaStream_t s) {
   cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
   check(cudaThreadExchangeStreamCaptureMode(&mode), "paged_attention: capture mode");
   void* ptr = nullptr;
-  const cudaError_t err = cudaMalloc(&ptr, kScratchBytes);
+  cudaError_t err = cudaMalloc(&ptr, kScratchBytes);
+  if (err == cudaSuccess) err = cudaMemset(static_cast<char*>(ptr) + kScratchBytes - kCounterBytes, 0, kCounterBytes);
   cudaThreadExchangeStreamCaptureMode(&mode);  // restore the caller's mode
   check(err, "paged_attention: cudaMalloc split-K scratch");
   g_scratch.push_back({dev, s, ptr});
@@ -503,21 +511,21 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   int64_t bound = g_max_context.load();
   if (window > 0) bound = bound > 0 ? std::min<int64_t>(bound, window) : window;
   const int gz = bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
-  // Token tiles that fit the scratch: [tile, n_heads, kMaxParts, hd] outputs, then [tile, n_heads, kMaxParts] (m, l).
+  // Token tiles that fit the scratch: [tile, n_heads, kMaxParts, hd] outputs, [tile, n_heads, kMaxParts] (m, l),
+  // and the [tile, gy] partition counters in the scratch's last kCounterBytes.
   const size_t per_token = size_t(n_heads) * kMaxParts * (size_t(head_dim) * sizeof(float) + sizeof(float2));
-  const int64_t tile = int64_t(kScratchBytes / per_token);
+  const int64_t tile = std::min(int64_t((kScratchBytes - kCounterBytes) / per_token), int64_t(kCounterBytes / (gy * sizeof(int))));
   if (tile < 1) throw std::runtime_error("paged_attention: n_heads " + std::to_string(n_heads) + " too large for the split-K scratch");
   char* scratch = static_cast<char*>(stream_scratch(s));
   p.part_keys = pk;
   p.part_o = reinterpret_cast<float*>(scratch);
   p.part_ml = reinterpret_cast<float2*>(scratch + size_t(tile) * n_heads * kMaxParts * head_dim * sizeof(float));
+  p.done = reinterpret_cast<int*>(scratch + kScratchBytes - kCounterBytes);
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const unsigned n = unsigned(std::min(tile, T - t0));
     p.t0 = t0;
     kernel<<<dim3(n, gy, unsigned(gz)), kThreads, smem, s>>>(p);
     check(cudaGetLastError(), "paged_attention launch");
-    attention_combine_kernel<<<dim3(n, unsigned(n_heads)), kCombineThreads, 0, s>>>(p);
-    check(cudaGetLastError(), "paged_attention combine launch");
   }
 }
 
