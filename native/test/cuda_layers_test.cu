@@ -625,6 +625,47 @@ void test_rope() {
   }
 }
 
+// The fused rope(q) + rope(k) + kv_write against the three separate launches: bitwise equal q and pools, a
+// padding token (slot -1) writes nothing, k is left unrotated.
+void test_rope_kv_write() {
+  struct RC {
+    int heads, kv, hd, rot;
+    bool qscale;
+  };
+  for (const RC& rc : {RC{14, 2, 64, 64, false}, RC{16, 8, 128, 128, true}, RC{4, 1, 80, 40, true}}) {
+    const int64_t n = 9, slots = 64, width = int64_t(rc.kv) * rc.hd;
+    const RopeSpec spec = rope_default(rc.hd, rc.rot, 1e6, 1.0);
+    std::vector<int32_t> pos(static_cast<size_t>(n)), slot(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      pos[size_t(i)] = int32_t(i * 501 + 7);
+      slot[size_t(i)] = i == 4 ? -1 : int32_t((i * 37 + 5) % slots);
+    }
+    const RopeTable tab = rope_table(spec, pos.data(), n);
+    const std::vector<float> q = rand_vec(size_t(n) * rc.heads * rc.hd, -2.0f, 2.0f);
+    const std::vector<float> k = rand_vec(size_t(n * width), -2.0f, 2.0f), v = rand_vec(size_t(n * width));
+    const std::vector<float> pool0 = rand_vec(size_t(slots * width));
+    const std::vector<float> qs = rand_vec(size_t(n), 0.5f, 2.0f);
+    Dev<float> dc(tab.cos), ds(tab.sin), dqs(qs);
+    Dev<int32_t> dslot(slot);
+    Dev<float> q1(q), k1(k), v1(v), kp1(pool0), vp1(pool0);  // separate launches
+    Dev<float> q2(q), k2(k), v2(v), kp2(pool0), vp2(pool0);  // fused
+    const float* qsp = rc.qscale ? dqs.p : nullptr;
+    cu::rope(q1.p, n, rc.heads, rc.hd, tab.half, dc.p, ds.p, qsp, nullptr);
+    cu::rope(k1.p, n, rc.kv, rc.hd, tab.half, dc.p, ds.p, nullptr, nullptr);
+    cu::kv_write(k1.p, v1.p, n, dslot.p, kp1.p, vp1.p, width, nullptr);
+    cu::rope_kv_write(q2.p, k2.p, v2.p, n, rc.heads, rc.kv, rc.hd, tab.half, dc.p, ds.p, qsp, dslot.p, kp2.p, vp2.p,
+                      nullptr);
+    sync();
+    const auto a = q1.download(), b = q2.download(), ka = kp1.download(), kb = kp2.download();
+    const auto va = vp1.download(), vb = vp2.download(), kk = k2.download();
+    const bool ok = bitwise_equal(a.data(), b.data(), a.size()) && bitwise_equal(ka.data(), kb.data(), ka.size()) &&
+                    bitwise_equal(va.data(), vb.data(), va.size()) && bitwise_equal(kk.data(), k.data(), k.size());
+    report_bool("rope_kv_write heads " + std::to_string(rc.heads) + "/" + std::to_string(rc.kv) + " hd " +
+                    std::to_string(rc.hd) + " rot " + std::to_string(rc.rot) + (rc.qscale ? " q_scale" : ""),
+                ok, ok ? "bitwise equal to rope + rope + kv_write" : "differs from rope + rope + kv_write");
+  }
+}
+
 // ---------------------------------------------------------------- rows
 
 // Raw dtype bytes of f32 values (the store a checkpoint would hold).
@@ -862,6 +903,7 @@ int main() {
     test_attention(pool);
     test_norms();
     test_rope();
+    test_rope_kv_write();
     test_embed();
     test_rows();
     test_argmax();

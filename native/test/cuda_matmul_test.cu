@@ -39,6 +39,11 @@ namespace {
 
 int g_failures = 0;
 constexpr double kTol = 1e-5;
+// Fast: x is rounded to bf16 (relative error <= 2^-9 per element), so |error| <= 2^-9 · Σ|w·x| plus f32 sums.
+constexpr double kFastTol = 2.5e-3;
+cuda::MathMode g_mode = cuda::MathMode::Exact;  // the arithmetic every GPU call of the current pass uses
+double tolerance() { return g_mode == cuda::MathMode::Fast ? kFastTol : kTol; }
+std::string mode_prefix() { return g_mode == cuda::MathMode::Fast ? "fast " : ""; }
 
 void ck(cudaError_t e, const char* what) { cuda::check(e, what); }
 
@@ -193,7 +198,7 @@ struct Err {
     max_abs = std::fmax(max_abs, d);
     max_rel = std::fmax(max_rel, d / std::fmax(scale, 1e-30));
   }
-  bool ok() const { return finite && max_rel <= kTol; }
+  bool ok() const { return finite && max_rel <= tolerance(); }
 };
 
 void report(bool ok, const std::string& name, const std::string& detail) {
@@ -207,7 +212,7 @@ void gpu_matmul(const TestWeight& W, const float* d_x, int64_t ldx, int64_t n, f
   j.w = W.dev;
   j.y = d_y;
   j.ldy = W.out;
-  cuda::matmul(d_x, ldx, n, &j, 1, nullptr);
+  cuda::matmul(d_x, ldx, n, &j, 1, nullptr, g_mode);
   ck(cudaGetLastError(), "matmul");
 }
 
@@ -240,7 +245,7 @@ void test_shape(ThreadPool& pool, const Format& f, int64_t out, int64_t in, cons
     std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g invariance_bad_rows=%d", e.max_abs, e.max_rel,
                   bad_rows);
     report(e.ok() && bad_rows == 0,
-           "matmul " + f.name() + " [" + std::to_string(out) + "x" + std::to_string(in) + "] n=" + std::to_string(n),
+           mode_prefix() + "matmul " + f.name() + " [" + std::to_string(out) + "x" + std::to_string(in) + "] n=" + std::to_string(n),
            buf);
   }
 }
@@ -273,7 +278,7 @@ void test_fused(ThreadPool& pool, const Format& f, std::mt19937& rng) {
       jobs[j].ldy = ldy[size_t(j)];
       jobs[j].accumulate = j >= 2;
     }
-    cuda::matmul(d_x.f(), ldx, n, jobs, 4, nullptr);
+    cuda::matmul(d_x.f(), ldx, n, jobs, 4, nullptr, g_mode);
     ck(cudaDeviceSynchronize(), "fused");
     for (int j = 0; j < 4; ++j) {
       const TestWeight& W = Ws[size_t(j)];
@@ -299,7 +304,7 @@ void test_fused(ThreadPool& pool, const Format& f, std::mt19937& rng) {
       char buf[256];
       std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g", e.max_abs, e.max_rel);
       report(e.ok(),
-             "fused " + W.fmt.name() + " job" + std::to_string(j) + (jobs[j].bias ? "+bias" : "") +
+             mode_prefix() + "fused " + W.fmt.name() + " job" + std::to_string(j) + (jobs[j].bias ? "+bias" : "") +
                  (jobs[j].accumulate ? "+acc" : "") + " n=" + std::to_string(n),
              buf);
     }
@@ -312,7 +317,7 @@ void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::m
   TestWeight G = make_weight(f, ffn, in, rng), U = make_weight(fu ? *fu : f, ffn, in, rng);
   DevBuf d_u(size_t(64 * ffn) * 4);  // up scratch of the fallback, [n <= 64, ffn]
   auto run = [&](const float* d_x, int64_t n, float* d_out, int act) {
-    if (!fu) return cuda::matmul_glu(d_x, n, G.dev, U.dev, act, d_out, nullptr);
+    if (!fu) return cuda::matmul_glu(d_x, n, G.dev, U.dev, act, d_out, nullptr, g_mode);
     cuda::MatmulJob jobs[2];
     jobs[0].w = G.dev;
     jobs[0].y = d_out;
@@ -320,7 +325,7 @@ void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::m
     jobs[1].w = U.dev;
     jobs[1].y = d_u.f();
     jobs[1].ldy = ffn;
-    cuda::matmul(d_x, in, n, jobs, 2, nullptr);
+    cuda::matmul(d_x, in, n, jobs, 2, nullptr, g_mode);
     cuda::glu(d_out, d_u.f(), n * ffn, act, nullptr);
   };
   for (int act = 0; act < 2; ++act)
@@ -353,11 +358,72 @@ void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::m
       std::snprintf(buf, sizeof buf, "max_abs=%.3g max_rel=%.3g invariance_bad_rows=%d", e.max_abs, e.max_rel,
                     bad_rows);
       report(e.ok() && bad_rows == 0,
-             std::string("glu ") + (act == 0 ? "silu " : "gelu_tanh ") + f.name() + (fu ? " + up " + fu->name() : "") +
+             mode_prefix() + "glu " + (act == 0 ? "silu " : "gelu_tanh ") + f.name() + (fu ? " + up " + fu->name() : "") +
                  " [" + std::to_string(ffn) + "x" +
                  std::to_string(in) + "] n=" + std::to_string(n),
              buf);
     }
+}
+
+// Fast launches with the input RMSNorm fused (in the staged kernel for n <= 8, in the activation prepare pass
+// above): bitwise equal to rms_norm followed by the plain launch, for matmul (q/k/v-like jobs with bias) and GLU;
+// and refused where it cannot fuse (Exact).
+void test_fused_norm(std::mt19937& rng) {
+  const Format f{WeightKind::Affine, 4, 64, DType::BF16};
+  const int64_t in = 896;
+  TestWeight Q = make_weight(f, 896, in, rng), K = make_weight(f, 128, in, rng), V = make_weight(f, 128, in, rng);
+  TestWeight G = make_weight(f, 1000, in, rng), U = make_weight(f, 1000, in, rng);
+  const std::vector<float> nw = random_vec(size_t(in), rng, 0.5f), bq = random_vec(896, rng, 0.5f);
+  DevBuf d_nw(nw.data(), nw.size() * 4), d_bq(bq.data(), bq.size() * 4);
+  const float eps = 1e-6f;
+  for (int n : {1, 3, 8, 9, 40, 70}) {
+    const std::vector<float> x = random_vec(size_t(n * in), rng, 3.0f);
+    DevBuf d_x(x.data(), x.size() * 4), d_xn(x.size() * 4);
+    DevBuf y1(size_t(n) * 1152 * 4), y2(size_t(n) * 1152 * 4), g1(size_t(n * 1000) * 4), g2(size_t(n * 1000) * 4);
+    auto jobs = [&](float* y) {
+      std::vector<cuda::MatmulJob> j(3);
+      const TestWeight* ws[3] = {&Q, &K, &V};
+      int64_t off = 0;
+      for (int i = 0; i < 3; ++i) {
+        j[size_t(i)].w = ws[i]->dev;
+        j[size_t(i)].y = y + off;
+        j[size_t(i)].ldy = 1152;
+        j[size_t(i)].bias = i == 0 ? d_bq.f() : nullptr;
+        off += ws[i]->out;
+      }
+      return j;
+    };
+    const auto ja = jobs(y1.f()), jb = jobs(y2.f());
+    const cuda::RowNorm norm{d_nw.f(), eps};
+    const bool can = cuda::can_fuse_norm(ja.data(), 3, n, cuda::MathMode::Fast);
+    cuda::rms_norm(d_x.f(), d_xn.f(), n, in, d_nw.f(), eps, nullptr);
+    cuda::matmul(d_xn.f(), in, n, ja.data(), 3, nullptr, cuda::MathMode::Fast);
+    cuda::matmul(d_x.f(), in, n, jb.data(), 3, nullptr, cuda::MathMode::Fast, &norm);
+    cuda::matmul_glu(d_xn.f(), n, G.dev, U.dev, 0, g1.f(), nullptr, cuda::MathMode::Fast);
+    cuda::matmul_glu(d_x.f(), n, G.dev, U.dev, 0, g2.f(), nullptr, cuda::MathMode::Fast, &norm);
+    ck(cudaDeviceSynchronize(), "fused norm");
+    const auto a = download(y1, size_t(n) * 1152), b = download(y2, size_t(n) * 1152);
+    const auto ga = download(g1, size_t(n * 1000)), gb = download(g2, size_t(n * 1000));
+    const bool same = std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+    const bool gsame = std::memcmp(ga.data(), gb.data(), ga.size() * 4) == 0;
+    report(can && same, "fast matmul + fused norm n=" + std::to_string(n), same ? "bitwise equal to rms_norm + matmul" : "differs");
+    report(gsame, "fast glu + fused norm n=" + std::to_string(n), gsame ? "bitwise equal to rms_norm + glu" : "differs");
+  }
+  // Exact: not fusable, and a norm passed anyway is refused.
+  const cuda::MatmulJob one{Q.dev, nullptr, nullptr, 896, false};
+  bool refused = false;
+  DevBuf d_x(size_t(9 * in) * 4), d_y(size_t(9 * 896) * 4);
+  cuda::MatmulJob j = one;
+  j.y = d_y.f();
+  const cuda::RowNorm norm{d_nw.f(), eps};
+  try {
+    cuda::matmul(d_x.f(), in, 9, &j, 1, nullptr, cuda::MathMode::Exact, &norm);
+  } catch (const std::exception&) {
+    refused = true;
+  }
+  const bool rules = !cuda::can_fuse_norm(&one, 1, 1, cuda::MathMode::Exact) && cuda::can_fuse_norm(&one, 1, 8, cuda::MathMode::Fast) &&
+                     cuda::can_fuse_norm(&one, 1, 300, cuda::MathMode::Fast);
+  report(refused && rules, "fused norm rules", refused && rules ? "Exact refused, Fast allowed at any n" : "wrong rule");
 }
 
 // Decode bandwidth: cycles through enough weight copies that the set exceeds L2 (H200: 50 MB).
@@ -375,7 +441,7 @@ void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
                       bufs.back().p};
     devs.push_back(d);
   }
-  for (int n : {1, 8, 64}) {
+  for (int n : {1, 8, 64, 256}) {
     const std::vector<float> x = random_vec(size_t(n * in), rng);
     DevBuf d_x(x.data(), x.size() * 4), d_y(size_t(n * out) * 4);
     cuda::MatmulJob j;
@@ -383,7 +449,7 @@ void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
     j.ldy = out;
     for (int it = 0; it < copies; ++it) {
       j.w = devs[size_t(it % copies)];
-      cuda::matmul(d_x.f(), in, n, &j, 1, nullptr);
+      cuda::matmul(d_x.f(), in, n, &j, 1, nullptr, g_mode);
     }
     cudaEvent_t a, b;
     ck(cudaEventCreate(&a), "event");
@@ -392,7 +458,7 @@ void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
     ck(cudaEventRecord(a), "record");
     for (int it = 0; it < iters; ++it) {
       j.w = devs[size_t(it % copies)];
-      cuda::matmul(d_x.f(), in, n, &j, 1, nullptr);
+      cuda::matmul(d_x.f(), in, n, &j, 1, nullptr, g_mode);
     }
     ck(cudaEventRecord(b), "record");
     ck(cudaEventSynchronize(b), "sync");
@@ -401,8 +467,8 @@ void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
     cudaEventDestroy(a);
     cudaEventDestroy(b);
     const double us = 1e3 * ms / iters;
-    std::printf("BENCH %s [%lldx%lld] n=%d: %.2f us/launch, %.0f GB/s of weights (%d copies, %zu bytes each)\n",
-                f.name().c_str(), (long long)out, (long long)in, n, us, double(wb) / (us * 1e3), copies, wb);
+    std::printf("BENCH %s%s [%lldx%lld] n=%d: %.2f us/launch, %.0f GB/s of weights (%d copies, %zu bytes each)\n",
+                mode_prefix().c_str(), f.name().c_str(), (long long)out, (long long)in, n, us, double(wb) / (us * 1e3), copies, wb);
   }
 }
 
@@ -443,6 +509,23 @@ int main() {
     test_glu(pool, a4, 1000, 896, rng, &dense_f32);
     bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, 4864, 896, rng);
     bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, 151936, 896, rng);
+
+    // The same cases for affine weights in Fast precision (tensor cores), then its decode bandwidth.
+    g_mode = cuda::MathMode::Fast;
+    for (const Format& f : fmts) {
+      if (f.kind != WeightKind::Affine) continue;
+      for (const auto& sh : shapes)
+        if (sh[1] % f.group == 0) test_shape(pool, f, sh[0], sh[1], ns, rng);
+      test_fused(pool, f, rng);
+    }
+    for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 8, 32, DType::F16},
+                            Format{WeightKind::Affine, 4, 128, DType::F32}, Format{WeightKind::Affine, 8, 128, DType::BF16}})
+      test_glu(pool, f, 1000, 896, rng);
+    test_glu(pool, dense_f32, 1000, 896, rng, &a4);
+    test_fused_norm(rng);
+    for (const auto& sh : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}, {1152, 896}, {151936, 896},
+                           {22016, 2048}, {2048, 11008}})
+      bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, sh.first, sh.second, rng);
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

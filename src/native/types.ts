@@ -137,7 +137,7 @@ export interface NativeLoadOptions {
   threads?: number; // default: hardware cores
   kvCacheBytes?: number; // default: a share of free RAM, capped
   blockSize?: number; // default 16
-  precision?: 'exact' | 'fast'; // fast (default): int8 activations for quantized matmuls
+  precision?: 'exact' | 'fast'; // fast (default): rounded activations for quantized matmuls (int8 CPU, bf16 CUDA)
   device?: NativeDevice; // default auto; cuda throws (saying why) when it cannot run there
 }
 

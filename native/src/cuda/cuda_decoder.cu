@@ -10,6 +10,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 #include "cuda/cuda_backend.h"
@@ -128,6 +129,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (stream_) {
       cudaStreamSynchronize(stream_);
       paged_attention_release(stream_);
+      matmul_release(stream_);
     }
     for (void* p : allocations_) cudaFree(p);
     if (stream_) cudaStreamDestroy(stream_);
@@ -138,7 +140,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const VisionEncoder* vision() const override { return host_->vision(); }
   DeviceLogits* device_logits() override { return this; }
 
-  void forward(const Batch& b, KvPool& kv, ThreadPool&, Precision, float* logits) override {
+  void forward(const Batch& b, KvPool& kv, ThreadPool&, Precision prec, float* logits) override {
     if (logits) throw std::logic_error("CUDA model: logits stay on the device (forward takes no host buffer)");
     if (kv.num_blocks() != num_blocks_ || kv.block_size() != block_size_)
       throw std::logic_error("CUDA model: the KV pool geometry differs from the one the device storage was sized for");
@@ -152,17 +154,19 @@ class CudaDecoder final : public Model, public DeviceLogits {
 
     const bool embeds = !b.embeds.empty();
     if (embeds) upload_embeds(b);
+    const MathMode mode = prec == Precision::Fast ? MathMode::Fast : MathMode::Exact;
     if (!use_graphs_ || embeds || T > 512) {
-      enqueue(T, m, embeds ? int64_t(b.embeds.size()) : 0);
+      enqueue(T, m, embeds ? int64_t(b.embeds.size()) : 0, mode);
     } else {
-      auto it = graphs_.find({T, m});
-      if (it == graphs_.end() && !eager_seen_.insert({T, m}).second) {
-        if (graphs_.size() >= 256) drop_graphs();  // bound the cache of (tokens, logit rows) shapes
-        it = graphs_.emplace(std::make_pair(T, m), capture(T, m)).first;
+      const GraphKey key{T, m, mode};
+      auto it = graphs_.find(key);
+      if (it == graphs_.end() && !eager_seen_.insert(key).second) {
+        if (graphs_.size() >= 256) drop_graphs();  // bound the cache of step shapes
+        it = graphs_.emplace(key, capture(T, m, mode)).first;
       }
       // A shape's first forward runs eagerly: kernels make their one-time settings (shared-memory limits,
       // scratch) outside a capture; from its second forward on, the shape is one graph launch.
-      if (it == graphs_.end()) enqueue(T, m, 0);
+      if (it == graphs_.end()) enqueue(T, m, 0, mode);
       else check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
     }
     // A step that samples nothing (a prefill chunk) still reports its failures in this step.
@@ -341,6 +345,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     fo += align_up(size_t(Tc_) * f);
     fmeta_.release();
     fmeta_.reserve(fo, "cudaMalloc RoPE tables");
+    // Fast launches of more than one token prepare their activations in the stream's buffer: sized now, never in
+    // a capture.
+    matmul_reserve(stream_, Tc_, std::max<int64_t>({H, qd, cfg_.ffn}));
     fmeta_host_.reserve(fo);
     fmeta_bytes_ = fo;
   }
@@ -408,10 +415,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
           "upload image embeddings");
   }
 
-  cudaGraphExec_t capture(int64_t T, int64_t m) {
+  cudaGraphExec_t capture(int64_t T, int64_t m, MathMode mode) {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
-      enqueue(T, m, 0);
+      enqueue(T, m, 0, mode);
     } catch (...) {
       cudaGraph_t g = nullptr;
       cudaStreamEndCapture(stream_, &g);
@@ -435,7 +442,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   }
 
   // The whole forward as launches on stream_: embeddings, every layer, the head over the logit rows.
-  void enqueue(int64_t T, int64_t m, int64_t ne) {
+  void enqueue(int64_t T, int64_t m, int64_t ne, MathMode mode) {
     const DecoderConfig& d = cfg_;
     const int64_t H = d.hidden, qd = int64_t(d.n_heads) * d.head_dim, kd = int64_t(d.n_kv_heads) * d.head_dim;
     float* h = scratch_.as<float>(off_h_);      // [T, H] residual stream
@@ -465,9 +472,16 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (ne) scatter_rows(edata, erows, ne, H, h, /*add=*/false, s);
     for (int l = 0; l < d.n_layers; ++l) {
       const DevLayer& L = layers_[size_t(l)];
-      rms_norm(h, xn, T, H, L.input_norm, d.rms_eps, s);
       const MatmulJob qkv[3] = {{L.q, L.bq, q, qd, false}, {L.k, L.bk, k, kd, false}, {L.v, L.bv, v, kd, false}};
-      matmul(xn, H, T, qkv, 3, s);
+      // Fast, affine weights: the input norm runs inside the q/k/v launch or its activation prepare pass (bitwise
+      // the same values, one launch less).
+      const RowNorm in_norm{L.input_norm, d.rms_eps};
+      if (can_fuse_norm(qkv, 3, T, mode)) {
+        matmul(h, H, T, qkv, 3, s, mode, &in_norm);
+      } else {
+        rms_norm(h, xn, T, H, L.input_norm, d.rms_eps, s);
+        matmul(xn, H, T, qkv, 3, s, mode);
+      }
       if (d.qk_norm) {
         rms_norm(q, q, T * d.n_heads, d.head_dim, L.q_norm, d.rms_eps, s);
         rms_norm(k, k, T * d.n_kv_heads, d.head_dim, L.k_norm, d.rms_eps, s);
@@ -476,44 +490,53 @@ class CudaDecoder final : public Model, public DeviceLogits {
       const int half = d.ropes[size_t(r)].rot_dim / 2;
       const float* cs = fmeta_.as<float>(rope_off_[size_t(r)].first);
       const float* sn = fmeta_.as<float>(rope_off_[size_t(r)].second);
-      rope(q, T, d.n_heads, d.head_dim, half, cs, sn, qscale, s);
-      rope(k, T, d.n_kv_heads, d.head_dim, half, cs, sn, nullptr, s);
-      kv_write(k, v, T, slot, kpool_[size_t(l)], vpool_[size_t(l)], kd, s);
+      rope_kv_write(q, k, v, T, d.n_heads, d.n_kv_heads, d.head_dim, half, cs, sn, qscale, slot, kpool_[size_t(l)],
+                    vpool_[size_t(l)], s);
       paged_attention(q, att, T, tok, kpool_[size_t(l)], vpool_[size_t(l)], d.n_heads, d.n_kv_heads, d.head_dim,
                       d.attn_scale, d.window[size_t(l)], s);
       if (d.sandwich_norms) {
         const MatmulJob oj{L.o, L.bo, o, H, false};
-        matmul(att, qd, T, &oj, 1, s);
+        matmul(att, qd, T, &oj, 1, s, mode);
         rms_norm(o, o, T, H, L.post_attn_norm, d.rms_eps, s);
         add_rms_norm(h, o, xn, T, H, L.pre_ffn_norm, d.rms_eps, s);
       } else {
         const MatmulJob oj{L.o, L.bo, h, H, true};  // h += att·Woᵀ
-        matmul(att, qd, T, &oj, 1, s);
-        rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
+        matmul(att, qd, T, &oj, 1, s, mode);
       }
-      if (L.glu_fused) {
-        matmul_glu(xn, T, L.gate, L.up, L.act, g, s);
+      const MatmulJob gu_fast[2] = {{L.gate, nullptr, g, d.ffn, false}, {L.up, nullptr, g, d.ffn, false}};
+      const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_norm(gu_fast, 2, T, mode);
+      if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
+      if (fuse_post) {
+        const RowNorm post{L.post_attn_norm, d.rms_eps};
+        matmul_glu(h, T, L.gate, L.up, L.act, g, s, mode, &post);
+      } else if (L.glu_fused) {
+        matmul_glu(xn, T, L.gate, L.up, L.act, g, s, mode);
       } else {
         const MatmulJob gu[2] = {{L.gate, nullptr, g, d.ffn, false}, {L.up, nullptr, u, d.ffn, false}};
-        matmul(xn, H, T, gu, 2, s);
+        matmul(xn, H, T, gu, 2, s, mode);
         glu(g, u, T * d.ffn, L.act, s);
       }
       if (d.sandwich_norms) {
         const MatmulJob dj{L.down, nullptr, o, H, false};
-        matmul(g, d.ffn, T, &dj, 1, s);
+        matmul(g, d.ffn, T, &dj, 1, s, mode);
         rms_norm(o, o, T, H, L.post_ffn_norm, d.rms_eps, s);
         add_inplace(h, o, T * H, s);
       } else {
         const MatmulJob dj{L.down, nullptr, h, H, true};  // h += mlp
-        matmul(g, d.ffn, T, &dj, 1, s);
+        matmul(g, d.ffn, T, &dj, 1, s, mode);
       }
       if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);
     }
     if (m == 0) return;
     gather_rows(h, meta_.as<int32_t>(layout_.logit_rows), m, H, sel, s);
-    rms_norm(sel, sel, m, H, final_norm_, d.rms_eps, s);
     const MatmulJob hj{head_, nullptr, logits, d.vocab, false};
-    matmul(sel, H, m, &hj, 1, s);
+    const RowNorm final_norm{final_norm_, d.rms_eps};
+    if (can_fuse_norm(&hj, 1, m, mode)) {
+      matmul(sel, H, m, &hj, 1, s, mode, &final_norm);
+    } else {
+      rms_norm(sel, sel, m, H, final_norm_, d.rms_eps, s);
+      matmul(sel, H, m, &hj, 1, s, mode);
+    }
     if (d.final_softcap > 0) softcap(logits, m * d.vocab, d.final_softcap, s);
   }
 
@@ -538,8 +561,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
   size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_u_ = 0, off_sel_ = 0;
   std::vector<std::pair<size_t, size_t>> rope_off_;  // per RoPE spec: byte offsets of cos and sin
   size_t qscale_off_ = 0, fmeta_bytes_ = 0;
-  std::map<std::pair<int64_t, int64_t>, cudaGraphExec_t> graphs_;
-  std::set<std::pair<int64_t, int64_t>> eager_seen_;  // shapes that ran once without a graph
+  using GraphKey = std::tuple<int64_t, int64_t, MathMode>;  // (tokens, logit rows, arithmetic)
+  std::map<GraphKey, cudaGraphExec_t> graphs_;
+  std::set<GraphKey> eager_seen_;  // step shapes that ran once without a graph
 };
 
 }  // namespace

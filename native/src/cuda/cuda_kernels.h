@@ -34,12 +34,37 @@ struct MatmulJob {
   bool accumulate = false;      // y += x·Wᵀ (+bias): the residual add fused into the epilogue
 };
 
+// The arithmetic of a matmul. Exact: f32 FMA throughout (matches the CPU's Exact to ~1e-6). Fast: MLX affine
+// 4/8-bit weights run on tensor cores with x rounded to bf16 (weights exact, f32 accumulation; the CPU's Fast
+// rounds x to int8 blocks); dense weights run Exact in both. Both are bitwise batch invariant.
+enum class MathMode { Exact, Fast };
+
+// Fast launches of more than one row first convert x to bf16 mma fragments in a per-stream buffer. Reserve it for
+// the largest launch (rows x in) before capturing a graph (it only grows outside captures; a launch during a
+// capture that needs more throws); release it with the stream.
+void matmul_reserve(cudaStream_t s, int64_t rows, int64_t in);
+void matmul_release(cudaStream_t s);
+
+// An input RMSNorm fused into a matmul: the launch reads rms_norm(x)·w (bitwise what rms_norm writes) instead
+// of x, saving the norm's launch and its output. w [in] f32.
+struct RowNorm {
+  const float* w = nullptr;
+  float eps = 0.0f;
+};
+
+// Whether matmul(x, ldx, n, jobs, n_jobs, s, mode, &norm) runs with the norm fused (Fast, every job affine in one
+// format); otherwise the caller runs rms_norm first and passes no norm.
+bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode);
+
 // Up to 4 weights that share x [n, ldx] (q/k/v; gate/up) in ONE launch; all jobs have the same `in`.
-void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s);
+// norm: only where can_fuse_norm says so (throws otherwise).
+void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s,
+            MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr);
 
 // out[n, ffn] = act(x·Gateᵀ) * (x·Upᵀ); act 0 = silu, 1 = gelu_tanh (PyTorch formulas). One launch.
+// norm: only where can_fuse_norm holds for {gate, up} (throws otherwise).
 void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
-                cudaStream_t s);
+                cudaStream_t s, MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr);
 
 // gate[i] = act(gate[i]) * up[i] over n values (the GLU product when gate and up are stored in different
 // formats and run as two matmuls); same formulas as matmul_glu.
@@ -59,6 +84,12 @@ void embed_rows(const DevWeight& E, const int32_t* ids, int64_t n, float scale, 
 // cos/sin [n, half] (computed on the host per step). q_scale [n] or null: x *= q_scale[t] after RoPE.
 void rope(float* x, int64_t n, int heads, int head_dim, int half, const float* cos, const float* sin,
           const float* q_scale, cudaStream_t s);
+
+// rope(q, n_heads, ..., q_scale) + rope(k, n_kv_heads, ...) + kv_write(k, v) in one launch, with the same
+// arithmetic; the rotated k goes only to the pool (k itself is left as it was).
+void rope_kv_write(float* q, const float* k, const float* v, int64_t n, int n_heads, int n_kv_heads, int head_dim,
+                   int half, const float* cos, const float* sin, const float* q_scale, const int32_t* slot,
+                   float* kpool, float* vpool, cudaStream_t s);
 
 // Writes k/v [n, width] (width = n_kv_heads * head_dim) into pool slots: slot[t] is the flat slot
 // index (block * block_size + offset); kpool/vpool [num_blocks * block_size, width].
@@ -82,8 +113,8 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
                      cudaStream_t s);
 
 // paged_attention's split-K path: a token with more keys than one partition (RAPID_CUDA_ATTN_SPLIT, read once:
-// unset or "1" = 128 keys, "0" = off, N = N keys) is split into at most 32 partitions over extra blocks,
-// merged in partition order by a second launch. A
+// unset or "1" = 64 keys, "0" = off, N = N keys) is split into at most 32 partitions over extra blocks,
+// merged in partition order by the block that finishes the token's last partition (no second launch). A
 // token's partitions depend only on its own key count, the partition size and the layer's window, so results
 // stay batch invariant. Partial results go to a 64 MiB scratch per (device, stream), allocated on the
 // stream's first split launch (allowed during graph capture) and kept until paged_attention_release.

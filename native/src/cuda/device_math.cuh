@@ -29,6 +29,41 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+__device__ __forceinline__ double warp_sum_f64(double v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// Threads of a block that reduces one row with row_inv_rms.
+constexpr int kNormThreads = 256;
+
+// 1 / sqrt(mean(x^2) + eps) of a row, as norm.cpp: float(ss / dim) + eps, IEEE sqrt and division; ss is this
+// thread's f64 sum of squares over elements threadIdx.x, +kNormThreads, ... . Call with all kNormThreads threads
+// of the block (fixed shuffle tree, then warps in order); every thread gets the result.
+__device__ __forceinline__ float row_inv_rms(double ss, int64_t dim, float eps) {
+  __shared__ double part[kNormThreads / 32];
+  __shared__ float inv_s;
+  ss = warp_sum_f64(ss);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    double tot = 0;
+    for (int w = 0; w < kNormThreads / 32; ++w) tot += part[w];
+    inv_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(tot / double(dim)), eps)));
+  }
+  __syncthreads();
+  return inv_s;
+}
+
+// The GLU activation: 0 = silu, 1 = gelu_tanh (PyTorch formulas, explicitly rounded like the CPU).
+__device__ __forceinline__ float glu_act(float g, int act) {
+  if (act == 0) return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
+  const float k = 0.7978845608028654f;
+  const float inner = __fmul_rn(k, __fadd_rn(g, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g)));
+  return __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
+}
+
 }  // namespace rapid::cuda
 
 namespace rapid::cuda {

@@ -15,6 +15,7 @@
 #include <string>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/matmul_mma.h"
 
 // Tuning knobs (scheduling only; every choice gives bitwise the same results). Overridable at build
 // time so the bench can time alternatives without code changes.
@@ -248,13 +249,6 @@ __device__ __forceinline__ void dot_rows(const KernelP& P, const SlotMap<GLU>& M
   }
 }
 
-__device__ __forceinline__ float act_fn(float g, int act) {
-  if (act == 0) return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));
-  const float k = 0.7978845608028654f;
-  const float inner = __fmul_rn(k, __fadd_rn(g, __fmul_rn(__fmul_rn(__fmul_rn(0.044715f, g), g), g)));
-  return __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
-}
-
 // Block b covers row tile b % nrt (RT rows) of out tile b / nrt (the row tiles of one out tile are
 // neighbours in launch order, so they share its weights in L2). A last partial row tile is moved back
 // to end at row n and writes only the rows not yet written.
@@ -315,7 +309,7 @@ __global__ void __launch_bounds__(kThreads) mm_kernel(const __grid_constant__ Ke
       const int64_t oc = r0 + i;
       if (oc >= J.w.out) continue;
       if constexpr (GLU) {
-        J.y[(row0 + r) * J.ldy + oc] = __fmul_rn(act_fn(acc[r][2 * i], P.act), acc[r][2 * i + 1]);
+        J.y[(row0 + r) * J.ldy + oc] = __fmul_rn(glu_act(acc[r][2 * i], P.act), acc[r][2 * i + 1]);
       } else {
         float v = acc[r][i];
         if (J.bias) v = __fadd_rn(v, __ldg(J.bias + oc));
@@ -473,19 +467,40 @@ void launch_jobs(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, 
 
 }  // namespace
 
-void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s) {
+bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode) {
+  if (mode != MathMode::Fast || n < 1 || n_jobs < 1) return false;
+  for (int i = 0; i < n_jobs; ++i)
+    if (!mma_supported(jobs[i].w) || !mma_same_format(jobs[i].w, jobs[0].w)) return false;
+  return true;
+}
+
+void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s, MathMode mode,
+            const RowNorm* norm) {
   if (n_jobs < 1 || n_jobs > 4) throw std::runtime_error("cuda::matmul: 1..4 jobs");
   if (n <= 0) return;
   const int64_t in = jobs[0].w.in;
   for (int i = 0; i < n_jobs; ++i)
     if (jobs[i].w.in != in) throw std::runtime_error("cuda::matmul: jobs differ in `in`");
   check_x(x, ldx, in, "cuda::matmul");
+  if (norm) {
+    if (!can_fuse_norm(jobs, n_jobs, n, mode)) throw std::runtime_error("cuda::matmul: this launch cannot fuse a norm");
+    return mma_matmul(x, ldx, n, jobs, n_jobs, s, norm);
+  }
   // Jobs of one format share a launch; a run of another format starts a new one.
   int i = 0;
   while (i < n_jobs) {
     const Fmt f = fmt_of(jobs[i].w, "cuda::matmul");
+    if (mode == MathMode::Fast && mma_supported(jobs[i].w)) {
+      int j = i + 1;
+      while (j < n_jobs && mma_supported(jobs[j].w) && mma_same_format(jobs[j].w, jobs[i].w)) ++j;
+      mma_matmul(x, ldx, n, jobs + i, j - i, s, nullptr);
+      i = j;
+      continue;
+    }
     int j = i + 1;
-    while (j < n_jobs && fmt_of(jobs[j].w, "cuda::matmul") == f) ++j;
+    while (j < n_jobs && fmt_of(jobs[j].w, "cuda::matmul") == f &&
+           !(mode == MathMode::Fast && mma_supported(jobs[j].w)))
+      ++j;
     launch_jobs(x, ldx, n, jobs + i, j - i, f, s);
     i = j;
   }
@@ -493,7 +508,7 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
 
 __global__ void glu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, int act) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) gate[i] = __fmul_rn(act_fn(gate[i], act), up[i]);
+  if (i < n) gate[i] = __fmul_rn(glu_act(gate[i], act), up[i]);
 }
 
 void glu(float* gate, const float* up, int64_t n, int act, cudaStream_t s) {
@@ -504,7 +519,7 @@ void glu(float* gate, const float* up, int64_t n, int act, cudaStream_t s) {
 }
 
 void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
-                cudaStream_t s) {
+                cudaStream_t s, MathMode mode, const RowNorm* norm) {
   const Fmt f = fmt_of(gate, "cuda::matmul_glu");
   if (fmt_of(up, "cuda::matmul_glu") != f || up.out != gate.out || up.in != gate.in || up.group != gate.group ||
       up.dtype != gate.dtype)
@@ -512,6 +527,11 @@ void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeigh
   if (act != 0 && act != 1) throw std::runtime_error("cuda::matmul_glu: act must be 0 (silu) or 1 (gelu_tanh)");
   if (n <= 0) return;
   check_x(x, gate.in, gate.in, "cuda::matmul_glu");
+  if (norm) {
+    const MatmulJob gu[2] = {{gate, nullptr, out, gate.out, false}, {up, nullptr, out, gate.out, false}};
+    if (!can_fuse_norm(gu, 2, n, mode)) throw std::runtime_error("cuda::matmul_glu: this launch cannot fuse a norm");
+  }
+  if (mode == MathMode::Fast && mma_supported(gate)) return mma_glu(x, n, gate, up, act, out, s, norm);
   const int rt = row_tile(n);
   KernelP P = base_params(x, gate.in, n, gate.in, f, gate.group, rt);
   P.njobs = 2;

@@ -11,31 +11,6 @@ namespace rapid::cuda {
 
 namespace {
 
-constexpr int kNormThreads = 256;
-
-__device__ __forceinline__ double warp_sum_f64(double v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-// 1 / sqrt(mean(x^2) + eps) of a row, as norm.cpp: float(ss / dim) + eps, IEEE sqrt and division.
-// Call with all threads of the block; every thread gets the result.
-__device__ float row_inv_rms(double ss, int64_t dim, float eps) {
-  __shared__ double part[kNormThreads / 32];
-  __shared__ float inv_s;
-  ss = warp_sum_f64(ss);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double tot = 0;
-    for (int w = 0; w < kNormThreads / 32; ++w) tot += part[w];
-    inv_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(tot / double(dim)), eps)));
-  }
-  __syncthreads();
-  return inv_s;
-}
-
 // x [rows, dim] -> y [rows, dim]; may alias (each element is read and written by the same thread).
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, float* y, int64_t dim,
                                                                 const float* __restrict__ w, float eps) {
@@ -69,30 +44,30 @@ __global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(float* h, co
 
 constexpr int kRopeThreads = 128;
 
-// x [n, heads, head_dim]; one block per token. Pairs (j, j + half) as rope.cpp apply_rope, then the
-// optional per-token query scale over the whole head (decoder.cpp multiplies all of q).
-__global__ void __launch_bounds__(kRopeThreads) rope_kernel(float* x, int heads, int head_dim, int half,
-                                                            const float* __restrict__ cos,
-                                                            const float* __restrict__ sin,
-                                                            const float* __restrict__ q_scale) {
-  const int64_t t = blockIdx.x;
-  float* xt = x + t * heads * head_dim;  // [heads, head_dim]
-  const float* cs = cos + t * half;      // [half]
-  const float* sn = sin + t * half;      // [half]
-  const bool scaled = q_scale != nullptr;
-  const float qs = scaled ? q_scale[t] : 1.0f;
+// Rotate-half pair (a, b) = (x[j], x[j + half]) by (c, s) as rope.cpp apply_rope.
+__device__ __forceinline__ float2 rotate(float a, float b, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+}
+
+// Pair j of one query head in place (x [head_dim]), then the optional query scale.
+__device__ __forceinline__ void rope_q_pair(float* x, int j, int half, const float* cs, const float* sn, bool scaled,
+                                            float qs) {
+  float2 r = rotate(x[j], x[j + half], cs[j], sn[j]);
+  if (scaled) {
+    r.x = __fmul_rn(r.x, qs);
+    r.y = __fmul_rn(r.y, qs);
+  }
+  x[j] = r.x;
+  x[j + half] = r.y;
+}
+
+// x [heads, head_dim] of one token in place; then the optional query scale over the whole head
+// (decoder.cpp multiplies all of q).
+__device__ __forceinline__ void rope_token(float* xt, int heads, int head_dim, int half, const float* cs,
+                                           const float* sn, bool scaled, float qs) {
   for (int i = threadIdx.x; i < heads * half; i += kRopeThreads) {
-    const int h = i / half, j = i - h * half;
-    float* v = xt + int64_t(h) * head_dim;
-    const float a = v[j], b = v[j + half], c = cs[j], s = sn[j];
-    float r0 = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    float r1 = __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s));
-    if (scaled) {
-      r0 = __fmul_rn(r0, qs);
-      r1 = __fmul_rn(r1, qs);
-    }
-    v[j] = r0;
-    v[j + half] = r1;
+    const int h = i / half;
+    rope_q_pair(xt + int64_t(h) * head_dim, i - h * half, half, cs, sn, scaled, qs);
   }
   const int rest = head_dim - 2 * half;  // dims past the rotated ones: only the query scale touches them
   if (scaled && rest > 0)
@@ -101,6 +76,64 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(float* x, int heads,
       float* v = xt + int64_t(h) * head_dim + j;
       *v = __fmul_rn(*v, qs);
     }
+}
+
+// x [n, heads, head_dim]; one block per token; cos/sin [n, half].
+__global__ void __launch_bounds__(kRopeThreads) rope_kernel(float* x, int heads, int head_dim, int half,
+                                                            const float* __restrict__ cos,
+                                                            const float* __restrict__ sin,
+                                                            const float* __restrict__ q_scale) {
+  const int64_t t = blockIdx.x;
+  rope_token(x + t * heads * head_dim, heads, head_dim, half, cos + t * half, sin + t * half, q_scale != nullptr,
+             q_scale ? q_scale[t] : 1.0f);
+}
+
+constexpr int kRopeKvThreads = 256;
+
+// One block per token, one flat pass (a decode step has a single token: few serial rounds of loads matter):
+// q [n, n_heads, hd] rotated in place (and scaled); k [n, n_kv, hd] rotated on its way into kpool[slot] and
+// v [n, n_kv, hd] copied into vpool[slot] (pools [slots, n_kv * hd]); k stays unrotated.
+__global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
+    float* q, const float* __restrict__ k, const float* __restrict__ v, int n_heads, int n_kv, int head_dim, int half,
+    const float* __restrict__ cos, const float* __restrict__ sin, const float* __restrict__ q_scale,
+    const int32_t* __restrict__ slot, float* kpool, float* vpool) {
+  const int64_t t = blockIdx.x;
+  const float* cs = cos + t * half;  // [half]
+  const float* sn = sin + t * half;  // [half]
+  const bool scaled = q_scale != nullptr;
+  const float qs = scaled ? q_scale[t] : 1.0f;
+  const int64_t sl = slot[t];          // < 0: padding token, nothing stored
+  const int rest = head_dim - 2 * half;  // dims past the rotated ones
+  const int64_t width = int64_t(n_kv) * head_dim;
+  float* qt = q + t * n_heads * head_dim;
+  const float* kt = k + t * width;
+  const float* vt = v + t * width;
+  const int nq = n_heads * half, nqr = scaled ? n_heads * rest : 0, nk = sl >= 0 ? n_kv * half : 0;
+  const int nkr = sl >= 0 ? n_kv * rest : 0, nv = sl >= 0 ? int(width) : 0;
+  const int total = nq + nqr + nk + nkr + nv;
+  for (int i = threadIdx.x; i < total; i += kRopeKvThreads) {
+    if (i < nq) {  // a q pair, as rope_token
+      const int h = i / half;
+      rope_q_pair(qt + int64_t(h) * head_dim, i - h * half, half, cs, sn, scaled, qs);
+    } else if (i < nq + nqr) {  // a q dim past the rotated ones: only the scale
+      const int e = i - nq, h = e / rest;
+      float* x = qt + int64_t(h) * head_dim + 2 * half + (e - h * rest);
+      *x = __fmul_rn(*x, qs);
+    } else if (i < nq + nqr + nk) {  // a k pair into the pool
+      const int e = i - nq - nqr, h = e / half, j = e - h * half;
+      const int64_t o = int64_t(h) * head_dim + j;
+      const float2 r = rotate(kt[o], kt[o + half], cs[j], sn[j]);
+      kpool[sl * width + o] = r.x;
+      kpool[sl * width + o + half] = r.y;
+    } else if (i < nq + nqr + nk + nkr) {  // a k dim past the rotated ones
+      const int e = i - nq - nqr - nk, h = e / rest;
+      const int64_t o = int64_t(h) * head_dim + 2 * half + (e - h * rest);
+      kpool[sl * width + o] = kt[o];
+    } else {  // v
+      const int64_t o = i - (nq + nqr + nk + nkr);
+      vpool[sl * width + o] = vt[o];
+    }
+  }
 }
 
 }  // namespace
@@ -123,6 +156,15 @@ void rope(float* x, int64_t n, int heads, int head_dim, int half, const float* c
   if (n <= 0) return;
   rope_kernel<<<unsigned(n), kRopeThreads, 0, s>>>(x, heads, head_dim, half, cos, sin, q_scale);
   check(cudaGetLastError(), "rope launch");
+}
+
+void rope_kv_write(float* q, const float* k, const float* v, int64_t n, int n_heads, int n_kv_heads, int head_dim,
+                   int half, const float* cos, const float* sin, const float* q_scale, const int32_t* slot,
+                   float* kpool, float* vpool, cudaStream_t s) {
+  if (n <= 0) return;
+  rope_kv_write_kernel<<<unsigned(n), kRopeKvThreads, 0, s>>>(q, k, v, n_heads, n_kv_heads, head_dim, half, cos, sin,
+                                                            q_scale, slot, kpool, vpool);
+  check(cudaGetLastError(), "rope_kv_write launch");
 }
 
 }  // namespace rapid::cuda

@@ -71,7 +71,7 @@ export function registerDoctor(program: Command, overrides: Pick<DoctorOptions, 
     )
     .option('--min-score <percent>', 'coherence: the pass threshold at every concurrency', parsePercent, 95)
     .addOption(new Option('--concurrency <list>', 'coherence: concurrent requests, one run each').argParser(parseConcurrencies).default([1, 16], '1,16'))
-    .option('--precision <mode>', 'coherence: exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--precision <mode>', 'coherence: exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
     .option('--golden <dir>', 'coherence: the golden/ folder to use (golden.jsonl, images, words.txt)')
     .action(async (opts: DoctorCliOptions) => {
       if (opts.coherence !== undefined) {

@@ -71,7 +71,7 @@ export function registerRun(program: Command): void {
     .option('--raw', 'send the prompt as is, without the chat template')
     .option('--json', 'print one JSON object: text, token_ids, finish_reason, usage, device, timings')
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
-    .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--precision <mode>', 'exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--schema <file>', 'constrain the output to JSON valid against this JSON Schema file')
     .option('--json-object', 'constrain the output to a JSON object')

@@ -135,7 +135,7 @@ export function registerServe(program: Command): void {
     .option('--kv-cache-memory <size>', 'KV cache budget, e.g. 2GiB (default: a share of free RAM)', parseByteSize)
     .option('--block-size <n>', 'tokens per KV block', parseIntOption('--block-size'))
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
-    .option('--precision <mode>', 'exact (f32 activations) or fast (int8 activations for quantized weights)', 'fast')
+    .option('--precision <mode>', 'exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
     .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')

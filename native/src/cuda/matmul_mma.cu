@@ -1,0 +1,754 @@
+// Fast-precision matmul of MLX affine 4/8-bit weights on tensor cores (mma.sync m16n8k16, bf16 in, f32
+// accumulate). A warp owns 16 weight rows (GLU: 16 gate + 16 up rows); the weights stay exact: a group of G inputs
+// is one chain of G/16 mma steps over the raw codes (bf16 128 + q for 4-bit, q for 8-bit, both exact) against
+// bf16(x), and the group's affine terms are applied in f32 afterwards: acc = fma(s, P, acc);
+// acc = fma(b - off·s, Σ bf16(x), acc). Two kernels share that arithmetic: the staged kernel (one row: decode at
+// batch 1; x is converted per block in shared memory, the input norm fused) and, for more rows, a prepare pass
+// (x, or rms_norm(x)·w, converted once into a per-stream buffer) followed by the direct kernel.
+//
+// Batch invariance: per output element (row, token) the sequence is fixed — the groups of each of the KS K parts
+// (contiguous, [ng·k/KS, ng·(k+1)/KS)) in order, each an mma chain from zero (a tensor-core dot product of one row
+// and one column, which other columns do not touch), then the parts added as a fixed pairwise tree. KS is chosen
+// from the weight shapes alone; which kernel runs, the chunking and the token tile a row falls in change nothing.
+//
+// mma.sync m16n8k16 fragments (g = lane / 4, t = lane % 4): A a0 (row g, k 2t..2t+1), a1 (row g+8, same k),
+// a2 (row g, k 2t+8..2t+9), a3 (row g+8, same k); B b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g);
+// C c0/c1 (row g, cols 2t, 2t+1), c2/c3 (row g+8, same cols). The k order inside one step is free as long as
+// A and B agree, so thread t's four k slots hold elements of ITS OWN quarter of the group (G/4 contiguous
+// inputs): each thread reads its weights and x as contiguous vectors and no shuffle is needed.
+//
+// Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
+// through prepare + direct too), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
+// process-wide constant, so every n of a weight still gets the same split).
+#include <cuda_bf16.h>
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+#include "cuda/device_math.cuh"
+#include "cuda/matmul_mma.h"
+
+namespace rapid::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kTargetWarps = 2048;  // K is split over a block's warps until a launch has about this many warps
+static_assert(kThreads == kNormThreads, "the fused norm reduces a row exactly as rms_norm_kernel does");
+
+struct MmaJob {
+  const uint32_t* data = nullptr;  // [out, wpr] packed codes
+  const void* scales = nullptr;    // [out, ng] of sdt
+  const void* biases = nullptr;    // [out, ng] of sdt
+  const float* bias = nullptr;     // [out] or null
+  float* y = nullptr;              // [n, ldy]
+  int64_t ldy = 0, out = 0;
+  int64_t tile0 = 0;               // first block row tile of this job
+  int accumulate = 0;
+};
+
+struct MmaParams {
+  const float* x = nullptr;  // [n, ldx]
+  int64_t ldx = 0, n = 0;
+  int64_t ng = 0;            // groups per weight row
+  int64_t wpr = 0;           // uint32 words per weight row
+  int64_t ntt = 0;           // token tiles (8·NT tokens each)
+  int ks = 1;                // warps sharing one row tile, each a K range (1, 2, 4 or 8)
+  int ug = 1;                // staged kernel: groups per warp per chunk
+  const uint32_t* pfrag = nullptr;  // direct kernel: prepared B fragments [ng][npad][4][G/2] u32
+  const float* psum = nullptr;      // direct kernel: prepared group sums [ng][npad]
+  int64_t npad = 0;                 // prepared token rows (a multiple of 8)
+  int sdt = 0;               // scales/biases dtype: 0 F32, 1 F16, 2 BF16
+  int njobs = 0;
+  int act = 0;               // GLU: 0 silu, 1 gelu_tanh
+  const float* norm_w = nullptr;  // [in] or null: the kernel reads rms_norm(x)·norm_w instead of x (NT = 1 only)
+  float eps = 0.0f;
+  MmaJob job[4];             // GLU: job[0] gate (y = out), job[1] up
+};
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// The element pairs of k-step s inside a thread's quarter of a group: slots (2t, 2t+1) hold elements
+// (lo0, hi0), slots (2t+8, 2t+9) hold (lo1, hi1). 4-bit: word w = s/2 holds 8 codes, nibble i = element 8w+i;
+// pair p is (8w+p, 8w+p+4), which one mask takes from the word. 8-bit: word s holds elements 4s..4s+3.
+template <int BITS>
+struct Slots {
+  __device__ static constexpr int lo0(int s) { return BITS == 4 ? 8 * (s >> 1) + 2 * (s & 1) : 4 * s; }
+  __device__ static constexpr int hi0(int s) { return BITS == 4 ? lo0(s) + 4 : 4 * s + 1; }
+  __device__ static constexpr int lo1(int s) { return BITS == 4 ? lo0(s) + 1 : 4 * s + 2; }
+  __device__ static constexpr int hi1(int s) { return BITS == 4 ? lo0(s) + 5 : 4 * s + 3; }
+};
+
+// The A registers of step s for one weight row from its words: (lo0, hi0) and (lo1, hi1) as bf16 pairs.
+// 4-bit codes become 128 + q (exact: the code under bf16 128's exponent); 8-bit codes q (exact in bf16).
+template <int BITS, int WPT>
+__device__ __forceinline__ void a_pairs(const uint32_t (&w)[WPT], int s, uint32_t& p0, uint32_t& p1) {
+  if constexpr (BITS == 4) {
+    const uint32_t u = w[s >> 1];
+    const int sh = 8 * (s & 1);  // pair p = 2(s&1) sits at shift 4p
+    p0 = ((u >> sh) & 0x000F000Fu) | 0x43004300u;
+    p1 = ((u >> (sh + 4)) & 0x000F000Fu) | 0x43004300u;
+  } else {
+    const uint32_t u = w[s];
+    const float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u)) - 8388608.0f;
+    const float f1 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7441u)) - 8388608.0f;
+    const float f2 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7442u)) - 8388608.0f;
+    const float f3 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443u)) - 8388608.0f;
+    p0 = pack_bf16(f0, f1);
+    p1 = pack_bf16(f2, f3);
+  }
+}
+
+template <int WPT>
+__device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[WPT]) {
+  if constexpr (WPT == 1) {
+    w[0] = __ldg(p);
+  } else if constexpr (WPT == 2) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = v.x, w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < WPT / 4; ++i) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  }
+}
+
+// Raw bits of element i of a scales/biases tensor (converted only where used, so a prefetch never waits).
+__device__ __forceinline__ uint32_t load_raw(const void* p, int64_t i, int sdt) {
+  return sdt == 0 ? __ldg(static_cast<const uint32_t*>(p) + i) : uint32_t(__ldg(static_cast<const unsigned short*>(p) + i));
+}
+__device__ __forceinline__ float raw_to_float(uint32_t r, int sdt) {
+  return sdt == 0 ? __uint_as_float(r) : sdt == 1 ? f16_bits_to_float(uint16_t(r)) : __uint_as_float(r << 16);
+}
+
+// One group's raw data for the warp's weight tiles (rows g and g+8 of each).
+template <int WPT, int NW>
+struct GroupData {
+  uint32_t wa[NW][WPT], wb[NW][WPT];
+  uint32_t sa[NW], ba[NW], sb[NW], bb[NW];  // raw scale / bias bits
+};
+
+template <int BITS, int G, int NW>
+__device__ __forceinline__ void load_group(const MmaParams& P, const MmaJob* const (&J)[NW], int64_t ra, int64_t rb,
+                                           int tq, int64_t g, GroupData<G * BITS / 128, NW>& d) {
+  constexpr int WPT = G * BITS / 128;
+  const int64_t woff = g * (G * BITS / 32) + int64_t(tq) * WPT;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    load_words<WPT>(J[w]->data + ra * P.wpr + woff, d.wa[w]);
+    load_words<WPT>(J[w]->data + rb * P.wpr + woff, d.wb[w]);
+    d.sa[w] = load_raw(J[w]->scales, ra * P.ng + g, P.sdt);
+    d.sb[w] = load_raw(J[w]->scales, rb * P.ng + g, P.sdt);
+    d.ba[w] = load_raw(J[w]->biases, ra * P.ng + g, P.sdt);
+    d.bb[w] = load_raw(J[w]->biases, rb * P.ng + g, P.sdt);
+  }
+}
+
+// Activations in mma form: per (group, token) the B fragments of its four quarters, [4][2S] u32 (bf16 pairs in
+// the Slots order), and the group sum of the rounded values (x0 + x1) + (x2 + x3), x_q the quarter's in-order sum.
+// Few tokens stage them per block in shared memory; many tokens read them from a prepared buffer in global memory.
+__host__ __device__ constexpr int frag_words(int group) { return group / 2; }  // u32 per (group, token)
+__host__ __device__ constexpr size_t stage_bytes(int group, int groups, int ntok) {
+  return size_t(groups) * size_t(ntok) * (size_t(frag_words(group)) * 4 + 4);
+}
+
+// The inputs of one quarter (E of a group's inputs) of one token, as floats: x, or rms_norm(x)·w (bitwise as
+// rms_norm_kernel writes it: (x · inv) · w); zeros when !live.
+template <int G>
+__device__ __forceinline__ void load_quarter(const float* x, const float* norm_w, float inv, int64_t col, bool live,
+                                             float (&v)[G / 4]) {
+  constexpr int E = G / 4;
+  if (!live) {
+#pragma unroll
+    for (int i = 0; i < E; ++i) v[i] = 0.0f;
+    return;
+  }
+  const float4* xp = reinterpret_cast<const float4*>(x + col);
+#pragma unroll
+  for (int i = 0; i < E / 4; ++i) {
+    const float4 t = __ldg(xp + i);
+    v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
+  }
+  if (norm_w) {
+    const float4* wp = reinterpret_cast<const float4*>(norm_w + col);
+#pragma unroll
+    for (int i = 0; i < E / 4; ++i) {
+      const float4 w = __ldg(wp + i);
+      v[4 * i] = __fmul_rn(__fmul_rn(v[4 * i], inv), w.x);
+      v[4 * i + 1] = __fmul_rn(__fmul_rn(v[4 * i + 1], inv), w.y);
+      v[4 * i + 2] = __fmul_rn(__fmul_rn(v[4 * i + 2], inv), w.z);
+      v[4 * i + 3] = __fmul_rn(__fmul_rn(v[4 * i + 3], inv), w.w);
+    }
+  }
+}
+
+// Rounds a quarter to bf16 and writes its fragments to frag[0..2S) (16-byte aligned); returns the group sum,
+// reduced over the 4 lanes of the quad (lane tq = quarter tq; every lane of the warp must call this).
+template <int BITS, int G>
+__device__ __forceinline__ float store_quarter(const float (&v)[G / 4], bool store, uint32_t* frag) {
+  constexpr int E = G / 4, S = G / 16;
+  using SL = Slots<BITS>;
+  float r[E];
+  float xs = 0.0f;
+#pragma unroll
+  for (int i = 0; i < E; ++i) {
+    r[i] = __bfloat162float(__float2bfloat16_rn(v[i]));
+    xs = __fadd_rn(xs, r[i]);
+  }
+  xs = __fadd_rn(xs, __shfl_xor_sync(0xffffffffu, xs, 1));
+  xs = __fadd_rn(xs, __shfl_xor_sync(0xffffffffu, xs, 2));
+  if (store) {
+    uint32_t w[2 * S];
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      w[2 * s] = pack_bf16(r[SL::lo0(s)], r[SL::hi0(s)]);
+      w[2 * s + 1] = pack_bf16(r[SL::lo1(s)], r[SL::hi1(s)]);
+    }
+    uint4* dst = reinterpret_cast<uint4*>(frag);
+#pragma unroll
+    for (int i = 0; i < S / 2; ++i) dst[i] = make_uint4(w[4 * i], w[4 * i + 1], w[4 * i + 2], w[4 * i + 3]);
+  }
+  return xs;
+}
+
+// acc[w][nt] += one group of the warp's tiles against NT token subtiles. fg: the group's fragment rows
+// [tokens][4][2S] u32, sg: its sums [tokens]; the subtile nt reads rows tr0 + 8·nt + (0..7), clamped to rows
+// < rmax (a clamped column is a token past n: its outputs are never stored, and columns never mix).
+template <int BITS, int G, int NT, int NW>
+__device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d, int sdt, const uint32_t* fg,
+                                          const float* sg, int64_t tr0, int64_t rmax, int gq, int tq,
+                                          float (&acc)[NW][NT][4]) {
+  constexpr int S = G / 16, WPT = G * BITS / 128;
+  constexpr float kOff = BITS == 4 ? 128.0f : 0.0f;
+  uint32_t bfr[NT][2 * S];
+  float2 X[NT];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {  // all of the group's activation loads first
+    const int64_t row = min(tr0 + nt * 8 + gq, rmax - 1);
+    const uint4* fp = reinterpret_cast<const uint4*>(fg + (row * 4 + tq) * (2 * S));
+#pragma unroll
+    for (int i = 0; i < S / 2; ++i) {
+      const uint4 v = fp[i];
+      bfr[nt][4 * i] = v.x, bfr[nt][4 * i + 1] = v.y, bfr[nt][4 * i + 2] = v.z, bfr[nt][4 * i + 3] = v.w;
+    }
+    const int64_t c0 = tr0 + nt * 8 + 2 * tq;  // C columns 2t, 2t+1
+    X[nt] = make_float2(sg[min(c0, rmax - 1)], sg[min(c0 + 1, rmax - 1)]);
+  }
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    uint32_t afr[S][4];
+#pragma unroll
+    for (int s = 0; s < S; ++s) {
+      a_pairs<BITS, WPT>(d.wa[w], s, afr[s][0], afr[s][2]);
+      a_pairs<BITS, WPT>(d.wb[w], s, afr[s][1], afr[s][3]);
+    }
+    const float sa = raw_to_float(d.sa[w], sdt), sb = raw_to_float(d.sb[w], sdt);
+    // The code offset folds into the bias: Σ (s·q + b)·x = s·Σ (off + q)·x + (b - off·s)·Σ x.
+    const float ba = __fmaf_rn(-kOff, sa, raw_to_float(d.ba[w], sdt));
+    const float bb = __fmaf_rn(-kOff, sb, raw_to_float(d.bb[w], sdt));
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+      for (int s = 0; s < S; ++s) mma_bf16(p, afr[s], bfr[nt][2 * s], bfr[nt][2 * s + 1]);
+      float* a = acc[w][nt];
+      a[0] = __fmaf_rn(ba, X[nt].x, __fmaf_rn(sa, p[0], a[0]));
+      a[1] = __fmaf_rn(ba, X[nt].y, __fmaf_rn(sa, p[1], a[1]));
+      a[2] = __fmaf_rn(bb, X[nt].x, __fmaf_rn(sb, p[2], a[2]));
+      a[3] = __fmaf_rn(bb, X[nt].y, __fmaf_rn(sb, p[3], a[3]));
+    }
+  }
+}
+
+// Groups one warp keeps in flight, as registers allow (code words per thread per group: 2 for 4-bit g64).
+__host__ __device__ constexpr int reg_units(int bits, int group, bool glu, bool few) {
+  const int words = group * bits / 128 * (glu ? 2 : 1);
+  return few ? (words <= 2 ? 8 : words <= 4 ? 4 : 2) : (words <= 2 ? 4 : words <= 4 ? 2 : 1);
+}
+// Staged kernel (one row): groups per warp per chunk as registers allow, with the chunk staged in at most 48 KB
+// and at most 64 groups (one staging item per thread).
+__host__ __device__ constexpr int stage_units(int ks, int bits, int group, bool glu) {
+  int u = reg_units(bits, group, glu, true);
+  while (u > 1 && (stage_bytes(group, ks * u, 1) > (size_t(48) << 10) || ks * u > 64)) u /= 2;
+  return u;
+}
+
+// The block's shared state and its partial-sum tree, common to both kernels. Warp w of a block: row subtile
+// w / ks (16 rows), K part w % ks = groups [ng·k/ks, ng·(k+1)/ks) in order.
+struct Tile {
+  int warp, lane, gq, tq, kpart;
+  int64_t row0, out, ra, rb, gbeg, gend;
+  bool rows_live;  // warp-uniform; a dead warp still meets every barrier
+};
+
+template <bool GLU>
+__device__ __forceinline__ Tile tile_of(const MmaParams& P, int64_t bt, const MmaJob*& J0) {
+  Tile T;
+  T.warp = int(threadIdx.x) >> 5;
+  T.lane = int(threadIdx.x) & 31;
+  T.gq = T.lane >> 2;
+  T.tq = T.lane & 3;
+  const int ks = P.ks, rsub = T.warp / ks;
+  T.kpart = T.warp % ks;
+  int j = 0;
+  if constexpr (!GLU)
+    while (j + 1 < P.njobs && bt >= P.job[j + 1].tile0) ++j;
+  J0 = &P.job[j];
+  T.out = J0->out;
+  T.row0 = ((bt - J0->tile0) * (kWarps / ks) + rsub) * 16;
+  T.rows_live = T.row0 < T.out;
+  // Rows past the end load a valid row (never written): no branch in the loads.
+  T.ra = min(T.row0 + T.gq, T.out - 1);
+  T.rb = min(T.row0 + T.gq + 8, T.out - 1);
+  T.gbeg = P.ng * T.kpart / ks;
+  T.gend = P.ng * (T.kpart + 1) / ks;
+  return T;
+}
+
+// Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs.
+template <int NT, int NW, bool GLU>
+__device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tok0,
+                                         const float (&acc)[NW][NT][4], float (*red)[NW][32][4]) {
+  const int ks = P.ks;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    float v[NW][4];
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) v[w][i] = acc[w][nt][i];
+    if (ks > 1) {
+      __syncthreads();  // the previous subtile's readers are done with red
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) red[T.warp][w][T.lane][i] = v[w][i];
+      __syncthreads();
+      if (T.kpart != 0) continue;
+      float part[kWarps];
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+#pragma unroll
+          for (int k = 0; k < kWarps; ++k) part[k] = k < ks ? red[T.warp + k][w][T.lane][i] : 0.0f;
+#pragma unroll
+          for (int step = 1; step < kWarps; step *= 2)
+#pragma unroll
+            for (int k = 0; k + step < kWarps; k += 2 * step)
+              if (k + step < ks) part[k] = __fadd_rn(part[k], part[k + step]);
+          v[w][i] = part[0];
+        }
+    }
+    const int64_t tA = tok0 + nt * 8 + 2 * T.tq;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int64_t r = i < 2 ? T.row0 + T.gq : T.row0 + T.gq + 8, t = tA + (i & 1);
+      if (r >= T.out || t >= P.n) continue;
+      float* yp = Y.y + t * Y.ldy + r;
+      if constexpr (GLU) {
+        *yp = __fmul_rn(glu_act(v[0][i], P.act), v[NW - 1][i]);
+      } else {
+        float val = v[0][i];
+        if (Y.bias) val = __fadd_rn(val, __ldg(Y.bias + r));
+        *yp = Y.accumulate ? __fadd_rn(*yp, val) : val;
+      }
+    }
+  }
+}
+
+// n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. The block walks its warps' K parts
+// in chunks of ug groups each: per chunk every warp's codes are loaded in one round (contiguous per row), the
+// chunk's activations are staged once in shared memory meanwhile, then the math.
+template <int BITS, int G, bool GLU>
+__global__ void __launch_bounds__(kThreads, 2) mma_staged_kernel(const __grid_constant__ MmaParams P) {
+  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, E = G / 4;
+  constexpr int MAXU = reg_units(BITS, G, GLU, true);
+  extern __shared__ uint4 smem4[];
+  __shared__ float red[kWarps][NW][32][4];
+  __shared__ float inv_s[1];
+  const MmaJob* J0 = nullptr;
+  const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
+  const MmaJob* J[NW];
+  J[0] = J0;
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const int ks = P.ks, ug = P.ug;
+  const int64_t span = (P.ng + ks - 1) / ks;  // the longest K part
+  const int64_t nchunks = (span + ug - 1) / ug;
+  uint32_t* frag = reinterpret_cast<uint32_t*>(smem4);                             // [ks·ug][4][2S]
+  float* sums = reinterpret_cast<float*>(frag + size_t(ks * ug) * frag_words(G));  // [ks·ug]
+
+  if (P.norm_w) {  // the token's 1/rms by the whole block, bitwise as rms_norm_kernel computes it
+    const int64_t dim = P.ng * G;
+    double ss = 0;
+    for (int64_t k = threadIdx.x; k < dim; k += kNormThreads) {
+      const double v = P.x[k];
+      ss = fma(v, v, ss);
+    }
+    const float r = row_inv_rms(ss, dim, P.eps);
+    if (threadIdx.x == 0) inv_s[0] = r;
+    __syncthreads();
+  }
+
+  float acc[NW][1][4];
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
+
+  GroupData<WPT, NW> cur[MAXU];
+  const int items = ks * ug * 4;  // staging items per chunk: (part, unit, quarter)
+  for (int64_t c = 0; c < nchunks; ++c) {
+    if (c > 0) __syncthreads();  // every warp is done with the stage before it is rewritten
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u) {
+      const int64_t g = T.gbeg + c * ug + u;
+      if (u < ug && T.rows_live && g < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, g, cur[u]);
+    }
+    for (int base = 0; base < items; base += kThreads) {  // one round while ks·ug <= 64
+      const int it = base + int(threadIdx.x), slot = it >> 2;  // slot = part·ug + unit
+      const int k = slot / ug, u = slot % ug;
+      const int64_t g = P.ng * k / ks + c * ug + u;
+      const bool live = it < items && g < P.ng * (k + 1) / ks;
+      float v[E];
+      load_quarter<G>(P.x, P.norm_w, P.norm_w ? inv_s[0] : 1.0f, g * G + (it & 3) * E, live, v);
+      const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
+      if (live && (it & 3) == 0) sums[slot] = xs;
+    }
+    __syncthreads();
+    if (T.rows_live) {
+#pragma unroll
+      for (int u = 0; u < MAXU; ++u) {
+        const int slot = T.kpart * ug + u;
+        if (u < ug && T.gbeg + c * ug + u < T.gend)
+          group_mma<BITS, G, 1, NW>(cur[u], P.sdt, frag + size_t(slot) * frag_words(G), sums + slot, 0, 1, T.gq, T.tq,
+                                    acc);
+      }
+    }
+  }
+  epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
+}
+
+// Prepares x [n, ldx] (optionally rms_norm(x)·w) in mma form for the direct kernel: one block per token,
+// frag [ng][npad][4][2S] u32 and sums [ng][npad]. Rows of tokens past n are never read into kept outputs.
+template <int BITS, int G>
+__global__ void __launch_bounds__(kThreads) prep_kernel(const float* x, int64_t ldx, int64_t ng, int64_t npad,
+                                                        const float* norm_w, float eps, uint32_t* frag, float* sums) {
+  constexpr int E = G / 4;
+  const int64_t t = blockIdx.x;
+  const float* xr = x + t * ldx;
+  float inv = 1.0f;
+  if (norm_w) {
+    const int64_t dim = ng * G;
+    double ss = 0;
+    for (int64_t k = threadIdx.x; k < dim; k += kNormThreads) {
+      const double v = xr[k];
+      ss = fma(v, v, ss);
+    }
+    inv = row_inv_rms(ss, dim, eps);
+  }
+  const int64_t items = ng * 4;
+  for (int64_t base = 0; base < items; base += kThreads) {  // uniform trip count: the quads' shuffles
+    const int64_t it = base + threadIdx.x;
+    const bool live = it < items;
+    const int64_t g = it >> 2;
+    const int tq = int(it & 3);
+    float v[E];
+    load_quarter<G>(xr, norm_w, inv, g * G + tq * E, live, v);
+    const float xs = store_quarter<BITS, G>(v, live, frag + ((g * npad + t) * 4 + tq) * frag_words(G) / 4);
+    if (live && tq == 0) sums[g * npad + t] = xs;
+  }
+}
+
+// n > 8: NT token subtiles per block, activations read from the prepared buffer. Block b: row tile b / ntt,
+// token tile b % ntt. Each warp walks its K part in batches of MAXU groups whose code loads go out together.
+template <int BITS, int G, int NT, bool GLU>
+__global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_constant__ MmaParams P) {
+  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128;
+  constexpr int MAXU = reg_units(BITS, G, GLU, false);
+  __shared__ float red[kWarps][NW][32][4];
+  const MmaJob* J0 = nullptr;
+  const int64_t bt = int64_t(blockIdx.x) / P.ntt, tt = int64_t(blockIdx.x) % P.ntt;
+  const Tile T = tile_of<GLU>(P, bt, J0);
+  const MmaJob* J[NW];
+  J[0] = J0;
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const int64_t tok0 = tt * (8 * NT);
+  float acc[NW][NT][4];
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
+  if (T.rows_live) {
+    const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
+    GroupData<WPT, NW> cur[MAXU];
+    for (int64_t g0 = T.gbeg; g0 < T.gend; g0 += MAXU) {
+#pragma unroll
+      for (int u = 0; u < MAXU; ++u)
+        if (g0 + u < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, g0 + u, cur[u]);
+#pragma unroll
+      for (int u = 0; u < MAXU; ++u)
+        if (g0 + u < T.gend)
+          group_mma<BITS, G, NT, NW>(cur[u], P.sdt, P.pfrag + size_t(g0 + u) * gstride, P.psum + (g0 + u) * P.npad,
+                                     tok0, P.npad, T.gq, T.tq, acc);
+    }
+  }
+  epilogue<NT, NW, GLU>(P, T, *J0, tok0, acc, red);
+}
+
+// ---- host side ----
+
+int sdt_code(DType t) {
+  switch (t) {
+    case DType::F32: return 0;
+    case DType::F16: return 1;
+    case DType::BF16: return 2;
+    default: throw std::runtime_error(std::string("cuda::matmul (fast): unsupported scales dtype ") + dtype_name(t));
+  }
+}
+
+// Warps a launch aims for (RAPID_CUDA_MM_WARPS, read once, overrides kTargetWarps for tuning: a process-wide
+// constant, so every n of a weight still gets the same split).
+int64_t target_warps() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("RAPID_CUDA_MM_WARPS");
+    const long n = e && *e ? std::strtol(e, nullptr, 10) : kTargetWarps;
+    return int64_t(std::max<long>(n, 1));
+  }();
+  return v;
+}
+
+// The K split: a function of the launch's weight tiles and K alone (never of n).
+int choose_ks(int64_t tiles16, int64_t ng) {
+  int ks = 1;
+  while (ks < kWarps && tiles16 * ks < target_warps()) ks *= 2;
+  while (ks > 1 && ks > ng) ks /= 2;
+  return ks;
+}
+
+// Token subtiles per block of the direct kernel; GLU's two accumulator sets stop at 4 (registers).
+int token_subtiles(int64_t n, bool glu) { return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 || glu ? 4 : 8; }
+
+// ---- the per-stream prepared-activation buffer: grown only outside captures (graphs hold its address)
+
+struct PrepBuffer {
+  int device;
+  cudaStream_t stream;
+  void* ptr;
+  size_t bytes;
+};
+std::mutex g_prep_mu;
+std::vector<PrepBuffer> g_prep;
+
+size_t prep_bytes(int64_t rows, int64_t in) {
+  const int64_t npad = (rows + 63) / 64 * 64;  // the most token rows any tiling of `rows` uses
+  return size_t(npad) * size_t(in) * 2 + 256 + size_t(npad) * size_t(in / 32) * 4;
+}
+
+void* prep_buffer(cudaStream_t s, size_t bytes) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cuda::matmul (fast): cudaGetDevice");
+  std::lock_guard<std::mutex> lock(g_prep_mu);
+  PrepBuffer* e = nullptr;
+  for (PrepBuffer& b : g_prep)
+    if (b.device == dev && b.stream == s) e = &b;
+  if (e && e->bytes >= bytes) return e->ptr;
+  cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(s, &cap), "cuda::matmul (fast): capture status");
+  if (cap != cudaStreamCaptureStatusNone)
+    throw std::runtime_error("cuda::matmul (fast): the prepared-activation buffer must be reserved before a capture");
+  if (e) {
+    check(cudaStreamSynchronize(s), "cuda::matmul (fast): sync before regrow");
+    cudaFree(e->ptr);
+    e->ptr = nullptr;
+    e->bytes = 0;
+  } else {
+    g_prep.push_back({dev, s, nullptr, 0});
+    e = &g_prep.back();
+  }
+  check(cudaMalloc(&e->ptr, bytes), "cuda::matmul (fast): cudaMalloc prepared activations");
+  e->bytes = bytes;
+  return e->ptr;
+}
+
+// The most rows the staged kernel takes (1: decode at batch 1, measured on the H200; 2..8 rows ran faster as
+// prepare + direct). Both kernels do the same arithmetic, so this is scheduling only: RAPID_CUDA_MM_STAGED (0 or 1,
+// read once) overrides it for tuning.
+int64_t staged_max() {
+  static const int64_t v = [] {
+    const char* e = std::getenv("RAPID_CUDA_MM_STAGED");
+    const long n = e && *e ? std::strtol(e, nullptr, 10) : 1;
+    return int64_t(std::clamp<long>(n, 0, 1));
+  }();
+  return v;
+}
+
+template <int BITS, int G, bool GLU>
+void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
+  const dim3 block{unsigned(kThreads)};
+  if (P.n <= staged_max()) {
+    P.ntt = 1;
+    P.ug = stage_units(P.ks, BITS, G, GLU);
+    const size_t smem = stage_bytes(G, P.ks * P.ug, 1);  // <= 64 groups: at most 16.6 KB
+    mma_staged_kernel<BITS, G, GLU><<<dim3{unsigned(row_tiles)}, block, smem, s>>>(P);
+    return;
+  }
+  const int nt = token_subtiles(P.n, GLU);
+  P.ntt = (P.n + 8 * nt - 1) / (8 * nt);
+  P.npad = P.ntt * 8 * nt;
+  const size_t fbytes = size_t(P.ng) * size_t(P.npad) * size_t(frag_words(G)) * 4;
+  char* buf = static_cast<char*>(prep_buffer(s, std::max(prep_bytes(P.n, P.ng * G), fbytes + 256 + size_t(P.ng * P.npad) * 4)));
+  P.pfrag = reinterpret_cast<const uint32_t*>(buf);
+  P.psum = reinterpret_cast<const float*>(buf + (fbytes + 255) / 256 * 256);
+  prep_kernel<BITS, G><<<dim3{unsigned(P.n)}, block, 0, s>>>(P.x, P.ldx, P.ng, P.npad, P.norm_w, P.eps,
+                                                             const_cast<uint32_t*>(P.pfrag), const_cast<float*>(P.psum));
+  check(cudaGetLastError(), "cuda::matmul (fast) prepare launch");
+  const int64_t blocks = row_tiles * P.ntt;
+  if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
+  const dim3 grid{unsigned(blocks)};
+  switch (nt) {
+    case 1: mma_direct_kernel<BITS, G, 1, GLU><<<grid, block, 0, s>>>(P); break;
+    case 2: mma_direct_kernel<BITS, G, 2, GLU><<<grid, block, 0, s>>>(P); break;
+    case 4: mma_direct_kernel<BITS, G, 4, GLU><<<grid, block, 0, s>>>(P); break;
+    default: mma_direct_kernel<BITS, G, 8, GLU><<<grid, block, 0, s>>>(P); break;
+  }
+}
+
+template <bool GLU>
+void launch(MmaParams& P, int bits, int group, int64_t row_tiles, cudaStream_t s) {
+  if (bits == 4) {
+    if (group == 32) launch_g<4, 32, GLU>(P, s, row_tiles);
+    else if (group == 64) launch_g<4, 64, GLU>(P, s, row_tiles);
+    else launch_g<4, 128, GLU>(P, s, row_tiles);
+  } else {
+    if (group == 32) launch_g<8, 32, GLU>(P, s, row_tiles);
+    else if (group == 64) launch_g<8, 64, GLU>(P, s, row_tiles);
+    else launch_g<8, 128, GLU>(P, s, row_tiles);
+  }
+  check(cudaGetLastError(), "cuda::matmul (fast) launch");
+}
+
+MmaJob job_of(const DevWeight& w) {
+  MmaJob j;
+  j.data = static_cast<const uint32_t*>(w.data);
+  j.scales = w.scales;
+  j.biases = w.biases;
+  j.out = w.out;
+  return j;
+}
+
+MmaParams base(const float* x, int64_t ldx, int64_t n, const DevWeight& w) {
+  MmaParams P;
+  P.x = x;
+  P.ldx = ldx;
+  P.n = n;
+  P.ng = w.in / w.group;
+  P.wpr = w.in * w.bits / 32;
+  P.sdt = sdt_code(w.dtype);
+  return P;
+}
+
+void set_norm(MmaParams& P, const RowNorm* norm) {
+  if (!norm) return;
+  if (!norm->w) throw std::runtime_error("cuda::matmul (fast): a fused norm needs its weight");
+  P.norm_w = norm->w;
+  P.eps = norm->eps;
+}
+
+}  // namespace
+
+bool mma_supported(const DevWeight& w) {
+  return w.kind == WeightKind::Affine && (w.bits == 4 || w.bits == 8) &&
+         (w.group == 32 || w.group == 64 || w.group == 128) && w.in % w.group == 0 &&
+         (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16) && w.scales && w.biases &&
+         reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+}
+
+bool mma_same_format(const DevWeight& a, const DevWeight& b) {
+  return a.bits == b.bits && a.group == b.group && a.dtype == b.dtype && a.in == b.in;
+}
+
+
+void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int count, cudaStream_t s,
+                const RowNorm* norm) {
+  if (count < 1 || count > 4) throw std::runtime_error("cuda::matmul (fast): 1..4 jobs");
+  const DevWeight& w0 = jobs[0].w;
+  MmaParams P = base(x, ldx, n, w0);
+  P.njobs = count;
+  set_norm(P, norm);
+  int64_t tiles16 = 0;
+  for (int i = 0; i < count; ++i) {
+    if (!mma_supported(jobs[i].w) || !mma_same_format(jobs[i].w, w0))
+      throw std::runtime_error("cuda::matmul (fast): the jobs of one launch must share an affine format");
+    tiles16 += (jobs[i].w.out + 15) / 16;
+  }
+  P.ks = choose_ks(tiles16, P.ng);
+  const int64_t rows_per_tile = int64_t(16) * (kWarps / P.ks);
+  int64_t tiles = 0;
+  for (int i = 0; i < count; ++i) {
+    const MatmulJob& J = jobs[i];
+    if (!J.y || J.ldy < J.w.out) throw std::runtime_error("cuda::matmul (fast): job without y or ldy < out");
+    P.job[i] = job_of(J.w);
+    P.job[i].bias = J.bias;
+    P.job[i].y = J.y;
+    P.job[i].ldy = J.ldy;
+    P.job[i].accumulate = J.accumulate ? 1 : 0;
+    P.job[i].tile0 = tiles;
+    tiles += (J.w.out + rows_per_tile - 1) / rows_per_tile;
+  }
+  launch<false>(P, w0.bits, w0.group, tiles, s);
+}
+
+void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
+             cudaStream_t s, const RowNorm* norm) {
+  if (!mma_supported(gate) || !mma_supported(up) || !mma_same_format(gate, up) || gate.out != up.out)
+    throw std::runtime_error("cuda::matmul_glu (fast): gate and up must share an affine format and shape");
+  MmaParams P = base(x, gate.in, n, gate);
+  P.njobs = 2;
+  P.act = act;
+  set_norm(P, norm);
+  P.job[0] = job_of(gate);
+  P.job[0].y = out;
+  P.job[0].ldy = gate.out;
+  P.job[1] = job_of(up);
+  P.ks = choose_ks(2 * ((gate.out + 15) / 16), P.ng);
+  const int64_t rows_per_tile = int64_t(16) * (kWarps / P.ks);
+  const int64_t tiles = (gate.out + rows_per_tile - 1) / rows_per_tile;
+  launch<true>(P, gate.bits, gate.group, tiles, s);
+}
+
+void matmul_reserve(cudaStream_t s, int64_t rows, int64_t in) {
+  if (rows > staged_max()) prep_buffer(s, prep_bytes(rows, in));
+}
+
+void matmul_release(cudaStream_t s) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cuda::matmul (fast): cudaGetDevice");
+  std::lock_guard<std::mutex> lock(g_prep_mu);
+  for (size_t i = 0; i < g_prep.size(); ++i)
+    if (g_prep[i].device == dev && g_prep[i].stream == s) {
+      cudaStreamSynchronize(s);
+      cudaFree(g_prep[i].ptr);
+      g_prep.erase(g_prep.begin() + std::ptrdiff_t(i));
+      return;
+    }
+}
+
+}  // namespace rapid::cuda
