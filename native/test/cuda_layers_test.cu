@@ -720,13 +720,7 @@ void test_embed() {
     hw.in = in;
     hw.data = bytes.data();
     hw.name = "embed";
-    cu::DevWeight dw;
-    dw.kind = WeightKind::Dense;
-    dw.dtype = dt;
-    dw.out = vocab;
-    dw.in = in;
-    dw.data = db.p;
-    check_weight(hw, dw, std::string("dense ") + dtype_name(dt));
+    check_weight(hw, cu::device_view(hw, db.p, nullptr, nullptr), std::string("dense ") + dtype_name(dt));
   }
   struct QC {
     int bits, group;
@@ -749,17 +743,7 @@ void test_embed() {
     hw.bits = qc.bits;
     hw.group = qc.group;
     hw.name = "embed";
-    cu::DevWeight dw;
-    dw.kind = WeightKind::Affine;
-    dw.dtype = qc.dt;
-    dw.out = vocab;
-    dw.in = in;
-    dw.bits = qc.bits;
-    dw.group = qc.group;
-    dw.data = dp.p;
-    dw.scales = ds.p;
-    dw.biases = dbias.p;
-    check_weight(hw, dw, "affine " + std::to_string(qc.bits) + "-bit g" + std::to_string(qc.group) + " " + dtype_name(qc.dt));
+    check_weight(hw, cu::device_view(hw, dp.p, ds.p, dbias.p), "affine " + std::to_string(qc.bits) + "-bit g" + std::to_string(qc.group) + " " + dtype_name(qc.dt));
   }
 }
 

@@ -149,15 +149,7 @@ TestWeight make_weight(const Format& f, int64_t out, int64_t in, std::mt19937& r
       W.d_scales = DevBuf(W.scales.data(), W.scales.size());
       W.d_biases = DevBuf(W.biases.data(), W.biases.size());
     }
-    W.dev.kind = f.kind;
-    W.dev.dtype = f.dtype;
-    W.dev.out = out;
-    W.dev.in = in;
-    W.dev.bits = f.bits;
-    W.dev.group = f.group;
-    W.dev.data = W.d_data.p;
-    W.dev.scales = W.d_scales.p;
-    W.dev.biases = W.d_biases.p;
+    W.dev = cuda::device_view(W.host, W.d_data.p, W.d_scales.p, W.d_biases.p);
   }
   return W;
 }
@@ -437,9 +429,7 @@ void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
     bufs.emplace_back(W.data.data(), W.data.size());
     bufs.emplace_back(W.scales.data(), W.scales.size());
     bufs.emplace_back(W.biases.data(), W.biases.size());
-    cuda::DevWeight d{f.kind, f.dtype, out, in, f.bits, f.group, bufs[bufs.size() - 3].p, bufs[bufs.size() - 2].p,
-                      bufs.back().p};
-    devs.push_back(d);
+    devs.push_back(cuda::device_view(W.host, bufs[bufs.size() - 3].p, bufs[bufs.size() - 2].p, bufs.back().p));
   }
   for (int n : {1, 8, 64, 256}) {
     const std::vector<float> x = random_vec(size_t(n * in), rng);

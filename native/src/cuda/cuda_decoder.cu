@@ -229,21 +229,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     // The tied head is the embedding: one device copy serves both.
     for (const auto& [host, dev] : uploaded_)
       if (host == w.data) return dev;
-    DevWeight d;
-    d.kind = w.kind;
-    d.dtype = w.dtype;
-    d.out = w.out;
-    d.in = w.in;
-    d.bits = w.bits;
-    d.group = w.group;
-    if (w.kind == WeightKind::Dense) {
-      d.data = upload(w.data, size_t(w.out * w.in) * dtype_size(w.dtype));
-    } else {
-      d.data = upload(w.data, size_t(w.out) * size_t(w.in * w.bits / 32) * sizeof(uint32_t));
-      const size_t sb = size_t(w.out) * size_t(w.in / w.group) * dtype_size(w.dtype);
-      d.scales = upload(w.scales, sb);
-      d.biases = upload(w.biases, sb);
-    }
+    const size_t sb = weight_scale_bytes(w);
+    const DevWeight d = device_view(w, upload(w.data, weight_data_bytes(w)), sb ? upload(w.scales, sb) : nullptr,
+                                    sb ? upload(w.biases, sb) : nullptr);
     uploaded_.push_back({w.data, d});
     return d;
   }

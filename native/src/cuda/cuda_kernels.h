@@ -25,6 +25,21 @@ struct DevWeight {
   const void* biases = nullptr;
 };
 
+// W's layout with its bytes at the given device addresses (scales/biases null for a dense W).
+inline DevWeight device_view(const Weight& w, const void* data, const void* scales, const void* biases) {
+  DevWeight d;
+  d.kind = w.kind;
+  d.dtype = w.dtype;
+  d.out = w.out;
+  d.in = w.in;
+  d.bits = w.bits;
+  d.group = w.group;
+  d.data = data;
+  d.scales = scales;
+  d.biases = biases;
+  return d;
+}
+
 // One output of a fused matmul launch: y[n, out] (= or +=) x[n, in] · Wᵀ (+ bias).
 struct MatmulJob {
   DevWeight w;

@@ -56,6 +56,17 @@ __device__ __forceinline__ float row_inv_rms(double ss, int64_t dim, float eps) 
   return inv_s;
 }
 
+// row_inv_rms of the row xr [dim]: each thread's f64 sum of squares over its elements, in order (the CPU's
+// layers/norm.cpp accumulates in f64 too). Call with all kNormThreads threads of the block.
+__device__ __forceinline__ float row_inv_rms_of(const float* xr, int64_t dim, float eps) {
+  double ss = 0;
+  for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) {
+    const double v = xr[i];
+    ss = fma(v, v, ss);
+  }
+  return row_inv_rms(ss, dim, eps);
+}
+
 // The GLU activation: 0 = silu, 1 = gelu_tanh (PyTorch formulas, explicitly rounded like the CPU).
 __device__ __forceinline__ float glu_act(float g, int act) {
   if (act == 0) return __fdiv_rn(g, __fadd_rn(1.0f, expf(-g)));

@@ -486,22 +486,18 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
     if (!can_fuse_norm(jobs, n_jobs, n, mode)) throw std::runtime_error("cuda::matmul: this launch cannot fuse a norm");
     return mma_matmul(x, ldx, n, jobs, n_jobs, s, norm);
   }
-  // Jobs of one format share a launch; a run of another format starts a new one.
+  // Jobs of one format and path share a launch; a run of another starts a new one.
+  const auto tensor_cores = [&](const DevWeight& w) { return mode == MathMode::Fast && mma_supported(w); };
   int i = 0;
   while (i < n_jobs) {
     const Fmt f = fmt_of(jobs[i].w, "cuda::matmul");
-    if (mode == MathMode::Fast && mma_supported(jobs[i].w)) {
-      int j = i + 1;
-      while (j < n_jobs && mma_supported(jobs[j].w) && mma_same_format(jobs[j].w, jobs[i].w)) ++j;
-      mma_matmul(x, ldx, n, jobs + i, j - i, s, nullptr);
-      i = j;
-      continue;
-    }
+    const bool tc = tensor_cores(jobs[i].w);
     int j = i + 1;
-    while (j < n_jobs && fmt_of(jobs[j].w, "cuda::matmul") == f &&
-           !(mode == MathMode::Fast && mma_supported(jobs[j].w)))
+    while (j < n_jobs && tensor_cores(jobs[j].w) == tc &&
+           (tc ? mma_same_format(jobs[j].w, jobs[i].w) : fmt_of(jobs[j].w, "cuda::matmul") == f))
       ++j;
-    launch_jobs(x, ldx, n, jobs + i, j - i, f, s);
+    if (tc) mma_matmul(x, ldx, n, jobs + i, j - i, s, nullptr);
+    else launch_jobs(x, ldx, n, jobs + i, j - i, f, s);
     i = j;
   }
 }

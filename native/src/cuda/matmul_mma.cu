@@ -394,13 +394,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_staged_kernel(const __grid_co
   float* sums = reinterpret_cast<float*>(frag + size_t(ks * ug) * frag_words(G));  // [ks·ug]
 
   if (P.norm_w) {  // the token's 1/rms by the whole block, bitwise as rms_norm_kernel computes it
-    const int64_t dim = P.ng * G;
-    double ss = 0;
-    for (int64_t k = threadIdx.x; k < dim; k += kNormThreads) {
-      const double v = P.x[k];
-      ss = fma(v, v, ss);
-    }
-    const float r = row_inv_rms(ss, dim, P.eps);
+    const float r = row_inv_rms_of(P.x, P.ng * G, P.eps);
     if (threadIdx.x == 0) inv_s[0] = r;
     __syncthreads();
   }
@@ -452,16 +446,7 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const float* x, int64_t 
   constexpr int E = G / 4;
   const int64_t t = blockIdx.x;
   const float* xr = x + t * ldx;
-  float inv = 1.0f;
-  if (norm_w) {
-    const int64_t dim = ng * G;
-    double ss = 0;
-    for (int64_t k = threadIdx.x; k < dim; k += kNormThreads) {
-      const double v = xr[k];
-      ss = fma(v, v, ss);
-    }
-    inv = row_inv_rms(ss, dim, eps);
-  }
+  const float inv = norm_w ? row_inv_rms_of(xr, ng * G, eps) : 1.0f;
   const int64_t items = ng * 4;
   for (int64_t base = 0; base < items; base += kThreads) {  // uniform trip count: the quads' shuffles
     const int64_t it = base + threadIdx.x;
@@ -557,8 +542,10 @@ struct PrepBuffer {
 std::mutex g_prep_mu;
 std::vector<PrepBuffer> g_prep;
 
+// Bytes of a launch's prepared activations (fragments, 256-aligned sums) for any tiling of `rows` (at most 64
+// rows of padding) and any group size (>= 32); the buffer reserved for the largest launch covers every smaller one.
 size_t prep_bytes(int64_t rows, int64_t in) {
-  const int64_t npad = (rows + 63) / 64 * 64;  // the most token rows any tiling of `rows` uses
+  const int64_t npad = (rows + 63) / 64 * 64;
   return size_t(npad) * size_t(in) * 2 + 256 + size_t(npad) * size_t(in / 32) * 4;
 }
 
@@ -613,8 +600,8 @@ void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const int nt = token_subtiles(P.n, GLU);
   P.ntt = (P.n + 8 * nt - 1) / (8 * nt);
   P.npad = P.ntt * 8 * nt;
-  const size_t fbytes = size_t(P.ng) * size_t(P.npad) * size_t(frag_words(G)) * 4;
-  char* buf = static_cast<char*>(prep_buffer(s, std::max(prep_bytes(P.n, P.ng * G), fbytes + 256 + size_t(P.ng * P.npad) * 4)));
+  const size_t fbytes = size_t(P.ng) * size_t(P.npad) * size_t(frag_words(G)) * 4;  // then the sums, 256-aligned
+  char* buf = static_cast<char*>(prep_buffer(s, prep_bytes(P.n, P.ng * G)));
   P.pfrag = reinterpret_cast<const uint32_t*>(buf);
   P.psum = reinterpret_cast<const float*>(buf + (fbytes + 255) / 256 * 256);
   prep_kernel<BITS, G><<<dim3{unsigned(P.n)}, block, 0, s>>>(P.x, P.ldx, P.ng, P.npad, P.norm_w, P.eps,

@@ -16,12 +16,7 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
                                                                 const float* __restrict__ w, float eps) {
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
-  double ss = 0;
-  for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) {
-    const double v = xr[i];
-    ss = fma(v, v, ss);
-  }
-  const float inv = row_inv_rms(ss, dim, eps);
+  const float inv = row_inv_rms_of(xr, dim, eps);
   for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) yr[i] = __fmul_rn(__fmul_rn(xr[i], inv), w[i]);
 }
 

@@ -169,12 +169,17 @@ Weight try_load_weight(const Checkpoint& ck, const QuantConfig& qc, const std::s
   return build(ck, qc, path, false);
 }
 
-size_t weight_bytes(const Weight& w) {
+size_t weight_data_bytes(const Weight& w) {
   if (w.kind == WeightKind::Dense) return size_t(w.out) * size_t(w.in) * dtype_size(w.dtype);
-  size_t packed = size_t(w.out) * size_t(w.in) * size_t(w.bits) / 8;
-  size_t groups = size_t(w.out) * size_t(w.in / w.group);
-  return packed + 2 * groups * dtype_size(w.dtype);
+  return size_t(w.out) * size_t(w.in) * size_t(w.bits) / 8;
 }
+
+size_t weight_scale_bytes(const Weight& w) {
+  if (w.kind == WeightKind::Dense) return 0;
+  return size_t(w.out) * size_t(w.in / w.group) * dtype_size(w.dtype);
+}
+
+size_t weight_bytes(const Weight& w) { return weight_data_bytes(w) + 2 * weight_scale_bytes(w); }
 
 void dequantize_row(const Weight& w, int64_t r, float* out) {
   if (w.kind == WeightKind::Dense) {

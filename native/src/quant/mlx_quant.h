@@ -59,6 +59,9 @@ Weight try_load_weight(const Checkpoint& ckpt, const QuantConfig& qc, const std:
 
 // Bytes the kernels read for one pass over W (packed data + scales + biases).
 size_t weight_bytes(const Weight& w);
+// Its parts: the data (dense values or packed codes), and the scales (= the biases) of an affine W (0 if dense).
+size_t weight_data_bytes(const Weight& w);
+size_t weight_scale_bytes(const Weight& w);
 
 // Dequantizes row r of W into out[W.in] (f32); works for Dense and Affine. Reference/test helper
 // and used for small things (e.g. embedding gather); never call it for a whole large matrix.
