@@ -6,7 +6,8 @@
 // partition (a counter per token and block row) merges them in partition order. How a token is partitioned
 // depends only on its own key count, the partition size and the layer's window; every reduction has a fixed
 // order (dot: 4 strided partial sums over d, fixed shuffle trees, chunks in key order, partitions in index
-// order), so a token's result is independent of T and of its neighbours.
+// order), so a token's result is independent of T and of its neighbours. Launches of few tokens (decode) split
+// a KV head's query group over more blocks: parallelism only, a head's arithmetic is the same in any block.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -19,6 +20,7 @@
 #include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/launch.cuh"
 
 namespace rapid::cuda {
 
@@ -30,6 +32,7 @@ constexpr int kChunk = 32;     // keys per chunk: one key per lane in the score/
 constexpr int kMaxH = 8;       // most heads one thread accumulates in the P·V phase
 constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the merge
 static_assert(kMaxParts == 32);
+constexpr int kMinBlocks = 32;        // blocks per key partition that few-token launches aim for (heads split)
 constexpr int kDefaultPartKeys = 64;   // keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise
 // Per-stream split-K scratch. Fixed, so it never moves under a captured graph; launches with more tokens
 // than it holds are cut into token tiles (a token's arithmetic does not depend on its tile).
@@ -106,7 +109,8 @@ __device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, i
     const int c = c0 + lane;
     const bool ok = c < hd4;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int i = 0; i < parts; ++i) {
+#pragma unroll 8
+    for (int i = 0; i < parts; ++i) {  // unrolled: the partials' L2 reads go out together
       const float4 a = ok ? __ldcg(po + i * hd4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
       const float wi = __shfl_sync(0xffffffffu, w, i);
       o.x = fmaf(wi, a.x, o.x);
@@ -129,6 +133,8 @@ __device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, i
 // normalized and written to out here; otherwise each partition goes to the scratch and the last block merges.
 template <int MAXH, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const AttnParams p) {
+  pdl_wait();
+  pdl_trigger();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int hd = p.hd, ld = hd + 4, hd4 = hd / 4;
@@ -153,6 +159,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
 
   const int32_t* bt = p.tok.block_tables + p.tok.table_off[t];
   const int bs = p.tok.block_size;
+  // Copy ownership when hd/4 divides the block and block_size is a power of two: thread = (dim column e_fixed,
+  // keys j_first, j_first + j_step, ...), so the chunk loop needs no division.
+  const int bs_shift = __ffs(bs) - 1;
+  const bool fast_idx = (bs & (bs - 1)) == 0 && kThreads % hd4 == 0;
+  const int e_fixed = tid % hd4, j_first = tid / hd4, j_step = kThreads / hd4;
   const int hq0 = kvh * p.group + g0;                     // first query head of this block
   const int64_t head0 = int64_t(t) * p.n_heads + hq0;     // its row in q / out
   const float4* q4 = reinterpret_cast<const float4*>(p.q + head0 * hd);
@@ -187,13 +198,23 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
       const int nk = min(kChunk, kv_end - k0);
       float* kd = Ks + buf * kChunk * ld;
       float* vd = Vs + buf * kChunk * ld;
-      for (int i = tid; i < nk * hd4; i += kThreads) {
-        const int j = i / hd4, e = i - j * hd4;
-        const int key = k0 + j;
-        const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
-        const int64_t src = slot_idx * p.width + col0 + 4 * e;
-        cp_async16(kd + j * ld + 4 * e, p.kpool + src);
-        cp_async16(vd + j * ld + 4 * e, p.vpool + src);
+      if (fast_idx) {  // the address math of every copy is most of a short chunk's instructions: shifts, no divides
+        for (int j = j_first; j < nk; j += j_step) {
+          const int key = k0 + j;
+          const int64_t slot_idx = (int64_t(bt[key >> bs_shift]) << bs_shift) + (key & (bs - 1));
+          const int64_t src = slot_idx * p.width + col0 + 4 * e_fixed;
+          cp_async16(kd + j * ld + 4 * e_fixed, p.kpool + src);
+          cp_async16(vd + j * ld + 4 * e_fixed, p.vpool + src);
+        }
+      } else {
+        for (int i = tid; i < nk * hd4; i += kThreads) {
+          const int j = i / hd4, e = i - j * hd4;
+          const int key = k0 + j;
+          const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
+          const int64_t src = slot_idx * p.width + col0 + 4 * e;
+          cp_async16(kd + j * ld + 4 * e, p.kpool + src);
+          cp_async16(vd + j * ld + 4 * e, p.vpool + src);
+        }
       }
       cp_async_commit();
     };
@@ -434,6 +455,8 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, const int32_t* slot,
                                 float* kpool, float* vpool, int64_t width, bool vec) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t sl = slot[t];
   if (sl < 0) return;  // padding token: nothing to store
@@ -483,10 +506,14 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   p.window = window;
   p.scale = scale;
   // Heads per block: all of the group when the P·V accumulators fit (MAXH per thread), else split
-  // the group over several blocks (each still reads the keys once).
+  // the group over several blocks (each still reads the keys once). Few tokens (decode) split it further,
+  // towards kMinBlocks blocks per partition: a head's arithmetic does not depend on the heads beside it.
   const int slots = kThreads / (head_dim / 4);
   p.n_hgroups = (p.group + kMaxH * slots - 1) / (kMaxH * slots);
+  const int64_t want = (kMinBlocks + T * n_kv_heads - 1) / (T * n_kv_heads);
+  p.n_hgroups = int(std::clamp<int64_t>(want, p.n_hgroups, p.group));
   p.heads_per_block = (p.group + p.n_hgroups - 1) / p.n_hgroups;
+  p.n_hgroups = (p.group + p.heads_per_block - 1) / p.heads_per_block;  // no block without a head
   const int per_thread = (p.heads_per_block + slots - 1) / slots;
   // Four stages where they fit in shared memory next to Q (head_dim <= 128), else two.
   const int stages = head_dim <= 128 ? 4 : 2;
@@ -502,8 +529,7 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
     p.part_keys = 0;
     p.part_o = nullptr;
     p.part_ml = nullptr;
-    kernel<<<dim3(unsigned(T), gy, 1), kThreads, smem, s>>>(p);
-    check(cudaGetLastError(), "paged_attention launch");
+    launch(kernel, dim3(unsigned(T), gy, 1), dim3(kThreads), smem, s, "paged_attention launch", p);
     return;
   }
   // Partition blocks per (token, head): enough for the longest context the bound allows (a token past the
@@ -524,8 +550,7 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const unsigned n = unsigned(std::min(tile, T - t0));
     p.t0 = t0;
-    kernel<<<dim3(n, gy, unsigned(gz)), kThreads, smem, s>>>(p);
-    check(cudaGetLastError(), "paged_attention launch");
+    launch(kernel, dim3(n, gy, unsigned(gz)), dim3(kThreads), smem, s, "paged_attention launch", p);
   }
 }
 
@@ -559,8 +584,7 @@ void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, fl
   if (n <= 0) return;
   // float4 copies when every row start is 16-byte aligned; otherwise scalar.
   const bool vec = width % 4 == 0 && aligned16(k) && aligned16(v) && aligned16(kpool) && aligned16(vpool);
-  kv_write_kernel<<<unsigned(n), 128, 0, s>>>(k, v, slot, kpool, vpool, width, vec);
-  check(cudaGetLastError(), "kv_write launch");
+  launch(kv_write_kernel, dim3(unsigned(n)), dim3(128), 0, s, "kv_write launch", k, v, slot, kpool, vpool, width, vec);
 }
 
 }  // namespace rapid::cuda

@@ -15,6 +15,7 @@
 #include <vector>
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/launch.cuh"
 #include "layers/rope.h"
 #include "models/decoder.h"
 #include "quant/mlx_quant.h"
@@ -23,6 +24,8 @@ namespace rapid::cuda {
 namespace {
 
 __global__ void add_kernel(float* __restrict__ h, const float* __restrict__ o, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) h[i] += o[i];
 }
@@ -30,8 +33,7 @@ __global__ void add_kernel(float* __restrict__ h, const float* __restrict__ o, i
 // h[n] += o[n] (the sandwich-norm residual adds of Gemma 3).
 void add_inplace(float* h, const float* o, int64_t n, cudaStream_t s) {
   if (n <= 0) return;
-  add_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(h, o, n);
-  check(cudaGetLastError(), "add_inplace");
+  launch(add_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, s, "add_inplace", h, o, n);
 }
 
 // Device or page-locked host memory (pinned, so the per-step uploads are true async copies), freed on
@@ -119,8 +121,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
     use_graphs_ = !(g && std::string(g) == "0");
     upload_weights();
     allocate_kv(geometry);
-    // Split-K attention: its scratch is taken now (never during a capture); the bound only trims idle blocks.
+    // Split-K attention and the multi-block argmax: their scratch is taken now (never during a capture); the
+    // bound only trims idle blocks.
     paged_attention_reserve(stream_);
+    argmax_reserve(stream_);
     set_attention_max_context(int64_t(num_blocks_) * block_size_);
   }
 
@@ -129,6 +133,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (stream_) {
       cudaStreamSynchronize(stream_);
       paged_attention_release(stream_);
+      argmax_release(stream_);
       matmul_release(stream_);
     }
     for (void* p : allocations_) cudaFree(p);

@@ -166,4 +166,11 @@ void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, 
 void argmax_rows(const float* logits, int64_t m, int64_t vocab, const uint32_t* masks, const int32_t* mask_of,
                  int32_t* tokens, cudaStream_t s);
 
+// argmax_rows splits a row over several blocks (vocab > 4096) and merges their partial results through a small
+// scratch per (device, stream), allocated on the stream's first such launch (allowed during graph capture) and
+// kept until argmax_release. argmax_reserve allocates it now; argmax_release frees it (synchronizes the device):
+// call it after the last launch on `s` and after destroying every graph captured from it.
+void argmax_reserve(cudaStream_t s);
+void argmax_release(cudaStream_t s);
+
 }  // namespace rapid::cuda

@@ -15,6 +15,7 @@
 #include <string>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
 
 // Tuning knobs (scheduling only; every choice gives bitwise the same results). Overridable at build
@@ -257,6 +258,8 @@ __device__ __forceinline__ void dot_rows(const KernelP& P, const SlotMap<GLU>& M
 // kGroups x OT rows and K segment w = chunks [w·C/4, (w+1)·C/4) each; y = (W0 + W1) + (W2 + W3).
 template <Fmt F, int RT, int OT, int U, bool PF, bool GLU, bool SPLIT>
 __global__ void __launch_bounds__(kThreads) mm_kernel(const __grid_constant__ KernelP P) {
+  pdl_wait();
+  pdl_trigger();
   __shared__ float red[SPLIT ? kWarps : 1][kGroups][RT][OT];
   const int64_t bid = blockIdx.x;
   const int64_t tile = bid / P.nrt;
@@ -386,39 +389,40 @@ int64_t rows_per_tile(int rt, bool split) {
 bool split_k(int64_t weight_rows) { return weight_rows < RAPID_MM_SPLIT_ROWS; }
 
 template <Fmt F, bool GLU, bool SPLIT>
-void launch_fs(const KernelP& P, int rt, const dim3& g, cudaStream_t s) {
+void launch_fs(const KernelP& P, int rt, const dim3& g, cudaStream_t s, const char* what) {
   const dim3 b{unsigned(kThreads)};
   switch (rt) {
-    case 1: mm_kernel<F, 1, RAPID_MM_N1_OT, RAPID_MM_N1_U, true, GLU, SPLIT><<<g, b, 0, s>>>(P); break;
-    case 2: mm_kernel<F, 2, 4, 2, true, GLU, SPLIT><<<g, b, 0, s>>>(P); break;
-    case 4: mm_kernel<F, 4, 4, 2, false, GLU, SPLIT><<<g, b, 0, s>>>(P); break;
-    case 8: mm_kernel<F, 8, RAPID_MM_N8_OT, 1, false, GLU, SPLIT><<<g, b, 0, s>>>(P); break;
+    case 1: launch(mm_kernel<F, 1, RAPID_MM_N1_OT, RAPID_MM_N1_U, true, GLU, SPLIT>, g, b, 0, s, what, P); break;
+    case 2: launch(mm_kernel<F, 2, 4, 2, true, GLU, SPLIT>, g, b, 0, s, what, P); break;
+    case 4: launch(mm_kernel<F, 4, 4, 2, false, GLU, SPLIT>, g, b, 0, s, what, P); break;
+    case 8: launch(mm_kernel<F, 8, RAPID_MM_N8_OT, 1, false, GLU, SPLIT>, g, b, 0, s, what, P); break;
 #if RAPID_MM_BIG_RT == 16
-    case 16: mm_kernel<F, 16, RAPID_MM_N16_OT, 1, false, GLU, SPLIT><<<g, b, 0, s>>>(P); break;
+    case 16: launch(mm_kernel<F, 16, RAPID_MM_N16_OT, 1, false, GLU, SPLIT>, g, b, 0, s, what, P); break;
 #endif
     default: throw std::runtime_error("cuda::matmul: bad row tile");
   }
 }
 
+// One mm_kernel launch of format f; `what` prefixes a launch error.
 template <bool GLU>
-void launch(const KernelP& P, Fmt f, int rt, bool split, int64_t blocks, cudaStream_t s) {
+void launch_format(const KernelP& P, Fmt f, int rt, bool split, int64_t blocks, cudaStream_t s, const char* what) {
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul: too many blocks");
   const dim3 g{unsigned(blocks)};
   if (split) {
     switch (f) {
-      case Fmt::A4: launch_fs<Fmt::A4, GLU, true>(P, rt, g, s); break;
-      case Fmt::A8: launch_fs<Fmt::A8, GLU, true>(P, rt, g, s); break;
-      case Fmt::D32: launch_fs<Fmt::D32, GLU, true>(P, rt, g, s); break;
-      case Fmt::D16: launch_fs<Fmt::D16, GLU, true>(P, rt, g, s); break;
-      case Fmt::DB16: launch_fs<Fmt::DB16, GLU, true>(P, rt, g, s); break;
+      case Fmt::A4: launch_fs<Fmt::A4, GLU, true>(P, rt, g, s, what); break;
+      case Fmt::A8: launch_fs<Fmt::A8, GLU, true>(P, rt, g, s, what); break;
+      case Fmt::D32: launch_fs<Fmt::D32, GLU, true>(P, rt, g, s, what); break;
+      case Fmt::D16: launch_fs<Fmt::D16, GLU, true>(P, rt, g, s, what); break;
+      case Fmt::DB16: launch_fs<Fmt::DB16, GLU, true>(P, rt, g, s, what); break;
     }
   } else {
     switch (f) {
-      case Fmt::A4: launch_fs<Fmt::A4, GLU, false>(P, rt, g, s); break;
-      case Fmt::A8: launch_fs<Fmt::A8, GLU, false>(P, rt, g, s); break;
-      case Fmt::D32: launch_fs<Fmt::D32, GLU, false>(P, rt, g, s); break;
-      case Fmt::D16: launch_fs<Fmt::D16, GLU, false>(P, rt, g, s); break;
-      case Fmt::DB16: launch_fs<Fmt::DB16, GLU, false>(P, rt, g, s); break;
+      case Fmt::A4: launch_fs<Fmt::A4, GLU, false>(P, rt, g, s, what); break;
+      case Fmt::A8: launch_fs<Fmt::A8, GLU, false>(P, rt, g, s, what); break;
+      case Fmt::D32: launch_fs<Fmt::D32, GLU, false>(P, rt, g, s, what); break;
+      case Fmt::D16: launch_fs<Fmt::D16, GLU, false>(P, rt, g, s, what); break;
+      case Fmt::DB16: launch_fs<Fmt::DB16, GLU, false>(P, rt, g, s, what); break;
     }
   }
 }
@@ -461,8 +465,7 @@ void launch_jobs(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, 
     P.job[i].tile0 = tiles;
     tiles += (J.w.out + per_tile - 1) / per_tile;
   }
-  launch<false>(P, f, rt, split, tiles * P.nrt, s);
-  check(cudaGetLastError(), "cuda::matmul launch");
+  launch_format<false>(P, f, rt, split, tiles * P.nrt, s, "cuda::matmul launch");
 }
 
 }  // namespace
@@ -503,6 +506,8 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
 }
 
 __global__ void glu_kernel(float* __restrict__ gate, const float* __restrict__ up, int64_t n, int act) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) gate[i] = __fmul_rn(glu_act(gate[i], act), up[i]);
 }
@@ -510,8 +515,7 @@ __global__ void glu_kernel(float* __restrict__ gate, const float* __restrict__ u
 void glu(float* gate, const float* up, int64_t n, int act, cudaStream_t s) {
   if (act != 0 && act != 1) throw std::runtime_error("cuda::glu: act must be 0 (silu) or 1 (gelu_tanh)");
   if (n <= 0) return;
-  glu_kernel<<<unsigned((n + 255) / 256), 256, 0, s>>>(gate, up, n, act);
-  check(cudaGetLastError(), "cuda::glu launch");
+  launch(glu_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, s, "cuda::glu launch", gate, up, n, act);
 }
 
 void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
@@ -539,8 +543,7 @@ void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeigh
   const bool split = split_k(2 * gate.out);
   const int64_t per_tile = rows_per_tile(rt, split) / 2;  // two weight rows (gate, up) per output column
   const int64_t tiles = (gate.out + per_tile - 1) / per_tile;
-  launch<true>(P, f, rt, split, tiles * P.nrt, s);
-  check(cudaGetLastError(), "cuda::matmul_glu launch");
+  launch_format<true>(P, f, rt, split, tiles * P.nrt, s, "cuda::matmul_glu launch");
 }
 
 }  // namespace rapid::cuda

@@ -3,9 +3,11 @@
 // fixed stride, then a fixed shuffle tree and a fixed cross-warp order, so a row's result never
 // depends on the other rows. Element arithmetic uses explicit _rn intrinsics where nvcc would otherwise
 // contract into FMAs the CPU does not use.
+#include <algorithm>
 #include <cstdint>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/launch.cuh"
 
 namespace rapid::cuda {
 
@@ -14,6 +16,8 @@ namespace {
 // x [rows, dim] -> y [rows, dim]; may alias (each element is read and written by the same thread).
 __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, float* y, int64_t dim,
                                                                 const float* __restrict__ w, float eps) {
+  pdl_wait();
+  pdl_trigger();
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   const float inv = row_inv_rms_of(xr, dim, eps);
@@ -24,6 +28,8 @@ __global__ void __launch_bounds__(kNormThreads) rms_norm_kernel(const float* x, 
 __global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(float* h, const float* __restrict__ o, float* xn,
                                                                     int64_t dim, const float* __restrict__ w,
                                                                     float eps) {
+  pdl_wait();
+  pdl_trigger();
   float* hr = h + int64_t(blockIdx.x) * dim;
   const float* orow = o + int64_t(blockIdx.x) * dim;
   float* yr = xn + int64_t(blockIdx.x) * dim;
@@ -78,6 +84,8 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(float* x, int heads,
                                                             const float* __restrict__ cos,
                                                             const float* __restrict__ sin,
                                                             const float* __restrict__ q_scale) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   rope_token(x + t * heads * head_dim, heads, head_dim, half, cos + t * half, sin + t * half, q_scale != nullptr,
              q_scale ? q_scale[t] : 1.0f);
@@ -92,6 +100,8 @@ __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
     float* q, const float* __restrict__ k, const float* __restrict__ v, int n_heads, int n_kv, int head_dim, int half,
     const float* __restrict__ cos, const float* __restrict__ sin, const float* __restrict__ q_scale,
     const int32_t* __restrict__ slot, float* kpool, float* vpool) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float* cs = cos + t * half;  // [half]
   const float* sn = sin + t * half;  // [half]
@@ -106,7 +116,9 @@ __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
   const int nq = n_heads * half, nqr = scaled ? n_heads * rest : 0, nk = sl >= 0 ? n_kv * half : 0;
   const int nkr = sl >= 0 ? n_kv * rest : 0, nv = sl >= 0 ? int(width) : 0;
   const int total = nq + nqr + nk + nkr + nv;
-  for (int i = threadIdx.x; i < total; i += kRopeKvThreads) {
+  // Grid y spreads a token's items over blocks (one item per thread at decode: no serial loads).
+  const int stride = kRopeKvThreads * int(gridDim.y);
+  for (int i = int(blockIdx.y) * kRopeKvThreads + int(threadIdx.x); i < total; i += stride) {
     if (i < nq) {  // a q pair, as rope_token
       const int h = i / half;
       rope_q_pair(qt + int64_t(h) * head_dim, i - h * half, half, cs, sn, scaled, qs);
@@ -135,31 +147,33 @@ __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
 
 void rms_norm(const float* x, float* y, int64_t rows, int64_t dim, const float* w, float eps, cudaStream_t s) {
   if (rows <= 0) return;
-  rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, s>>>(x, y, dim, w, eps);
-  check(cudaGetLastError(), "rms_norm launch");
+  launch(rms_norm_kernel, dim3(unsigned(rows)), dim3(kNormThreads), 0, s, "rms_norm launch", x, y, dim, w, eps);
 }
 
 void add_rms_norm(float* h, const float* o, float* xn, int64_t rows, int64_t dim, const float* w, float eps,
                   cudaStream_t s) {
   if (rows <= 0) return;
-  add_rms_norm_kernel<<<unsigned(rows), kNormThreads, 0, s>>>(h, o, xn, dim, w, eps);
-  check(cudaGetLastError(), "add_rms_norm launch");
+  launch(add_rms_norm_kernel, dim3(unsigned(rows)), dim3(kNormThreads), 0, s, "add_rms_norm launch", h, o, xn, dim, w,
+         eps);
 }
 
 void rope(float* x, int64_t n, int heads, int head_dim, int half, const float* cos, const float* sin,
           const float* q_scale, cudaStream_t s) {
   if (n <= 0) return;
-  rope_kernel<<<unsigned(n), kRopeThreads, 0, s>>>(x, heads, head_dim, half, cos, sin, q_scale);
-  check(cudaGetLastError(), "rope launch");
+  launch(rope_kernel, dim3(unsigned(n)), dim3(kRopeThreads), 0, s, "rope launch", x, heads, head_dim, half, cos, sin,
+         q_scale);
 }
 
 void rope_kv_write(float* q, const float* k, const float* v, int64_t n, int n_heads, int n_kv_heads, int head_dim,
                    int half, const float* cos, const float* sin, const float* q_scale, const int32_t* slot,
                    float* kpool, float* vpool, cudaStream_t s) {
   if (n <= 0) return;
-  rope_kv_write_kernel<<<unsigned(n), kRopeKvThreads, 0, s>>>(q, k, v, n_heads, n_kv_heads, head_dim, half, cos, sin,
-                                                            q_scale, slot, kpool, vpool);
-  check(cudaGetLastError(), "rope_kv_write launch");
+  const int rest = head_dim - 2 * half;
+  const int64_t items = int64_t(n_heads) * (half + (q_scale ? rest : 0)) + int64_t(n_kv_heads) * (half + rest) +
+                        int64_t(n_kv_heads) * head_dim;  // a token's total in the kernel, at most
+  const unsigned gy = unsigned(std::clamp<int64_t>((items + kRopeKvThreads - 1) / kRopeKvThreads, 1, 16));
+  launch(rope_kv_write_kernel, dim3(unsigned(n), gy), dim3(kRopeKvThreads), 0, s, "rope_kv_write launch", q, k, v, n_heads,
+         n_kv_heads, head_dim, half, cos, sin, q_scale, slot, kpool, vpool);
 }
 
 }  // namespace rapid::cuda

@@ -6,6 +6,7 @@
 #include <string>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/launch.cuh"
 
 namespace rapid::cuda {
 
@@ -17,6 +18,8 @@ constexpr int kRowThreads = 256;
 // (cpu/kernels_*.cpp), then the embedding scale as a separate multiply (decoder.cpp).
 __global__ void __launch_bounds__(kRowThreads) embed_rows_kernel(const DevWeight E, const int32_t* __restrict__ ids,
                                                                  float scale, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = ids[blockIdx.x];
   float* o = out + int64_t(blockIdx.x) * E.in;  // [in]
   const int dt = int(E.dtype);
@@ -45,6 +48,8 @@ __global__ void __launch_bounds__(kRowThreads) embed_rows_kernel(const DevWeight
 __global__ void __launch_bounds__(kRowThreads) scatter_rows_kernel(const float* __restrict__ src,
                                                                    const int32_t* __restrict__ rows, int64_t dim,
                                                                    float* __restrict__ dst, bool add) {
+  pdl_wait();
+  pdl_trigger();
   const float* s = src + int64_t(blockIdx.x) * dim;
   float* d = dst + int64_t(rows[blockIdx.x]) * dim;
   if (add)
@@ -57,12 +62,16 @@ __global__ void __launch_bounds__(kRowThreads) scatter_rows_kernel(const float* 
 __global__ void __launch_bounds__(kRowThreads) gather_rows_kernel(const float* __restrict__ src,
                                                                   const int32_t* __restrict__ rows, int64_t dim,
                                                                   float* __restrict__ dst) {
+  pdl_wait();
+  pdl_trigger();
   const float* s = src + int64_t(rows[blockIdx.x]) * dim;
   float* d = dst + int64_t(blockIdx.x) * dim;
   for (int64_t i = threadIdx.x; i < dim; i += kRowThreads) d[i] = s[i];
 }
 
 __global__ void softcap_kernel(float* x, int64_t n, float cap) {
+  pdl_wait();
+  pdl_trigger();
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride)
     x[i] = __fmul_rn(cap, tanhf(__fdiv_rn(x[i], cap)));
@@ -78,27 +87,24 @@ void embed_rows(const DevWeight& E, const int32_t* ids, int64_t n, float scale, 
       (E.bits < 1 || E.bits > 8 || E.group <= 0 || E.in % E.group != 0 || (E.in * E.bits) % 32 != 0))
     throw std::runtime_error("embed_rows: bad affine layout (bits " + std::to_string(E.bits) + ", group " +
                              std::to_string(E.group) + ", in " + std::to_string(E.in) + ")");
-  embed_rows_kernel<<<unsigned(n), kRowThreads, 0, s>>>(E, ids, scale, out);
-  check(cudaGetLastError(), "embed_rows launch");
+  launch(embed_rows_kernel, dim3(unsigned(n)), dim3(kRowThreads), 0, s, "embed_rows launch", E, ids, scale, out);
 }
 
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst, bool add, cudaStream_t s) {
   if (n <= 0) return;
-  scatter_rows_kernel<<<unsigned(n), kRowThreads, 0, s>>>(src, rows, dim, dst, add);
-  check(cudaGetLastError(), "scatter_rows launch");
+  launch(scatter_rows_kernel, dim3(unsigned(n)), dim3(kRowThreads), 0, s, "scatter_rows launch", src, rows, dim, dst,
+         add);
 }
 
 void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst, cudaStream_t s) {
   if (n <= 0) return;
-  gather_rows_kernel<<<unsigned(n), kRowThreads, 0, s>>>(src, rows, dim, dst);
-  check(cudaGetLastError(), "gather_rows launch");
+  launch(gather_rows_kernel, dim3(unsigned(n)), dim3(kRowThreads), 0, s, "gather_rows launch", src, rows, dim, dst);
 }
 
 void softcap(float* x, int64_t n, float cap, cudaStream_t s) {
   if (n <= 0) return;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
-  softcap_kernel<<<unsigned(blocks), 256, 0, s>>>(x, n, cap);
-  check(cudaGetLastError(), "softcap launch");
+  launch(softcap_kernel, dim3(unsigned(blocks)), dim3(256), 0, s, "softcap launch", x, n, cap);
 }
 
 }  // namespace rapid::cuda

@@ -1,0 +1,46 @@
+// Kernel launches with programmatic dependent launch (PDL, sm_90+): a kernel may start while its predecessor on
+// the stream is still running, do work that reads nothing the predecessor writes (a matmul prefetches its
+// weights), then wait for it. Every kernel launched through `launch` calls pdl_wait() before its first access to
+// memory another kernel writes (and before any global write), so results are the same with PDL on or off.
+#pragma once
+#include <cuda_runtime.h>
+#include <utility>
+#include "cuda/cuda_kernels.h"
+
+namespace rapid::cuda {
+
+// Blocks until the predecessor grid has completed and its writes are visible (a no-op without PDL).
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+
+// Lets the successor grid launch once every block of this one has called it (or exited).
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+// Whether launches on the current device use PDL: compute capability 9.0 or newer, unless RAPID_CUDA_PDL=0.
+bool pdl_enabled();
+
+// kernel<<<grid, block, smem, s>>>(args...) with PDL where enabled (created streams only); throws "<what>: <error>" on a launch error.
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
+            Args&&... args) {
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = s != nullptr && pdl_enabled() ? 1 : 0;  // the legacy default stream keeps plain ordering
+  check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
+
+}  // namespace rapid::cuda
