@@ -357,7 +357,7 @@ void test_glu(ThreadPool& pool, const Format& f, int64_t ffn, int64_t in, std::m
     }
 }
 
-// Fast launches with the input RMSNorm fused (in the staged kernel for n <= 8, in the activation prepare pass
+// Fast launches with the input RMSNorm fused (in the gemv kernel for n = 1, in the activation prepare pass
 // above): bitwise equal to rms_norm followed by the plain launch, for matmul (q/k/v-like jobs with bias) and GLU;
 // and refused where it cannot fuse (Exact).
 void test_fused_norm(std::mt19937& rng) {
@@ -489,6 +489,9 @@ int main() {
         if (sh[1] % mult != 0) continue;
         test_shape(pool, f, sh[0], sh[1], ns, rng);
       }
+    // A K whose bf16 activations (56 KB) exceed the gemv kernel's default 48 KB of shared memory (opt-in path).
+    for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 8, 128, DType::F32}})
+      test_shape(pool, f, 40, 28672, ns, rng);
     for (const Format& f : fmts) test_fused(pool, f, rng);
     for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 8, 32, DType::F16},
                             Format{WeightKind::Dense, 0, 0, DType::BF16}, Format{WeightKind::Dense, 0, 0, DType::F32}})

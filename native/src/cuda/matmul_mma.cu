@@ -2,9 +2,10 @@
 // accumulate). A warp owns 16 weight rows (GLU: 16 gate + 16 up rows); the weights stay exact: a group of G inputs
 // is one chain of G/16 mma steps over the raw codes (bf16 128 + q for 4-bit, q for 8-bit, both exact) against
 // bf16(x), and the group's affine terms are applied in f32 afterwards: acc = fma(s, P, acc);
-// acc = fma(b - off·s, Σ bf16(x), acc). Two kernels share that arithmetic: the staged kernel (one row: decode at
-// batch 1; x is converted per block in shared memory, the input norm fused) and, for more rows, a prepare pass
-// (x, or rms_norm(x)·w, converted once into a per-stream buffer) followed by the direct kernel.
+// acc = fma(b - off·s, Σ bf16(x), acc). Two kernels share that arithmetic: the gemv kernel (one row: decode at
+// batch 1; all of x is converted once per block into shared memory, the input norm fused, codes kept in flight in a
+// register ring) and, for more rows, a prepare pass (x, or rms_norm(x)·w, converted once into a per-stream buffer)
+// followed by the direct kernel. Both issue their first code loads before waiting on the previous kernel (PDL).
 //
 // Batch invariance: per output element (row, token) the sequence is fixed — the groups of each of the KS K parts
 // (contiguous, [ng·k/KS, ng·(k+1)/KS)) in order, each an mma chain from zero (a tensor-core dot product of one row
@@ -18,7 +19,7 @@
 // inputs): each thread reads its weights and x as contiguous vectors and no shuffle is needed.
 //
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
-// through prepare + direct too), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
+// through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
 // process-wide constant, so every n of a weight still gets the same split).
 #include <cuda_bf16.h>
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <string>
 #include <vector>
 #include "cuda/device_math.cuh"
+#include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
 
 namespace rapid::cuda {
@@ -56,7 +58,6 @@ struct MmaParams {
   int64_t wpr = 0;           // uint32 words per weight row
   int64_t ntt = 0;           // token tiles (8·NT tokens each)
   int ks = 1;                // warps sharing one row tile, each a K range (1, 2, 4 or 8)
-  int ug = 1;                // staged kernel: groups per warp per chunk
   const uint32_t* pfrag = nullptr;  // direct kernel: prepared B fragments [ng][npad][4][G/2] u32
   const float* psum = nullptr;      // direct kernel: prepared group sums [ng][npad]
   int64_t npad = 0;                 // prepared token rows (a multiple of 8)
@@ -68,8 +69,9 @@ struct MmaParams {
   MmaJob job[4];             // GLU: job[0] gate (y = out), job[1] up
 };
 
+// Not volatile: a pure function of its operands, so independent chains (groups of a batch) may interleave.
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
@@ -136,11 +138,12 @@ __device__ __forceinline__ float raw_to_float(uint32_t r, int sdt) {
   return sdt == 0 ? __uint_as_float(r) : sdt == 1 ? f16_bits_to_float(uint16_t(r)) : __uint_as_float(r << 16);
 }
 
-// One group's raw data for the warp's weight tiles (rows g and g+8 of each).
+// One group's raw data for the warp's weight tiles (rows g and g+8 of each): raw scale / bias bits, or (packed:
+// 16-bit dtypes in the gemv kernel, fewer registers in flight) scale | bias << 16 in sa / sb.
 template <int WPT, int NW>
 struct GroupData {
   uint32_t wa[NW][WPT], wb[NW][WPT];
-  uint32_t sa[NW], ba[NW], sb[NW], bb[NW];  // raw scale / bias bits
+  uint32_t sa[NW], ba[NW], sb[NW], bb[NW];
 };
 
 template <int BITS, int G, int NW>
@@ -229,7 +232,7 @@ __device__ __forceinline__ float store_quarter(const float (&v)[G / 4], bool sto
 // acc[w][nt] += one group of the warp's tiles against NT token subtiles. fg: the group's fragment rows
 // [tokens][4][2S] u32, sg: its sums [tokens]; the subtile nt reads rows tr0 + 8·nt + (0..7), clamped to rows
 // < rmax (a clamped column is a token past n: its outputs are never stored, and columns never mix).
-template <int BITS, int G, int NT, int NW>
+template <int BITS, int G, int NT, int NW, bool PACKED = false>
 __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d, int sdt, const uint32_t* fg,
                                           const float* sg, int64_t tr0, int64_t rmax, int gq, int tq,
                                           float (&acc)[NW][NT][4]) {
@@ -257,10 +260,11 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
       a_pairs<BITS, WPT>(d.wa[w], s, afr[s][0], afr[s][2]);
       a_pairs<BITS, WPT>(d.wb[w], s, afr[s][1], afr[s][3]);
     }
-    const float sa = raw_to_float(d.sa[w], sdt), sb = raw_to_float(d.sb[w], sdt);
+    const float sa = raw_to_float(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w], sdt);
+    const float sb = raw_to_float(PACKED ? d.sb[w] & 0xFFFFu : d.sb[w], sdt);
     // The code offset folds into the bias: Σ (s·q + b)·x = s·Σ (off + q)·x + (b - off·s)·Σ x.
-    const float ba = __fmaf_rn(-kOff, sa, raw_to_float(d.ba[w], sdt));
-    const float bb = __fmaf_rn(-kOff, sb, raw_to_float(d.bb[w], sdt));
+    const float ba = __fmaf_rn(-kOff, sa, raw_to_float(PACKED ? d.sa[w] >> 16 : d.ba[w], sdt));
+    const float bb = __fmaf_rn(-kOff, sb, raw_to_float(PACKED ? d.sb[w] >> 16 : d.bb[w], sdt));
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -280,14 +284,6 @@ __host__ __device__ constexpr int reg_units(int bits, int group, bool glu, bool 
   const int words = group * bits / 128 * (glu ? 2 : 1);
   return few ? (words <= 2 ? 8 : words <= 4 ? 4 : 2) : (words <= 2 ? 4 : words <= 4 ? 2 : 1);
 }
-// Staged kernel (one row): groups per warp per chunk as registers allow, with the chunk staged in at most 48 KB
-// and at most 64 groups (one staging item per thread).
-__host__ __device__ constexpr int stage_units(int ks, int bits, int group, bool glu) {
-  int u = reg_units(bits, group, glu, true);
-  while (u > 1 && (stage_bytes(group, ks * u, 1) > (size_t(48) << 10) || ks * u > 64)) u /= 2;
-  return u;
-}
-
 // The block's shared state and its partial-sum tree, common to both kernels. Warp w of a block: row subtile
 // w / ks (16 rows), K part w % ks = groups [ng·k/ks, ng·(k+1)/ks) in order.
 struct Tile {
@@ -372,11 +368,49 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
   }
 }
 
-// n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. The block walks its warps' K parts
-// in chunks of ug groups each: per chunk every warp's codes are loaded in one round (contiguous per row), the
-// chunk's activations are staged once in shared memory meanwhile, then the math.
-template <int BITS, int G, bool GLU>
-__global__ void __launch_bounds__(kThreads, 2) mma_staged_kernel(const __grid_constant__ MmaParams P) {
+// The raw scale/bias words of a group for the gemv kernel, its dtype a constant (no per-load switch).
+template <int SDT>
+__device__ __forceinline__ uint32_t load_raw_t(const void* p, int64_t i) {
+  if constexpr (SDT == 0) return __ldg(static_cast<const uint32_t*>(p) + i);
+  else return uint32_t(__ldg(static_cast<const unsigned short*>(p) + i));
+}
+
+// One thread's row pointers for the gemv kernel: codes of rows ra / rb at its quarter, scale indices.
+template <int NW>
+struct RowPtrs {
+  const uint32_t* ca[NW];
+  const uint32_t* cb[NW];
+  const void* sc[NW];
+  const void* bi[NW];
+  int64_t sia, sib;
+};
+
+template <int BITS, int G, int NW, int SDT>
+__device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g, GroupData<G * BITS / 128, NW>& d) {
+  constexpr int WPT = G * BITS / 128, GW = G * BITS / 32;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    load_words<WPT>(R.ca[w] + g * GW, d.wa[w]);
+    load_words<WPT>(R.cb[w] + g * GW, d.wb[w]);
+    const uint32_t sa = load_raw_t<SDT>(R.sc[w], R.sia + g), sb = load_raw_t<SDT>(R.sc[w], R.sib + g);
+    const uint32_t ba = load_raw_t<SDT>(R.bi[w], R.sia + g), bb = load_raw_t<SDT>(R.bi[w], R.sib + g);
+    if constexpr (SDT == 0) {
+      d.sa[w] = sa, d.sb[w] = sb, d.ba[w] = ba, d.bb[w] = bb;
+    } else {
+      d.sa[w] = __byte_perm(sa, ba, 0x5410), d.sb[w] = __byte_perm(sb, bb, 0x5410);
+    }
+  }
+}
+
+// Bytes of the gemv kernel's staged activations: every group's fragments and sum.
+__host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng) { return stage_bytes(group, int(ng), 1); }
+
+// n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of
+// codes in flight (a ring: a group's registers are refilled with the group MAXU ahead as soon as it is used).
+// The first loads go out before pdl_wait (weights are never written), so they overlap the previous kernel; then
+// the whole of x (or rms_norm(x)·w) is converted once into shared memory and the warps run without barriers.
+template <int BITS, int G, bool GLU, int SDT>
+__global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_constant__ MmaParams P) {
   constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, E = G / 4;
   constexpr int MAXU = reg_units(BITS, G, GLU, true);
   extern __shared__ uint4 smem4[];
@@ -387,51 +421,74 @@ __global__ void __launch_bounds__(kThreads, 2) mma_staged_kernel(const __grid_co
   const MmaJob* J[NW];
   J[0] = J0;
   if constexpr (GLU) J[NW - 1] = &P.job[1];
-  const int ks = P.ks, ug = P.ug;
-  const int64_t span = (P.ng + ks - 1) / ks;  // the longest K part
-  const int64_t nchunks = (span + ug - 1) / ug;
-  uint32_t* frag = reinterpret_cast<uint32_t*>(smem4);                             // [ks·ug][4][2S]
-  float* sums = reinterpret_cast<float*>(frag + size_t(ks * ug) * frag_words(G));  // [ks·ug]
+  RowPtrs<NW> R;
+  const int64_t wpr = P.wpr, ng = P.ng;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    R.ca[w] = J[w]->data + T.ra * wpr + T.tq * WPT;
+    R.cb[w] = J[w]->data + T.rb * wpr + T.tq * WPT;
+    R.sc[w] = J[w]->scales;
+    R.bi[w] = J[w]->biases;
+  }
+  R.sia = T.ra * ng;
+  R.sib = T.rb * ng;
+  GroupData<WPT, NW> cur[MAXU];
+  if (T.rows_live) {
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u)
+      if (T.gbeg + u < T.gend) load_group_rows<BITS, G, NW, SDT>(R, T.gbeg + u, cur[u]);
+  }
+  pdl_wait();
+  pdl_trigger();
 
+  uint32_t* frag = reinterpret_cast<uint32_t*>(smem4);                   // [ng][4][2S]
+  float* sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));  // [ng]
+  float inv = 1.0f;
   if (P.norm_w) {  // the token's 1/rms by the whole block, bitwise as rms_norm_kernel computes it
-    const float r = row_inv_rms_of(P.x, P.ng * G, P.eps);
+    const float r = row_inv_rms_of(P.x, ng * G, P.eps);
     if (threadIdx.x == 0) inv_s[0] = r;
     __syncthreads();
+    inv = inv_s[0];
   }
+  const int64_t items = ng * 4;
+  for (int64_t base = 0; base < items; base += kThreads) {  // uniform trip count: the quads' shuffles
+    const int64_t it = base + threadIdx.x;
+    const bool live = it < items;
+    float v[E];
+    load_quarter<G>(P.x, P.norm_w, inv, it * E, live, v);
+    const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
+    if (live && (it & 3) == 0) sums[it >> 2] = xs;
+  }
+  __syncthreads();
 
   float acc[NW][1][4];
 #pragma unroll
   for (int w = 0; w < NW; ++w)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
-
-  GroupData<WPT, NW> cur[MAXU];
-  const int items = ks * ug * 4;  // staging items per chunk: (part, unit, quarter)
-  for (int64_t c = 0; c < nchunks; ++c) {
-    if (c > 0) __syncthreads();  // every warp is done with the stage before it is rewritten
-#pragma unroll
-    for (int u = 0; u < MAXU; ++u) {
-      const int64_t g = T.gbeg + c * ug + u;
-      if (u < ug && T.rows_live && g < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, g, cur[u]);
-    }
-    for (int base = 0; base < items; base += kThreads) {  // one round while ks·ug <= 64
-      const int it = base + int(threadIdx.x), slot = it >> 2;  // slot = part·ug + unit
-      const int k = slot / ug, u = slot % ug;
-      const int64_t g = P.ng * k / ks + c * ug + u;
-      const bool live = it < items && g < P.ng * (k + 1) / ks;
-      float v[E];
-      load_quarter<G>(P.x, P.norm_w, P.norm_w ? inv_s[0] : 1.0f, g * G + (it & 3) * E, live, v);
-      const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
-      if (live && (it & 3) == 0) sums[slot] = xs;
-    }
-    __syncthreads();
-    if (T.rows_live) {
+  if (T.rows_live) {
+    const uint32_t* fr = frag;
+    const float* sm = sums;
+    int64_t g0 = T.gbeg;
+    // Whole batches with a whole batch after them: no per-group conditions, so the compiler can interleave the
+    // batch's independent mma chains and hoist its shared-memory reads.
+    for (; g0 + 2 * MAXU <= T.gend; g0 += MAXU) {
 #pragma unroll
       for (int u = 0; u < MAXU; ++u) {
-        const int slot = T.kpart * ug + u;
-        if (u < ug && T.gbeg + c * ug + u < T.gend)
-          group_mma<BITS, G, 1, NW>(cur[u], P.sdt, frag + size_t(slot) * frag_words(G), sums + slot, 0, 1, T.gq, T.tq,
-                                    acc);
+        group_mma<BITS, G, 1, NW, SDT != 0>(cur[u], SDT, fr + size_t(g0 + u) * frag_words(G), sm + g0 + u, 0, 1, T.gq,
+                                           T.tq, acc);
+        load_group_rows<BITS, G, NW, SDT>(R, g0 + u + MAXU, cur[u]);
+      }
+    }
+    for (; g0 < T.gend; g0 += MAXU) {
+#pragma unroll
+      for (int u = 0; u < MAXU; ++u) {
+        const int64_t g = g0 + u;
+        if (g < T.gend) {
+          group_mma<BITS, G, 1, NW, SDT != 0>(cur[u], SDT, fr + size_t(g) * frag_words(G), sm + g, 0, 1, T.gq, T.tq,
+                                             acc);
+          if (g + MAXU < T.gend) load_group_rows<BITS, G, NW, SDT>(R, g + MAXU, cur[u]);
+        }
       }
     }
   }
@@ -444,6 +501,8 @@ template <int BITS, int G>
 __global__ void __launch_bounds__(kThreads) prep_kernel(const float* x, int64_t ldx, int64_t ng, int64_t npad,
                                                         const float* norm_w, float eps, uint32_t* frag, float* sums) {
   constexpr int E = G / 4;
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   const float* xr = x + t * ldx;
   const float inv = norm_w ? row_inv_rms_of(xr, ng * G, eps) : 1.0f;
@@ -481,13 +540,23 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
     for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
+  const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
+  GroupData<WPT, NW> cur[MAXU];
+  // The first batch of codes goes out before pdl_wait: weights are never written, x is (by the prepare pass).
   if (T.rows_live) {
-    const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
-    GroupData<WPT, NW> cur[MAXU];
-    for (int64_t g0 = T.gbeg; g0 < T.gend; g0 += MAXU) {
 #pragma unroll
-      for (int u = 0; u < MAXU; ++u)
-        if (g0 + u < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, g0 + u, cur[u]);
+    for (int u = 0; u < MAXU; ++u)
+      if (T.gbeg + u < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, T.gbeg + u, cur[u]);
+  }
+  pdl_wait();
+  pdl_trigger();
+  if (T.rows_live) {
+    for (int64_t g0 = T.gbeg; g0 < T.gend; g0 += MAXU) {
+      if (g0 != T.gbeg) {
+#pragma unroll
+        for (int u = 0; u < MAXU; ++u)
+          if (g0 + u < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, g0 + u, cur[u]);
+      }
 #pragma unroll
       for (int u = 0; u < MAXU; ++u)
         if (g0 + u < T.gend)
@@ -575,10 +644,10 @@ void* prep_buffer(cudaStream_t s, size_t bytes) {
   return e->ptr;
 }
 
-// The most rows the staged kernel takes (1: decode at batch 1, measured on the H200; 2..8 rows ran faster as
+// The most rows the gemv kernel takes (1: decode at batch 1, measured on the H200; 2..8 rows ran faster as
 // prepare + direct). Both kernels do the same arithmetic, so this is scheduling only: RAPID_CUDA_MM_STAGED (0 or 1,
 // read once) overrides it for tuning.
-int64_t staged_max() {
+int64_t gemv_max() {
   static const int64_t v = [] {
     const char* e = std::getenv("RAPID_CUDA_MM_STAGED");
     const long n = e && *e ? std::strtol(e, nullptr, 10) : 1;
@@ -587,15 +656,47 @@ int64_t staged_max() {
   return v;
 }
 
+// The gemv kernel of one format for the launch's scales dtype; false when x does not fit in shared memory.
+template <int BITS, int G, bool GLU, int SDT>
+bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
+  auto* kernel = mma_gemv_kernel<BITS, G, GLU, SDT>;
+  const size_t smem = gemv_smem(G, P.ng);
+  if (smem > (size_t(48) << 10)) {
+    // Above 48 KB a kernel must opt in (once per kernel and size; the attribute is not a stream operation).
+    static std::mutex mu;
+    static size_t opted = 0;
+    std::lock_guard<std::mutex> lock(mu);
+    if (smem > opted) {
+      int dev = 0, max_optin = 0;
+      check(cudaGetDevice(&dev), "cuda::matmul (fast): cudaGetDevice");
+      check(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+            "cuda::matmul (fast): shared memory limit");
+      const size_t stat = sizeof(float) * (size_t(kWarps) * (GLU ? 2 : 1) * 32 * 4 + 1);
+      if (smem + stat > size_t(max_optin)) return false;
+      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
+            "cuda::matmul (fast): shared memory opt-in");
+      opted = smem;
+    }
+  }
+  launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, smem, s, "cuda::matmul (fast) launch", P);
+  return true;
+}
+
+template <int BITS, int G, bool GLU>
+bool launch_gemv(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
+  switch (P.sdt) {
+    case 0: return launch_gemv_t<BITS, G, GLU, 0>(P, s, row_tiles);
+    case 1: return launch_gemv_t<BITS, G, GLU, 1>(P, s, row_tiles);
+    default: return launch_gemv_t<BITS, G, GLU, 2>(P, s, row_tiles);
+  }
+}
+
 template <int BITS, int G, bool GLU>
 void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const dim3 block{unsigned(kThreads)};
-  if (P.n <= staged_max()) {
+  if (P.n <= gemv_max()) {
     P.ntt = 1;
-    P.ug = stage_units(P.ks, BITS, G, GLU);
-    const size_t smem = stage_bytes(G, P.ks * P.ug, 1);  // <= 64 groups: at most 16.6 KB
-    mma_staged_kernel<BITS, G, GLU><<<dim3{unsigned(row_tiles)}, block, smem, s>>>(P);
-    return;
+    if (launch_gemv<BITS, G, GLU>(P, s, row_tiles)) return;
   }
   const int nt = token_subtiles(P.n, GLU);
   P.ntt = (P.n + 8 * nt - 1) / (8 * nt);
@@ -604,17 +705,17 @@ void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   char* buf = static_cast<char*>(prep_buffer(s, prep_bytes(P.n, P.ng * G)));
   P.pfrag = reinterpret_cast<const uint32_t*>(buf);
   P.psum = reinterpret_cast<const float*>(buf + (fbytes + 255) / 256 * 256);
-  prep_kernel<BITS, G><<<dim3{unsigned(P.n)}, block, 0, s>>>(P.x, P.ldx, P.ng, P.npad, P.norm_w, P.eps,
-                                                             const_cast<uint32_t*>(P.pfrag), const_cast<float*>(P.psum));
-  check(cudaGetLastError(), "cuda::matmul (fast) prepare launch");
+  launch(prep_kernel<BITS, G>, dim3{unsigned(P.n)}, block, 0, s, "cuda::matmul (fast) prepare launch", P.x, P.ldx,
+         P.ng, P.npad, P.norm_w, P.eps, const_cast<uint32_t*>(P.pfrag), const_cast<float*>(P.psum));
   const int64_t blocks = row_tiles * P.ntt;
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
   const dim3 grid{unsigned(blocks)};
+  const char* what = "cuda::matmul (fast) launch";
   switch (nt) {
-    case 1: mma_direct_kernel<BITS, G, 1, GLU><<<grid, block, 0, s>>>(P); break;
-    case 2: mma_direct_kernel<BITS, G, 2, GLU><<<grid, block, 0, s>>>(P); break;
-    case 4: mma_direct_kernel<BITS, G, 4, GLU><<<grid, block, 0, s>>>(P); break;
-    default: mma_direct_kernel<BITS, G, 8, GLU><<<grid, block, 0, s>>>(P); break;
+    case 1: launch(mma_direct_kernel<BITS, G, 1, GLU>, grid, block, 0, s, what, P); break;
+    case 2: launch(mma_direct_kernel<BITS, G, 2, GLU>, grid, block, 0, s, what, P); break;
+    case 4: launch(mma_direct_kernel<BITS, G, 4, GLU>, grid, block, 0, s, what, P); break;
+    default: launch(mma_direct_kernel<BITS, G, 8, GLU>, grid, block, 0, s, what, P); break;
   }
 }
 
@@ -629,7 +730,6 @@ void launch(MmaParams& P, int bits, int group, int64_t row_tiles, cudaStream_t s
     else if (group == 64) launch_g<8, 64, GLU>(P, s, row_tiles);
     else launch_g<8, 128, GLU>(P, s, row_tiles);
   }
-  check(cudaGetLastError(), "cuda::matmul (fast) launch");
 }
 
 MmaJob job_of(const DevWeight& w) {
@@ -722,7 +822,8 @@ void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& 
 }
 
 void matmul_reserve(cudaStream_t s, int64_t rows, int64_t in) {
-  if (rows > staged_max()) prep_buffer(s, prep_bytes(rows, in));
+  // Even one row may need it: the gemv kernel hands rows whose x exceeds shared memory to prepare + direct.
+  if (rows > 0) prep_buffer(s, prep_bytes(rows, in));
 }
 
 void matmul_release(cudaStream_t s) {
