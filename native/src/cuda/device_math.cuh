@@ -60,6 +60,7 @@ __device__ __forceinline__ float row_inv_rms(double ss, int64_t dim, float eps) 
 // layers/norm.cpp accumulates in f64 too). Call with all kNormThreads threads of the block.
 __device__ __forceinline__ float row_inv_rms_of(const float* xr, int64_t dim, float eps) {
   double ss = 0;
+#pragma unroll 4  // the loads of four iterations go out together; the sum keeps its order
   for (int64_t i = threadIdx.x; i < dim; i += kNormThreads) {
     const double v = xr[i];
     ss = fma(v, v, ss);

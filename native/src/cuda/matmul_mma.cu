@@ -27,6 +27,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
@@ -171,8 +172,8 @@ __host__ __device__ constexpr size_t stage_bytes(int group, int groups, int ntok
 }
 
 // The inputs of one quarter (E of a group's inputs) of one token, as floats: x, or rms_norm(x)·w (bitwise as
-// rms_norm_kernel writes it: (x · inv) · w); zeros when !live.
-template <int G>
+// rms_norm_kernel writes it: (x · inv) · w); zeros when !live. SMEM: x is a shared-memory copy.
+template <int G, bool SMEM = false>
 __device__ __forceinline__ void load_quarter(const float* x, const float* norm_w, float inv, int64_t col, bool live,
                                              float (&v)[G / 4]) {
   constexpr int E = G / 4;
@@ -181,10 +182,10 @@ __device__ __forceinline__ void load_quarter(const float* x, const float* norm_w
     for (int i = 0; i < E; ++i) v[i] = 0.0f;
     return;
   }
-  const float4* xp = reinterpret_cast<const float4*>(x + col);
+  const float4* xp = reinterpret_cast<const float4*>(x + col);  // x in shared memory when SMEM
 #pragma unroll
   for (int i = 0; i < E / 4; ++i) {
-    const float4 t = __ldg(xp + i);
+    const float4 t = SMEM ? xp[i] : __ldg(xp + i);
     v[4 * i] = t.x, v[4 * i + 1] = t.y, v[4 * i + 2] = t.z, v[4 * i + 3] = t.w;
   }
   if (norm_w) {
@@ -402,20 +403,23 @@ __device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g,
   }
 }
 
-// Bytes of the gemv kernel's staged activations: every group's fragments and sum.
-__host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng) { return stage_bytes(group, int(ng), 1); }
+// Bytes of the gemv kernel's shared memory: with a fused norm x as f32 [ng·G] first, then every group's fragments
+// and sum.
+__host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm) {
+  return (norm ? size_t(ng) * size_t(group) * 4 : 0) + stage_bytes(group, int(ng), 1);
+}
 
 // n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of
 // codes in flight (a ring: a group's registers are refilled with the group MAXU ahead as soon as it is used).
 // The first loads go out before pdl_wait (weights are never written), so they overlap the previous kernel; then
 // the whole of x (or rms_norm(x)·w) is converted once into shared memory and the warps run without barriers.
 template <int BITS, int G, bool GLU, int SDT>
+// Two blocks per SM (128 registers): three (80 registers, half the codes in flight) measured no faster on the H200.
 __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_constant__ MmaParams P) {
   constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, E = G / 4;
   constexpr int MAXU = reg_units(BITS, G, GLU, true);
   extern __shared__ uint4 smem4[];
   __shared__ float red[kWarps][NW][32][4];
-  __shared__ float inv_s[1];
   const MmaJob* J0 = nullptr;
   const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
   const MmaJob* J[NW];
@@ -441,23 +445,37 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   pdl_wait();
   pdl_trigger();
 
-  uint32_t* frag = reinterpret_cast<uint32_t*>(smem4);                   // [ng][4][2S]
-  float* sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));  // [ng]
+  const int64_t K = ng * G;
+  float* xf = reinterpret_cast<float*>(smem4);                                     // [K] with a norm, else empty
+  uint32_t* frag = reinterpret_cast<uint32_t*>(xf + (P.norm_w ? K : 0));           // [ng][4][2S]
+  float* sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));       // [ng]
   float inv = 1.0f;
-  if (P.norm_w) {  // the token's 1/rms by the whole block, bitwise as rms_norm_kernel computes it
-    const float r = row_inv_rms_of(P.x, ng * G, P.eps);
-    if (threadIdx.x == 0) inv_s[0] = r;
-    __syncthreads();
-    inv = inv_s[0];
-  }
   const int64_t items = ng * 4;
-  for (int64_t base = 0; base < items; base += kThreads) {  // uniform trip count: the quads' shuffles
-    const int64_t it = base + threadIdx.x;
-    const bool live = it < items;
-    float v[E];
-    load_quarter<G>(P.x, P.norm_w, inv, it * E, live, v);
-    const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
-    if (live && (it & 3) == 0) sums[it >> 2] = xs;
+  auto stage = [&](auto smem_src) {
+    constexpr bool SMEM = decltype(smem_src)::value;
+    for (int64_t base = 0; base < items; base += kThreads) {  // uniform trip count: the quads' shuffles
+      const int64_t it = base + threadIdx.x;
+      const bool live = it < items;
+      float v[E];
+      load_quarter<G, SMEM>(SMEM ? xf : P.x, P.norm_w, inv, it * E, live, v);
+      const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
+      if (live && (it & 3) == 0) sums[it >> 2] = xs;
+    }
+  };
+  if (P.norm_w) {
+    // One read of x: each thread's strided elements (rms_norm_kernel's order, so 1/rms is bitwise the same) go to
+    // shared memory as they are summed; the staging then reads them there.
+    double ss = 0;
+#pragma unroll 4
+    for (int64_t i = threadIdx.x; i < K; i += kThreads) {
+      const float v = P.x[i];
+      xf[i] = v;
+      ss = fma(double(v), double(v), ss);
+    }
+    inv = row_inv_rms(ss, K, P.eps);  // its barriers also publish xf
+    stage(std::true_type{});
+  } else {
+    stage(std::false_type{});
   }
   __syncthreads();
 
@@ -660,7 +678,7 @@ int64_t gemv_max() {
 template <int BITS, int G, bool GLU, int SDT>
 bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   auto* kernel = mma_gemv_kernel<BITS, G, GLU, SDT>;
-  const size_t smem = gemv_smem(G, P.ng);
+  const size_t smem = gemv_smem(G, P.ng, P.norm_w != nullptr);
   if (smem > (size_t(48) << 10)) {
     // Above 48 KB a kernel must opt in (per device, kernel and size; the attribute is not a stream operation).
     static std::mutex mu;
@@ -673,7 +691,7 @@ bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
       int max_optin = 0;
       check(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
             "cuda::matmul (fast): shared memory limit");
-      const size_t stat = sizeof(float) * (size_t(kWarps) * (GLU ? 2 : 1) * 32 * 4 + 1);
+      const size_t stat = sizeof(float) * size_t(kWarps) * (GLU ? 2 : 1) * 32 * 4 + sizeof(double) * kWarps + 16;
       if (smem + stat > size_t(max_optin)) return false;
       check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
             "cuda::matmul (fast): shared memory opt-in");
