@@ -165,7 +165,7 @@ __device__ __forceinline__ void load_group(const MmaParams& P, const MmaJob* con
 
 // Activations in mma form: per (group, token) the B fragments of its four quarters, [4][2S] u32 (bf16 pairs in
 // the Slots order), and the group sum of the rounded values (x0 + x1) + (x2 + x3), x_q the quarter's in-order sum.
-// Few tokens stage them per block in shared memory; many tokens read them from a prepared buffer in global memory.
+// One token (the gemv kernel) stages them per block in shared memory; more tokens read them from a prepared buffer.
 __host__ __device__ constexpr int frag_words(int group) { return group / 2; }  // u32 per (group, token)
 __host__ __device__ constexpr size_t stage_bytes(int group, int groups, int ntok) {
   return size_t(groups) * size_t(ntok) * (size_t(frag_words(group)) * 4 + 4);
