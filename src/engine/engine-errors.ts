@@ -23,12 +23,12 @@ export class EngineRequestError extends StepError {
   }
 }
 
-/** The engine cannot take the request now (queue full, draining, unhealthy): retry later. */
 /** A constrained request whose grammar allows no continuation (every path that samples under a grammar). */
 export function grammarDeadEnd(): EngineRequestError {
   return new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
 }
 
+/** The engine cannot take the request now (queue full, draining, unhealthy): retry later. */
 export class EngineUnavailableError extends Error {
   constructor(
     message: string,

@@ -132,6 +132,8 @@ interface SpeculationTables {
   never: Int32Array;
   /** The ordinary tokens (all the others but stop tokens): the sample speculate() probes a state with. */
   probes: Int32Array;
+  /** The stop tokens, which acceptBest() leaves to the mask. */
+  stops: ReadonlySet<number>;
 }
 
 function speculationTables(tok: GrammarTokenizer, vocabSize: number, banned: Int32Array, stopIds: readonly number[]): SpeculationTables {
@@ -145,7 +147,7 @@ function speculationTables(tok: GrammarTokenizer, vocabSize: number, banned: Int
     if (i >= n || tok.isSpecialId(i)) never[i >> 5]! |= 1 << (i & 31);
     else if (!isSet(banned, i)) probes.push(i);
   }
-  return { never, probes: Int32Array.from(probes) };
+  return { never, probes: Int32Array.from(probes), stops };
 }
 
 function isSet(mask: Int32Array, token: number): boolean {
@@ -165,16 +167,13 @@ class XgRequestGrammar implements RequestGrammar {
   private disposed = false;
   /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
   private seed = 0x9e3779b9;
-  private readonly stopSet: ReadonlySet<number>;
 
   constructor(
     private readonly m: XgGrammarMatcher,
     private readonly stopIds: readonly number[],
     private readonly banned: Int32Array,
     private readonly tables: SpeculationTables,
-  ) {
-    this.stopSet = new Set(stopIds);
-  }
+  ) {}
 
   async next(): Promise<GrammarNext> {
     if (this.disposed) return { kind: 'dead' };
@@ -223,7 +222,7 @@ class XgRequestGrammar implements RequestGrammar {
       const t = candidates[i]!;
       // Accepting a stop token cannot be undone, and a state that allows only stop tokens ends without
       // one: the mask tells these apart (this happens at the end of the output only).
-      if (this.stopSet.has(t)) return this.pickWithMask(candidates.slice(i));
+      if (this.tables.stops.has(t)) return this.pickWithMask(candidates.slice(i));
       if (isSet(this.tables.never, t)) continue; // no mask allows these (next() clears banned ones)
       // A rejected token leaves the matcher as it was.
       if (this.m.acceptToken(t)) return { kind: 'token', token: t };
