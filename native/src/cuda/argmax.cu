@@ -7,11 +7,10 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
-#include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/stream_scratch.h"
 
 namespace rapid::cuda {
 
@@ -155,35 +154,8 @@ __global__ void __launch_bounds__(kArgThreads) argmax_kernel(const float* __rest
   }
 }
 
-// ---- per-stream scratch: allocated on first use and kept (a captured graph would hold its address)
-
-struct Scratch {
-  int device;
-  cudaStream_t stream;
-  void* ptr;  // kScratchBytes: partials, then counters
-};
-std::mutex g_scratch_mu;
-std::vector<Scratch> g_scratch;
-
-void* stream_scratch(cudaStream_t s) {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "argmax_rows: cudaGetDevice");
-  std::lock_guard<std::mutex> lock(g_scratch_mu);
-  for (const Scratch& e : g_scratch)
-    if (e.device == dev && e.stream == s) return e.ptr;
-  // The first use may come while `s` is being captured: relaxed mode lets this thread allocate then. The
-  // buffer is not part of the graph and outlives it (freed only by argmax_release).
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  check(cudaThreadExchangeStreamCaptureMode(&mode), "argmax_rows: capture mode");
-  void* ptr = nullptr;
-  cudaError_t err = cudaMalloc(&ptr, kScratchBytes);
-  if (err == cudaSuccess) err = cudaMemset(static_cast<char*>(ptr) + kPartialBytes, 0, kScratchBytes - kPartialBytes);
-  cudaThreadExchangeStreamCaptureMode(&mode);  // restore the caller's mode
-  if (err != cudaSuccess && ptr) cudaFree(ptr);
-  check(err, "argmax_rows: cudaMalloc scratch");
-  g_scratch.push_back({dev, s, ptr});
-  return ptr;
-}
+// The per-stream partials and counters (the counters start at zero).
+StreamScratch g_scratch("argmax_rows", kScratchBytes, kPartialBytes);
 
 }  // namespace
 
@@ -196,7 +168,7 @@ void argmax_rows(const float* logits, int64_t m, int64_t vocab, const uint32_t* 
   int2* partials = nullptr;
   int* counters = nullptr;
   if (nc > 1) {
-    char* scratch = static_cast<char*>(stream_scratch(s));
+    char* scratch = static_cast<char*>(g_scratch.get(s));
     partials = reinterpret_cast<int2*>(scratch);
     counters = reinterpret_cast<int*>(scratch + kPartialBytes);
   }
@@ -207,19 +179,8 @@ void argmax_rows(const float* logits, int64_t m, int64_t vocab, const uint32_t* 
   }
 }
 
-void argmax_reserve(cudaStream_t s) { stream_scratch(s); }
+void argmax_reserve(cudaStream_t s) { g_scratch.get(s); }
 
-void argmax_release(cudaStream_t s) {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "argmax_rows: cudaGetDevice");
-  std::lock_guard<std::mutex> lock(g_scratch_mu);
-  for (size_t i = 0; i < g_scratch.size(); ++i)
-    if (g_scratch[i].device == dev && g_scratch[i].stream == s) {
-      void* ptr = g_scratch[i].ptr;
-      g_scratch.erase(g_scratch.begin() + std::ptrdiff_t(i));
-      check(cudaFree(ptr), "argmax_rows: cudaFree scratch");
-      return;
-    }
-}
+void argmax_release(cudaStream_t s) { g_scratch.release(s); }
 
 }  // namespace rapid::cuda

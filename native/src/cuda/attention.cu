@@ -17,10 +17,10 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
-#include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/stream_scratch.h"
 
 namespace rapid::cuda {
 
@@ -422,34 +422,8 @@ int current_part_keys() {
   return v >= 0 ? v : env_part_keys();
 }
 
-// ---- per-stream split-K scratch: allocated on first use and kept (captured graphs hold its address)
-
-struct Scratch {
-  int device;
-  cudaStream_t stream;
-  void* ptr;  // kScratchBytes
-};
-std::mutex g_scratch_mu;
-std::vector<Scratch> g_scratch;
-
-void* stream_scratch(cudaStream_t s) {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "paged_attention: cudaGetDevice");
-  std::lock_guard<std::mutex> lock(g_scratch_mu);
-  for (const Scratch& e : g_scratch)
-    if (e.device == dev && e.stream == s) return e.ptr;
-  // The first use may come while `s` is being captured: relaxed mode lets this thread allocate then. The
-  // buffer is not part of the graph and outlives it (freed only by paged_attention_release).
-  cudaStreamCaptureMode mode = cudaStreamCaptureModeRelaxed;
-  check(cudaThreadExchangeStreamCaptureMode(&mode), "paged_attention: capture mode");
-  void* ptr = nullptr;
-  cudaError_t err = cudaMalloc(&ptr, kScratchBytes);
-  if (err == cudaSuccess) err = cudaMemset(static_cast<char*>(ptr) + kScratchBytes - kCounterBytes, 0, kCounterBytes);
-  cudaThreadExchangeStreamCaptureMode(&mode);  // restore the caller's mode
-  check(err, "paged_attention: cudaMalloc split-K scratch");
-  g_scratch.push_back({dev, s, ptr});
-  return ptr;
-}
+// The per-stream split-K scratch; its counters (the last kCounterBytes) start at zero.
+StreamScratch g_scratch("paged_attention", kScratchBytes, kScratchBytes - kCounterBytes);
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
@@ -542,7 +516,7 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   const size_t per_token = size_t(n_heads) * kMaxParts * (size_t(head_dim) * sizeof(float) + sizeof(float2));
   const int64_t tile = std::min(int64_t((kScratchBytes - kCounterBytes) / per_token), int64_t(kCounterBytes / (gy * sizeof(int))));
   if (tile < 1) throw std::runtime_error("paged_attention: n_heads " + std::to_string(n_heads) + " too large for the split-K scratch");
-  char* scratch = static_cast<char*>(stream_scratch(s));
+  char* scratch = static_cast<char*>(g_scratch.get(s));
   p.part_keys = pk;
   p.part_o = reinterpret_cast<float*>(scratch);
   p.part_ml = reinterpret_cast<float2*>(scratch + size_t(tile) * n_heads * kMaxParts * head_dim * sizeof(float));
@@ -564,20 +538,9 @@ void set_attention_split(int partition_keys) {
   g_part_keys.store(partition_keys);
 }
 
-void paged_attention_reserve(cudaStream_t s) { stream_scratch(s); }
+void paged_attention_reserve(cudaStream_t s) { g_scratch.get(s); }
 
-void paged_attention_release(cudaStream_t s) {
-  int dev = 0;
-  check(cudaGetDevice(&dev), "paged_attention: cudaGetDevice");
-  std::lock_guard<std::mutex> lock(g_scratch_mu);
-  for (size_t i = 0; i < g_scratch.size(); ++i)
-    if (g_scratch[i].device == dev && g_scratch[i].stream == s) {
-      void* ptr = g_scratch[i].ptr;
-      g_scratch.erase(g_scratch.begin() + std::ptrdiff_t(i));
-      check(cudaFree(ptr), "paged_attention: cudaFree split-K scratch");
-      return;
-    }
-}
+void paged_attention_release(cudaStream_t s) { g_scratch.release(s); }
 
 void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, float* kpool, float* vpool,
               int64_t width, cudaStream_t s) {
