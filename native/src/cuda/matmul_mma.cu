@@ -167,8 +167,8 @@ __device__ __forceinline__ void load_group(const MmaParams& P, const MmaJob* con
 // the Slots order), and the group sum of the rounded values (x0 + x1) + (x2 + x3), x_q the quarter's in-order sum.
 // One token (the gemv kernel) stages them per block in shared memory; more tokens read them from a prepared buffer.
 __host__ __device__ constexpr int frag_words(int group) { return group / 2; }  // u32 per (group, token)
-__host__ __device__ constexpr size_t stage_bytes(int group, int groups, int ntok) {
-  return size_t(groups) * size_t(ntok) * (size_t(frag_words(group)) * 4 + 4);
+__host__ __device__ constexpr size_t stage_bytes(int group, int64_t groups) {  // one token's
+  return size_t(groups) * (size_t(frag_words(group)) * 4 + 4);
 }
 
 // The inputs of one quarter (E of a group's inputs) of one token, as floats: x, or rms_norm(x)·w (bitwise as
@@ -406,7 +406,7 @@ __device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g,
 // Bytes of the gemv kernel's shared memory: with a fused norm x as f32 [ng·G] first, then every group's fragments
 // and sum.
 __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm) {
-  return (norm ? size_t(ng) * size_t(group) * 4 : 0) + stage_bytes(group, int(ng), 1);
+  return (norm ? size_t(ng) * size_t(group) * 4 : 0) + stage_bytes(group, ng);
 }
 
 // n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of

@@ -93,7 +93,8 @@ __global__ void __launch_bounds__(kRopeThreads) rope_kernel(float* x, int heads,
 
 constexpr int kRopeKvThreads = 256;
 
-// One block per token, one flat pass (a decode step has a single token: few serial rounds of loads matter):
+// Blocks (token, y) share a token's items in one flat pass (a decode step has a single token: serial rounds of
+// loads are what it waits on):
 // q [n, n_heads, hd] rotated in place (and scaled); k [n, n_kv, hd] rotated on its way into kpool[slot] and
 // v [n, n_kv, hd] copied into vpool[slot] (pools [slots, n_kv * hd]); k stays unrotated.
 __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
