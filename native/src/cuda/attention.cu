@@ -32,6 +32,7 @@ constexpr int kChunk = 32;     // keys per chunk: one key per lane in the score/
 constexpr int kMaxH = 8;       // most heads one thread accumulates in the P·V phase
 constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the merge
 static_assert(kMaxParts == 32);
+constexpr int kFillWaves = 8;         // split launches aim for this many blocks per multiprocessor at most
 constexpr int kMinBlocks = 32;        // blocks per key partition that few-token launches aim for (heads split)
 constexpr int kDefaultPartKeys = 64;   // keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise
 // Per-stream split-K scratch. Fixed, so it never moves under a captured graph; launches with more tokens
@@ -510,7 +511,11 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   // bound still gets all its partitions, its blocks loop).
   int64_t bound = g_max_context.load();
   if (window > 0) bound = bound > 0 ? std::min<int64_t>(bound, window) : window;
-  const int gz = bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
+  int gz = bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
+  // Many tokens fill the GPU with fewer partition blocks each (they loop): idle blocks of tokens with short
+  // contexts cost more than the loop. Z only shapes the launch, never a token's arithmetic.
+  const int64_t fill = int64_t(kFillWaves) * sm_count();
+  gz = int(std::clamp<int64_t>((fill + T * gy - 1) / (T * gy), 1, gz));
   // Token tiles that fit the scratch: [tile, n_heads, kMaxParts, hd] outputs, [tile, n_heads, kMaxParts] (m, l),
   // and the [tile, gy] partition counters in the scratch's last kCounterBytes.
   const size_t per_token = size_t(n_heads) * kMaxParts * (size_t(head_dim) * sizeof(float) + sizeof(float2));

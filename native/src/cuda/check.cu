@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -12,23 +13,35 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
 }
 
+namespace {
+
+// An attribute of the current device, read once per device (slots of a 64-device table; 0 = not read yet).
+int cached_attr(std::atomic<int> (&cache)[64], cudaDeviceAttr attr, const char* what) {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  if (dev < 0 || dev >= 64) return -1;
+  if (cache[dev].load() == 0) {
+    int v = 0;
+    check(cudaDeviceGetAttribute(&v, attr, dev), what);
+    cache[dev].store(v > 0 ? v : -1);
+  }
+  return cache[dev].load();
+}
+
+std::atomic<int> g_major[64] = {};
+std::atomic<int> g_sms[64] = {};
+
+}  // namespace
+
 bool pdl_enabled() {
   static const bool env_on = [] {
     const char* e = std::getenv("RAPID_CUDA_PDL");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  if (!env_on) return false;
-  // Per device, read once: the attribute is an error on devices before sm_90.
-  static std::atomic<int> major[64] = {};
-  int dev = 0;
-  check(cudaGetDevice(&dev), "cudaGetDevice");
-  if (dev < 0 || dev >= 64) return false;
-  if (major[dev].load() == 0) {
-    int m = 0;
-    check(cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
-    major[dev].store(m > 0 ? m : -1);
-  }
-  return major[dev].load() >= 9;
+  // The attribute is an error on devices before sm_90.
+  return env_on && cached_attr(g_major, cudaDevAttrComputeCapabilityMajor, "compute capability") >= 9;
 }
+
+int sm_count() { return std::max(1, cached_attr(g_sms, cudaDevAttrMultiProcessorCount, "multiprocessor count")); }
 
 }  // namespace rapid::cuda

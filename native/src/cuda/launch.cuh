@@ -26,6 +26,9 @@ __device__ __forceinline__ void pdl_trigger() {
 // Whether launches on the current device use PDL: compute capability 9.0 or newer, unless RAPID_CUDA_PDL=0.
 bool pdl_enabled();
 
+// Multiprocessors of the current device (read once per device): launch shapes that aim to fill the GPU.
+int sm_count();
+
 // kernel<<<grid, block, smem, s>>>(args...) with PDL where enabled (created streams only); throws "<what>: <error>" on a launch error.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
