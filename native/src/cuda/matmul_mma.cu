@@ -5,7 +5,8 @@
 // acc = fma(b - off·s, Σ bf16(x), acc). Two kernels share that arithmetic: the gemv kernel (one row: decode at
 // batch 1; all of x is converted once per block into shared memory, the input norm fused, codes kept in flight in a
 // register ring) and, for more rows, a prepare pass (x, or rms_norm(x)·w, converted once into a per-stream buffer)
-// followed by the direct kernel. Both issue their first code loads before waiting on the previous kernel (PDL).
+// followed by the direct kernel. Both are specialized on the scales dtype, walk their groups with the codes of the
+// next ones in flight (a register ring) and issue their first code loads before waiting on the previous kernel (PDL).
 //
 // Batch invariance: per output element (row, token) the sequence is fixed — the groups of each of the KS K parts
 // (contiguous, [ng·k/KS, ng·(k+1)/KS)) in order, each an mma chain from zero (a tensor-core dot product of one row
@@ -19,8 +20,9 @@
 // inputs): each thread reads its weights and x as contiguous vectors and no shuffle is needed.
 //
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
-// through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
-// process-wide constant, so every n of a weight still gets the same split).
+// through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_WARPS (the warps a launch
+// aims for when choosing KS: a process-wide constant, so every n of a weight still gets the same split),
+// RAPID_CUDA_MM_NT (most token subtiles of 8 per direct-kernel block).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdlib>
@@ -131,37 +133,18 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[WPT]
   }
 }
 
-// Raw bits of element i of a scales/biases tensor (converted only where used, so a prefetch never waits).
-__device__ __forceinline__ uint32_t load_raw(const void* p, int64_t i, int sdt) {
-  return sdt == 0 ? __ldg(static_cast<const uint32_t*>(p) + i) : uint32_t(__ldg(static_cast<const unsigned short*>(p) + i));
-}
+// A scales/biases element's raw bits as a float (sdt: 0 F32, 1 F16, 2 BF16).
 __device__ __forceinline__ float raw_to_float(uint32_t r, int sdt) {
   return sdt == 0 ? __uint_as_float(r) : sdt == 1 ? f16_bits_to_float(uint16_t(r)) : __uint_as_float(r << 16);
 }
 
 // One group's raw data for the warp's weight tiles (rows g and g+8 of each): raw scale / bias bits, or (packed:
-// 16-bit dtypes in the gemv kernel, fewer registers in flight) scale | bias << 16 in sa / sb.
+// 16-bit dtypes, fewer registers in flight) scale | bias << 16 in sa / sb.
 template <int WPT, int NW>
 struct GroupData {
   uint32_t wa[NW][WPT], wb[NW][WPT];
   uint32_t sa[NW], ba[NW], sb[NW], bb[NW];
 };
-
-template <int BITS, int G, int NW>
-__device__ __forceinline__ void load_group(const MmaParams& P, const MmaJob* const (&J)[NW], int64_t ra, int64_t rb,
-                                           int tq, int64_t g, GroupData<G * BITS / 128, NW>& d) {
-  constexpr int WPT = G * BITS / 128;
-  const int64_t woff = g * (G * BITS / 32) + int64_t(tq) * WPT;
-#pragma unroll
-  for (int w = 0; w < NW; ++w) {
-    load_words<WPT>(J[w]->data + ra * P.wpr + woff, d.wa[w]);
-    load_words<WPT>(J[w]->data + rb * P.wpr + woff, d.wb[w]);
-    d.sa[w] = load_raw(J[w]->scales, ra * P.ng + g, P.sdt);
-    d.sb[w] = load_raw(J[w]->scales, rb * P.ng + g, P.sdt);
-    d.ba[w] = load_raw(J[w]->biases, ra * P.ng + g, P.sdt);
-    d.bb[w] = load_raw(J[w]->biases, rb * P.ng + g, P.sdt);
-  }
-}
 
 // Activations in mma form: per (group, token) the B fragments of its four quarters, [4][2S] u32 (bf16 pairs in
 // the Slots order), and the group sum of the rounded values (x0 + x1) + (x2 + x3), x_q the quarter's in-order sum.
@@ -232,8 +215,9 @@ __device__ __forceinline__ float store_quarter(const float (&v)[G / 4], bool sto
 
 // acc[w][nt] += one group of the warp's tiles against NT token subtiles. fg: the group's fragment rows
 // [tokens][4][2S] u32, sg: its sums [tokens]; the subtile nt reads rows tr0 + 8·nt + (0..7), clamped to rows
-// < rmax (a clamped column is a token past n: its outputs are never stored, and columns never mix).
-template <int BITS, int G, int NT, int NW, bool PACKED = false>
+// < rmax when CLAMP (a clamped column is a token past n: its outputs are never stored, and columns never mix;
+// without CLAMP every row read exists: the prepared buffer is padded to whole token tiles).
+template <int BITS, int G, int NT, int NW, bool PACKED = false, bool CLAMP = true>
 __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d, int sdt, const uint32_t* fg,
                                           const float* sg, int64_t tr0, int64_t rmax, int gq, int tq,
                                           float (&acc)[NW][NT][4]) {
@@ -243,7 +227,7 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
   float2 X[NT];
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {  // all of the group's activation loads first
-    const int64_t row = min(tr0 + nt * 8 + gq, rmax - 1);
+    const int64_t row = CLAMP ? min(tr0 + nt * 8 + gq, rmax - 1) : tr0 + nt * 8 + gq;
     const uint4* fp = reinterpret_cast<const uint4*>(fg + (row * 4 + tq) * (2 * S));
 #pragma unroll
     for (int i = 0; i < S / 2; ++i) {
@@ -251,7 +235,7 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
       bfr[nt][4 * i] = v.x, bfr[nt][4 * i + 1] = v.y, bfr[nt][4 * i + 2] = v.z, bfr[nt][4 * i + 3] = v.w;
     }
     const int64_t c0 = tr0 + nt * 8 + 2 * tq;  // C columns 2t, 2t+1
-    X[nt] = make_float2(sg[min(c0, rmax - 1)], sg[min(c0 + 1, rmax - 1)]);
+    X[nt] = CLAMP ? make_float2(sg[min(c0, rmax - 1)], sg[min(c0 + 1, rmax - 1)]) : make_float2(sg[c0], sg[c0 + 1]);
   }
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
@@ -369,14 +353,14 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
   }
 }
 
-// The raw scale/bias words of a group for the gemv kernel, its dtype a constant (no per-load switch).
+// The raw scale/bias words of a group, its dtype a constant (no per-load switch).
 template <int SDT>
 __device__ __forceinline__ uint32_t load_raw_t(const void* p, int64_t i) {
   if constexpr (SDT == 0) return __ldg(static_cast<const uint32_t*>(p) + i);
   else return uint32_t(__ldg(static_cast<const unsigned short*>(p) + i));
 }
 
-// One thread's row pointers for the gemv kernel: codes of rows ra / rb at its quarter, scale indices.
+// One thread's row pointers: codes of rows ra / rb at its quarter, scale indices.
 template <int NW>
 struct RowPtrs {
   const uint32_t* ca[NW];
@@ -403,6 +387,50 @@ __device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g,
   }
 }
 
+// The thread's row pointers of tile T (rows ra / rb of each job at its quarter).
+template <int BITS, int G, int NW>
+__device__ __forceinline__ RowPtrs<NW> row_ptrs(const MmaParams& P, const Tile& T, const MmaJob* const (&J)[NW]) {
+  constexpr int WPT = G * BITS / 128;
+  RowPtrs<NW> R;
+#pragma unroll
+  for (int w = 0; w < NW; ++w) {
+    R.ca[w] = J[w]->data + T.ra * P.wpr + T.tq * WPT;
+    R.cb[w] = J[w]->data + T.rb * P.wpr + T.tq * WPT;
+    R.sc[w] = J[w]->scales;
+    R.bi[w] = J[w]->biases;
+  }
+  R.sia = T.ra * P.ng;
+  R.sib = T.rb * P.ng;
+  return R;
+}
+
+// Walks the tile's groups [gbeg, gend) in order with MAXU groups of codes in flight (cur, loaded by the caller for
+// gbeg..gbeg+MAXU-1): use(cur[u], g) for each, then cur[u] is refilled with group g + MAXU.
+template <int BITS, int G, int NW, int SDT, int MAXU, class Use>
+__device__ __forceinline__ void walk_groups(const RowPtrs<NW>& R, int64_t gbeg, int64_t gend,
+                                            GroupData<G * BITS / 128, NW> (&cur)[MAXU], Use&& use) {
+  int64_t g0 = gbeg;
+  // Whole batches with a whole batch after them: no per-group conditions, so the compiler can interleave the
+  // batch's independent mma chains and hoist its activation reads.
+  for (; g0 + 2 * MAXU <= gend; g0 += MAXU) {
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u) {
+      use(cur[u], g0 + u);
+      load_group_rows<BITS, G, NW, SDT>(R, g0 + u + MAXU, cur[u]);
+    }
+  }
+  for (; g0 < gend; g0 += MAXU) {
+#pragma unroll
+    for (int u = 0; u < MAXU; ++u) {
+      const int64_t g = g0 + u;
+      if (g < gend) {
+        use(cur[u], g);
+        if (g + MAXU < gend) load_group_rows<BITS, G, NW, SDT>(R, g + MAXU, cur[u]);
+      }
+    }
+  }
+}
+
 // Bytes of the gemv kernel's shared memory: with a fused norm x as f32 [ng·G] first, then every group's fragments
 // and sum.
 __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm) {
@@ -425,17 +453,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   const MmaJob* J[NW];
   J[0] = J0;
   if constexpr (GLU) J[NW - 1] = &P.job[1];
-  RowPtrs<NW> R;
-  const int64_t wpr = P.wpr, ng = P.ng;
-#pragma unroll
-  for (int w = 0; w < NW; ++w) {
-    R.ca[w] = J[w]->data + T.ra * wpr + T.tq * WPT;
-    R.cb[w] = J[w]->data + T.rb * wpr + T.tq * WPT;
-    R.sc[w] = J[w]->scales;
-    R.bi[w] = J[w]->biases;
-  }
-  R.sia = T.ra * ng;
-  R.sib = T.rb * ng;
+  const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
+  const int64_t ng = P.ng;
   GroupData<WPT, NW> cur[MAXU];
   if (T.rows_live) {
 #pragma unroll
@@ -484,32 +503,10 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   for (int w = 0; w < NW; ++w)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
-  if (T.rows_live) {
-    const uint32_t* fr = frag;
-    const float* sm = sums;
-    int64_t g0 = T.gbeg;
-    // Whole batches with a whole batch after them: no per-group conditions, so the compiler can interleave the
-    // batch's independent mma chains and hoist its shared-memory reads.
-    for (; g0 + 2 * MAXU <= T.gend; g0 += MAXU) {
-#pragma unroll
-      for (int u = 0; u < MAXU; ++u) {
-        group_mma<BITS, G, 1, NW, SDT != 0>(cur[u], SDT, fr + size_t(g0 + u) * frag_words(G), sm + g0 + u, 0, 1, T.gq,
-                                           T.tq, acc);
-        load_group_rows<BITS, G, NW, SDT>(R, g0 + u + MAXU, cur[u]);
-      }
-    }
-    for (; g0 < T.gend; g0 += MAXU) {
-#pragma unroll
-      for (int u = 0; u < MAXU; ++u) {
-        const int64_t g = g0 + u;
-        if (g < T.gend) {
-          group_mma<BITS, G, 1, NW, SDT != 0>(cur[u], SDT, fr + size_t(g) * frag_words(G), sm + g, 0, 1, T.gq, T.tq,
-                                             acc);
-          if (g + MAXU < T.gend) load_group_rows<BITS, G, NW, SDT>(R, g + MAXU, cur[u]);
-        }
-      }
-    }
-  }
+  if (T.rows_live)
+    walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
+      group_mma<BITS, G, 1, NW, SDT != 0>(d, SDT, frag + size_t(g) * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
+    });
   epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
 }
 
@@ -537,9 +534,9 @@ __global__ void __launch_bounds__(kThreads) prep_kernel(const float* x, int64_t 
   }
 }
 
-// n > 8: NT token subtiles per block, activations read from the prepared buffer. Block b: row tile b / ntt,
-// token tile b % ntt. Each warp walks its K part in batches of MAXU groups whose code loads go out together.
-template <int BITS, int G, int NT, bool GLU>
+// n > 1: NT token subtiles per block, activations read from the prepared buffer (padded to whole token tiles).
+// Block b: row tile b / ntt, token tile b % ntt. Each warp walks its K part with MAXU groups of codes in flight.
+template <int BITS, int G, int NT, bool GLU, int SDT>
 __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_constant__ MmaParams P) {
   constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128;
   constexpr int MAXU = reg_units(BITS, G, GLU, false);
@@ -550,6 +547,7 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
   const MmaJob* J[NW];
   J[0] = J0;
   if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
   const int64_t tok0 = tt * (8 * NT);
   float acc[NW][NT][4];
 #pragma unroll
@@ -560,28 +558,19 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
       for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
   const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
   GroupData<WPT, NW> cur[MAXU];
-  // The first batch of codes goes out before pdl_wait: weights are never written, x is (by the prepare pass).
+  // The first codes go out before pdl_wait: weights are never written, x is (by the prepare pass).
   if (T.rows_live) {
 #pragma unroll
     for (int u = 0; u < MAXU; ++u)
-      if (T.gbeg + u < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, T.gbeg + u, cur[u]);
+      if (T.gbeg + u < T.gend) load_group_rows<BITS, G, NW, SDT>(R, T.gbeg + u, cur[u]);
   }
   pdl_wait();
   pdl_trigger();
-  if (T.rows_live) {
-    for (int64_t g0 = T.gbeg; g0 < T.gend; g0 += MAXU) {
-      if (g0 != T.gbeg) {
-#pragma unroll
-        for (int u = 0; u < MAXU; ++u)
-          if (g0 + u < T.gend) load_group<BITS, G, NW>(P, J, T.ra, T.rb, T.tq, g0 + u, cur[u]);
-      }
-#pragma unroll
-      for (int u = 0; u < MAXU; ++u)
-        if (g0 + u < T.gend)
-          group_mma<BITS, G, NT, NW>(cur[u], P.sdt, P.pfrag + size_t(g0 + u) * gstride, P.psum + (g0 + u) * P.npad,
-                                     tok0, P.npad, T.gq, T.tq, acc);
-    }
-  }
+  if (T.rows_live)
+    walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
+      group_mma<BITS, G, NT, NW, SDT != 0, false>(d, SDT, P.pfrag + size_t(g) * gstride, P.psum + g * P.npad, tok0,
+                                                  P.npad, T.gq, T.tq, acc);
+    });
   epilogue<NT, NW, GLU>(P, T, *J0, tok0, acc, red);
 }
 
@@ -615,8 +604,21 @@ int choose_ks(int64_t tiles16, int64_t ng) {
   return ks;
 }
 
+// Most token subtiles per block: 4 (8 measured slower at 64 tokens on the H200: fewer blocks, more registers).
+// RAPID_CUDA_MM_NT (1, 2, 4 or 8, read once) overrides it; scheduling only.
+int max_subtiles() {
+  static const int v = [] {
+    const char* e = std::getenv("RAPID_CUDA_MM_NT");
+    const long n = e && *e ? std::strtol(e, nullptr, 10) : 4;
+    return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
+  }();
+  return v;
+}
+
 // Token subtiles per block of the direct kernel; GLU's two accumulator sets stop at 4 (registers).
-int token_subtiles(int64_t n, bool glu) { return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 || glu ? 4 : 8; }
+int token_subtiles(int64_t n, bool glu) {
+  return std::min(max_subtiles(), n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 || glu ? 4 : 8);
+}
 
 // ---- the per-stream prepared-activation buffer: grown only outside captures (graphs hold its address)
 
@@ -663,8 +665,8 @@ void* prep_buffer(cudaStream_t s, size_t bytes) {
 }
 
 // The most rows the gemv kernel takes (1: decode at batch 1, measured on the H200; 2..8 rows ran faster as
-// prepare + direct). Both kernels do the same arithmetic, so this is scheduling only: RAPID_CUDA_MM_STAGED (0 or 1,
-// read once) overrides it for tuning.
+// prepare + direct, also with a gemv kernel staging up to 8 tokens). Both kernels do the same arithmetic, so this is
+// scheduling only: RAPID_CUDA_MM_STAGED (0 or 1, read once) overrides it for tuning.
 int64_t gemv_max() {
   static const int64_t v = [] {
     const char* e = std::getenv("RAPID_CUDA_MM_STAGED");
@@ -711,6 +713,18 @@ bool launch_gemv(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   }
 }
 
+template <int BITS, int G, bool GLU, int SDT>
+void launch_direct(const MmaParams& P, cudaStream_t s, dim3 grid, int nt) {
+  const dim3 block{unsigned(kThreads)};
+  const char* what = "cuda::matmul (fast) launch";
+  switch (nt) {
+    case 1: launch(mma_direct_kernel<BITS, G, 1, GLU, SDT>, grid, block, 0, s, what, P); break;
+    case 2: launch(mma_direct_kernel<BITS, G, 2, GLU, SDT>, grid, block, 0, s, what, P); break;
+    case 4: launch(mma_direct_kernel<BITS, G, 4, GLU, SDT>, grid, block, 0, s, what, P); break;
+    default: launch(mma_direct_kernel<BITS, G, 8, GLU, SDT>, grid, block, 0, s, what, P); break;
+  }
+}
+
 template <int BITS, int G, bool GLU>
 void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const dim3 block{unsigned(kThreads)};
@@ -730,12 +744,10 @@ void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const int64_t blocks = row_tiles * P.ntt;
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
   const dim3 grid{unsigned(blocks)};
-  const char* what = "cuda::matmul (fast) launch";
-  switch (nt) {
-    case 1: launch(mma_direct_kernel<BITS, G, 1, GLU>, grid, block, 0, s, what, P); break;
-    case 2: launch(mma_direct_kernel<BITS, G, 2, GLU>, grid, block, 0, s, what, P); break;
-    case 4: launch(mma_direct_kernel<BITS, G, 4, GLU>, grid, block, 0, s, what, P); break;
-    default: launch(mma_direct_kernel<BITS, G, 8, GLU>, grid, block, 0, s, what, P); break;
+  switch (P.sdt) {
+    case 0: launch_direct<BITS, G, GLU, 0>(P, s, grid, nt); break;
+    case 1: launch_direct<BITS, G, GLU, 1>(P, s, grid, nt); break;
+    default: launch_direct<BITS, G, GLU, 2>(P, s, grid, nt); break;
   }
 }
 
