@@ -3,12 +3,14 @@
 import { spawnSync } from 'node:child_process';
 import { statSync } from 'node:fs';
 import { join } from 'node:path';
+import { median } from './median.js';
 
-/** Aggregate decode tok/s of a peer at one concurrency level. */
+/** Aggregate decode tok/s of a peer at one concurrency level (the median of `runs` when it was run several times). */
 export interface PeerFigure {
   shape: string;
   level: number;
   tokS: number;
+  runs?: number[];
 }
 
 export interface LlamaRun {
@@ -67,24 +69,36 @@ export interface LlamaOptions {
   prompt: number;
   gen: number;
   levels: number[];
+  /** Runs of llama-batched-bench (default 1); each level's figure is the median of its S_TG over the runs. */
+  repeat?: number;
 }
 
-/** Runs llama-batched-bench once over every level; S_TG (decode tok/s over all sequences) is the figure. */
+/** Runs llama-batched-bench over every level (`repeat` times); S_TG (decode tok/s over all sequences) is the figure. */
 export function runLlamaPeer(o: LlamaOptions): LlamaRun {
   // Every level's sequences must fit: batched-bench skips (silently) a level whose B*(PP+TG) exceeds -c.
   const ctx = Math.ceil((Math.max(...o.levels) * (o.prompt + o.gen)) / 256) * 256;
   const args = ['-m', o.gguf, '-c', String(ctx), '-b', '2048', '-ub', '512', '-npp', String(o.prompt), '-ntg', String(o.gen)];
   args.push('-npl', o.levels.join(','), '-ngl', '99');
-  const r = run(join(o.binDir, 'llama-batched-bench'), args, 'llama.cpp peer');
-  const rows = parseBatchedBench(`${r.stdout}\n${r.stderr}`);
-  const figures = o.levels.map((level) => {
-    const row = rows.find((x) => x.b === level && x.pp === o.prompt && x.tg === o.gen);
-    if (!row) throw new Error(`llama.cpp peer: ${r.command}: no table row for B=${level} PP=${o.prompt} TG=${o.gen}`);
-    return { shape: o.shape, level, tokS: row.sTg };
-  });
+  const repeat = o.repeat ?? 1;
+  if (!Number.isInteger(repeat) || repeat < 1) throw new Error(`llama.cpp peer: repeat must be a positive integer, got ${repeat}`);
+  const runs: number[][] = o.levels.map(() => []);
+  let command = '';
+  for (let i = 0; i < repeat; i++) {
+    const r = run(join(o.binDir, 'llama-batched-bench'), args, 'llama.cpp peer');
+    command = r.command;
+    const rows = parseBatchedBench(`${r.stdout}\n${r.stderr}`);
+    o.levels.forEach((level, li) => {
+      const row = rows.find((x) => x.b === level && x.pp === o.prompt && x.tg === o.gen);
+      if (!row) throw new Error(`llama.cpp peer: ${r.command}: no table row for B=${level} PP=${o.prompt} TG=${o.gen}`);
+      runs[li]!.push(row.sTg);
+    });
+  }
+  const figures = o.levels.map((level, li) =>
+    repeat > 1 ? { shape: o.shape, level, tokS: median(runs[li]!), runs: runs[li]! } : { shape: o.shape, level, tokS: runs[li]![0]! },
+  );
   const v = run(join(o.binDir, 'llama-batched-bench'), ['--version'], 'llama.cpp peer');
   const build = /^version: (.*)$/m.exec(`${v.stdout}\n${v.stderr}`)?.[1]?.trim() ?? 'unknown';
-  return { command: r.command, build, ggufBytes: statSync(o.gguf).size, figures };
+  return { command, build, ggufBytes: statSync(o.gguf).size, figures };
 }
 
 export interface TorchOptions {

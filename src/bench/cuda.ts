@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util';
 import { loadNative } from '../native/binding.js';
 import type { NativeModel } from '../native/types.js';
 import { intOption, precisionOption } from './bench-options.js';
+import { median } from './median.js';
 import { runLlamaPeer, runTorchPeer, type LlamaRun, type TorchRun } from './cuda-peers.js';
 import { timeDecode } from './decode-loop.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, QWEN25_3B, type Qwen2Shape } from './random-checkpoint.js';
@@ -28,6 +29,21 @@ export interface LevelFigure {
   tokS: number; // tokens per second over all rows
   msPerStep: number; // wall time per decode step, JS included
   forwardMsPerStep: number; // what the native side reports for the forward
+  runs?: number[]; // tok/s of each timed run when there were several (the other fields are their medians)
+}
+
+/** One level's figure from its timed runs: each field the median over the runs, the runs' tok/s kept when several. */
+export function summarizeRuns(runs: readonly LevelFigure[]): LevelFigure {
+  if (runs.length === 0) throw new Error('summarizeRuns: no runs');
+  if (runs.length === 1) return runs[0]!;
+  return {
+    level: runs[0]!.level,
+    steps: runs[0]!.steps,
+    tokS: median(runs.map((r) => r.tokS)),
+    msPerStep: median(runs.map((r) => r.msPerStep)),
+    forwardMsPerStep: median(runs.map((r) => r.forwardMsPerStep)),
+    runs: runs.map((r) => r.tokS),
+  };
 }
 
 export interface ShapeResult {
@@ -70,6 +86,7 @@ interface RapidOptions {
   prompt: number;
   gen: number;
   levels: number[];
+  repeat: number;
 }
 
 /** Loads the shape's checkpoint on the GPU and measures every level, each after a short warm-up; a failure is kept in `error`. */
@@ -92,9 +109,13 @@ async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> 
       result.nativeWeightBytes = info.weightBytes;
       for (const level of o.levels) {
         await measureLevel(model, level, WARMUP_STEPS, o.prompt);
-        const f = await measureLevel(model, level, o.gen, o.prompt);
-        process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms)\n`);
-        result.levels.push(f);
+        const runs: LevelFigure[] = [];
+        for (let i = 0; i < o.repeat; i++) {
+          const f = await measureLevel(model, level, o.gen, o.prompt);
+          process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms)\n`);
+          runs.push(f);
+        }
+        result.levels.push(summarizeRuns(runs));
       }
     } finally {
       model.close();
@@ -115,6 +136,7 @@ export interface CudaBenchReport {
   prompt: number;
   gen: number;
   levels: number[];
+  repeat: number; // timed runs per level of rapid and llama.cpp (figures are medians); torch runs once
   precision: 'fast' | 'exact';
   peakBandwidth: number; // bytes/s the fractions are stated against
   native: string; // the addon binary
@@ -127,22 +149,31 @@ export interface CudaBenchReport {
 const fmt = (v: number | undefined, digits = 1): string => (v === undefined ? '-' : v.toFixed(digits));
 const ratio = (a: number | undefined, b: number | undefined): string => (a === undefined || b === undefined ? '-' : `${(a / b).toFixed(2)}x`);
 
-/** The report table: per shape and level, the three tok/s and the ratios; per shape, bandwidth at batch 1. */
+/** "min-max" of a figure's runs, or "-" for a single run. */
+const spread = (runs: readonly number[] | undefined): string =>
+  runs && runs.length > 1 ? `${Math.min(...runs).toFixed(0)}-${Math.max(...runs).toFixed(0)}` : '-';
+
+/** The report table: per shape and level, the three tok/s and the ratios (with several runs, medians and each
+ * side's min-max); per shape, bandwidth at batch 1. */
 export function formatReport(r: CudaBenchReport): string {
   const out: string[] = [];
   const device = r.rapid.find((s) => s.deviceName)?.deviceName ?? 'unknown device';
-  out.push(`rapid CUDA decode bench on ${device}: random weights, prompt ${r.prompt}, ${r.gen} decode steps, aggregate tok/s over all sequences`);
+  const runs = r.repeat > 1 ? `, median of ${r.repeat} runs (torch: one)` : '';
+  out.push(`rapid CUDA decode bench on ${device}: random weights, prompt ${r.prompt}, ${r.gen} decode steps, aggregate tok/s over all sequences${runs}`);
   out.push(`  rapid: MLX affine 4-bit g64 (${r.precision}); llama.cpp: Q4_0 GGUF, llama-batched-bench S_TG; torch: eager bf16, transformers Qwen2ForCausalLM + DynamicCache`);
   const head = ['shape', 'conc', 'rapid tok/s', 'llama.cpp tok/s', 'torch tok/s', 'rapid/llama', 'rapid/torch'];
+  if (r.repeat > 1) head.push('rapid runs', 'llama.cpp runs');
   const rows: string[][] = [head];
   const bw: string[] = [];
   for (const s of r.rapid) {
     const llama = r.llama.find((l) => l.shape === s.shape);
     for (const level of r.levels) {
-      const mine = s.levels.find((f) => f.level === level)?.tokS;
-      const l = llama?.figures.find((f) => f.level === level)?.tokS;
+      const mine = s.levels.find((f) => f.level === level);
+      const l = llama?.figures.find((f) => f.level === level);
       const t = r.torch?.figures.find((f) => f.shape === s.shape && f.level === level)?.tokS;
-      rows.push([s.label, String(level), fmt(mine), fmt(l), fmt(t), ratio(mine, l), ratio(mine, t)]);
+      const row = [s.label, String(level), fmt(mine?.tokS), fmt(l?.tokS), fmt(t), ratio(mine?.tokS, l?.tokS), ratio(mine?.tokS, t)];
+      if (r.repeat > 1) row.push(spread(mine?.runs), spread(l?.runs));
+      rows.push(row);
     }
     if (!r.levels.includes(1)) continue;
     const one = s.levels.find((f) => f.level === 1)?.tokS;
@@ -166,6 +197,7 @@ const USAGE = `usage: npm run bench:cuda -- [options]   (on a GPU machine withou
   --levels LIST      concurrencies (default 1,8,64)
   --prompt N         prompt tokens per sequence (default 128)
   --gen N            decode steps timed per level (default 128)
+  --repeat N         timed runs per level of rapid and llama.cpp, reported as medians with min-max (default 1)
   --precision P      fast | exact (default fast)
   --threads N        host threads (default: available cores)
   --dir DIR          checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)
@@ -187,6 +219,7 @@ export async function main(argv: string[]): Promise<number> {
       levels: { type: 'string' },
       prompt: { type: 'string' },
       gen: { type: 'string' },
+      repeat: { type: 'string' },
       precision: { type: 'string' },
       threads: { type: 'string' },
       dir: { type: 'string' },
@@ -212,6 +245,7 @@ export async function main(argv: string[]): Promise<number> {
   const levels = listOption(values.levels, 'levels', '1,8,64').map((v) => intOption(v, 'levels', 1));
   const prompt = intOption(values.prompt, 'prompt', 128);
   const gen = intOption(values.gen, 'gen', 128);
+  const repeat = intOption(values.repeat, 'repeat', 1);
   const precision = precisionOption(values.precision);
   const peakBandwidth = Number(values['peak-bw'] ?? 4.8e12);
   if (!(peakBandwidth > 0)) throw new Error(`--peak-bw must be a positive number of bytes/s, got ${String(values['peak-bw'])}`);
@@ -228,8 +262,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     return 0;
   }
-  const report: CudaBenchReport = { prompt, gen, levels, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
-  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels };
+  const report: CudaBenchReport = { prompt, gen, levels, repeat, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
+  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat };
   for (const s of shapes) {
     const r = await measureShape(s, opts);
     report.rapid.push(r);
@@ -252,7 +286,7 @@ export async function main(argv: string[]): Promise<number> {
   if (binDir) {
     for (const s of shapes) {
       try {
-        report.llama.push({ shape: s, ...runLlamaPeer({ binDir, gguf: ggufs[s]!, shape: s, prompt, gen, levels }) });
+        report.llama.push({ shape: s, ...runLlamaPeer({ binDir, gguf: ggufs[s]!, shape: s, prompt, gen, levels, repeat }) });
       } catch (err) {
         report.errors.push(err instanceof Error ? err.message : String(err));
       }

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { parseBatchedBench, runLlamaPeer } from '../../src/bench/cuda-peers.js';
-import { formatReport, type CudaBenchReport } from '../../src/bench/cuda.js';
+import { formatReport, summarizeRuns, type CudaBenchReport } from '../../src/bench/cuda.js';
 
 // The format of tools/batched-bench/batched-bench.cpp (header, separator, one row per PP/TG/B).
 const TABLE = `
@@ -69,6 +69,7 @@ describe('bench:cuda', () => {
       prompt: 128,
       gen: 128,
       levels: [1, 8],
+      repeat: 1,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -97,5 +98,64 @@ describe('bench:cuda', () => {
     expect(text).toContain('rapid 240.0 MB x 1000.0/s = 0.240 TB/s = 5.0%');
     expect(text).toContain('llama.cpp 300.0 MB x 500.0/s = 0.150 TB/s = 3.1%');
     expect(text).toContain('torch -');
+  });
+  it('runs llama-batched-bench --repeat times and reports each level as the median of its runs', () => {
+    // A stand-in whose S_TG changes on every call: 300, 360, 330 at B=1 (median 330).
+    const dir = mkdtempSync(join(work, 'bin-'));
+    const bin = join(dir, 'llama-batched-bench');
+    const tables = [300, 360, 330].map((b1) => TABLE.replace('|   320.00 |', `|   ${b1}.00 |`));
+    tables.forEach((t, i) => writeFileSync(join(dir, `table${i}.txt`), t));
+    writeFileSync(join(dir, 'n'), '0');
+    const script = [
+      '#!/bin/sh',
+      'if [ "$1" = --version ]; then echo "version: 1 (abc123)" >&2; exit 0; fi',
+      `n=$(cat "${dir}/n"); echo $((n + 1)) > "${dir}/n"`,
+      `cat "${dir}/table$n.txt"`,
+    ].join('\n');
+    writeFileSync(bin, `${script}\n`);
+    chmodSync(bin, 0o755);
+    const gguf = join(work, 'model.gguf');
+    writeFileSync(gguf, Buffer.alloc(10));
+    const run = runLlamaPeer({ binDir: dir, gguf, shape: '0.5b', prompt: 128, gen: 128, levels: [1, 8], repeat: 3 });
+    expect(run.figures[0]).toEqual({ shape: '0.5b', level: 1, tokS: 330, runs: [300, 360, 330] });
+    expect(run.figures[1]).toEqual({ shape: '0.5b', level: 8, tokS: 1280, runs: [1280, 1280, 1280] });
+    expect(() => runLlamaPeer({ binDir: dir, gguf, shape: '0.5b', prompt: 128, gen: 128, levels: [1], repeat: 0 })).toThrow(/repeat/);
+  });
+
+  it('summarizes repeated rapid runs as medians and keeps their tok/s', () => {
+    const f = (tokS: number, ms: number) => ({ level: 8, steps: 128, tokS, msPerStep: ms, forwardMsPerStep: ms / 10 });
+    expect(summarizeRuns([f(5000, 1.6)])).toEqual(f(5000, 1.6));
+    const s = summarizeRuns([f(6000, 1.33), f(5000, 1.6), f(6400, 1.25)]);
+    expect(s).toEqual({ level: 8, steps: 128, tokS: 6000, msPerStep: 1.33, forwardMsPerStep: 0.133, runs: [6000, 5000, 6400] });
+    expect(() => summarizeRuns([])).toThrow(/no runs/);
+  });
+
+  it('reports medians, ratios of medians and each side\'s spread when levels ran several times', () => {
+    const report: CudaBenchReport = {
+      prompt: 128,
+      gen: 128,
+      levels: [1],
+      repeat: 3,
+      precision: 'fast',
+      peakBandwidth: 4.8e12,
+      native: 'build/cuda/rapid_native.node',
+      rapid: [
+        {
+          shape: '3b',
+          label: 'Qwen2.5-3B',
+          checkpoint: '/tmp/x',
+          weightBytesPerStep: 1.7e9,
+          nativeWeightBytes: 1.7e9,
+          deviceName: 'NVIDIA H200',
+          levels: [{ level: 1, steps: 128, tokS: 480, msPerStep: 2.08, forwardMsPerStep: 2, runs: [470, 480, 495] }],
+        },
+      ],
+      llama: [{ shape: '3b', command: 'llama-batched-bench', build: 'b1', ggufBytes: 1.8e9, figures: [{ shape: '3b', level: 1, tokS: 400, runs: [390, 400, 410] }] }],
+      errors: [],
+    };
+    const text = formatReport(report);
+    expect(text).toContain('median of 3 runs (torch: one)');
+    expect(text).toMatch(/rapid runs\s+llama\.cpp runs/);
+    expect(text).toMatch(/Qwen2\.5-3B\s+1\s+480\.0\s+400\.0\s+-\s+1\.20x\s+-\s+470-495\s+390-410/);
   });
 });
