@@ -19,7 +19,7 @@
 // Default models: test/fixtures/models/qwen2-q4 and gemma3-q4. Prints one PASS/FAIL/INFO line per check, then
 // 'N passed, M failed'; exits 1 on any failure.
 import { spawn } from 'node:child_process';
-import { existsSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -32,34 +32,7 @@ const REQUEST_TIMEOUT_MS = 120_000;
 const WORDS = ['river', 'stone', 'cloud', 'market', 'engine', 'yellow', 'quiet', 'seven', 'garden', 'paper', 'north', 'silver'];
 
 // The schemas of test/grammar/structured-output.test.ts: enums, bounded integers, nesting, arrays, null.
-const SCHEMAS = [
-  {
-    type: 'object',
-    properties: { color: { enum: ['red', 'green', 'blue'] }, count: { type: 'integer', minimum: 0, maximum: 99 } },
-    required: ['color', 'count'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: {
-      user: {
-        type: 'object',
-        properties: { id: { type: 'integer', minimum: 1, maximum: 999 }, ok: { type: 'boolean' } },
-        required: ['id', 'ok'],
-        additionalProperties: false,
-      },
-      tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
-    },
-    required: ['user', 'tags'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: { name: { type: 'string', maxLength: 6 }, level: { enum: [1, 2, 3] }, note: { type: 'null' } },
-    required: ['name', 'level', 'note'],
-    additionalProperties: false,
-  },
-];
+const SCHEMAS = JSON.parse(readFileSync(join(ROOT, 'test', 'grammar', 'mixed-schemas.json'), 'utf8'));
 
 // ---------------------------------------------------------------- options
 

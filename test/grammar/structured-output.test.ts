@@ -3,6 +3,7 @@
 // and 16, schema requests mixed with free-text ones: every schema output parses and validates, and
 // every request (constrained or not) equals its solo greedy output.
 import OpenAI from 'openai';
+import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { nativeAvailable } from '../helpers/addon.js';
@@ -10,34 +11,8 @@ import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
 import { schemaViolation } from './json-schema-check.js';
 
-const SCHEMAS: Record<string, unknown>[] = [
-  {
-    type: 'object',
-    properties: { color: { enum: ['red', 'green', 'blue'] }, count: { type: 'integer', minimum: 0, maximum: 99 } },
-    required: ['color', 'count'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: {
-      user: {
-        type: 'object',
-        properties: { id: { type: 'integer', minimum: 1, maximum: 999 }, ok: { type: 'boolean' } },
-        required: ['id', 'ok'],
-        additionalProperties: false,
-      },
-      tags: { type: 'array', items: { enum: ['a', 'b'] }, maxItems: 3 },
-    },
-    required: ['user', 'tags'],
-    additionalProperties: false,
-  },
-  {
-    type: 'object',
-    properties: { name: { type: 'string', maxLength: 6 }, level: { enum: [1, 2, 3] }, note: { type: 'null' } },
-    required: ['name', 'level', 'note'],
-    additionalProperties: false,
-  },
-];
+// Enums, bounded integers, nesting, arrays, null (shared with test/cuda/serve-checks.mjs).
+const SCHEMAS = JSON.parse(readFileSync(new URL('./mixed-schemas.json', import.meta.url), 'utf8')) as Record<string, unknown>[];
 
 const WORDS = ['river', 'stone', 'cloud', 'market', 'engine', 'yellow', 'quiet', 'seven'];
 
