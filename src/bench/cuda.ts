@@ -64,13 +64,14 @@ function kvBytesFor(s: Qwen2Shape, rows: number, tokens: number): number {
   return rows * (Math.ceil(tokens / BLOCK_SIZE) + 1) * BLOCK_SIZE * perToken;
 }
 
-async function measureLevel(model: NativeModel, level: number, steps: number, prompt: number): Promise<LevelFigure> {
+async function measureLevel(model: NativeModel, level: number, steps: number, prompt: number, temperature: number): Promise<LevelFigure> {
   let forwardMs = 0;
   const ms = await timeDecode(model, {
     concurrency: level,
     steps,
     prompt,
     idPrefix: 'cuda',
+    sample: { temperature },
     promptToken: (i, k, vocab) => (i * 7919 + k * 104729 + 1) % vocab,
     onTimings: (t, decode) => {
       if (decode) forwardMs += t.forwardMs;
@@ -87,6 +88,7 @@ interface RapidOptions {
   gen: number;
   levels: number[];
   repeat: number;
+  temperature: number;
 }
 
 /** Loads the shape's checkpoint on the GPU and measures every level, each after a short warm-up; a failure is kept in `error`. */
@@ -108,10 +110,10 @@ async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> 
       result.deviceName = info.deviceName;
       result.nativeWeightBytes = info.weightBytes;
       for (const level of o.levels) {
-        await measureLevel(model, level, WARMUP_STEPS, o.prompt);
+        await measureLevel(model, level, WARMUP_STEPS, o.prompt, o.temperature);
         const runs: LevelFigure[] = [];
         for (let i = 0; i < o.repeat; i++) {
-          const f = await measureLevel(model, level, o.gen, o.prompt);
+          const f = await measureLevel(model, level, o.gen, o.prompt, o.temperature);
           process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms)\n`);
           runs.push(f);
         }
@@ -137,6 +139,7 @@ export interface CudaBenchReport {
   gen: number;
   levels: number[];
   repeat: number; // timed runs per level of rapid and llama.cpp (figures are medians); torch runs once
+  temperature: number; // rapid's sampling (0 = greedy); the peers' figures are greedy / unsampled decode
   precision: 'fast' | 'exact';
   peakBandwidth: number; // bytes/s the fractions are stated against
   native: string; // the addon binary
@@ -160,7 +163,8 @@ export function formatReport(r: CudaBenchReport): string {
   const device = r.rapid.find((s) => s.deviceName)?.deviceName ?? 'unknown device';
   const runs = r.repeat > 1 ? `, median of ${r.repeat} runs (torch: one)` : '';
   out.push(`rapid CUDA decode bench on ${device}: random weights, prompt ${r.prompt}, ${r.gen} decode steps, aggregate tok/s over all sequences${runs}`);
-  out.push(`  rapid: MLX affine 4-bit g64 (${r.precision}); llama.cpp: Q4_0 GGUF, llama-batched-bench S_TG; torch: eager bf16, transformers Qwen2ForCausalLM + DynamicCache`);
+  const sampling = r.temperature > 0 ? `, sampling at temperature ${r.temperature} (the peers do not sample)` : ', greedy';
+  out.push(`  rapid: MLX affine 4-bit g64 (${r.precision})${sampling}; llama.cpp: Q4_0 GGUF, llama-batched-bench S_TG; torch: eager bf16, transformers Qwen2ForCausalLM + DynamicCache`);
   const head = ['shape', 'conc', 'rapid tok/s', 'llama.cpp tok/s', 'torch tok/s', 'rapid/llama', 'rapid/torch'];
   if (r.repeat > 1) head.push('rapid runs', 'llama.cpp runs');
   const rows: string[][] = [head];
@@ -198,6 +202,7 @@ const USAGE = `usage: npm run bench:cuda -- [options]   (on a GPU machine withou
   --prompt N         prompt tokens per sequence (default 128)
   --gen N            decode steps timed per level (default 128)
   --repeat N         timed runs per level of rapid and llama.cpp, reported as medians with min-max (default 1)
+  --temperature T    rapid samples every token at temperature T (default 0: greedy, as the peers decode)
   --precision P      fast | exact (default fast)
   --threads N        host threads (default: available cores)
   --dir DIR          checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)
@@ -220,6 +225,7 @@ export async function main(argv: string[]): Promise<number> {
       prompt: { type: 'string' },
       gen: { type: 'string' },
       repeat: { type: 'string' },
+      temperature: { type: 'string' },
       precision: { type: 'string' },
       threads: { type: 'string' },
       dir: { type: 'string' },
@@ -246,6 +252,8 @@ export async function main(argv: string[]): Promise<number> {
   const prompt = intOption(values.prompt, 'prompt', 128);
   const gen = intOption(values.gen, 'gen', 128);
   const repeat = intOption(values.repeat, 'repeat', 1);
+  const temperature = Number(values.temperature ?? 0);
+  if (!Number.isFinite(temperature) || temperature < 0) throw new Error(`--temperature must be a number >= 0, got ${String(values.temperature)}`);
   const precision = precisionOption(values.precision);
   const peakBandwidth = Number(values['peak-bw'] ?? 4.8e12);
   if (!(peakBandwidth > 0)) throw new Error(`--peak-bw must be a positive number of bytes/s, got ${String(values['peak-bw'])}`);
@@ -262,8 +270,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     return 0;
   }
-  const report: CudaBenchReport = { prompt, gen, levels, repeat, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
-  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat };
+  const report: CudaBenchReport = { prompt, gen, levels, repeat, temperature, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
+  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, temperature };
   for (const s of shapes) {
     const r = await measureShape(s, opts);
     report.rapid.push(r);

@@ -1,6 +1,6 @@
 // The decode measurement the random-weight decode benches (bench:moe, gemma4) share.
 import { loadNative } from '../native/binding.js';
-import type { NativeModel, NativeStepResult, NativeStepRow } from '../native/types.js';
+import type { NativeModel, NativeSampleParams, NativeStepResult, NativeStepRow } from '../native/types.js';
 import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
 
 export interface DecodeLoop {
@@ -13,6 +13,8 @@ export interface DecodeLoop {
   promptToken: (row: number, k: number, vocabSize: number) => number;
   /** Sees every step's timings after its rows are checked; `decode` is false for the prefill step. */
   onTimings?: (timings: NativeStepResult['timings'], decode: boolean) => void;
+  /** Sampling of every token (default greedy); row `i` draws with seed `seed + i`. */
+  sample?: Partial<Omit<NativeSampleParams, 'counter'>>;
 }
 
 /** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together; returns the decode ms. */
@@ -27,6 +29,7 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
     last: 0,
   }));
   if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
+  const sample = (row: number, counter: number): NativeSampleParams => ({ ...GREEDY_SAMPLE, ...o.sample, seed: (o.sample?.seed ?? 0) + row, counter });
   const run = async (rows: NativeStepRow[], decode: boolean): Promise<void> => {
     const r = await model.step({ rows });
     for (const row of r.rows) {
@@ -38,7 +41,7 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
   await run(
     seqs.map((s, i) => {
       const tokens = Int32Array.from({ length: o.prompt }, (_, k) => o.promptToken(i, k, info.vocabSize));
-      return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: { ...GREEDY_SAMPLE, counter: 0 } };
+      return { requestId: s.id, tokens, positions: Int32Array.from(tokens, (_, k) => k), blockTable: s.table, contextLen: 0, sample: sample(i, 0) };
     }),
     false,
   );
@@ -46,13 +49,13 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
   const t0 = performance.now();
   for (let k = 0; k < o.steps; k++) {
     await run(
-      seqs.map((s) => ({
+      seqs.map((s, i) => ({
         requestId: s.id,
         tokens: Int32Array.of(s.last),
         positions: Int32Array.of(s.ctx),
         blockTable: s.table,
         contextLen: s.ctx,
-        sample: { ...GREEDY_SAMPLE, counter: k + 1 },
+        sample: sample(i, k + 1),
       })),
       true,
     );

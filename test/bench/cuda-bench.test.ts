@@ -70,6 +70,7 @@ describe('bench:cuda', () => {
       gen: 128,
       levels: [1, 8],
       repeat: 1,
+      temperature: 0,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -92,6 +93,7 @@ describe('bench:cuda', () => {
     };
     const text = formatReport(report);
     expect(text).toContain('NVIDIA H200');
+    expect(text).toContain('(fast), greedy;');
     expect(text).toMatch(/Qwen2\.5-0\.5B\s+1\s+1000\.0\s+500\.0\s+-\s+2\.00x\s+-/);
     expect(text).toMatch(/Qwen2\.5-0\.5B\s+8\s+6000\.0\s+3000\.0\s+-\s+2\.00x\s+-/);
     // 240 MB x 1000/s = 0.24 TB/s = 5.0% of 4.8 TB/s; llama.cpp 300 MB x 500/s = 0.15 TB/s = 3.1%.
@@ -136,6 +138,7 @@ describe('bench:cuda', () => {
       gen: 128,
       levels: [1],
       repeat: 3,
+      temperature: 0.8,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -155,6 +158,7 @@ describe('bench:cuda', () => {
     };
     const text = formatReport(report);
     expect(text).toContain('median of 3 runs (torch: one)');
+    expect(text).toContain('sampling at temperature 0.8 (the peers do not sample)');
     expect(text).toMatch(/rapid runs\s+llama\.cpp runs/);
     expect(text).toMatch(/Qwen2\.5-3B\s+1\s+480\.0\s+400\.0\s+-\s+1\.20x\s+-\s+470-495\s+390-410/);
   });

@@ -13,7 +13,7 @@
 //           4xx with a message, and the server answers the next request;
 //   abort   a stream dropped after its first chunk: the server frees the request (running back to 0) and
 //           serves the next one;
-//   load    32 concurrent requests (reported: aggregate completion tok/s).
+//   load    32 concurrent requests, greedy then sampled (reported: aggregate completion tok/s of each).
 // Usage: node test/cuda/serve-checks.mjs [--device cuda|cpu] [--model DIR]... [--precision fast|exact]
 //          [--requests N] [--threads N] [--json OUT]
 // Default models: test/fixtures/models/qwen2-q4 and gemma3-q4. Prints one PASS/FAIL/INFO line per check, then
@@ -377,14 +377,22 @@ async function runModel(model, o) {
     });
 
     await check(`load ${tag}`, async () => {
-      const n = 32;
-      const t0 = performance.now();
-      const replies = await Promise.all(
-        Array.from({ length: n }, (_, i) => chat(base, chatBody(`${WORDS[i % 12]} ${i} ${WORDS[(i * 3) % 12]}`, { max_tokens: 32, temperature: 0.8, seed: i }))),
-      );
-      const s = (performance.now() - t0) / 1000;
-      const tokens = replies.reduce((a, r) => a + r.usage.completion_tokens, 0);
-      return { detail: `(${n} concurrent requests, ${tokens} completion tokens in ${s.toFixed(2)} s = ${(tokens / s).toFixed(0)} tok/s)` };
+      // Greedy rows take their argmax where the logits are; sampled rows (temperature) are sampled on the host.
+      const rate = async (sampled) => {
+        const n = 32;
+        const t0 = performance.now();
+        const replies = await Promise.all(
+          Array.from({ length: n }, (_, i) =>
+            chat(base, chatBody(`${WORDS[i % 12]} ${i} ${WORDS[(i * 3) % 12]}`, { max_tokens: 32, ...(sampled ? { temperature: 0.8, seed: i } : {}) })),
+          ),
+        );
+        const s = (performance.now() - t0) / 1000;
+        const tokens = replies.reduce((a, r) => a + r.usage.completion_tokens, 0);
+        return `${tokens} tokens in ${s.toFixed(2)} s = ${(tokens / s).toFixed(0)} tok/s`;
+      };
+      const greedy = await rate(false);
+      const sampled = await rate(true);
+      return { detail: `(32 concurrent requests: greedy ${greedy}; temperature 0.8 ${sampled})` };
     });
   } finally {
     await stopServer(srv);
