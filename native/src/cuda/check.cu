@@ -38,7 +38,7 @@ bool pdl_enabled() {
     const char* e = std::getenv("RAPID_CUDA_PDL");
     return !(e && std::strcmp(e, "0") == 0);
   }();
-  // The attribute is an error on devices before sm_90.
+  // The PDL launch attribute is an error on devices before sm_90.
   return env_on && cached_attr(g_major, cudaDevAttrComputeCapabilityMajor, "compute capability") >= 9;
 }
 
