@@ -133,9 +133,12 @@ __device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[WPT]
   }
 }
 
-// A scales/biases element's raw bits as a float (sdt: 0 F32, 1 F16, 2 BF16).
-__device__ __forceinline__ float raw_to_float(uint32_t r, int sdt) {
-  return sdt == 0 ? __uint_as_float(r) : sdt == 1 ? f16_bits_to_float(uint16_t(r)) : __uint_as_float(r << 16);
+// A scales/biases element's raw bits as a float (SDT: 0 F32, 1 F16, 2 BF16).
+template <int SDT>
+__device__ __forceinline__ float raw_to_float(uint32_t r) {
+  if constexpr (SDT == 0) return __uint_as_float(r);
+  else if constexpr (SDT == 1) return f16_bits_to_float(uint16_t(r));
+  else return __uint_as_float(r << 16);
 }
 
 // One group's raw data for the warp's weight tiles (rows g and g+8 of each): raw scale / bias bits, or (packed:
@@ -217,8 +220,9 @@ __device__ __forceinline__ float store_quarter(const float (&v)[G / 4], bool sto
 // [tokens][4][2S] u32, sg: its sums [tokens]; the subtile nt reads rows tr0 + 8·nt + (0..7), clamped to rows
 // < rmax when CLAMP (a clamped column is a token past n: its outputs are never stored, and columns never mix;
 // without CLAMP every row read exists: the prepared buffer is padded to whole token tiles).
-template <int BITS, int G, int NT, int NW, bool PACKED = false, bool CLAMP = true>
-__device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d, int sdt, const uint32_t* fg,
+// SDT: the scales dtype (16-bit ones come packed, scale | bias << 16, as load_group_rows leaves them).
+template <int BITS, int G, int NT, int NW, int SDT, bool CLAMP = true>
+__device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d, const uint32_t* fg,
                                           const float* sg, int64_t tr0, int64_t rmax, int gq, int tq,
                                           float (&acc)[NW][NT][4]) {
   constexpr int S = G / 16, WPT = G * BITS / 128;
@@ -245,11 +249,12 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
       a_pairs<BITS, WPT>(d.wa[w], s, afr[s][0], afr[s][2]);
       a_pairs<BITS, WPT>(d.wb[w], s, afr[s][1], afr[s][3]);
     }
-    const float sa = raw_to_float(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w], sdt);
-    const float sb = raw_to_float(PACKED ? d.sb[w] & 0xFFFFu : d.sb[w], sdt);
+    constexpr bool PACKED = SDT != 0;
+    const float sa = raw_to_float<SDT>(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w]);
+    const float sb = raw_to_float<SDT>(PACKED ? d.sb[w] & 0xFFFFu : d.sb[w]);
     // The code offset folds into the bias: Σ (s·q + b)·x = s·Σ (off + q)·x + (b - off·s)·Σ x.
-    const float ba = __fmaf_rn(-kOff, sa, raw_to_float(PACKED ? d.sa[w] >> 16 : d.ba[w], sdt));
-    const float bb = __fmaf_rn(-kOff, sb, raw_to_float(PACKED ? d.sb[w] >> 16 : d.bb[w], sdt));
+    const float ba = __fmaf_rn(-kOff, sa, raw_to_float<SDT>(PACKED ? d.sa[w] >> 16 : d.ba[w]));
+    const float bb = __fmaf_rn(-kOff, sb, raw_to_float<SDT>(PACKED ? d.sb[w] >> 16 : d.bb[w]));
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -404,6 +409,16 @@ __device__ __forceinline__ RowPtrs<NW> row_ptrs(const MmaParams& P, const Tile& 
   return R;
 }
 
+// Loads the first MAXU groups of [gbeg, gend) into cur (the kernels issue these before pdl_wait: no kernel writes
+// weights).
+template <int BITS, int G, int NW, int SDT, int MAXU>
+__device__ __forceinline__ void first_groups(const RowPtrs<NW>& R, int64_t gbeg, int64_t gend,
+                                             GroupData<G * BITS / 128, NW> (&cur)[MAXU]) {
+#pragma unroll
+  for (int u = 0; u < MAXU; ++u)
+    if (gbeg + u < gend) load_group_rows<BITS, G, NW, SDT>(R, gbeg + u, cur[u]);
+}
+
 // Walks the tile's groups [gbeg, gend) in order with MAXU groups of codes in flight (cur, loaded by the caller for
 // gbeg..gbeg+MAXU-1): use(cur[u], g) for each, then cur[u] is refilled with group g + MAXU.
 template <int BITS, int G, int NW, int SDT, int MAXU, class Use>
@@ -456,11 +471,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
   const int64_t ng = P.ng;
   GroupData<WPT, NW> cur[MAXU];
-  if (T.rows_live) {
-#pragma unroll
-    for (int u = 0; u < MAXU; ++u)
-      if (T.gbeg + u < T.gend) load_group_rows<BITS, G, NW, SDT>(R, T.gbeg + u, cur[u]);
-  }
+  if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
   pdl_wait();
   pdl_trigger();
 
@@ -505,7 +516,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
     for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
   if (T.rows_live)
     walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
-      group_mma<BITS, G, 1, NW, SDT != 0>(d, SDT, frag + size_t(g) * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
+      group_mma<BITS, G, 1, NW, SDT>(d, frag + size_t(g) * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
     });
   epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
 }
@@ -559,17 +570,13 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
   const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
   GroupData<WPT, NW> cur[MAXU];
   // The first codes go out before pdl_wait: weights are never written, x is (by the prepare pass).
-  if (T.rows_live) {
-#pragma unroll
-    for (int u = 0; u < MAXU; ++u)
-      if (T.gbeg + u < T.gend) load_group_rows<BITS, G, NW, SDT>(R, T.gbeg + u, cur[u]);
-  }
+  if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
   pdl_wait();
   pdl_trigger();
   if (T.rows_live)
     walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
-      group_mma<BITS, G, NT, NW, SDT != 0, false>(d, SDT, P.pfrag + size_t(g) * gstride, P.psum + g * P.npad, tok0,
-                                                  P.npad, T.gq, T.tq, acc);
+      group_mma<BITS, G, NT, NW, SDT, false>(d, P.pfrag + size_t(g) * gstride, P.psum + g * P.npad, tok0, P.npad,
+                                             T.gq, T.tq, acc);
     });
   epilogue<NT, NW, GLU>(P, T, *J0, tok0, acc, red);
 }
@@ -704,15 +711,6 @@ bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   return true;
 }
 
-template <int BITS, int G, bool GLU>
-bool launch_gemv(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
-  switch (P.sdt) {
-    case 0: return launch_gemv_t<BITS, G, GLU, 0>(P, s, row_tiles);
-    case 1: return launch_gemv_t<BITS, G, GLU, 1>(P, s, row_tiles);
-    default: return launch_gemv_t<BITS, G, GLU, 2>(P, s, row_tiles);
-  }
-}
-
 template <int BITS, int G, bool GLU, int SDT>
 void launch_direct(const MmaParams& P, cudaStream_t s, dim3 grid, int nt) {
   const dim3 block{unsigned(kThreads)};
@@ -725,12 +723,13 @@ void launch_direct(const MmaParams& P, cudaStream_t s, dim3 grid, int nt) {
   }
 }
 
-template <int BITS, int G, bool GLU>
-void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
+// One format and scales dtype: the gemv kernel, or the prepare pass and the direct kernel.
+template <int BITS, int G, bool GLU, int SDT>
+void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const dim3 block{unsigned(kThreads)};
   if (P.n <= gemv_max()) {
     P.ntt = 1;
-    if (launch_gemv<BITS, G, GLU>(P, s, row_tiles)) return;
+    if (launch_gemv_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
   }
   const int nt = token_subtiles(P.n, GLU);
   P.ntt = (P.n + 8 * nt - 1) / (8 * nt);
@@ -743,11 +742,15 @@ void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
          P.ng, P.npad, P.norm_w, P.eps, const_cast<uint32_t*>(P.pfrag), const_cast<float*>(P.psum));
   const int64_t blocks = row_tiles * P.ntt;
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
-  const dim3 grid{unsigned(blocks)};
+  launch_direct<BITS, G, GLU, SDT>(P, s, dim3{unsigned(blocks)}, nt);
+}
+
+template <int BITS, int G, bool GLU>
+void launch_g(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   switch (P.sdt) {
-    case 0: launch_direct<BITS, G, GLU, 0>(P, s, grid, nt); break;
-    case 1: launch_direct<BITS, G, GLU, 1>(P, s, grid, nt); break;
-    default: launch_direct<BITS, G, GLU, 2>(P, s, grid, nt); break;
+    case 0: launch_t<BITS, G, GLU, 0>(P, s, row_tiles); break;
+    case 1: launch_t<BITS, G, GLU, 1>(P, s, row_tiles); break;
+    default: launch_t<BITS, G, GLU, 2>(P, s, row_tiles); break;
   }
 }
 
