@@ -23,6 +23,7 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { basename, dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { schemaViolation } from '../grammar/json-schema-check.mjs';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 const ROOT = resolve(HERE, '..', '..');
@@ -208,51 +209,6 @@ async function chatStream(base, body) {
   return { text, finish, done, chunks };
 }
 
-// ---------------------------------------------------------------- JSON schema (the subset SCHEMAS use)
-
-function violation(schema, v, path = '$') {
-  if (schema.enum) return schema.enum.some((e) => e === v) ? null : `${path}: ${JSON.stringify(v)} not in enum`;
-  switch (schema.type) {
-    case 'null':
-      return v === null ? null : `${path}: not null`;
-    case 'boolean':
-      return typeof v === 'boolean' ? null : `${path}: not a boolean`;
-    case 'integer':
-      if (!Number.isInteger(v)) return `${path}: not an integer`;
-      if (schema.minimum !== undefined && v < schema.minimum) return `${path}: below ${schema.minimum}`;
-      if (schema.maximum !== undefined && v > schema.maximum) return `${path}: above ${schema.maximum}`;
-      return null;
-    case 'string':
-      if (typeof v !== 'string') return `${path}: not a string`;
-      return schema.maxLength !== undefined && [...v].length > schema.maxLength ? `${path}: longer than ${schema.maxLength}` : null;
-    case 'array': {
-      if (!Array.isArray(v)) return `${path}: not an array`;
-      if (schema.maxItems !== undefined && v.length > schema.maxItems) return `${path}: more than ${schema.maxItems} items`;
-      for (let i = 0; i < v.length; i++) {
-        const e = violation(schema.items, v[i], `${path}[${i}]`);
-        if (e) return e;
-      }
-      return null;
-    }
-    case 'object': {
-      if (typeof v !== 'object' || v === null || Array.isArray(v)) return `${path}: not an object`;
-      for (const k of schema.required ?? []) if (!(k in v)) return `${path}: missing ${k}`;
-      for (const [k, val] of Object.entries(v)) {
-        const sub = schema.properties?.[k];
-        if (!sub) {
-          if (schema.additionalProperties === false) return `${path}: unexpected property ${k}`;
-          continue;
-        }
-        const e = violation(sub, val, `${path}.${k}`);
-        if (e) return e;
-      }
-      return null;
-    }
-    default:
-      throw new Error(`schema check: unsupported schema ${JSON.stringify(schema)}`);
-  }
-}
-
 // ---------------------------------------------------------------- the checks
 
 async function runModel(model, o) {
@@ -323,7 +279,7 @@ async function runModel(model, o) {
         } catch {
           return `request ${it.i}: not JSON (finish ${r.finish}): ${JSON.stringify(r.text.slice(0, 200))}`;
         }
-        const v = violation(it.schema, value);
+        const v = schemaViolation(it.schema, value);
         if (v) return `request ${it.i}: ${v} in ${r.text}`;
         constrained++;
       }

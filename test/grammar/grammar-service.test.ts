@@ -7,7 +7,7 @@ import { parseResponseFormat } from '../../src/engine/grammar/response-format.js
 import { InvalidRequestError } from '../../src/engine/errors.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
-import { schemaViolation } from './json-schema-check.js';
+import { schemaViolation } from './json-schema-check.mjs';
 
 const SCHEMA = {
   type: 'object',

@@ -6,7 +6,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { nativeAvailable } from '../helpers/addon.js';
-import { schemaViolation } from './json-schema-check.js';
+import { schemaViolation } from './json-schema-check.mjs';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const bin = join(root, 'bin', 'rapid.js');

@@ -9,7 +9,7 @@ import { startServer, type RunningServer } from '../../src/cli/commands/serve.js
 import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
-import { schemaViolation } from './json-schema-check.js';
+import { schemaViolation } from './json-schema-check.mjs';
 
 // Enums, bounded integers, nesting, arrays, null (shared with test/cuda/serve-checks.mjs).
 const SCHEMAS = JSON.parse(readFileSync(new URL('./mixed-schemas.json', import.meta.url), 'utf8')) as Record<string, unknown>[];

@@ -7,7 +7,7 @@ import { startServer, type RunningServer } from '../../src/cli/commands/serve.js
 import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { servedClient } from '../helpers/openai-chat.js';
-import { schemaViolation } from './json-schema-check.js';
+import { schemaViolation } from './json-schema-check.mjs';
 
 const TOOLS = [
   {
