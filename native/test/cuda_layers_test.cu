@@ -23,6 +23,7 @@
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda_test_util.h"
 #include "kv/kv_pool.h"
 #include "layers/attention.h"
 #include "layers/norm.h"
@@ -33,40 +34,9 @@
 
 using namespace rapid;
 namespace cu = rapid::cuda;
+using namespace rapid::cuda::test;
 
 namespace {
-
-int g_failures = 0;
-
-void report(const std::string& name, double err, double tol) {
-  const bool ok = err <= tol;  // NaN fails
-  if (!ok) ++g_failures;
-  std::printf("%s %-58s max_err=%.3g (tol %.1g)\n", ok ? "PASS" : "FAIL", name.c_str(), err, tol);
-}
-
-void report_bool(const std::string& name, bool ok, const std::string& detail = "") {
-  if (!ok) ++g_failures;
-  std::printf("%s %-58s %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
-}
-
-// Device buffer owning `bytes`; freed on scope exit.
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  Dev() = default;
-  explicit Dev(size_t count) : n(count) { cu::check(cudaMalloc(&p, std::max<size_t>(1, count) * sizeof(T)), "cudaMalloc"); }
-  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
-  Dev(const Dev&) = delete;
-  Dev& operator=(const Dev&) = delete;
-  ~Dev() { cudaFree(p); }
-  void upload(const std::vector<T>& h) { cu::check(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
-  std::vector<T> download() const {
-    std::vector<T> h(n);
-    cu::check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
-    return h;
-  }
-};
 
 std::mt19937 g_rng(1234);
 std::vector<float> rand_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
@@ -89,7 +59,6 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
 
 bool bitwise_equal(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }
 
-void sync() { cu::check(cudaDeviceSynchronize(), "sync"); }
 
 // ---------------------------------------------------------------- attention
 
@@ -228,7 +197,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
   tok.kv_end = d_end.p;
   tok.block_tables = d_tables.p;
   tok.block_size = c.bs;
-  sync();
+  device_sync();
 
   // kv_write: the device pools must equal the CPU pools after write_kv, bit for bit.
   const std::vector<float> pk = dk.download(), pv = dv.download();
@@ -244,7 +213,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
     poison(dst, size_t(n) * row);
     cu::paged_attention(dq.p + size_t(first) * row, dst, n, sub, dk.p, dv.p, c.n_heads, c.n_kv, c.hd, scale, c.window,
                         nullptr);
-    sync();
+    device_sync();
   };
   // Probes: first, last, middle, and the token with the most keys.
   std::vector<int> probes;
@@ -345,7 +314,7 @@ struct DecodeBatch {
     for (int t = 0; t < T; ++t) o[size_t(t)] = t * nb;
     off.upload(o);
     tok = cu::AttnTokens{off.p, qpos.p, end.p, tables.p, bs};
-    sync();
+    device_sync();
   }
   // Token t sees keys [0, keys[t]) (decode: q_pos = keys - 1).
   void set_keys(const std::vector<int32_t>& keys) {
@@ -353,7 +322,7 @@ struct DecodeBatch {
     for (size_t i = 0; i < keys.size(); ++i) qp[i] = keys[i] - 1;
     qpos.upload(qp);
     end.upload(keys);
-    sync();  // launches on non-blocking streams follow
+    device_sync();  // launches on non-blocking streams follow
   }
   float scale() const { return 1.0f / std::sqrt(float(hd)); }
   void launch(cudaStream_t s) { cu::paged_attention(q.p, out.p, T, tok, k.p, v.p, n_heads, n_kv, hd, scale(), 0, s); }
@@ -421,7 +390,7 @@ void test_attention_graph() {
       cu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
       if (gs.reserve) cu::paged_attention_reserve(s);
       b.set_keys(key_sets[0]);
-      sync();
+      device_sync();
       cu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
       try {
         b.launch(s);
@@ -440,10 +409,10 @@ void test_attention_graph() {
         b.set_keys(key_sets[i]);
         poison(b.out.p, b.out.n);
         b.launch(nullptr);
-        sync();
+        device_sync();
         const std::vector<float> eager = b.out.download();
         poison(b.out.p, b.out.n);
-        sync();
+        device_sync();
         cu::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
         cu::check(cudaStreamSynchronize(s), "graph sync");
         const std::vector<float> replay = b.out.download();
@@ -579,7 +548,7 @@ void test_norms() {
     Dev<float> dx(x), dy(x.size()), dw(nw.w);
     cu::rms_norm(dx.p, dy.p, rows, dim, dw.p, nw.eps, nullptr);
     cu::rms_norm(dx.p, dx.p, rows, dim, dw.p, nw.eps, nullptr);  // in place
-    sync();
+    device_sync();
     report("rms_norm dim " + std::to_string(dim), rel_err(dy.download(), ref), 1e-6);
     report("rms_norm in place dim " + std::to_string(dim), rel_err(dx.download(), ref), 1e-6);
 
@@ -590,7 +559,7 @@ void test_norms() {
     rms_norm(href.data(), xnref.data(), rows, nw);
     Dev<float> dh(h), dob(o), dxn(h.size());
     cu::add_rms_norm(dh.p, dob.p, dxn.p, rows, dim, dw.p, nw.eps, nullptr);
-    sync();
+    device_sync();
     report("add_rms_norm residual dim " + std::to_string(dim), rel_err(dh.download(), href), 0.0);
     report("add_rms_norm norm dim " + std::to_string(dim), rel_err(dxn.download(), xnref), 1e-6);
   }
@@ -618,7 +587,7 @@ void test_rope() {
     }
     Dev<float> dx(x), dc(tab.cos), ds(tab.sin), dq(qs);
     cu::rope(dx.p, n, rc.heads, rc.hd, tab.half, dc.p, ds.p, rc.qscale ? dq.p : nullptr, nullptr);
-    sync();
+    device_sync();
     report("rope heads " + std::to_string(rc.heads) + " hd " + std::to_string(rc.hd) + " rot " + std::to_string(rc.rot) +
                (rc.qscale ? " q_scale" : ""),
            rel_err(dx.download(), ref), 0.0);
@@ -655,7 +624,7 @@ void test_rope_kv_write() {
     cu::kv_write(k1.p, v1.p, n, dslot.p, kp1.p, vp1.p, width, nullptr);
     cu::rope_kv_write(q2.p, k2.p, v2.p, n, rc.heads, rc.kv, rc.hd, tab.half, dc.p, ds.p, qsp, dslot.p, kp2.p, vp2.p,
                       nullptr);
-    sync();
+    device_sync();
     const auto a = q1.download(), b = q2.download(), ka = kp1.download(), kb = kp2.download();
     const auto va = vp1.download(), vb = vp2.download(), kk = k2.download();
     const bool ok = bitwise_equal(a.data(), b.data(), a.size()) && bitwise_equal(ka.data(), kb.data(), ka.size()) &&
@@ -706,7 +675,7 @@ void test_embed() {
     for (float& x : ref) x *= escale;
     Dev<float> dout(ref.size());
     cu::embed_rows(dw, dids.p, n, escale, dout.p, nullptr);
-    sync();
+    device_sync();
     report("embed_rows " + name, rel_err(dout.download(), ref), 0.0);
   };
 
@@ -761,7 +730,7 @@ void test_rows() {
       }
     Dev<float> dst(base), dsrc(src);
     cu::scatter_rows(dsrc.p, drows.p, n, dim, dst.p, add, nullptr);
-    sync();
+    device_sync();
     report(std::string("scatter_rows ") + (add ? "add" : "copy"), rel_err(dst.download(), ref), 0.0);
   }
   std::vector<float> ref(size_t(n * dim));
@@ -769,7 +738,7 @@ void test_rows() {
     std::copy_n(base.begin() + rows[size_t(i)] * dim, dim, ref.begin() + i * dim);
   Dev<float> dsrc(base), dst(ref.size());
   cu::gather_rows(dsrc.p, drows.p, n, dim, dst.p, nullptr);
-  sync();
+  device_sync();
   report("gather_rows", rel_err(dst.download(), ref), 0.0);
 
   const std::vector<float> x = rand_vec(100003, -80.0f, 80.0f);
@@ -778,7 +747,7 @@ void test_rows() {
   for (size_t i = 0; i < x.size(); ++i) sref[i] = cap * std::tanh(x[i] / cap);
   Dev<float> dx(x);
   cu::softcap(dx.p, int64_t(x.size()), cap, nullptr);
-  sync();
+  device_sync();
   report("softcap", rel_err(dx.download(), sref), 1e-6);
 }
 
@@ -837,10 +806,10 @@ void test_argmax() {
     Dev<uint32_t> dm(masks);
     Dev<int32_t> dof(mask_of), dtok(static_cast<size_t>(m)), dtok1(1);
     cu::argmax_rows(dx.p, m, vocab, dm.p, dof.p, dtok.p, nullptr);
-    sync();
+    device_sync();
     const std::vector<int32_t> got = dtok.download();
     cu::argmax_rows(dx.p, m, vocab, nullptr, nullptr, dtok.p, nullptr);
-    sync();
+    device_sync();
     const std::vector<int32_t> got_nomask = dtok.download();
     const std::string vs = " vocab " + std::to_string(vocab);
     std::string detail;
@@ -867,7 +836,7 @@ void test_argmax() {
     bool inv_ok = true;
     for (int64_t r = 0; r < m; ++r) {
       cu::argmax_rows(dx.p + r * vocab, 1, vocab, dm.p, dof.p + r, dtok1.p, nullptr);
-      sync();
+      device_sync();
       inv_ok = inv_ok && dtok1.download()[0] == got[size_t(r)];
     }
     report_bool("argmax batch invariance" + vs, inv_ok);

@@ -64,20 +64,26 @@ function kvBytesFor(s: Qwen2Shape, rows: number, tokens: number): number {
   return rows * (Math.ceil(tokens / BLOCK_SIZE) + 1) * BLOCK_SIZE * perToken;
 }
 
-async function measureLevel(model: NativeModel, level: number, steps: number, prompt: number, temperature: number): Promise<LevelFigure> {
+async function measureLevel(model: NativeModel, level: number, steps: number, prompt: number, sample: BenchSampling): Promise<LevelFigure> {
   let forwardMs = 0;
   const ms = await timeDecode(model, {
     concurrency: level,
     steps,
     prompt,
     idPrefix: 'cuda',
-    sample: { temperature },
+    sample: { temperature: sample.temperature, topP: sample.topP },
     promptToken: (i, k, vocab) => (i * 7919 + k * 104729 + 1) % vocab,
     onTimings: (t, decode) => {
       if (decode) forwardMs += t.forwardMs;
     },
   });
   return { level, steps, tokS: (level * steps * 1000) / ms, msPerStep: ms / steps, forwardMsPerStep: forwardMs / steps };
+}
+
+/** rapid's sampling in the bench: temperature 0 = greedy; topP 1 = off. */
+interface BenchSampling {
+  temperature: number;
+  topP: number;
 }
 
 interface RapidOptions {
@@ -88,7 +94,7 @@ interface RapidOptions {
   gen: number;
   levels: number[];
   repeat: number;
-  temperature: number;
+  sample: BenchSampling;
 }
 
 /** Loads the shape's checkpoint on the GPU and measures every level, each after a short warm-up; a failure is kept in `error`. */
@@ -110,10 +116,10 @@ async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> 
       result.deviceName = info.deviceName;
       result.nativeWeightBytes = info.weightBytes;
       for (const level of o.levels) {
-        await measureLevel(model, level, WARMUP_STEPS, o.prompt, o.temperature);
+        await measureLevel(model, level, WARMUP_STEPS, o.prompt, o.sample);
         const runs: LevelFigure[] = [];
         for (let i = 0; i < o.repeat; i++) {
-          const f = await measureLevel(model, level, o.gen, o.prompt, o.temperature);
+          const f = await measureLevel(model, level, o.gen, o.prompt, o.sample);
           process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms)\n`);
           runs.push(f);
         }
@@ -140,6 +146,7 @@ export interface CudaBenchReport {
   levels: number[];
   repeat: number; // timed runs per level of rapid and llama.cpp (figures are medians); torch runs once
   temperature: number; // rapid's sampling (0 = greedy); the peers' figures are greedy / unsampled decode
+  topP: number; // rapid's nucleus with temperature > 0 (1 = off)
   precision: 'fast' | 'exact';
   peakBandwidth: number; // bytes/s the fractions are stated against
   native: string; // the addon binary
@@ -163,7 +170,8 @@ export function formatReport(r: CudaBenchReport): string {
   const device = r.rapid.find((s) => s.deviceName)?.deviceName ?? 'unknown device';
   const runs = r.repeat > 1 ? `, median of ${r.repeat} runs (torch: one)` : '';
   out.push(`rapid CUDA decode bench on ${device}: random weights, prompt ${r.prompt}, ${r.gen} decode steps, aggregate tok/s over all sequences${runs}`);
-  const sampling = r.temperature > 0 ? `, sampling at temperature ${r.temperature} (the peers do not sample)` : ', greedy';
+  const topP = r.topP < 1 ? `, top-p ${r.topP}` : '';
+  const sampling = r.temperature > 0 ? `, sampling at temperature ${r.temperature}${topP} (the peers do not sample)` : ', greedy';
   out.push(`  rapid: MLX affine 4-bit g64 (${r.precision})${sampling}; llama.cpp: Q4_0 GGUF, llama-batched-bench S_TG; torch: eager bf16, transformers Qwen2ForCausalLM + DynamicCache`);
   const head = ['shape', 'conc', 'rapid tok/s', 'llama.cpp tok/s', 'torch tok/s', 'rapid/llama', 'rapid/torch'];
   if (r.repeat > 1) head.push('rapid runs', 'llama.cpp runs');
@@ -203,6 +211,7 @@ const USAGE = `usage: npm run bench:cuda -- [options]   (on a GPU machine withou
   --gen N            decode steps timed per level (default 128)
   --repeat N         timed runs per level of rapid and llama.cpp, reported as medians with min-max (default 1)
   --temperature T    rapid samples every token at temperature T (default 0: greedy, as the peers decode)
+  --top-p P          with --temperature: nucleus sampling over top-p P of the mass (default 1: off)
   --precision P      fast | exact (default fast)
   --threads N        host threads (default: available cores)
   --dir DIR          checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)
@@ -226,6 +235,7 @@ export async function main(argv: string[]): Promise<number> {
       gen: { type: 'string' },
       repeat: { type: 'string' },
       temperature: { type: 'string' },
+      'top-p': { type: 'string' },
       precision: { type: 'string' },
       threads: { type: 'string' },
       dir: { type: 'string' },
@@ -254,6 +264,8 @@ export async function main(argv: string[]): Promise<number> {
   const repeat = intOption(values.repeat, 'repeat', 1);
   const temperature = Number(values.temperature ?? 0);
   if (!Number.isFinite(temperature) || temperature < 0) throw new Error(`--temperature must be a number >= 0, got ${String(values.temperature)}`);
+  const topP = Number(values['top-p'] ?? 1);
+  if (!(topP > 0 && topP <= 1)) throw new Error(`--top-p must be a number in (0, 1], got ${String(values['top-p'])}`);
   const precision = precisionOption(values.precision);
   const peakBandwidth = Number(values['peak-bw'] ?? 4.8e12);
   if (!(peakBandwidth > 0)) throw new Error(`--peak-bw must be a positive number of bytes/s, got ${String(values['peak-bw'])}`);
@@ -270,8 +282,8 @@ export async function main(argv: string[]): Promise<number> {
     }
     return 0;
   }
-  const report: CudaBenchReport = { prompt, gen, levels, repeat, temperature, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
-  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, temperature };
+  const report: CudaBenchReport = { prompt, gen, levels, repeat, temperature, topP, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
+  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, sample: { temperature, topP } };
   for (const s of shapes) {
     const r = await measureShape(s, opts);
     report.rapid.push(r);

@@ -71,6 +71,7 @@ describe('bench:cuda', () => {
       levels: [1, 8],
       repeat: 1,
       temperature: 0,
+      topP: 1,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -139,6 +140,7 @@ describe('bench:cuda', () => {
       levels: [1],
       repeat: 3,
       temperature: 0.8,
+      topP: 0.9,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -158,7 +160,7 @@ describe('bench:cuda', () => {
     };
     const text = formatReport(report);
     expect(text).toContain('median of 3 runs (torch: one)');
-    expect(text).toContain('sampling at temperature 0.8 (the peers do not sample)');
+    expect(text).toContain('sampling at temperature 0.8, top-p 0.9 (the peers do not sample)');
     expect(text).toMatch(/rapid runs\s+llama\.cpp runs/);
     expect(text).toMatch(/Qwen2\.5-3B\s+1\s+480\.0\s+400\.0\s+-\s+1\.20x\s+-\s+470-495\s+390-410/);
   });

@@ -7,6 +7,7 @@
 //   chat    a greedy chat completion has text, usage and a finish reason;
 //   stream  the same request streamed: SSE chunks ending in [DONE], the same text;
 //   batch   N distinct greedy prompts alone, then all at once: the same texts (batch invariance over HTTP);
+//   seeded  the same with seeded sampling (top-p, top-k, min-p, penalties, logprobs): alone == all at once;
 //   schema  json_schema requests mixed with plain ones, all at once: every constrained reply parses and
 //           validates against its schema, every plain reply equals its solo run;
 //   errors  a malformed body, an unknown model, a negative max_tokens, an invalid schema and empty messages are
@@ -258,6 +259,27 @@ async function runModel(model, o) {
       return { detail: `(${prompts.length} requests alone == together)` };
     });
 
+    await check(`seeded ${tag}`, async () => {
+      // Sampled requests with seeds (top-p, top-k, min-p, penalties, one with logprobs): alone == all at once.
+      const sampled = (p, i) =>
+        chatBody(p, {
+          temperature: 0.9,
+          seed: 100 + i,
+          ...(i % 2 === 0 ? { top_p: 0.9 } : {}),
+          ...(i % 3 === 0 ? { top_k: 20 } : {}),
+          ...(i % 4 === 1 ? { presence_penalty: 0.4, frequency_penalty: 0.2 } : {}),
+          ...(i % 5 === 2 ? { min_p: 0.05 } : {}),
+          ...(i === 3 ? { logprobs: true, top_logprobs: 2 } : {}),
+        });
+      const alone = [];
+      for (let i = 0; i < prompts.length; i++) alone.push((await chat(base, sampled(prompts[i], i))).text);
+      const together = await Promise.all(prompts.map((p, i) => chat(base, sampled(p, i))));
+      const bad = together.findIndex((r, i) => r.text !== alone[i]);
+      if (bad >= 0) return `request ${bad}: together ${JSON.stringify(together[bad].text)} != alone ${JSON.stringify(alone[bad])}`;
+      if (solo.length === prompts.length && alone.every((t, i) => t === solo[i])) return 'every sampled reply equals its greedy one: sampling had no effect';
+      return { detail: `(${prompts.length} seeded sampled requests alone == together)` };
+    });
+
     await check(`schema ${tag}`, async () => {
       const items = prompts.map((p, i) =>
         i % 2 === 0
@@ -333,7 +355,7 @@ async function runModel(model, o) {
     });
 
     await check(`load ${tag}`, async () => {
-      // Greedy rows take their argmax where the logits are; sampled rows (temperature) are sampled on the host.
+      // Greedy rows take their argmax where the logits are; sampled rows are sampled there too (not with logprobs).
       const rate = async (sampled) => {
         const n = 32;
         const t0 = performance.now();

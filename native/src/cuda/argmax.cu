@@ -30,26 +30,6 @@ constexpr size_t kScratchBytes = kPartialBytes + size_t(kTileRows) * sizeof(int)
 
 __device__ __forceinline__ int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// True when candidate (v, i) beats (bv, bi); bi = -1 means "none yet".
-__device__ __forceinline__ bool better(float v, int32_t i, float bv, int32_t bi) {
-  if (i < 0) return false;
-  if (bi < 0) return true;
-  return v > bv || (v == bv && i < bi);
-}
-
-// The warp's best (value, id) pair by `better`, with a fixed shuffle tree.
-__device__ __forceinline__ void warp_best(float& bv, int32_t& bi) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
-    if (better(ov, oi, bv, bi)) {
-      bv = ov;
-      bi = oi;
-    }
-  }
-}
-
 // Grid (chunks, rows). logits [rows, vocab]; masks [*, words] bit set = allowed; mask_of [rows] (-1 = no mask) or
 // null; tokens [rows]. Block (c, r) scans ids [c·len, min(vocab, (c+1)·len)) of row r. partials [kTileRows,
 // kMaxChunks] (value bits, id) and counters [kTileRows] (0 between launches) are used when gridDim.x > 1.
@@ -73,7 +53,7 @@ __global__ void __launch_bounds__(kArgThreads) argmax_kernel(const float* __rest
   auto consider = [&](float v, int64_t i) {
     if (!isfinite(v)) return;
     if (mk && !((mk[i >> 5] >> (i & 31)) & 1u)) return;
-    if (better(v, int32_t(i), bv, bi)) {
+    if (better_pair(v, int32_t(i), bv, bi)) {
       bv = v;
       bi = int32_t(i);
     }
@@ -145,7 +125,7 @@ __global__ void __launch_bounds__(kArgThreads) argmax_kernel(const float* __rest
     const int2 b = lane + 32 < nc ? __ldcg(pr + lane + 32) : make_int2(0, -1);
     bv = __int_as_float(a.x);
     bi = a.y;
-    if (better(__int_as_float(b.x), b.y, bv, bi)) {
+    if (better_pair(__int_as_float(b.x), b.y, bv, bi)) {
       bv = __int_as_float(b.x);
       bi = b.y;
     }

@@ -19,6 +19,8 @@
 #include "layers/rope.h"
 #include "models/decoder.h"
 #include "quant/mlx_quant.h"
+#include "sampling/rng.h"
+#include "sampling/sampler.h"
 
 namespace rapid::cuda {
 namespace {
@@ -189,33 +191,86 @@ class CudaDecoder final : public Model, public DeviceLogits {
     check(cudaStreamSynchronize(stream_), "forward (logit copy)");
   }
 
-  void argmax(const std::vector<int64_t>& rows, const std::vector<const uint32_t*>& masks, int32_t* tokens) override {
+  // Plain greedy rows take the multi-block argmax; every other row one block of sample_rows. One upload of the
+  // masks and the rows' parameters, one wait, two small downloads.
+  void sample(const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params, int32_t* tokens) override {
     const int64_t V = cfg_.vocab, words = (V + 31) / 32;
+    std::vector<size_t> plain, drawn;
     int64_t n_masks = 0;
-    for (const uint32_t* mk : masks) n_masks += mk ? 1 : 0;
-    mask_host_.reserve(size_t(std::max<int64_t>(n_masks, 1) * words) * sizeof(uint32_t) + size_t(m_) * 2 * sizeof(int32_t));
-    mask_dev_.reserve(size_t(std::max<int64_t>(n_masks, 1) * words) * sizeof(uint32_t), "cudaMalloc masks");
-    int32_t* mask_of = mask_host_.as<int32_t>();                          // [m]
-    int32_t* all_tokens = mask_of + m_;                                    // [m]
-    uint32_t* packed = reinterpret_cast<uint32_t*>(all_tokens + m_);       // [n_masks, words]
-    for (int64_t r = 0; r < m_; ++r) mask_of[r] = -1;
-    int64_t k = 0;
+    std::vector<TokenPenalty> pens;
+    std::vector<SampleRow> srows;
+    int32_t pen_rows = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       if (rows[i] < 0 || rows[i] >= m_) throw std::out_of_range("CUDA model: logit row out of range");
-      if (!masks[i]) continue;
-      std::memcpy(packed + k * words, masks[i], size_t(words) * sizeof(uint32_t));
-      mask_of[rows[i]] = int32_t(k++);
+      const SampleParams& p = *params[i];
+      n_masks += p.bitmask.empty() ? 0 : 1;
+      if (is_plain_argmax(p)) {
+        plain.push_back(i);
+        continue;
+      }
+      drawn.push_back(i);
+      SampleRow r;
+      r.logit_row = rows[i];
+      if (p.temperature > 0.0f) {
+        r.inv_temperature = 1.0f / p.temperature;
+        r.u = uniform_draw(p.seed, p.counter);
+      }
+      r.top_p = p.top_p;
+      r.min_p = p.min_p;
+      r.top_k = p.top_k;
+      r.repetition = p.repetition_penalty;
+      const std::vector<TokenPenalty> tp = token_penalties(p);
+      r.pen_begin = int32_t(pens.size());
+      r.pen_count = int32_t(tp.size());
+      if (!tp.empty()) r.scratch = pen_rows++;
+      pens.insert(pens.end(), tp.begin(), tp.end());
+      srows.push_back(r);
     }
-    int32_t* d_mask_of = meta_.as<int32_t>(layout_.mask_of);
-    int32_t* d_tokens = meta_.as<int32_t>(layout_.tokens_out);
-    if (k > 0)
-      check(cudaMemcpyAsync(mask_dev_.as<uint32_t>(), packed, size_t(k * words) * sizeof(uint32_t),
-                            cudaMemcpyHostToDevice, stream_), "upload masks");
-    check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m_) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
-    argmax_rows(logits_.as<float>(), m_, V, mask_dev_.as<uint32_t>(), d_mask_of, d_tokens, stream_);
-    check(cudaMemcpyAsync(all_tokens, d_tokens, size_t(m_) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "fetch tokens");
-    check(cudaStreamSynchronize(stream_), "forward (argmax)");
-    for (size_t i = 0; i < rows.size(); ++i) tokens[i] = all_tokens[rows[i]];
+    const int64_t nd = int64_t(drawn.size()), np = int64_t(pens.size());
+    // Host staging: mask_of [m] | argmax tokens [m] | drawn tokens [nd] | rows [nd] | penalties [np] | masks [n_masks, words]
+    const size_t o_tok = size_t(m_) * 4, o_dtok = align_up(o_tok + size_t(m_) * 4), o_rows = o_dtok + align_up(size_t(nd) * 4);
+    const size_t o_pens = o_rows + align_up(size_t(nd) * sizeof(SampleRow));
+    const size_t o_masks = o_pens + align_up(size_t(np) * sizeof(TokenPenalty));
+    const size_t bytes = o_masks + size_t(n_masks * words) * 4;
+    mask_host_.reserve(bytes);
+    mask_dev_.reserve(std::max<size_t>(bytes - o_dtok, 16), "cudaMalloc sampling rows");
+    if (pen_rows > 0) pen_scratch_.reserve(size_t(pen_rows) * size_t(V) * sizeof(float), "cudaMalloc penalty scratch");
+    char* h = mask_host_.as<char>();
+    int32_t* mask_of = reinterpret_cast<int32_t*>(h);
+    uint32_t* packed = reinterpret_cast<uint32_t*>(h + o_masks);
+    for (int64_t r = 0; r < m_; ++r) mask_of[r] = -1;
+    int32_t k = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::vector<uint32_t>& mk = params[i]->bitmask;
+      if (mk.empty()) continue;
+      std::memcpy(packed + int64_t(k) * words, mk.data(), size_t(words) * sizeof(uint32_t));
+      mask_of[rows[i]] = k++;
+    }
+    for (size_t j = 0; j < drawn.size(); ++j) srows[j].mask = mask_of[rows[drawn[j]]];
+    std::memcpy(h + o_rows, srows.data(), srows.size() * sizeof(SampleRow));
+    std::memcpy(h + o_pens, pens.data(), pens.size() * sizeof(TokenPenalty));
+    // Device: the same bytes from o_dtok on (tokens of the drawn rows first).
+    char* d = mask_dev_.as<char>() - o_dtok;
+    check(cudaMemcpyAsync(d + o_rows, h + o_rows, bytes - o_rows, cudaMemcpyHostToDevice, stream_), "upload sampling rows");
+    const uint32_t* d_masks = reinterpret_cast<const uint32_t*>(d + o_masks);
+    if (!plain.empty()) {
+      int32_t* d_mask_of = meta_.as<int32_t>(layout_.mask_of);
+      check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m_) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
+      argmax_rows(logits_.as<float>(), m_, V, d_masks, d_mask_of, meta_.as<int32_t>(layout_.tokens_out), stream_);
+      check(cudaMemcpyAsync(h + o_tok, meta_.as<int32_t>(layout_.tokens_out), size_t(m_) * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+    }
+    if (nd > 0) {
+      int32_t* d_tok = reinterpret_cast<int32_t*>(d + o_dtok);
+      sample_rows(logits_.as<float>(), V, reinterpret_cast<const SampleRow*>(d + o_rows), nd, d_masks,
+                  reinterpret_cast<const TokenPenalty*>(d + o_pens), pen_scratch_.as<float>(), d_tok, stream_);
+      check(cudaMemcpyAsync(h + o_dtok, d_tok, size_t(nd) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+    }
+    check(cudaStreamSynchronize(stream_), "forward (sampling)");
+    const int32_t* argmax_tokens = reinterpret_cast<const int32_t*>(h + o_tok);
+    const int32_t* drawn_tokens = reinterpret_cast<const int32_t*>(h + o_dtok);
+    for (size_t i : plain) tokens[i] = argmax_tokens[rows[i]];
+    for (size_t j = 0; j < drawn.size(); ++j) tokens[drawn[j]] = drawn_tokens[j];
   }
 
  private:
@@ -548,7 +603,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   std::vector<float*> kpool_, vpool_;  // per layer [num_blocks * block_size, n_kv * hd]
   // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
   int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, m_ = 0;
-  DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_;
+  DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_, pen_scratch_;
   PinnedBuffer meta_host_, fmeta_host_, embeds_host_, mask_host_;
   MetaLayout layout_;
   size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_u_ = 0, off_sel_ = 0;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <cstdint>
+#include "sampling/sampler.h"
 #include "tensor/weight.h"
 
 namespace rapid::cuda {
@@ -165,6 +166,28 @@ void gather_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, 
 // -1 = unconstrained. A row with no allowed finite logit gets tokens[r] = -1.
 void argmax_rows(const float* logits, int64_t m, int64_t vocab, const uint32_t* masks, const int32_t* mask_of,
                  int32_t* tokens, cudaStream_t s);
+
+// One row of sample_rows, built on the host from the row's SampleParams.
+struct SampleRow {
+  int64_t logit_row = 0;        // the row of logits [m, vocab]
+  double u = 0;                 // the row's uniform draw in [0, 1): uniform_draw(seed, counter)
+  float inv_temperature = 0;    // 1 / temperature; 0 = greedy (the argmax after the mask and penalties)
+  float top_p = 1;              // 1 = off
+  float min_p = 0;              // 0 = off
+  float repetition = 1;         // the repetition penalty of the entries that carry it
+  int32_t top_k = 0;            // 0 = off
+  int32_t mask = -1;            // row of masks (bit set = allowed), or -1
+  int32_t pen_begin = 0, pen_count = 0;  // the row's entries of penalties
+  int32_t scratch = -1;         // row of scratch [*, vocab] the penalized logits go to, when pen_count > 0
+};
+
+// tokens[i] = the token sampling/sampler.cpp's sample_token picks for rows[i] (bitmask, penalties, temperature,
+// top-k, top-p, min-p, the draw u), up to the rounding of the exponentials and of the fixed-point weights; -1
+// when no allowed finite logit. One block per row, so a row's token never depends on the others. rows [n],
+// masks [*, ceil(vocab/32)], penalties [*] (token ids < vocab, distinct within a row), scratch [*, vocab]:
+// device memory. Throws if vocab exceeds 524288.
+void sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n, const uint32_t* masks,
+                 const TokenPenalty* penalties, float* scratch, int32_t* tokens, cudaStream_t s);
 
 // argmax_rows splits a row over several blocks (vocab > 4096) and merges their partial results through a small
 // scratch per (device, stream), allocated on the stream's first such launch (allowed during graph capture) and

@@ -35,6 +35,27 @@ __device__ __forceinline__ double warp_sum_f64(double v) {
   return v;
 }
 
+// True when candidate (v, i) beats (bv, bi) in the greedy order (larger value, then lower id); bi = -1 means
+// "none yet", and a candidate with i = -1 never wins.
+__device__ __forceinline__ bool better_pair(float v, int32_t i, float bv, int32_t bi) {
+  if (i < 0) return false;
+  if (bi < 0) return true;
+  return v > bv || (v == bv && i < bi);
+}
+
+// The warp's best (value, id) pair by better_pair, with a fixed shuffle tree; every lane gets it.
+__device__ __forceinline__ void warp_best(float& bv, int32_t& bi) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    const int32_t oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (better_pair(ov, oi, bv, bi)) {
+      bv = ov;
+      bi = oi;
+    }
+  }
+}
+
 // Threads of a block that reduces one row with row_inv_rms.
 constexpr int kNormThreads = 256;
 

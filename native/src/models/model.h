@@ -48,16 +48,19 @@ struct Batch {
 
 struct DecoderParts;
 
+struct SampleParams;
+
 // Logits that stay on a device after forward (CUDA): the executor fetches only the rows that must
-// reach the host and takes greedy tokens from an argmax run where the logits are.
+// reach the host and samples the others where the logits are.
 class DeviceLogits {
  public:
   virtual ~DeviceLogits() = default;
   // out[i, vocab] = logits of the forward's logit row rows[i]. Waits for the forward.
   virtual void copy_rows(const std::vector<int64_t>& rows, float* out) = 0;
-  // tokens[i] = argmax of logit row rows[i] over the ids masks[i] allows (null = all; bit set =
-  // allowed), lowest id on ties; -1 when no allowed finite logit. Waits for the forward.
-  virtual void argmax(const std::vector<int64_t>& rows, const std::vector<const uint32_t*>& masks, int32_t* tokens) = 0;
+  // tokens[i] = the token sample_token picks from logit row rows[i] under *params[i] (bitmask, penalties,
+  // temperature, top-k/p, min-p, seed and counter; logprobs are not computed), -1 when no allowed finite logit.
+  // Waits for the forward.
+  virtual void sample(const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params, int32_t* tokens) = 0;
 };
 
 class Model {

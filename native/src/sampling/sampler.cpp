@@ -23,26 +23,30 @@ std::string validate_sample_params(const SampleParams& p, int64_t vocab) {
   return "";
 }
 
-static void apply_penalties(float* logits, const SampleParams& p) {
-  if (p.repetition_penalty != 1.0f) {
-    std::vector<int32_t> seen(p.prompt_tokens);
-    seen.insert(seen.end(), p.output_tokens.begin(), p.output_tokens.end());
-    std::sort(seen.begin(), seen.end());
-    seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-    for (int32_t t : seen) {
-      float& l = logits[t];
-      l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
-    }
+std::vector<TokenPenalty> token_penalties(const SampleParams& p) {
+  const bool rep = p.repetition_penalty != 1.0f, sub = p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  std::vector<std::pair<int32_t, bool>> seen;  // (token, from the output)
+  if (rep)
+    for (int32_t t : p.prompt_tokens) seen.push_back({t, false});
+  if (rep || sub)
+    for (int32_t t : p.output_tokens) seen.push_back({t, true});
+  std::sort(seen.begin(), seen.end());
+  std::vector<TokenPenalty> out;
+  for (size_t i = 0; i < seen.size();) {
+    size_t j = i, in_output = 0;
+    for (; j < seen.size() && seen[j].first == seen[i].first; ++j) in_output += seen[j].second ? 1 : 0;
+    const float s = in_output > 0 && sub ? p.presence_penalty + p.frequency_penalty * float(in_output) : 0.0f;
+    out.push_back({seen[i].first, rep ? 1 : 0, s});
+    i = j;
   }
-  if (p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f) {
-    std::vector<int32_t> out(p.output_tokens);
-    std::sort(out.begin(), out.end());
-    for (size_t i = 0; i < out.size();) {
-      size_t j = i;
-      while (j < out.size() && out[j] == out[i]) ++j;
-      logits[out[i]] -= p.presence_penalty + p.frequency_penalty * float(j - i);
-      i = j;
-    }
+  return out;
+}
+
+static void apply_penalties(float* logits, const SampleParams& p) {
+  for (const TokenPenalty& e : token_penalties(p)) {
+    float& l = logits[e.token];
+    if (e.repetition) l = l > 0 ? l / p.repetition_penalty : l * p.repetition_penalty;
+    l -= e.subtract;
   }
 }
 
@@ -52,6 +56,10 @@ static bool better(const std::pair<float, int32_t>& a, const std::pair<float, in
 }
 
 SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p) {
+  return sample_token_at(logits, vocab, p, uniform_draw(p.seed, p.counter));
+}
+
+SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p, double u01) {
   if (!p.bitmask.empty()) {
     bool any = false;
     for (int64_t i = 0; i < vocab; ++i) {
@@ -123,7 +131,7 @@ SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p) {
     }
     double total = 0;
     for (auto& c : cand) total += c.first;
-    const double u = uniform_draw(p.seed, p.counter) * total;
+    const double u = u01 * total;
     double acc = 0;
     out.token = cand.back().second;
     for (auto& c : cand) {

@@ -39,11 +39,26 @@ inline bool is_plain_argmax(const SampleParams& p) {
          p.frequency_penalty == 0.0f;
 }
 
+// One token's penalty: the logit l becomes (repetition ? (l > 0 ? l / rp : l * rp) : l) - subtract, with rp the
+// row's repetition_penalty. A plain struct: device backends copy the list as is.
+struct TokenPenalty {
+  int32_t token;
+  int32_t repetition;  // 1 = the repetition penalty applies (the token is in the prompt or the output)
+  float subtract;      // presence_penalty (if in the output) + frequency_penalty * its count in the output
+};
+
+// p's penalties as one entry per affected token, ascending ids (empty when p has none).
+std::vector<TokenPenalty> token_penalties(const SampleParams& p);
+
 // Checks ranges (token ids < vocab, bitmask length, finite params); returns "" or an error message.
 std::string validate_sample_params(const SampleParams& p, int64_t vocab);
 
 // logits [vocab] is modified in place (used as scratch). Throws std::runtime_error if the bitmask
 // allows no token.
 SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p);
+
+// sample_token with the uniform draw u in [0, 1) given (sample_token draws uniform_draw(p.seed, p.counter)):
+// lets a test probe how close a draw is to a candidate boundary.
+SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p, double u);
 
 }  // namespace rapid

@@ -193,10 +193,10 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
 
   t0 = std::chrono::steady_clock::now();
   std::vector<size_t> samplers;   // rows sampled on the host
-  std::vector<size_t> on_device;  // greedy rows whose argmax runs where the logits are
+  std::vector<size_t> on_device;  // rows sampled where the logits are (all but those that ask for logprobs)
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     if (!ok[r] || !plan.rows[r].has_sample || !can_sample[r]) continue;
-    (dev && is_plain_argmax(plan.rows[r].sample) ? on_device : samplers).push_back(r);
+    (dev && plan.rows[r].sample.logprobs < 0 ? on_device : samplers).push_back(r);
   }
   if (dev) {
     // Logit rows copied to the host: every wantLogits row's (contiguous), then the host samplers' others.
@@ -211,14 +211,13 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
     if (!need.empty()) dev->copy_rows(need, logits.data());
     if (!on_device.empty()) {
       std::vector<int64_t> rows;
-      std::vector<const uint32_t*> row_masks;
+      std::vector<const SampleParams*> params;
       for (size_t r : on_device) {
         rows.push_back(where[r].sample_logit);
-        const SampleParams& sp = plan.rows[r].sample;
-        row_masks.push_back(sp.bitmask.empty() ? nullptr : sp.bitmask.data());
+        params.push_back(&plan.rows[r].sample);
       }
       std::vector<int32_t> tokens(rows.size(), -1);
-      dev->argmax(rows, row_masks, tokens.data());
+      dev->sample(rows, params, tokens.data());
       for (size_t i = 0; i < on_device.size(); ++i) {
         StepRowResult& out = res.rows[on_device[i]];
         if (tokens[i] >= 0) {

@@ -1,0 +1,46 @@
+// What the CUDA op tests share: PASS/FAIL lines with a failure count, and an owning device buffer.
+#pragma once
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+#include "cuda/cuda_kernels.h"
+
+namespace rapid::cuda::test {
+
+inline int g_failures = 0;
+
+inline void report(const std::string& name, double err, double tol) {
+  const bool ok = err <= tol;  // NaN fails
+  if (!ok) ++g_failures;
+  std::printf("%s %-58s max_err=%.3g (tol %.1g)\n", ok ? "PASS" : "FAIL", name.c_str(), err, tol);
+}
+
+inline void report_bool(const std::string& name, bool ok, const std::string& detail = "") {
+  if (!ok) ++g_failures;
+  std::printf("%s %-58s %s\n", ok ? "PASS" : "FAIL", name.c_str(), detail.c_str());
+}
+
+// Device buffer of `count` T; freed on scope exit.
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  Dev() = default;
+  explicit Dev(size_t count) : n(count) { check(cudaMalloc(&p, std::max<size_t>(1, count) * sizeof(T)), "cudaMalloc"); }
+  explicit Dev(const std::vector<T>& h) : Dev(h.size()) { upload(h); }
+  Dev(const Dev&) = delete;
+  Dev& operator=(const Dev&) = delete;
+  ~Dev() { cudaFree(p); }
+  void upload(const std::vector<T>& h) { check(cudaMemcpy(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice), "upload"); }
+  std::vector<T> download() const {
+    std::vector<T> h(n);
+    check(cudaMemcpy(h.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return h;
+  }
+};
+
+inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
+
+}  // namespace rapid::cuda::test
