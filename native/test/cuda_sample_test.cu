@@ -4,7 +4,8 @@
 // device's token is the CPU's for the same draw u, or, where the two differ, the CPU itself picks the device's
 // token for a draw within 1e-6 of u (the rounding of the exponentials moves a boundary by that much). Also:
 // one row alone == the same row in the full launch (bitwise), a second launch == the first, rows with nothing
-// allowed give -1, and the launch time for 1 / 8 / 64 rows of a 151,936-token vocabulary (informational).
+// allowed give -1, and the launch time for 1 / 8 / 64 rows of a 151,936-token vocabulary, spread logits (N(0, 3))
+// and peaked ones (one dominant token, as trained models' usually are): informational.
 // Build: node scripts/build-cuda.mjs --tests (build/cuda/tests/cuda_sample_test).
 #include <algorithm>
 #include <chrono>
@@ -241,22 +242,25 @@ void test_vocab(int64_t vocab) {
 
 void time_rows() {
   const int64_t vocab = 151936;
-  for (int setting = 0; setting < 3; ++setting) {
-    for (int n : {1, 8, 64}) {
-      std::vector<Case> cases;
-      for (int i = 0; i < n; ++i) {
-        SampleParams p;
-        p.temperature = 0.8f;
-        if (setting == 1) p.top_p = 0.9f;
-        if (setting == 2) p.top_k = 40, p.top_p = 0.95f;
-        p.seed = uint64_t(i);
-        p.counter = 3;
-        cases.push_back({make_row(vocab, 0), p, ""});
+  for (int kind : {0, 1}) {
+    for (int setting = 0; setting < 3; ++setting) {
+      for (int n : {1, 8, 64}) {
+        std::vector<Case> cases;
+        for (int i = 0; i < n; ++i) {
+          SampleParams p;
+          p.temperature = 0.8f;
+          if (setting == 1) p.top_p = 0.9f;
+          if (setting == 2) p.top_k = 40, p.top_p = 0.95f;
+          p.seed = uint64_t(i);
+          p.counter = 3;
+          cases.push_back({make_row(vocab, kind), p, ""});
+        }
+        float ms = 0;
+        run_device(cases, vocab, &ms, 20);
+        const char* what = setting == 0 ? "T 0.8" : setting == 1 ? "T 0.8, top-p 0.9" : "T 0.8, top-k 40, top-p 0.95";
+        std::printf("TIME sample_rows %-28s %-7s vocab %lld rows %2d: %8.1f us per launch\n", what,
+                    kind ? "peaked" : "spread", (long long)vocab, n, ms * 1e3);
       }
-      float ms = 0;
-      run_device(cases, vocab, &ms, 20);
-      const char* what = setting == 0 ? "T 0.8" : setting == 1 ? "T 0.8, top-p 0.9" : "T 0.8, top-k 40, top-p 0.95";
-      std::printf("TIME sample_rows %-28s vocab %lld rows %2d: %8.1f us per launch\n", what, (long long)vocab, n, ms * 1e3);
     }
   }
 }

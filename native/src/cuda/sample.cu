@@ -2,9 +2,11 @@
 // bitmask → penalties → greedy | temperature → top-k → top-p → min-p → one draw with the row's uniform u —
 // without copying the logits row to the host. Weights are fixed-point integers (w · 2^40), so every sum is
 // exact whatever its order: a row's token is a pure function of its logits, parameters and u, never of the
-// rows that share the launch. The sorted order (logit descending, id ascending) is never materialized: a
-// weighted select over it is a radix search over the logits' order-preserving keys plus an id-order scan of
-// the ties, each a few passes over the row (in L2 right after the head matmul).
+// rows that share the launch. Top-k / top-p take the sorted order (logit descending, id ascending): when the
+// candidates are few, a short list sorted in shared memory (sorted_compact); otherwise weighted selects over the
+// whole row, each a radix search over the logits' order-preserving keys plus an id-order scan of the ties.
+// The block is compute-bound (~40 us per pass over a 152k row with exponentials on an H200), so the passes
+// are few: temperature alone takes two, a short list three.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -17,14 +19,15 @@ namespace rapid::cuda {
 
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kThreads = 1024;  // one block per row: 512 threads ran 1.4x slower per row on an H200
 constexpr int kWarps = kThreads / 32;
 constexpr int kGroup = 128;                 // ids a warp reads per step (4 per lane): the id-order scan's unit
+constexpr int kUnroll = 2;                  // groups whose loads a warp has in flight at once (4: no faster)
 constexpr int kHistCopies = 16;             // radix histograms, one per pair of warps: fewer same-address atomics
 constexpr int kBuckets = 256;               // 8-bit digits, four passes per 32-bit key
 constexpr int kSmemWords = kHistCopies * kBuckets;  // u64 scratch: the histograms, or one sum per group
 constexpr int64_t kMaxVocab = int64_t(kSmemWords) * kGroup;
-constexpr double kFix = 1099511627776.0;    // 2^40: a weight of 1 (the top token); sums stay below 2^60
+constexpr int kFixBits = 40;                // a weight of 1 (the top token) is 2^40; sums stay below 2^60
 
 // A logits row as the sampler sees it: a masked or non-finite logit is -inf (never a candidate).
 struct RowView {
@@ -65,7 +68,15 @@ __device__ __forceinline__ uint32_t key_of(float v) {
 struct Weights {
   float inv_t, mx_t;
   __device__ float real(float v) const { return expf(__fsub_rn(__fmul_rn(v, inv_t), mx_t)); }
-  __device__ uint64_t fixed(float w) const { return uint64_t(double(w) * kFix); }
+  // floor(w · 2^40) for w in [0, 1] from the float's bits (w = m · 2^(e-150)): exact, no 64-bit conversions.
+  __device__ uint64_t fixed(float w) const {
+    const uint32_t b = __float_as_uint(w);
+    const int e = int(b >> 23);
+    if (e == 0) return 0;  // 0 or subnormal (< 2^-126)
+    const uint64_t m = (b & 0x7fffffu) | 0x800000u;
+    const int sh = e - 150 + kFixBits;
+    return sh >= 0 ? m << sh : (sh > -24 ? m >> -sh : 0);
+  }
 };
 
 __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
@@ -87,41 +98,59 @@ __device__ __forceinline__ uint64_t warp_inclusive_u64(uint64_t v, int lane) {
 struct Shared {
   uint64_t warp_part[kWarps];
   uint64_t sel_before;  // cumulative weight before the selected group / bucket / id
+  uint64_t total;       // the weights' total over the row (id_select) or over the first radix pass
   int64_t sel_index;    // the selected group, bucket or id
+  uint32_t n_comp;      // candidates compacted by sorted_compact
   float best_v[kWarps];
   int32_t best_i[kWarps];
   int32_t count[kWarps];
 };
 
-// Sum over the block of one u64 per thread; every thread gets it.
-__device__ uint64_t block_sum(uint64_t v, Shared& sh) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  v = warp_sum_u64(v);
-  __syncthreads();  // sh.warp_part may still be read by a previous step
-  if (lane == 0) sh.warp_part[warp] = v;
-  __syncthreads();
-  return warp_sum_u64(sh.warp_part[lane]);
-}
-
-// Calls f(i0, v[4]) for every 4-logit slice of the row, warp-collectively (a warp's 32 lanes read one group of
-// kGroup consecutive ids: group g = (i0 / kGroup) is read by warp g % kWarps).
+// Calls f(g, i0, v[4]) for every 4-logit slice of the row, warp-collectively (a warp's 32 lanes read one group
+// of kGroup consecutive ids: group g = i0 / kGroup is read by warp g % kWarps). A pass is bound by load latency
+// (one block per row): each warp issues the loads of kUnroll groups before it uses any.
 template <class F>
 __device__ void for_each_group(const RowView& r, F&& f) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t groups = (r.vocab + kGroup - 1) / kGroup;
-  for (int64_t g = warp; g < groups; g += kWarps) {
-    const int64_t i0 = g * kGroup + lane * 4;
-    float v[4];
-    r.load4(i0, v);
-    f(g, i0, v);
+  for (int64_t g0 = warp; g0 < groups; g0 += int64_t(kWarps) * kUnroll) {
+    float v[kUnroll][4];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * kWarps;
+      if (g < groups) r.load4(g * kGroup + lane * 4, v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t g = g0 + int64_t(u) * kWarps;
+      if (g < groups) f(g, g * kGroup + lane * 4, v[u]);
+    }
   }
 }
 
-// The id of the first element, in id order, whose running sum of wt(i, v) passes target (sum before <= target
-// < sum through it), and that sum before. Requires target < the row's total of wt. Two steps: every group's
-// sum into sm (one pass), then the group, then the id within it.
-template <class W>
-__device__ int64_t id_select(const RowView& r, W&& wt, uint64_t target, uint64_t* sm, Shared& sh, uint64_t& before) {
+// Exclusive prefix over the block's threads (thread order) of one u64 each; total gets the sum. All threads call.
+__device__ uint64_t block_scan(uint64_t mine, Shared& sh, uint64_t& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const uint64_t incl_w = warp_inclusive_u64(mine, lane);
+  __syncthreads();  // sh.warp_part may still be read by a previous step
+  if (lane == 31) sh.warp_part[warp] = incl_w;
+  __syncthreads();
+  if (warp == 0) {
+    const uint64_t own = lane < kWarps ? sh.warp_part[lane] : 0;
+    const uint64_t t = warp_inclusive_u64(own, lane);
+    if (lane < kWarps) sh.warp_part[lane] = t - own;  // exclusive prefix of the warps
+    if (lane == 31) sh.total = t;
+  }
+  __syncthreads();
+  total = sh.total;
+  return sh.warp_part[warp] + incl_w - mine;
+}
+
+// The id of the first element, in id order, whose running sum of wt(i, v) passes target = target_of(total of wt)
+// (sum before <= target < sum through it), and that sum before; -1 when target >= total. Every group's sum
+// into sm (one pass), then the group, then the id within it.
+template <class W, class T>
+__device__ int64_t id_select(const RowView& r, W&& wt, T&& target_of, uint64_t* sm, Shared& sh, uint64_t& before) {
   const int tid = threadIdx.x, lane = tid & 31;
   const int64_t groups = (r.vocab + kGroup - 1) / kGroup;
   __syncthreads();  // sm may still be read by a previous step
@@ -140,15 +169,9 @@ __device__ int64_t id_select(const RowView& r, W&& wt, uint64_t target, uint64_t
   uint64_t mine = 0;
   for (int64_t g = g0; g < g1; ++g) mine += sm[g];
   const int warp = tid >> 5;
-  const uint64_t incl_w = warp_inclusive_u64(mine, lane);
-  if (lane == 31) sh.warp_part[warp] = incl_w;
-  __syncthreads();
-  if (warp == 0) {
-    const uint64_t t = warp_inclusive_u64(sh.warp_part[lane], lane);
-    sh.warp_part[lane] = t - sh.warp_part[lane];  // exclusive prefix of the warps
-  }
-  __syncthreads();
-  uint64_t acc = sh.warp_part[warp] + incl_w - mine;  // exclusive prefix of this thread's run
+  uint64_t total;
+  uint64_t acc = block_scan(mine, sh, total);  // exclusive prefix of this thread's run
+  const uint64_t target = target_of(total);
   if (acc <= target && target < acc + mine) {
     for (int64_t g = g0; g < g1; ++g) {
       if (target < acc + sm[g]) {
@@ -197,28 +220,37 @@ struct Pick {
   uint64_t before;  // weight of every element ahead of it in the sorted order
 };
 
-// The first element in the sorted order (key descending, id ascending) whose running sum of wt passes target,
-// over valid elements. Requires target < the row's total of wt. Four radix passes fix its key (per pass a
-// histogram of the weight per 8-bit digit among the elements that share the digits fixed so far), then an
-// id-order select among the elements with that key.
-template <class W>
-__device__ Pick sorted_select(const RowView& r, W&& wt, uint64_t target, uint64_t* sm, Shared& sh) {
+// The first element in the sorted order (key descending, id ascending) whose running sum of wt passes
+// target = target_of(total of wt over the valid elements); id -1 when target >= total. Four radix passes fix its
+// key (per pass a histogram of the weight per 8-bit digit among the elements that share the digits fixed so
+// far; the first pass also gives the total), then an id-order select among the elements with that key.
+template <class W, class T>
+__device__ Pick sorted_select(const RowView& r, W&& wt, T&& target_of, uint64_t* sm, Shared& sh) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   uint32_t prefix = 0, pmask = 0;
   uint64_t cum = 0;  // weight of the elements with a larger key than the current prefix range
+  uint64_t target = 0;
   for (int shift = 24; shift >= 0; shift -= 8) {
     __syncthreads();  // sm may still be read by a previous step
     for (int i = tid; i < kSmemWords; i += kThreads) sm[i] = 0;
     __syncthreads();
-    uint64_t* hist = sm + (warp >> 1) * kBuckets;
+    uint64_t* hist = sm + (warp * kHistCopies / kWarps) * kBuckets;
     for_each_group(r, [&](int64_t, int64_t i0, const float* v) {
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
-        if (!valid(v[j])) continue;
         const uint32_t k = key_of(v[j]);
-        if ((k & pmask) != prefix) continue;
-        const uint64_t w = wt(i0 + j, v[j]);
-        if (w) atomicAdd(reinterpret_cast<unsigned long long*>(hist + ((k >> shift) & 255u)), (unsigned long long)w);
+        const uint64_t w = valid(v[j]) && (k & pmask) == prefix ? wt(i0 + j, v[j]) : 0;
+        // Logits cluster in few buckets: the warp's lanes that share one add their weights first (exact: 20-bit
+        // halves of a weight <= 2^40, summed over <= 32 lanes), and one lane does the atomic.
+        const unsigned active = __ballot_sync(0xffffffffu, w != 0);
+        if (w != 0) {
+          const uint32_t b = (k >> shift) & 255u;
+          const unsigned peers = __match_any_sync(active, b);
+          const uint32_t lo = __reduce_add_sync(peers, uint32_t(w & 0xfffffu));
+          const uint32_t hi = __reduce_add_sync(peers, uint32_t(w >> 20));
+          if (lane == __ffs(peers) - 1)
+            atomicAdd(reinterpret_cast<unsigned long long*>(hist + b), (unsigned long long)((uint64_t(hi) << 20) + lo));
+        }
       }
     });
     __syncthreads();
@@ -229,6 +261,11 @@ __device__ Pick sorted_select(const RowView& r, W&& wt, uint64_t target, uint64_
     }
     if (tid == 0) sh.sel_index = -1;
     __syncthreads();
+    if (shift == 24) {  // the first pass saw every weighted element: its histogram's total is the row's
+      uint64_t s = 0;
+      for (int b = 0; b < 8; ++b) s += sm[255 - 8 * lane - b];
+      target = target_of(warp_sum_u64(s));
+    }
     if (warp == 0) {  // lane l holds buckets 255-8l down to 248-8l: descending key order across lanes
       uint64_t s = 0;
       for (int b = 0; b < 8; ++b) s += sm[255 - 8 * lane - b];
@@ -255,8 +292,8 @@ __device__ Pick sorted_select(const RowView& r, W&& wt, uint64_t target, uint64_
   uint64_t in_ties = 0;
   const uint32_t key = prefix;
   const int64_t id = id_select(
-      r, [&](int64_t i, float v) -> uint64_t { return valid(v) && key_of(v) == key ? wt(i, v) : 0; }, target - cum, sm, sh,
-      in_ties);
+      r, [&](int64_t i, float v) -> uint64_t { return valid(v) && key_of(v) == key ? wt(i, v) : 0; },
+      [&](uint64_t) { return target - cum; }, sm, sh, in_ties);
   return {key, id, cum + in_ties};
 }
 
@@ -270,6 +307,191 @@ __device__ __forceinline__ bool at_or_before(float v, int64_t i, const Pick& p) 
 __device__ __forceinline__ uint64_t draw_target(double u, uint64_t total) {
   const uint64_t t = uint64_t(u * double(total));
   return t < total ? t : total - 1;
+}
+
+// The logit of an order-preserving key (key_of's inverse).
+__device__ __forceinline__ float value_of(uint32_t k) {
+  return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
+}
+
+constexpr int kCuts = 6;           // top-p: log-weight distances from the top at which each thread counts
+constexpr int kBins = 64;          // top-k: a histogram by log-weight distance from the top in steps of
+constexpr float kBinsPerUnit = 4;  // 1/4, up to 16 (weights below e^-16 of the top's are never short-listed)
+
+// Top-k / top-p when the candidates are few (trained models' logits usually are peaked): one pass finds a
+// distance d from the top, in log-weight, within which every candidate surely lies and at most kSmemWords
+// logits do; those are compacted into sm and sorted there (key descending, id ascending: bitonic), and top-k,
+// top-p, min-p and the draw run on that short list with the radix path's fixed-point weights. Top-p (no top-k
+// cut) needs the row's total weight and the weight within each cut: each thread counts at kCuts distances in
+// registers (shared-memory atomics on clustered logits cost more than the pass). Top-k needs counts only, at a
+// finer resolution (the k-th logit can sit deep in a dense bulk): a count histogram by quarter units. Returns
+// the token, or -2 when no distance qualifies (the caller takes the radix path).
+__device__ int64_t sorted_compact(const RowView& r, const SampleRow& R, const Weights& W, bool cut_k, uint64_t* sm,
+                                  Shared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const auto dist = [&](float v) { return __fsub_rn(W.mx_t, __fmul_rn(v, W.inv_t)); };  // -(weight exponent)
+  const auto bin_of = [&](float v) {  // kBins (none) when invalid or too far from the top
+    if (!valid(v)) return kBins;
+    const float d4 = __fmul_rn(dist(v), kBinsPerUnit);
+    return d4 < float(kBins) ? int(d4) : kBins;
+  };
+  const float cuts[kCuts] = {1.0f, 2.0f, 4.0f, 6.0f, 9.0f, 13.0f};
+  float cut = -1.0f;
+  int last = -1;
+  uint64_t t_p = 0;  // the nucleus' weight target over the whole row (top-p without top-k)
+  __syncthreads();   // sm may still be read by a previous step
+  if (!cut_k) {
+    uint32_t cnt[kCuts] = {};
+    uint64_t mass[kCuts] = {};
+    uint64_t total = 0;
+    for_each_group(r, [&](int64_t, int64_t, const float* v) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!valid(v[j])) continue;
+        const float d = dist(v[j]);
+        const uint64_t w = W.fixed(W.real(v[j]));
+        total += w;
+#pragma unroll
+        for (int c = 0; c < kCuts; ++c)
+          if (d <= cuts[c]) ++cnt[c], mass[c] += w;
+      }
+    });
+    uint64_t* part = sm;  // [kWarps, 2 kCuts + 1] (integers: any order gives the same sums)
+#pragma unroll
+    for (int c = 0; c < kCuts; ++c) {
+      const uint64_t a = warp_sum_u64(cnt[c]), b = warp_sum_u64(mass[c]);
+      if (lane == 0) part[warp * (2 * kCuts + 1) + c] = a, part[warp * (2 * kCuts + 1) + kCuts + c] = b;
+    }
+    total = warp_sum_u64(total);
+    if (lane == 0) part[warp * (2 * kCuts + 1) + 2 * kCuts] = total;
+    __syncthreads();
+    uint64_t sums[2 * kCuts + 1] = {};
+    for (int w = 0; w < kWarps; ++w)
+      for (int q = 0; q < 2 * kCuts + 1; ++q) sums[q] += part[w * (2 * kCuts + 1) + q];
+    const double t = ceil(double(R.top_p) * double(sums[2 * kCuts]));
+    t_p = t < 1.0 ? 1 : t >= double(sums[2 * kCuts]) ? sums[2 * kCuts] : uint64_t(t);
+    for (int c = 0; c < kCuts && cut < 0.0f; ++c) {
+      if (sums[c] > uint64_t(kSmemWords)) break;
+      if (sums[kCuts + c] >= t_p) cut = cuts[c];
+    }
+    if (cut < 0.0f) return -2;
+  } else {
+    uint32_t* hcount = reinterpret_cast<uint32_t*>(sm);  // [kHistCopies, kBins]
+    for (int i = tid; i < kHistCopies * kBins / 2; i += kThreads) sm[i] = 0;
+    __syncthreads();
+    const int copy = warp * kHistCopies / kWarps;
+    for_each_group(r, [&](int64_t, int64_t, const float* v) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const int b = bin_of(v[j]);
+        const unsigned active = __ballot_sync(0xffffffffu, b < kBins);
+        if (b < kBins) {  // lanes sharing a bin count together: one atomic per bin and warp step
+          const unsigned peers = __match_any_sync(active, b);
+          if (lane == __ffs(peers) - 1) atomicAdd(hcount + copy * kBins + b, uint32_t(__popc(peers)));
+        }
+      }
+    });
+    __syncthreads();
+    uint64_t cc = 0;  // every thread walks the bins: all agree
+    for (int b = 0; b < kBins && last < 0; ++b) {
+      for (int k = 0; k < kHistCopies; ++k) cc += hcount[k * kBins + b];
+      if (cc > uint64_t(kSmemWords)) break;
+      if (cc >= uint64_t(R.top_k)) last = b;
+    }
+    if (last < 0) return -2;
+  }
+  const auto take = [&](float v) { return cut_k ? bin_of(v) <= last : valid(v) && dist(v) <= cut; };
+
+  // Compact: (key << 32 | ~id) sorts descending as key descending, id ascending.
+  __syncthreads();
+  if (tid == 0) sh.n_comp = 0;
+  __syncthreads();
+  for_each_group(r, [&](int64_t, int64_t i0, const float* v) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      if (!take(v[j])) continue;
+      const uint32_t slot = atomicAdd(&sh.n_comp, 1u);
+      sm[slot] = (uint64_t(key_of(v[j])) << 32) | uint32_t(~uint32_t(i0 + j));
+    }
+  });
+  __syncthreads();
+  const int n = int(sh.n_comp);
+  int np2 = 1;
+  while (np2 < n) np2 <<= 1;
+  for (int i = n + tid; i < np2; i += kThreads) sm[i] = 0;  // below every valid entry
+  __syncthreads();
+  for (int k = 2; k <= np2; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = tid; i < np2; i += kThreads) {
+        const int o = i ^ j;
+        if (o > i) {
+          const uint64_t a = sm[i], b = sm[o];
+          if (((i & k) == 0) == (a < b)) sm[i] = b, sm[o] = a;  // descending runs where (i & k) == 0
+        }
+      }
+      __syncthreads();
+    }
+
+  // Each thread owns up to kPer consecutive entries of the sorted list.
+  constexpr int kPer = (kSmemWords + kThreads - 1) / kThreads;
+  const int e0 = tid * kPer;
+  float wf[kPer];
+  uint64_t w[kPer];
+  uint64_t z_mine = 0;
+  const int k_eff = cut_k ? int(R.top_k) : n;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const int i = e0 + q;
+    wf[q] = 0.0f;
+    w[q] = 0;
+    if (i < n) {
+      wf[q] = W.real(value_of(uint32_t(sm[i] >> 32)));
+      w[q] = W.fixed(wf[q]);
+    }
+    if (i < k_eff) z_mine += w[q];
+  }
+  uint64_t z;
+  uint64_t acc = block_scan(z_mine, sh, z);
+  int end = k_eff - 1;
+  if (R.top_p < 1.0f) {
+    uint64_t target = t_p;
+    if (cut_k) {
+      const double t = ceil(double(R.top_p) * double(z));
+      target = t < 1.0 ? 1 : t >= double(z) ? z : uint64_t(t);
+    }
+    __syncthreads();
+    if (tid == 0) sh.sel_index = k_eff - 1;  // the whole top-k set if rounding leaves the target unreached
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      const int i = e0 + q;
+      if (i >= k_eff) break;
+      if (acc < target && acc + w[q] >= target) sh.sel_index = i;
+      acc += w[q];
+    }
+    __syncthreads();
+    end = int(sh.sel_index);
+  }
+  // The draw over entries 0..end whose weight passes min-p.
+  uint64_t d_mine = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    if (e0 + q > end || wf[q] < R.min_p) w[q] = 0;
+    d_mine += w[q];
+  }
+  uint64_t dtot;
+  acc = block_scan(d_mine, sh, dtot);
+  const uint64_t target = draw_target(R.u, dtot);
+  __syncthreads();
+  if (tid == 0) sh.sel_index = -1;
+  __syncthreads();
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    if (acc <= target && target < acc + w[q]) sh.sel_index = int64_t(~uint32_t(sm[e0 + q]));
+    acc += w[q];
+  }
+  __syncthreads();
+  return sh.sel_index;
 }
 
 // Grid (rows). logits [m, vocab]; rows [gridDim.x]; masks [*, ceil(vocab/32)]; penalties [*]; scratch
@@ -320,9 +542,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   for (int o = 16; o > 0; o >>= 1) n_valid += __shfl_xor_sync(0xffffffffu, n_valid, o);
   if (lane == 0) sh.best_v[warp] = bv, sh.best_i[warp] = bi, sh.count[warp] = n_valid;
   __syncthreads();
-  bv = sh.best_v[lane];
-  bi = sh.best_i[lane];
-  n_valid = sh.count[lane];
+  bv = lane < kWarps ? sh.best_v[lane] : 0.0f;
+  bi = lane < kWarps ? sh.best_i[lane] : -1;
+  n_valid = lane < kWarps ? sh.count[lane] : 0;
   warp_best(bv, bi);
   for (int o = 16; o > 0; o >>= 1) n_valid += __shfl_xor_sync(0xffffffffu, n_valid, o);
   if (bi < 0 || R.inv_temperature == 0.0f) {  // nothing allowed, or greedy (after the mask and penalties)
@@ -332,6 +554,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 
   const Weights W{R.inv_temperature, __fmul_rn(bv, R.inv_temperature)};
   const float min_p = R.min_p;
+  const auto draw = [&](uint64_t total) { return draw_target(R.u, total); };
   int64_t token;
   if (R.top_k == 0 && R.top_p >= 1.0f) {
     // No truncation by rank: the candidates in id order (the host's order here), min-p as a weight floor.
@@ -340,68 +563,50 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       const float w = W.real(v);
       return w > 0.0f && w >= min_p ? W.fixed(w) : 0;
     };
-    uint64_t s = 0;
-    for_each_group(rv, [&](int64_t, int64_t i0, const float* v) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) s += wt(i0 + j, v[j]);
-    });
-    const uint64_t total = block_sum(s, sh);
     uint64_t before;
-    token = id_select(rv, wt, draw_target(R.u, total), sm, sh, before);
+    token = id_select(rv, wt, draw, sm, sh, before);
   } else {
-    auto w_all = [&](int64_t, float v) -> uint64_t { return valid(v) ? W.fixed(W.real(v)) : 0; };
-    // Top-k: the k-th element of the sorted order (a count select), and the weight through it.
     const bool cut_k = R.top_k > 0 && R.top_k < n_valid;
-    Pick end{0, -1, 0};
-    uint64_t z = 0;
+    const int64_t few = sorted_compact(rv, R, W, cut_k, sm, sh);
+    if (few != -2) {
+      if (tid == 0) tokens[blockIdx.x] = int32_t(few);
+      return;
+    }
+    // Top-k: the k-th element of the sorted order (a count select); the weights beyond it are zero from here on.
+    Pick end_k{0, -1, 0};
     if (cut_k) {
-      end = sorted_select(rv, [](int64_t, float) -> uint64_t { return 1; }, uint64_t(R.top_k - 1), sm, sh);
-      if (end.id < 0) {
+      end_k = sorted_select(rv, [](int64_t, float) -> uint64_t { return 1; },
+                            [&](uint64_t) { return uint64_t(R.top_k - 1); }, sm, sh);
+      if (end_k.id < 0) {
         if (tid == 0) tokens[blockIdx.x] = -1;
         return;
       }
     }
-    uint64_t s = 0;
-    for_each_group(rv, [&](int64_t, int64_t i0, const float* v) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j)
-        if (valid(v[j]) && (!cut_k || at_or_before(v[j], i0 + j, end))) s += w_all(i0 + j, v[j]);
-    });
-    z = block_sum(s, sh);
+    auto w_k = [&](int64_t i, float v) -> uint64_t {
+      return valid(v) && (!cut_k || at_or_before(v, i, end_k)) ? W.fixed(W.real(v)) : 0;
+    };
+    Pick end = end_k;
     bool has_end = cut_k;
     if (R.top_p < 1.0f) {
-      // The nucleus ends at the first element whose running weight reaches top_p of z (the host stops before
-      // the first element whose preceding mass is >= top_p). It lies within the top-k prefix: target < z.
-      double t = ceil(double(R.top_p) * double(z));
-      uint64_t target = t < 1.0 ? 1 : (t >= double(z) ? z : uint64_t(t));
-      end = sorted_select(rv, w_all, target - 1, sm, sh);
+      // The nucleus ends at the first element whose running weight reaches top_p of the top-k set's weight z (the
+      // host stops before the first element whose preceding mass is >= top_p).
+      end = sorted_select(rv, w_k, [&](uint64_t z) {
+        const double t = ceil(double(R.top_p) * double(z));
+        return (t < 1.0 ? uint64_t(1) : t >= double(z) ? z : uint64_t(t)) - 1;
+      }, sm, sh);
       if (end.id < 0) {
         if (tid == 0) tokens[blockIdx.x] = -1;
         return;
       }
       has_end = true;
-      const float ev = end.key & 0x80000000u ? __uint_as_float(end.key & 0x7fffffffu) : __uint_as_float(~end.key);
-      z = end.before + w_all(end.id, ev);
     }
-    uint64_t total = z;
-    auto w_cand = [&](int64_t, float v) -> uint64_t {
-      if (!valid(v)) return 0;
+    // The draw over the candidates (at or before the end), min-p as a weight floor (weights fall along the order).
+    auto w_cand = [&](int64_t i, float v) -> uint64_t {
+      if (!valid(v) || (has_end && !at_or_before(v, i, end))) return 0;
       const float w = W.real(v);
       return w >= min_p ? W.fixed(w) : 0;
     };
-    if (min_p > 0.0f) {  // min-p keeps a prefix of the candidates (weights fall along the order)
-      s = 0;
-      for_each_group(rv, [&](int64_t, int64_t i0, const float* v) {
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-          if (valid(v[j]) && (!has_end || at_or_before(v[j], i0 + j, end))) s += w_cand(i0 + j, v[j]);
-      });
-      total = block_sum(s, sh);
-    }
-    // The draw: target < total, so the pick lies within the candidates whatever follows them.
-    const Pick p = min_p > 0.0f ? sorted_select(rv, w_cand, draw_target(R.u, total), sm, sh)
-                                : sorted_select(rv, w_all, draw_target(R.u, total), sm, sh);
-    token = p.id;
+    token = sorted_select(rv, w_cand, draw, sm, sh).id;
   }
   if (tid == 0) tokens[blockIdx.x] = int32_t(token);
 }
