@@ -23,6 +23,8 @@ export interface CpuBenchOptions {
   precision: 'exact' | 'fast';
   dir: string;
   bandwidthBytes: number;
+  temperature?: number; // decode samples at this temperature (0 or absent: greedy, as the peer decodes)
+  topP?: number; // with temperature: nucleus over top-p of the mass (absent: off)
   peer?: { llamaBench: string; models: string[] };
 }
 
@@ -102,6 +104,7 @@ class Runner {
   constructor(
     private readonly model: NativeModel,
     private readonly blockTable: Int32Array,
+    private readonly sampling: { temperature: number; topP: number } = { temperature: 0, topP: 1 },
   ) {}
 
   private async step(tokens: Int32Array, start: number, counter: number, sample: boolean): Promise<NativeStepResult> {
@@ -116,7 +119,7 @@ class Runner {
           positions,
           blockTable: this.blockTable,
           contextLen: start,
-          sample: sample ? { ...GREEDY_SAMPLE, counter } : undefined,
+          sample: sample ? { ...GREEDY_SAMPLE, ...this.sampling, counter } : undefined,
         },
       ],
     });
@@ -145,7 +148,7 @@ class Runner {
     return s;
   }
 
-  /** Greedy batch-1 decode of `n` tokens starting at `start`, feeding each sampled token back. */
+  /** Batch-1 decode of `n` tokens starting at `start` (greedy unless the bench samples), feeding each token back. */
   async decode(first: number, start: number, n: number, newRequest: boolean): Promise<StepStats> {
     if (newRequest) this.serial++;
     const s: StepStats = { wallMs: 0, forwardMs: 0, sampleMs: 0, steps: 0, lastToken: first };
@@ -220,7 +223,7 @@ export async function runCpuBench(o: CpuBenchOptions): Promise<CpuBenchReport> {
   const blockTable = Int32Array.from({ length: needBlocks }, (_, i) => i);
   log(`loaded in ${loadMs.toFixed(0)} ms: ${info.family}, ${info.quantization}, ${info.threads} threads, ${info.precision}`);
 
-  const runner = new Runner(model, blockTable);
+  const runner = new Runner(model, blockTable, { temperature: o.temperature ?? 0, topP: o.topP ?? 1 });
   const prompt = randomPrompt(o.promptTokens, QWEN25_05B.vocab);
   let report: CpuBenchReport;
   try {
@@ -330,7 +333,8 @@ export function formatReport(r: CpuBenchReport): string {
   const f = (x: number): string => x.toFixed(1);
   const lines: string[] = [];
   lines.push(
-    `rapid bench:cpu — Qwen2.5-0.5B shape (random weights), MLX ${r.checkpoint.quantization}, ${o.threads} threads, precision ${o.precision}`,
+    `rapid bench:cpu — Qwen2.5-0.5B shape (random weights), MLX ${r.checkpoint.quantization}, ${o.threads} threads, precision ${o.precision}` +
+      (o.temperature ? `, decode sampled at temperature ${o.temperature}${o.topP !== undefined && o.topP < 1 ? ` top-p ${o.topP}` : ''}` : ''),
   );
   lines.push(`load average ${r.load.start.toFixed(2)} at start, ${r.load.end.toFixed(2)} at end`);
   lines.push(`cpu: ${r.cpu}; kernel ${r.system.kernel} [${r.system.simd.join(', ')}]; addon ${r.binary.path} (${r.binary.source})`);
@@ -381,8 +385,25 @@ const USAGE = `usage: npm run bench:cpu -- [options]
   --precision P        fast | exact (default fast)
   --dir DIR            checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)
   --json FILE          write every figure as JSON
+  --temperature T      decode samples at temperature T (default 0: greedy); the 'sample' ms/tok shows its cost
+  --top-p P            with --temperature: nucleus sampling over top-p P (default 1: off)
   --peer PATH          llama.cpp llama-bench binary, run in the same bench
   --peer-model FILE    GGUF for the peer (Q4_0 of the same shape); repeat for several`;
+
+/** A number option in [lo, hi] (default when absent); anything else is an error naming the option. */
+function numberOption(v: string | undefined, name: string, dflt: number, lo: number, hi: number): number {
+  if (v === undefined) return dflt;
+  const n = Number(v);
+  if (!Number.isFinite(n) || n < lo || n > hi) throw new Error(`--${name} must be a number in [${lo}, ${hi}], got ${v}`);
+  return n;
+}
+
+function topPOption(v: string | undefined): number {
+  if (v === undefined) return 1;
+  const n = Number(v);
+  if (!(n > 0 && n <= 1)) throw new Error(`--top-p must be a number in (0, 1], got ${v}`);
+  return n;
+}
 
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -396,6 +417,8 @@ export async function main(argv: string[]): Promise<number> {
       precision: { type: 'string' },
       dir: { type: 'string' },
       json: { type: 'string' },
+      temperature: { type: 'string' },
+      'top-p': { type: 'string' },
       peer: { type: 'string' },
       'peer-model': { type: 'string', multiple: true },
       help: { type: 'boolean', short: 'h' },
@@ -418,6 +441,8 @@ export async function main(argv: string[]): Promise<number> {
     precision,
     dir: values.dir ?? defaultBenchDir(),
     bandwidthBytes: 1 << 30,
+    temperature: numberOption(values.temperature, 'temperature', 0, 0, Infinity),
+    topP: topPOption(values['top-p']),
     peer: values.peer ? { llamaBench: values.peer, models: peerModels } : undefined,
   };
   const report = await runCpuBench(options);
