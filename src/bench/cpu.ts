@@ -390,14 +390,15 @@ const USAGE = `usage: npm run bench:cpu -- [options]
   --peer PATH          llama.cpp llama-bench binary, run in the same bench
   --peer-model FILE    GGUF for the peer (Q4_0 of the same shape); repeat for several`;
 
-/** A number option in [lo, hi] (default when absent); anything else is an error naming the option. */
-function numberOption(v: string | undefined, name: string, dflt: number, lo: number, hi: number): number {
-  if (v === undefined) return dflt;
+/** --temperature: a number >= 0 (absent: 0, greedy). */
+function temperatureOption(v: string | undefined): number {
+  if (v === undefined) return 0;
   const n = Number(v);
-  if (!Number.isFinite(n) || n < lo || n > hi) throw new Error(`--${name} must be a number in [${lo}, ${hi}], got ${v}`);
+  if (!(Number.isFinite(n) && n >= 0)) throw new Error(`--temperature must be a number >= 0, got ${v}`);
   return n;
 }
 
+/** --top-p: a number in (0, 1] (absent: 1, off). */
 function topPOption(v: string | undefined): number {
   if (v === undefined) return 1;
   const n = Number(v);
@@ -441,7 +442,7 @@ export async function main(argv: string[]): Promise<number> {
     precision,
     dir: values.dir ?? defaultBenchDir(),
     bandwidthBytes: 1 << 30,
-    temperature: numberOption(values.temperature, 'temperature', 0, 0, Infinity),
+    temperature: temperatureOption(values.temperature),
     topP: topPOption(values['top-p']),
     peer: values.peer ? { llamaBench: values.peer, models: peerModels } : undefined,
   };
