@@ -847,11 +847,7 @@ void test_argmax() {
 
 int main() {
   try {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    cu::check(cudaGetDevice(&dev), "cudaGetDevice");
-    cu::check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
-    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    print_device();
     ThreadPool pool(4);
     test_attention(pool);
     test_norms();

@@ -63,7 +63,7 @@ std::string describe(const SampleParams& p) {
   return b;
 }
 
-// Every row of cases through sample_rows in one launch (the decoder's layout: rows, penalties, masks, scratch).
+// Every row of cases through sample_rows in one launch, packed by sample_row_of as the decoder packs them.
 std::vector<int32_t> run_device(const std::vector<Case>& cases, int64_t vocab, float* ms = nullptr, int reps = 1) {
   const int64_t n = int64_t(cases.size()), words = (vocab + 31) / 32;
   std::vector<float> logits;
@@ -74,26 +74,12 @@ std::vector<int32_t> run_device(const std::vector<Case>& cases, int64_t vocab, f
   for (int64_t i = 0; i < n; ++i) {
     const SampleParams& p = cases[size_t(i)].p;
     logits.insert(logits.end(), cases[size_t(i)].logits.begin(), cases[size_t(i)].logits.end());
-    cu::SampleRow r;
-    r.logit_row = i;
-    if (p.temperature > 0.0f) {
-      r.inv_temperature = 1.0f / p.temperature;
-      r.u = uniform_draw(p.seed, p.counter);
-    }
-    r.top_p = p.top_p;
-    r.min_p = p.min_p;
-    r.top_k = p.top_k;
-    r.repetition = p.repetition_penalty;
+    int32_t mask = -1;
     if (!p.bitmask.empty()) {
-      r.mask = n_masks++;
+      mask = n_masks++;
       masks.insert(masks.end(), p.bitmask.begin(), p.bitmask.end());
     }
-    const std::vector<TokenPenalty> tp = token_penalties(p);
-    r.pen_begin = int32_t(pens.size());
-    r.pen_count = int32_t(tp.size());
-    if (!tp.empty()) r.scratch = pen_rows++;
-    pens.insert(pens.end(), tp.begin(), tp.end());
-    rows.push_back(r);
+    rows.push_back(cu::sample_row_of(p, i, mask, pens, pen_rows));
   }
   Dev<float> dl(logits), scratch(size_t(std::max<int32_t>(pen_rows, 1)) * size_t(vocab));
   Dev<cu::SampleRow> dr(rows);
@@ -269,11 +255,7 @@ void time_rows() {
 
 int main() {
   try {
-    int dev = 0;
-    cudaDeviceProp prop{};
-    cu::check(cudaGetDevice(&dev), "cudaGetDevice");
-    cu::check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
-    std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+    print_device();
     for (int64_t vocab : {int64_t(1000), int64_t(32003), int64_t(151936)}) test_vocab(vocab);
     time_rows();
   } catch (const std::exception& e) {

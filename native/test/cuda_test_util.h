@@ -43,4 +43,13 @@ struct Dev {
 
 inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
 
+// Prints the current device's name and compute capability (the first line of every op test).
+inline void print_device() {
+  int dev = 0;
+  cudaDeviceProp prop{};
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
+  std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+}
+
 }  // namespace rapid::cuda::test

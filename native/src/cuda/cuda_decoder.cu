@@ -19,7 +19,6 @@
 #include "layers/rope.h"
 #include "models/decoder.h"
 #include "quant/mlx_quant.h"
-#include "sampling/rng.h"
 #include "sampling/sampler.h"
 
 namespace rapid::cuda {
@@ -209,22 +208,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
         continue;
       }
       drawn.push_back(i);
-      SampleRow r;
-      r.logit_row = rows[i];
-      if (p.temperature > 0.0f) {
-        r.inv_temperature = 1.0f / p.temperature;
-        r.u = uniform_draw(p.seed, p.counter);
-      }
-      r.top_p = p.top_p;
-      r.min_p = p.min_p;
-      r.top_k = p.top_k;
-      r.repetition = p.repetition_penalty;
-      const std::vector<TokenPenalty> tp = token_penalties(p);
-      r.pen_begin = int32_t(pens.size());
-      r.pen_count = int32_t(tp.size());
-      if (!tp.empty()) r.scratch = pen_rows++;
-      pens.insert(pens.end(), tp.begin(), tp.end());
-      srows.push_back(r);
+      srows.push_back(sample_row_of(p, rows[i], -1, pens, pen_rows));  // its mask row is set below
     }
     const int64_t nd = int64_t(drawn.size()), np = int64_t(pens.size());
     // Host staging: mask_of [m] | argmax tokens [m] | drawn tokens [nd] | rows [nd] | penalties [np] | masks [n_masks, words]

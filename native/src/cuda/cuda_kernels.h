@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <vector>
 #include "sampling/sampler.h"
 #include "tensor/weight.h"
 
@@ -180,6 +181,11 @@ struct SampleRow {
   int32_t pen_begin = 0, pen_count = 0;  // the row's entries of penalties
   int32_t scratch = -1;         // row of scratch [*, vocab] the penalized logits go to, when pen_count > 0
 };
+
+// The SampleRow of logit row `logit_row` under p (mask: its row of the masks, or -1). p's penalties are appended
+// to `penalties`; a row with any takes scratch row `scratch_rows`, which then counts it. Host code.
+SampleRow sample_row_of(const SampleParams& p, int64_t logit_row, int32_t mask, std::vector<TokenPenalty>& penalties,
+                        int32_t& scratch_rows);
 
 // tokens[i] = the token sampling/sampler.cpp's sample_token picks for rows[i] (bitmask, penalties, temperature,
 // top-k, top-p, min-p, the draw u), up to the rounding of the exponentials and of the fixed-point weights; -1

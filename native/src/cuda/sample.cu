@@ -11,9 +11,11 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
+#include "sampling/rng.h"
 
 namespace rapid::cuda {
 
@@ -612,6 +614,27 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
 }
 
 }  // namespace
+
+SampleRow sample_row_of(const SampleParams& p, int64_t logit_row, int32_t mask, std::vector<TokenPenalty>& penalties,
+                        int32_t& scratch_rows) {
+  SampleRow r;
+  r.logit_row = logit_row;
+  if (p.temperature > 0.0f) {
+    r.inv_temperature = 1.0f / p.temperature;  // as the host sampler computes it
+    r.u = uniform_draw(p.seed, p.counter);
+  }
+  r.top_p = p.top_p;
+  r.min_p = p.min_p;
+  r.top_k = p.top_k;
+  r.repetition = p.repetition_penalty;
+  r.mask = mask;
+  const std::vector<TokenPenalty> tp = token_penalties(p);
+  r.pen_begin = int32_t(penalties.size());
+  r.pen_count = int32_t(tp.size());
+  if (!tp.empty()) r.scratch = scratch_rows++;
+  penalties.insert(penalties.end(), tp.begin(), tp.end());
+  return r;
+}
 
 void sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n, const uint32_t* masks,
                  const TokenPenalty* penalties, float* scratch, int32_t* tokens, cudaStream_t s) {
