@@ -9,7 +9,7 @@ import { parseArgs } from 'node:util';
 import { loadNative, packageRoot } from '../native/binding.js';
 import type { NativeAddon, NativeModel, NativeModelInfo, NativeStepResult } from '../native/types.js';
 import { median } from './median.js';
-import { intOption, precisionOption } from './bench-options.js';
+import { intOption, precisionOption, samplingOptions, type BenchSampling } from './bench-options.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, type RandomCheckpoint } from './random-checkpoint.js';
 import { runPeer, type PeerResult } from './peer.js';
 import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
@@ -104,7 +104,7 @@ class Runner {
   constructor(
     private readonly model: NativeModel,
     private readonly blockTable: Int32Array,
-    private readonly sampling: { temperature: number; topP: number } = { temperature: 0, topP: 1 },
+    private readonly sampling: BenchSampling = { temperature: 0, topP: 1 },
   ) {}
 
   private async step(tokens: Int32Array, start: number, counter: number, sample: boolean): Promise<NativeStepResult> {
@@ -390,22 +390,6 @@ const USAGE = `usage: npm run bench:cpu -- [options]
   --peer PATH          llama.cpp llama-bench binary, run in the same bench
   --peer-model FILE    GGUF for the peer (Q4_0 of the same shape); repeat for several`;
 
-/** --temperature: a number >= 0 (absent: 0, greedy). */
-function temperatureOption(v: string | undefined): number {
-  if (v === undefined) return 0;
-  const n = Number(v);
-  if (!(Number.isFinite(n) && n >= 0)) throw new Error(`--temperature must be a number >= 0, got ${v}`);
-  return n;
-}
-
-/** --top-p: a number in (0, 1] (absent: 1, off). */
-function topPOption(v: string | undefined): number {
-  if (v === undefined) return 1;
-  const n = Number(v);
-  if (!(n > 0 && n <= 1)) throw new Error(`--top-p must be a number in (0, 1], got ${v}`);
-  return n;
-}
-
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
@@ -442,8 +426,7 @@ export async function main(argv: string[]): Promise<number> {
     precision,
     dir: values.dir ?? defaultBenchDir(),
     bandwidthBytes: 1 << 30,
-    temperature: temperatureOption(values.temperature),
-    topP: topPOption(values['top-p']),
+    ...samplingOptions(values.temperature, values['top-p']),
     peer: values.peer ? { llamaBench: values.peer, models: peerModels } : undefined,
   };
   const report = await runCpuBench(options);

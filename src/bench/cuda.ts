@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { loadNative } from '../native/binding.js';
 import type { NativeModel } from '../native/types.js';
-import { intOption, precisionOption } from './bench-options.js';
+import { intOption, precisionOption, samplingOptions, type BenchSampling } from './bench-options.js';
 import { median } from './median.js';
 import { runLlamaPeer, runTorchPeer, type LlamaRun, type TorchRun } from './cuda-peers.js';
 import { timeDecode } from './decode-loop.js';
@@ -78,12 +78,6 @@ async function measureLevel(model: NativeModel, level: number, steps: number, pr
     },
   });
   return { level, steps, tokS: (level * steps * 1000) / ms, msPerStep: ms / steps, forwardMsPerStep: forwardMs / steps };
-}
-
-/** rapid's sampling in the bench: temperature 0 = greedy; topP 1 = off. */
-interface BenchSampling {
-  temperature: number;
-  topP: number;
 }
 
 interface RapidOptions {
@@ -262,10 +256,7 @@ export async function main(argv: string[]): Promise<number> {
   const prompt = intOption(values.prompt, 'prompt', 128);
   const gen = intOption(values.gen, 'gen', 128);
   const repeat = intOption(values.repeat, 'repeat', 1);
-  const temperature = Number(values.temperature ?? 0);
-  if (!Number.isFinite(temperature) || temperature < 0) throw new Error(`--temperature must be a number >= 0, got ${String(values.temperature)}`);
-  const topP = Number(values['top-p'] ?? 1);
-  if (!(topP > 0 && topP <= 1)) throw new Error(`--top-p must be a number in (0, 1], got ${String(values['top-p'])}`);
+  const { temperature, topP } = samplingOptions(values.temperature, values['top-p']);
   const precision = precisionOption(values.precision);
   const peakBandwidth = Number(values['peak-bw'] ?? 4.8e12);
   if (!(peakBandwidth > 0)) throw new Error(`--peak-bw must be a positive number of bytes/s, got ${String(values['peak-bw'])}`);
