@@ -170,26 +170,24 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
       // Grow a sorted prefix until it holds the nucleus, instead of sorting the vocabulary; a long candidate
       // range is radix-sorted whole at once.
       constexpr int64_t kRadixFrom = 4096;
+      // With top-k the range is every entry and one partial sort gives the k best (the nucleus is cut below).
       int64_t k = 0, sorted = 0;
       for (;;) {
-        k = p.top_k > 0 ? std::min<int64_t>(p.top_k, n_all) : range;
-        sorted = p.top_k > 0 ? k : std::min<int64_t>(k, 256);
+        k = p.top_k > 0 ? std::min<int64_t>(p.top_k, range) : range;
         const bool radix = p.top_k == 0 && range > kRadixFrom;
-        if (radix) {
-          radix_sort_desc(all, range);
-          sorted = range;
-        }
-        double cum = 0;
+        sorted = p.top_k > 0 || radix ? k : std::min<int64_t>(k, 256);
+        if (radix) radix_sort_desc(all, range);
+        double cum = 0;  // mass of the sorted prefix (top-p alone)
         for (;;) {
-          if (!radix) std::partial_sort(all.begin(), all.begin() + sorted, all.begin() + (p.top_k > 0 ? n_all : range), better);
-          if (p.top_p >= 1.0f) break;
+          if (!radix) std::partial_sort(all.begin(), all.begin() + sorted, all.begin() + range, better);
+          if (p.top_k > 0 || p.top_p >= 1.0f) break;
           cum = 0;
           for (int64_t i = 0; i < sorted; ++i) cum += w[all[size_t(i)].second] / z;
           if (sorted == k || cum >= double(p.top_p)) break;
           sorted = std::min<int64_t>(k, sorted * 4);
         }
         // A superset that rounding left short of the nucleus: sort among every entry instead.
-        if (range == n_all || p.top_k > 0 || cum >= double(p.top_p)) break;
+        if (range == n_all || cum >= double(p.top_p)) break;
         range = n_all;
       }
       k = std::min(k, sorted);
@@ -230,15 +228,16 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
           if (w[i] > 0.0f) wmax = std::max(wmax, w[i]);
         thr = p.min_p * wmax;
       }
+      const auto candidate = [&](int64_t i) { return w[i] > 0.0f && !(w[i] < thr); };
       double total = 0;
       int32_t last = -1;
       for (int64_t i = 0; i < vocab; ++i)
-        if (w[i] > 0.0f && !(w[i] < thr)) total += w[i], last = int32_t(i);
+        if (candidate(i)) total += w[i], last = int32_t(i);
       const double u = u01 * total;
       double acc = 0;
       out.token = last;
       for (int64_t i = 0; i < vocab; ++i) {
-        if (!(w[i] > 0.0f && !(w[i] < thr))) continue;
+        if (!candidate(i)) continue;
         acc += w[i];
         if (u < acc) {
           out.token = int32_t(i);
