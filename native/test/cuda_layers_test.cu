@@ -846,8 +846,7 @@ void test_argmax() {
 }  // namespace
 
 int main() {
-  try {
-    print_device();
+  return run_op_test([] {
     ThreadPool pool(4);
     test_attention(pool);
     test_norms();
@@ -857,10 +856,5 @@ int main() {
     test_rows();
     test_argmax();
     time_decode_attention();
-  } catch (const std::exception& e) {
-    std::printf("FAIL exception: %s\n", e.what());
-    return 1;
-  }
-  std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
-  return g_failures ? 1 : 0;
+  });
 }

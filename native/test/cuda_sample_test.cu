@@ -254,14 +254,8 @@ void time_rows() {
 }  // namespace
 
 int main() {
-  try {
-    print_device();
+  return run_op_test([] {
     for (int64_t vocab : {int64_t(1000), int64_t(32003), int64_t(151936)}) test_vocab(vocab);
     time_rows();
-  } catch (const std::exception& e) {
-    std::printf("FAIL exception: %s\n", e.what());
-    return 1;
-  }
-  std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
-  return g_failures ? 1 : 0;
+  });
 }

@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <functional>
 #include <string>
 #include <vector>
 #include "cuda/cuda_kernels.h"
@@ -50,6 +52,20 @@ inline void print_device() {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaGetDeviceProperties(&prop, dev), "cudaGetDeviceProperties");
   std::printf("device: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+}
+
+// An op test's main: the device line, the cases (an exception is one failure that ends the run), then the
+// summary line; the exit status is 1 on any failure.
+inline int run_op_test(const std::function<void()>& cases) {
+  try {
+    print_device();
+    cases();
+  } catch (const std::exception& e) {
+    std::printf("FAIL exception: %s\n", e.what());
+    return 1;
+  }
+  std::printf("%s: %d failure(s)\n", g_failures ? "FAILED" : "ALL PASSED", g_failures);
+  return g_failures ? 1 : 0;
 }
 
 }  // namespace rapid::cuda::test
