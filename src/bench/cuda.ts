@@ -71,7 +71,7 @@ async function measureLevel(model: NativeModel, level: number, steps: number, pr
     steps,
     prompt,
     idPrefix: 'cuda',
-    sample: { temperature: sample.temperature, topP: sample.topP },
+    sample,
     promptToken: (i, k, vocab) => (i * 7919 + k * 104729 + 1) % vocab,
     onTimings: (t, decode) => {
       if (decode) forwardMs += t.forwardMs;
