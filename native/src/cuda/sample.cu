@@ -311,6 +311,13 @@ __device__ __forceinline__ uint64_t draw_target(double u, uint64_t total) {
   return t < total ? t : total - 1;
 }
 
+// The nucleus' weight target: ceil(top_p · z) kept in [1, z] (z > 0). The nucleus ends at the first element whose
+// running weight reaches it (the host stops before the first element whose preceding mass is >= top_p).
+__device__ __forceinline__ uint64_t nucleus_target(float top_p, uint64_t z) {
+  const double t = ceil(double(top_p) * double(z));
+  return t < 1.0 ? 1 : t >= double(z) ? z : uint64_t(t);
+}
+
 // The logit of an order-preserving key (key_of's inverse).
 __device__ __forceinline__ float value_of(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
@@ -370,8 +377,7 @@ __device__ int64_t sorted_compact(const RowView& r, const SampleRow& R, const We
     uint64_t sums[2 * kCuts + 1] = {};
     for (int w = 0; w < kWarps; ++w)
       for (int q = 0; q < 2 * kCuts + 1; ++q) sums[q] += part[w * (2 * kCuts + 1) + q];
-    const double t = ceil(double(R.top_p) * double(sums[2 * kCuts]));
-    t_p = t < 1.0 ? 1 : t >= double(sums[2 * kCuts]) ? sums[2 * kCuts] : uint64_t(t);
+    t_p = nucleus_target(R.top_p, sums[2 * kCuts]);
     for (int c = 0; c < kCuts && cut < 0.0f; ++c) {
       if (sums[c] > uint64_t(kSmemWords)) break;
       if (sums[kCuts + c] >= t_p) cut = cuts[c];
@@ -456,11 +462,7 @@ __device__ int64_t sorted_compact(const RowView& r, const SampleRow& R, const We
   uint64_t acc = block_scan(z_mine, sh, z);
   int end = k_eff - 1;
   if (R.top_p < 1.0f) {
-    uint64_t target = t_p;
-    if (cut_k) {
-      const double t = ceil(double(R.top_p) * double(z));
-      target = t < 1.0 ? 1 : t >= double(z) ? z : uint64_t(t);
-    }
+    const uint64_t target = cut_k ? nucleus_target(R.top_p, z) : t_p;
     __syncthreads();
     if (tid == 0) sh.sel_index = k_eff - 1;  // the whole top-k set if rounding leaves the target unreached
     __syncthreads();
@@ -590,12 +592,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     Pick end = end_k;
     bool has_end = cut_k;
     if (R.top_p < 1.0f) {
-      // The nucleus ends at the first element whose running weight reaches top_p of the top-k set's weight z (the
-      // host stops before the first element whose preceding mass is >= top_p).
-      end = sorted_select(rv, w_k, [&](uint64_t z) {
-        const double t = ceil(double(R.top_p) * double(z));
-        return (t < 1.0 ? uint64_t(1) : t >= double(z) ? z : uint64_t(t)) - 1;
-      }, sm, sh);
+      // The nucleus of the top-k set's weight z: its end is the first element whose running weight passes
+      // nucleus_target - 1.
+      end = sorted_select(rv, w_k, [&](uint64_t z) { return nucleus_target(R.top_p, z) - 1; }, sm, sh);
       if (end.id < 0) {
         if (tid == 0) tokens[blockIdx.x] = -1;
         return;
