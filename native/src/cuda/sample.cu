@@ -130,6 +130,21 @@ __device__ void for_each_group(const RowView& r, F&& f) {
   }
 }
 
+// Walks the weights at(i), i in [first, end), on from a running sum acc to the first that takes the sum past
+// target (sum before <= target < sum through it): index(i) and the sum before it go to sh.sel_index and
+// sh.sel_before. Nothing is written if none does.
+template <class I, class At, class Index>
+__device__ __forceinline__ void walk_to(uint64_t acc, uint64_t target, I first, I end, At&& at, Index&& index, Shared& sh) {
+  for (I i = first; i < end; ++i) {
+    if (target < acc + at(i)) {
+      sh.sel_index = index(i);
+      sh.sel_before = acc;
+      break;
+    }
+    acc += at(i);
+  }
+}
+
 // Exclusive prefix over the block's threads (thread order) of one u64 each; total gets the sum. All threads call.
 __device__ uint64_t block_scan(uint64_t mine, Shared& sh, uint64_t& total) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -174,16 +189,8 @@ __device__ int64_t id_select(const RowView& r, W&& wt, T&& target_of, uint64_t* 
   uint64_t total;
   uint64_t acc = block_scan(mine, sh, total);  // exclusive prefix of this thread's run
   const uint64_t target = target_of(total);
-  if (acc <= target && target < acc + mine) {
-    for (int64_t g = g0; g < g1; ++g) {
-      if (target < acc + sm[g]) {
-        sh.sel_index = g;
-        sh.sel_before = acc;
-        break;
-      }
-      acc += sm[g];
-    }
-  }
+  if (acc <= target && target < acc + mine)
+    walk_to(acc, target, g0, g1, [&](int64_t g) { return sm[g]; }, [](int64_t g) { return g; }, sh);
   __syncthreads();
   const int64_t g = sh.sel_index;
   const uint64_t gb = sh.sel_before;
@@ -199,17 +206,8 @@ __device__ int64_t id_select(const RowView& r, W&& wt, T&& target_of, uint64_t* 
 #pragma unroll
     for (int j = 0; j < 4; ++j) s += (w[j] = wt(i0 + j, v[j]));
     const uint64_t incl = warp_inclusive_u64(s, lane);
-    uint64_t a = gb + incl - s;
-    if (a <= target && target < a + s) {
-      for (int j = 0; j < 4; ++j) {
-        if (target < a + w[j]) {
-          sh.sel_index = i0 + j;
-          sh.sel_before = a;
-          break;
-        }
-        a += w[j];
-      }
-    }
+    const uint64_t a = gb + incl - s;
+    if (a <= target && target < a + s) walk_to(a, target, 0, 4, [&](int j) { return w[j]; }, [&](int j) { return i0 + j; }, sh);
   }
   __syncthreads();
   before = sh.sel_before;
@@ -272,18 +270,9 @@ __device__ Pick sorted_select(const RowView& r, W&& wt, T&& target_of, uint64_t*
       uint64_t s = 0;
       for (int b = 0; b < 8; ++b) s += sm[255 - 8 * lane - b];
       const uint64_t incl = warp_inclusive_u64(s, lane);
-      uint64_t a = cum + incl - s;
-      if (a <= target && target < a + s) {
-        for (int b = 0; b < 8; ++b) {
-          const int bucket = 255 - 8 * lane - b;
-          if (target < a + sm[bucket]) {
-            sh.sel_index = bucket;
-            sh.sel_before = a;
-            break;
-          }
-          a += sm[bucket];
-        }
-      }
+      const uint64_t a = cum + incl - s;
+      const auto bucket = [&](int b) { return 255 - 8 * lane - b; };
+      if (a <= target && target < a + s) walk_to(a, target, 0, 8, [&](int b) { return sm[bucket(b)]; }, bucket, sh);
     }
     __syncthreads();
     if (sh.sel_index < 0) return {0, -1, 0};
