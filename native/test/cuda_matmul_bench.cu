@@ -6,16 +6,18 @@
 // Build (from the repo root; the op test's line with this source):
 //   mkdir -p /tmp/k1 && nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90
 //     -Xcompiler -Wall,-Wextra -Werror all-warnings -Inative/src
-//     native/test/cuda_matmul_bench.cu native/src/cuda/matmul.cu native/src/cuda/check.cu
+//     native/test/cuda_matmul_bench.cu native/src/cuda/matmul.cu native/src/cuda/matmul_mma.cu native/src/cuda/check.cu
 //     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
 //     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
 //     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_bench -lpthread
-// Run: /tmp/k1/cuda_matmul_bench [label]   (prints one BENCH line per shape and n)
+// Run: /tmp/k1/cuda_matmul_bench [label [n,n,... [fast|fast-norm|exact]]]   (one BENCH line per shape and n;
+// default n 1,8,64, fast arithmetic without a fused norm)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -74,7 +76,12 @@ HostWeight make_host(int64_t out, int64_t in, Rng& rng) {
   return h;
 }
 
-void run_case(const Shape& sh, const char* label, Rng& rng) {
+struct Mode {
+  cuda::MathMode math = cuda::MathMode::Fast;
+  bool norm = false;  // the input RMSNorm fused into the launch (decode's q/k/v and GLU launches)
+};
+
+void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, const Mode& mode, Rng& rng) {
   const int mats = sh.glu ? 2 : 1;
   const HostWeight hw = make_host(sh.out, sh.in, rng);
   const size_t db = align256(hw.data.size()), sb = align256(hw.scales.size());
@@ -98,25 +105,32 @@ void run_case(const Shape& sh, const char* label, Rng& rng) {
     }
   cudaStream_t s;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-  for (int n : {1, 8, 64}) {
+  for (int n : ns) {
     std::vector<float> hx(size_t(n * sh.in));
     for (auto& v : hx) v = rng.uniform() * 2.f - 1.f;
     float *x = nullptr, *y = nullptr;
     ck(cudaMalloc(&x, hx.size() * 4), "cudaMalloc x");
     ck(cudaMalloc(&y, size_t(n * sh.out) * 4), "cudaMalloc y");
     ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "h2d x");
+    std::vector<float> hw(size_t(sh.in), 1.0f);
+    float* nw = nullptr;
+    ck(cudaMalloc(&nw, hw.size() * 4), "cudaMalloc norm");
+    ck(cudaMemcpy(nw, hw.data(), hw.size() * 4, cudaMemcpyHostToDevice), "h2d norm");
+    const cuda::RowNorm rn{nw, 1e-6f};
+    const cuda::RowNorm* norm = mode.norm ? &rn : nullptr;
+    cuda::matmul_reserve(s, n, sh.in);  // fast launches of n > 1 stage x in a per-stream buffer: never in a capture
     const int iters = std::max(copies, 20);
     ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
     for (int it = 0; it < iters; ++it) {
       const cuda::DevWeight* w = &devs[size_t(it % copies) * size_t(mats)];
       if (sh.glu) {
-        cuda::matmul_glu(x, n, w[0], w[1], 0, y, s);
+        cuda::matmul_glu(x, n, w[0], w[1], 0, y, s, mode.math, norm);
       } else {
         cuda::MatmulJob j;
         j.w = w[0];
         j.y = y;
         j.ldy = sh.out;
-        cuda::matmul(x, sh.in, n, &j, 1, s);
+        cuda::matmul(x, sh.in, n, &j, 1, s, mode.math, norm);
       }
     }
     cudaGraph_t g;
@@ -146,7 +160,9 @@ void run_case(const Shape& sh, const char* label, Rng& rng) {
     cudaGraphDestroy(g);
     cudaFree(x);
     cudaFree(y);
+    cudaFree(nw);
   }
+  cuda::matmul_release(s);
   cudaStreamDestroy(s);
   cudaFree(pool);
 }
@@ -155,10 +171,31 @@ void run_case(const Shape& sh, const char* label, Rng& rng) {
 
 int main(int argc, char** argv) {
   const char* label = argc > 1 ? argv[1] : "matmul";
+  // Optional second argument: the token counts to time, comma-separated (default 1,8,64).
+  // Optional third: fast (default: what decode runs), fast-norm (the input norm fused) or exact.
+  const std::string ms = argc > 3 ? argv[3] : "fast";
+  Mode mode;
+  if (ms == "exact") mode.math = cuda::MathMode::Exact;
+  else if (ms == "fast-norm") mode.norm = true;
+  else if (ms != "fast") {
+    std::printf("FAIL mode: expected fast, fast-norm or exact, got %s\n", ms.c_str());
+    return 2;
+  }
+  std::vector<int> ns;
+  for (const char* p = argc > 2 ? argv[2] : "1,8,64"; *p;) {
+    char* end = nullptr;
+    const long v = std::strtol(p, &end, 10);
+    if (end == p || v < 1) {
+      std::printf("FAIL token counts: expected a list like 1,8,64, got %s\n", argv[2]);
+      return 2;
+    }
+    ns.push_back(int(v));
+    p = *end == ',' ? end + 1 : end;
+  }
   try {
     cudaDeviceProp prop{};
     ck(cudaGetDeviceProperties(&prop, 0), "props");
-    std::printf("device: %s (a4g64-bf16 weights, us per launch, weight GB/s)\n", prop.name);
+    std::printf("device: %s (a4g64-bf16 weights, %s, us per launch, weight GB/s)\n", prop.name, ms.c_str());
     const Shape shapes[] = {
         {"0.5B qo [896x896]", 896, 896, false},      {"0.5B kv [128x896]", 128, 896, false},
         {"0.5B glu 2x[4864x896]", 4864, 896, true},  {"0.5B down [896x4864]", 896, 4864, false},
@@ -167,7 +204,7 @@ int main(int argc, char** argv) {
         {"3B down [2048x11008]", 2048, 11008, false}, {"3B head [151936x2048]", 151936, 2048, false},
     };
     Rng rng;
-    for (const Shape& sh : shapes) run_case(sh, label, rng);
+    for (const Shape& sh : shapes) run_case(sh, label, ns, mode, rng);
   } catch (const std::exception& e) {
     std::printf("FAIL exception: %s\n", e.what());
     return 1;

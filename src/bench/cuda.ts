@@ -29,6 +29,8 @@ export interface LevelFigure {
   tokS: number; // tokens per second over all rows
   msPerStep: number; // wall time per decode step, JS included
   forwardMsPerStep: number; // what the native side reports for the forward
+  /** What the native side reports for sampling: on the GPU this includes waiting for the step's kernels. */
+  sampleMsPerStep?: number;
   runs?: number[]; // tok/s of each timed run when there were several (the other fields are their medians)
 }
 
@@ -42,6 +44,7 @@ export function summarizeRuns(runs: readonly LevelFigure[]): LevelFigure {
     tokS: median(runs.map((r) => r.tokS)),
     msPerStep: median(runs.map((r) => r.msPerStep)),
     forwardMsPerStep: median(runs.map((r) => r.forwardMsPerStep)),
+    ...(runs.every((r) => r.sampleMsPerStep !== undefined) ? { sampleMsPerStep: median(runs.map((r) => r.sampleMsPerStep!)) } : {}),
     runs: runs.map((r) => r.tokS),
   };
 }
@@ -66,6 +69,7 @@ function kvBytesFor(s: Qwen2Shape, rows: number, tokens: number): number {
 
 async function measureLevel(model: NativeModel, level: number, steps: number, prompt: number, sample: BenchSampling): Promise<LevelFigure> {
   let forwardMs = 0;
+  let sampleMs = 0;
   const ms = await timeDecode(model, {
     concurrency: level,
     steps,
@@ -74,10 +78,12 @@ async function measureLevel(model: NativeModel, level: number, steps: number, pr
     sample,
     promptToken: (i, k, vocab) => (i * 7919 + k * 104729 + 1) % vocab,
     onTimings: (t, decode) => {
-      if (decode) forwardMs += t.forwardMs;
+      if (!decode) return;
+      forwardMs += t.forwardMs;
+      sampleMs += t.sampleMs;
     },
   });
-  return { level, steps, tokS: (level * steps * 1000) / ms, msPerStep: ms / steps, forwardMsPerStep: forwardMs / steps };
+  return { level, steps, tokS: (level * steps * 1000) / ms, msPerStep: ms / steps, forwardMsPerStep: forwardMs / steps, sampleMsPerStep: sampleMs / steps };
 }
 
 interface RapidOptions {
@@ -114,7 +120,7 @@ async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> 
         const runs: LevelFigure[] = [];
         for (let i = 0; i < o.repeat; i++) {
           const f = await measureLevel(model, level, o.gen, o.prompt, o.sample);
-          process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms)\n`);
+          process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms, sample ${(f.sampleMsPerStep ?? 0).toFixed(3)} ms)\n`);
           runs.push(f);
         }
         result.levels.push(summarizeRuns(runs));
