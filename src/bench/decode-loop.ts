@@ -1,7 +1,8 @@
 // The decode measurement the random-weight decode benches (bench:moe, gemma4) share.
 import { loadNative } from '../native/binding.js';
-import type { NativeModel, NativeSampleParams, NativeStepResult, NativeStepRow } from '../native/types.js';
+import type { NativeModel, NativeSampleParams, NativeStepPlan, NativeStepResult, NativeStepRow } from '../native/types.js';
 import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
+import { pollWhile } from '../native/poll-while.js';
 
 export interface DecodeLoop {
   concurrency: number;
@@ -20,6 +21,8 @@ export interface DecodeLoop {
 /** Prefills `concurrency` prompts in one step, then decodes `steps` steps of all rows together; returns the decode ms. */
 export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<number> {
   const info = model.info();
+  // As the engine steps a CUDA model: the event loop polls while the step runs.
+  const step = info.device === 'cuda' ? (plan: NativeStepPlan) => pollWhile(model.step(plan)) : (plan: NativeStepPlan) => model.step(plan);
   let nextBlock = 0;
   const need = Math.ceil((o.prompt + o.steps + 1) / info.blockSize);
   const seqs = Array.from({ length: o.concurrency }, (_, i) => ({
@@ -31,7 +34,7 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
   if (nextBlock > info.numBlocks) throw new Error(`KV pool too small: need ${nextBlock} blocks`);
   const sample = (row: number, counter: number): NativeSampleParams => ({ ...GREEDY_SAMPLE, ...o.sample, seed: (o.sample?.seed ?? 0) + row, counter });
   const run = async (rows: NativeStepRow[], decode: boolean): Promise<void> => {
-    const r = await model.step({ rows });
+    const r = await step({ rows });
     for (const row of r.rows) {
       if (row.error) throw new Error(`step failed: ${row.error}`);
       seqs.find((x) => x.id === row.requestId)!.last = row.token!;

@@ -1,6 +1,7 @@
 // Drives one sequence through the native step contract: chunked prefill, then decode until a stop
 // token, a stop string, max_tokens or the context limit. The continuous-batching scheduler replaces
 // this loop for the server; `rapid run` and the fixture tests use it directly.
+import { pollWhile } from '../native/poll-while.js';
 import type { NativeModel, NativeSampleParams, NativeStepRow, NativeTopLogprob } from '../native/types.js';
 import { EngineRequestError, grammarDeadEnd } from './engine-errors.js';
 import { InvalidRequestError, StepError } from './errors.js';
@@ -99,6 +100,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     outputTokens: Int32Array.from(output),
   });
 
+  const poll = model.info().device === 'cuda'; // as the engine: the event loop polls while a GPU step runs
   const step = async (tokens: Int32Array, contextLen: number, withSample: boolean) => {
     if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
     if (!blocks.ensure(table, contextLen + tokens.length)) {
@@ -115,7 +117,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
         row.sample.bitmask = next.bitmask;
       }
     }
-    const res = await model.step({ rows: [row] });
+    const res = await (poll ? pollWhile(model.step({ rows: [row] })) : model.step({ rows: [row] }));
     const r = res.rows.find((x) => x.requestId === requestId);
     if (!r) throw new StepError(`step returned no result for ${requestId}`);
     if (r.error) throw new StepError(r.error);
