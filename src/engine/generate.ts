@@ -60,6 +60,8 @@ export interface GenerateOptions {
   signal?: AbortSignal;
   /** Structured output: each sampled token is masked by this grammar; freed at the end. */
   grammar?: RequestGrammar;
+  /** Keep the event loop polling while a step runs (pollWhile; the engine's pollSteps): for CUDA models. */
+  pollSteps?: boolean;
 }
 
 let nextId = 0;
@@ -100,7 +102,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     outputTokens: Int32Array.from(output),
   });
 
-  const poll = model.info().device === 'cuda'; // as the engine: the event loop polls while a GPU step runs
+  const poll = opts.pollSteps === true;
   const step = async (tokens: Int32Array, contextLen: number, withSample: boolean) => {
     if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
     if (!blocks.ensure(table, contextLen + tokens.length)) {

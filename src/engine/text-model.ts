@@ -131,6 +131,7 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
         stops: new StopMatcher({ stopStrings: params.stop }),
         signal,
         grammar,
+        pollSteps: info.device === 'cuda',
       }),
     close: () => native.close(),
   };
