@@ -10,8 +10,8 @@
 //     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
 //     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
 //     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_bench -lpthread
-// Run: /tmp/k1/cuda_matmul_bench [label [n,n,... [fast|fast-norm|exact]]]   (one BENCH line per shape and n;
-// default n 1,8,64, fast arithmetic without a fused norm)
+// Run: /tmp/k1/cuda_matmul_bench [label [n,n,... [fast|fast-norm|exact|fast-tiled|fast-norm-tiled]]]   (one BENCH
+// line per shape and n; default n 1,8,64, fast arithmetic without a fused norm, row-major codes)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "cuda/cuda_kernels.h"
+#include "cuda/matmul_mma.h"
 #include "tensor/dtype.h"
 
 using namespace rapid;
@@ -79,11 +80,17 @@ HostWeight make_host(int64_t out, int64_t in, Rng& rng) {
 struct Mode {
   cuda::MathMode math = cuda::MathMode::Fast;
   bool norm = false;  // the input RMSNorm fused into the launch (decode's q/k/v and GLU launches)
+  bool tiled = false; // the codes in the tensor-core path's tiled layout (what the decoder uploads for Fast)
 };
 
 void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, const Mode& mode, Rng& rng) {
   const int mats = sh.glu ? 2 : 1;
-  const HostWeight hw = make_host(sh.out, sh.in, rng);
+  HostWeight hw = make_host(sh.out, sh.in, rng);
+  if (mode.tiled) {
+    std::vector<uint8_t> t(cuda::tiled_words(sh.out, sh.in, 4) * 4);
+    cuda::tile_codes(reinterpret_cast<const uint32_t*>(hw.data.data()), sh.out, sh.in, 4, 64, reinterpret_cast<uint32_t*>(t.data()));
+    hw.data = std::move(t);
+  }
   const size_t db = align256(hw.data.size()), sb = align256(hw.scales.size());
   const size_t per_mat = db + 2 * sb, per_copy = per_mat * size_t(mats);
   const size_t wbytes = (hw.data.size() + hw.scales.size() + hw.biases.size()) * size_t(mats);
@@ -101,7 +108,7 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
       } else {
         ck(cudaMemcpy(base, pool, per_mat, cudaMemcpyDeviceToDevice), "d2d");
       }
-      devs.push_back({WeightKind::Affine, DType::BF16, sh.out, sh.in, 4, 64, base, base + db, base + db + sb});
+      devs.push_back({WeightKind::Affine, DType::BF16, sh.out, sh.in, 4, 64, base, base + db, base + db + sb, mode.tiled});
     }
   cudaStream_t s;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
@@ -172,13 +179,19 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
 int main(int argc, char** argv) {
   const char* label = argc > 1 ? argv[1] : "matmul";
   // Optional second argument: the token counts to time, comma-separated (default 1,8,64).
-  // Optional third: fast (default: what decode runs), fast-norm (the input norm fused) or exact.
-  const std::string ms = argc > 3 ? argv[3] : "fast";
+  // Optional third: fast (default), fast-norm (the input norm fused) or exact; "-tiled" after a fast mode stores the
+  // codes tiled (what the decoder uploads for Fast).
+  std::string ms = argc > 3 ? argv[3] : "fast";
   Mode mode;
-  if (ms == "exact") mode.math = cuda::MathMode::Exact;
+  const std::string suffix = "-tiled";
+  if (ms.size() > suffix.size() && ms.compare(ms.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    mode.tiled = true;
+    ms.resize(ms.size() - suffix.size());
+  }
+  if (ms == "exact" && !mode.tiled) mode.math = cuda::MathMode::Exact;
   else if (ms == "fast-norm") mode.norm = true;
   else if (ms != "fast") {
-    std::printf("FAIL mode: expected fast, fast-norm or exact, got %s\n", ms.c_str());
+    std::printf("FAIL mode: expected fast, fast-norm or exact (fast ones optionally -tiled), got %s\n", argv[3]);
     return 2;
   }
   std::vector<int> ns;
@@ -195,7 +208,7 @@ int main(int argc, char** argv) {
   try {
     cudaDeviceProp prop{};
     ck(cudaGetDeviceProperties(&prop, 0), "props");
-    std::printf("device: %s (a4g64-bf16 weights, %s, us per launch, weight GB/s)\n", prop.name, ms.c_str());
+    std::printf("device: %s (a4g64-bf16 weights, %s, us per launch, weight GB/s)\n", prop.name, argc > 3 ? argv[3] : "fast");
     const Shape shapes[] = {
         {"0.5B qo [896x896]", 896, 896, false},      {"0.5B kv [128x896]", 128, 896, false},
         {"0.5B glu 2x[4864x896]", 4864, 896, true},  {"0.5B down [896x4864]", 896, 4864, false},

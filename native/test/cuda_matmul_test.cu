@@ -29,6 +29,7 @@
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/matmul_mma.h"
 #include "layers/activations.h"
 #include "quant/quantize.h"
 #include "tensor/dtype.h"
@@ -418,6 +419,72 @@ void test_fused_norm(std::mt19937& rng) {
   report(refused && rules, "fused norm rules", refused && rules ? "Exact refused, Fast allowed at any n" : "wrong rule");
 }
 
+// The tiled code layout (what the decoder uploads for Fast): bitwise the same outputs as row-major codes, for one
+// weight, a fused multi-job launch, GLU and GLU with a fused norm, at n = 1 (gemv) and more (prepare + direct), with a
+// partial last tile; and refused by the Exact path.
+void test_tiled(std::mt19937& rng) {
+  const auto tiled_copy = [](const TestWeight& W, std::vector<DevBuf>& keep) {
+    std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
+    cuda::tile_codes(reinterpret_cast<const uint32_t*>(W.data.data()), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
+    keep.emplace_back(t.data(), t.size() * 4);
+    cuda::DevWeight d = W.dev;
+    d.data = keep.back().p;
+    d.tiled = true;
+    return d;
+  };
+  for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 4, 32, DType::F16},
+                          Format{WeightKind::Affine, 8, 64, DType::BF16}, Format{WeightKind::Affine, 4, 128, DType::F32},
+                          Format{WeightKind::Affine, 8, 128, DType::F16}}) {
+    const int64_t in = 512;
+    TestWeight A = make_weight(f, 200, in, rng), B = make_weight(f, 72, in, rng), G = make_weight(f, 333, in, rng),
+               U = make_weight(f, 333, in, rng);
+    std::vector<DevBuf> keep;
+    const cuda::DevWeight At = tiled_copy(A, keep), Bt = tiled_copy(B, keep), Gt = tiled_copy(G, keep), Ut = tiled_copy(U, keep);
+    const std::vector<float> nw = random_vec(size_t(in), rng, 0.5f);
+    DevBuf d_nw(nw.data(), nw.size() * 4);
+    const cuda::RowNorm norm{d_nw.f(), 1e-6f};
+    bool all = true;
+    std::string where;
+    for (int n : {1, 3, 8, 33}) {
+      const std::vector<float> x = random_vec(size_t(n * in), rng);
+      DevBuf d_x(x.data(), x.size() * 4);
+      DevBuf y[2] = {DevBuf(size_t(n * 272) * 4), DevBuf(size_t(n * 272) * 4)};
+      DevBuf g[2] = {DevBuf(size_t(n * 333) * 4), DevBuf(size_t(n * 333) * 4)};
+      DevBuf h[2] = {DevBuf(size_t(n * 333) * 4), DevBuf(size_t(n * 333) * 4)};
+      for (int v = 0; v < 2; ++v) {
+        const cuda::MatmulJob jobs[2] = {{v ? At : A.dev, nullptr, y[v].f(), 272, false}, {v ? Bt : B.dev, nullptr, y[v].f() + 200, 272, false}};
+        cuda::matmul(d_x.f(), in, n, jobs, 2, nullptr, cuda::MathMode::Fast);
+        cuda::matmul_glu(d_x.f(), n, v ? Gt : G.dev, v ? Ut : U.dev, 0, g[v].f(), nullptr, cuda::MathMode::Fast);
+        cuda::matmul_glu(d_x.f(), n, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), nullptr, cuda::MathMode::Fast, &norm);
+      }
+      ck(cudaDeviceSynchronize(), "tiled");
+      const auto same = [](const DevBuf& a, const DevBuf& b, size_t count) {
+        return std::memcmp(download(a, count).data(), download(b, count).data(), count * 4) == 0;
+      };
+      const bool ys = same(y[0], y[1], size_t(n * 272)), gs = same(g[0], g[1], size_t(n * 333)), hs = same(h[0], h[1], size_t(n * 333));
+      if (!(ys && gs && hs)) {
+        all = false;
+        where += " n=" + std::to_string(n) + (ys ? "" : " matmul") + (gs ? "" : " glu") + (hs ? "" : " glu+norm");
+      }
+    }
+    report(all, "fast tiled codes " + f.name(), all ? "bitwise equal to row-major at n 1, 3, 8, 33" : "differs:" + where);
+  }
+  // Exact reads row-major codes only: a tiled weight is refused, not misread.
+  const Format f{WeightKind::Affine, 4, 64, DType::BF16};
+  TestWeight W = make_weight(f, 64, 256, rng);
+  std::vector<DevBuf> keep;
+  const cuda::DevWeight Wt = tiled_copy(W, keep);
+  DevBuf d_x(size_t(256) * 4), d_y(size_t(64) * 4);
+  const cuda::MatmulJob j{Wt, nullptr, d_y.f(), 64, false};
+  bool refused = false;
+  try {
+    cuda::matmul(d_x.f(), 256, 1, &j, 1, nullptr, cuda::MathMode::Exact);
+  } catch (const std::exception&) {
+    refused = true;
+  }
+  report(refused, "exact refuses tiled codes", refused ? "refused" : "ran");
+}
+
 // Decode bandwidth: cycles through enough weight copies that the set exceeds L2 (H200: 50 MB).
 void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
   TestWeight W = make_weight(f, out, in, rng, false);
@@ -516,6 +583,7 @@ int main() {
       test_glu(pool, f, 1000, 896, rng);
     test_glu(pool, dense_f32, 1000, 896, rng, &a4);
     test_fused_norm(rng);
+    test_tiled(rng);
     for (const auto& sh : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}, {1152, 896}, {151936, 896},
                            {22016, 2048}, {2048, 11008}})
       bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, sh.first, sh.second, rng);

@@ -37,7 +37,7 @@ static Placement on_cpu(std::unique_ptr<Model> host, int block_size, int64_t kv_
 }
 
 Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_size, int64_t kv_bytes,
-                      int64_t host_default) {
+                      int64_t host_default, [[maybe_unused]] Precision precision) {
   if (want == DeviceKind::Cpu) return on_cpu(std::move(host), block_size, kv_bytes, host_default, "");
   const CudaStatus st = cuda_status();
   std::string why;
@@ -53,7 +53,7 @@ Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_si
     }
     Placement p;
     p.kv = std::make_unique<KvPool>(host->kv_layers(), block_size, size_t(budget), /*allocate=*/false);
-    p.model = cuda::make_cuda_model(std::move(host), *p.kv);
+    p.model = cuda::make_cuda_model(std::move(host), *p.kv, precision);
     p.device = "cuda";
     p.device_name = st.devices.front().name;
     return p;

@@ -44,7 +44,8 @@ struct Placement {
 // Places a loaded (host) model: CUDA when asked or when auto finds a GPU that supports it, else CPU.
 // kv_bytes <= 0 picks the device's default budget (host: host_default). Throws when CUDA was asked
 // for and cannot be used, saying why; with auto, the placement's note says why the CPU was chosen.
+// `precision` is the arithmetic every forward will use (CUDA lays Fast-only weights out for it).
 Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_size, int64_t kv_bytes,
-                      int64_t host_default);
+                      int64_t host_default, Precision precision);
 
 }  // namespace rapid

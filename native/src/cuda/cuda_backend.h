@@ -17,7 +17,8 @@ std::string unsupported_reason(const Model& host);
 int64_t free_bytes();
 
 // Copies the host model's weights to the device and allocates the KV storage of `geometry` there.
-// The returned model keeps `host` (mappings, vision tower, config) and runs forward on the GPU.
-std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry);
+// The returned model keeps `host` (mappings, vision tower, config) and runs forward on the GPU, always at
+// `precision` (Fast: the layers' affine codes are stored tiled for the tensor-core path).
+std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision);
 
 }  // namespace rapid::cuda

@@ -16,6 +16,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/launch.cuh"
+#include "cuda/matmul_mma.h"
 #include "layers/rope.h"
 #include "models/decoder.h"
 #include "quant/mlx_quant.h"
@@ -114,8 +115,8 @@ struct MetaLayout {
 
 class CudaDecoder final : public Model, public DeviceLogits {
  public:
-  CudaDecoder(std::unique_ptr<Model> host, const KvPool& geometry)
-      : host_(std::move(host)), parts_(*host_->decoder_parts()), cfg_(*parts_.cfg) {
+  CudaDecoder(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision)
+      : host_(std::move(host)), parts_(*host_->decoder_parts()), cfg_(*parts_.cfg), precision_(precision) {
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     const char* g = std::getenv("RAPID_CUDA_GRAPHS");
@@ -148,6 +149,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
 
   void forward(const Batch& b, KvPool& kv, ThreadPool&, Precision prec, float* logits) override {
     if (logits) throw std::logic_error("CUDA model: logits stay on the device (forward takes no host buffer)");
+    if (prec != precision_)
+      throw std::logic_error("CUDA model: loaded for one precision, asked to run another (its weight layout is per precision)");
     if (kv.num_blocks() != num_blocks_ || kv.block_size() != block_size_)
       throw std::logic_error("CUDA model: the KV pool geometry differs from the one the device storage was sized for");
     check(cudaSetDevice(0), "cudaSetDevice");
@@ -269,13 +272,21 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const float* upload_floats(const std::vector<float>& v) {
     return v.empty() ? nullptr : static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
   }
-  DevWeight upload_weight(const Weight& w) {
-    // The tied head is the embedding: one device copy serves both.
+  // `matmul_only`: no kernel but a matmul reads it (not the embedding), so under Fast its codes may be tiled.
+  DevWeight upload_weight(const Weight& w, bool matmul_only = true) {
+    // The tied head is the embedding: one device copy serves both (row-major, as the embedding gather reads it).
     for (const auto& [host, dev] : uploaded_)
       if (host == w.data) return dev;
     const size_t sb = weight_scale_bytes(w);
-    const DevWeight d = device_view(w, upload(w.data, weight_data_bytes(w)), sb ? upload(w.scales, sb) : nullptr,
-                                    sb ? upload(w.biases, sb) : nullptr);
+    DevWeight d = device_view(w, nullptr, sb ? upload(w.scales, sb) : nullptr, sb ? upload(w.biases, sb) : nullptr);
+    d.tiled = matmul_only && precision_ == Precision::Fast && mma_format_supported(d);
+    if (d.tiled) {
+      std::vector<uint32_t> t(tiled_words(w.out, w.in, w.bits));
+      tile_codes(static_cast<const uint32_t*>(w.data), w.out, w.in, w.bits, w.group, t.data());
+      d.data = upload(t.data(), t.size() * sizeof(uint32_t));
+    } else {
+      d.data = upload(w.data, weight_data_bytes(w));
+    }
     uploaded_.push_back({w.data, d});
     return d;
   }
@@ -284,7 +295,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (int64_t(host_->info().weight_bytes) > free_before)
       throw std::runtime_error("the weights (" + std::to_string(host_->info().weight_bytes >> 20) +
                                " MiB) do not fit in the GPU's free memory (" + std::to_string(free_before >> 20) + " MiB)");
-    embed_ = upload_weight(*parts_.embed);
+    embed_ = upload_weight(*parts_.embed, /*matmul_only=*/false);
     head_ = upload_weight(*parts_.head);
     final_norm_ = upload_floats(parts_.final_norm->w);
     for (const DecoderLayer& L : *parts_.layers) {
@@ -575,6 +586,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   std::unique_ptr<Model> host_;  // owns the mapped checkpoint, the config and the vision tower
   const DecoderParts& parts_;
   const DecoderConfig& cfg_;
+  const Precision precision_;
   cudaStream_t stream_ = nullptr;
   bool use_graphs_ = true;
   bool split_glu_ = false;  // some layer runs gate and up as two matmuls (needs the up scratch)
@@ -600,10 +612,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
 
 }  // namespace
 
-std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry) {
+std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision) {
   const std::string why = unsupported_reason(*host);
   if (!why.empty()) throw std::runtime_error("CUDA backend: " + why);
-  return std::make_unique<CudaDecoder>(std::move(host), geometry);
+  return std::make_unique<CudaDecoder>(std::move(host), geometry, precision);
 }
 
 }  // namespace rapid::cuda

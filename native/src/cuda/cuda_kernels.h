@@ -17,6 +17,7 @@ void check(cudaError_t e, const char* what);
 
 // A Weight whose bytes live in device memory, in exactly the host Weight's layout:
 // Dense: dtype [out, in]; Affine (MLX): data uint32 [out, in*bits/32], scales/biases dtype [out, in/group].
+// tiled: the Affine codes are in the tensor-core path's tiled layout instead (matmul_mma.h); only Fast reads them.
 struct DevWeight {
   WeightKind kind = WeightKind::Dense;
   DType dtype = DType::F32;  // Dense: element type (F32/F16/BF16); Affine: scales/biases type
@@ -25,6 +26,7 @@ struct DevWeight {
   const void* data = nullptr;
   const void* scales = nullptr;
   const void* biases = nullptr;
+  bool tiled = false;
 };
 
 // W's layout with its bytes at the given device addresses (scales/biases null for a dense W).

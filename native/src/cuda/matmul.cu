@@ -357,6 +357,7 @@ WeightP weight_p(const DevWeight& w, Fmt f, const char* what) {
   if (!w.data || w.out <= 0 || w.in <= 0) throw std::runtime_error(std::string(what) + ": empty weight");
   if (reinterpret_cast<uintptr_t>(w.data) % 16 != 0)
     throw std::runtime_error(std::string(what) + ": weight data must be 16-byte aligned");
+  if (w.tiled) throw std::runtime_error(std::string(what) + ": tiled codes are read only by the Fast (tensor-core) path");
   WeightP p;
   p.data = static_cast<const uint4*>(w.data);
   p.out = w.out;

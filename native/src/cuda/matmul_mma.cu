@@ -44,7 +44,7 @@ constexpr int kTargetWarps = 2048;  // K is split over a block's warps until a l
 static_assert(kThreads == kNormThreads, "the fused norm reduces a row exactly as rms_norm_kernel does");
 
 struct MmaJob {
-  const uint32_t* data = nullptr;  // [out, wpr] packed codes
+  const uint32_t* data = nullptr;  // [out, wpr] packed codes, or the tiled layout (tiled: tile_codes)
   const void* scales = nullptr;    // [out, ng] of sdt
   const void* biases = nullptr;    // [out, ng] of sdt
   const float* bias = nullptr;     // [out] or null
@@ -52,6 +52,7 @@ struct MmaJob {
   int64_t ldy = 0, out = 0;
   int64_t tile0 = 0;               // first block row tile of this job
   int accumulate = 0;
+  int tiled = 0;
 };
 
 struct MmaParams {
@@ -373,15 +374,16 @@ struct RowPtrs {
   const void* sc[NW];
   const void* bi[NW];
   int64_t sia, sib;
+  int64_t gstride;  // u32 words from one group's codes to the next: G·BITS/32 row-major, 32·2·WPT tiled
 };
 
 template <int BITS, int G, int NW, int SDT>
 __device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g, GroupData<G * BITS / 128, NW>& d) {
-  constexpr int WPT = G * BITS / 128, GW = G * BITS / 32;
+  constexpr int WPT = G * BITS / 128;
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
-    load_words<WPT>(R.ca[w] + g * GW, d.wa[w]);
-    load_words<WPT>(R.cb[w] + g * GW, d.wb[w]);
+    load_words<WPT>(R.ca[w] + g * R.gstride, d.wa[w]);
+    load_words<WPT>(R.cb[w] + g * R.gstride, d.wb[w]);
     const uint32_t sa = load_raw_t<SDT>(R.sc[w], R.sia + g), sb = load_raw_t<SDT>(R.sc[w], R.sib + g);
     const uint32_t ba = load_raw_t<SDT>(R.bi[w], R.sia + g), bb = load_raw_t<SDT>(R.bi[w], R.sib + g);
     if constexpr (SDT == 0) {
@@ -392,15 +394,24 @@ __device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g,
   }
 }
 
-// The thread's row pointers of tile T (rows ra / rb of each job at its quarter).
+// The thread's row pointers of tile T (rows ra / rb of each job at its quarter). Tiled codes (one layout for every job
+// of a launch): the 16-row tile's group g holds lane L's a and b words at ((tile·ng + g)·32 + L)·2·WPT, so a warp reads
+// a group as 32·2·WPT contiguous words (the padded rows of a last partial tile are loaded, never stored).
 template <int BITS, int G, int NW>
 __device__ __forceinline__ RowPtrs<NW> row_ptrs(const MmaParams& P, const Tile& T, const MmaJob* const (&J)[NW]) {
   constexpr int WPT = G * BITS / 128;
   RowPtrs<NW> R;
+  const bool tiled = J[0]->tiled != 0;
+  R.gstride = tiled ? 64 * WPT : G * BITS / 32;
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
-    R.ca[w] = J[w]->data + T.ra * P.wpr + T.tq * WPT;
-    R.cb[w] = J[w]->data + T.rb * P.wpr + T.tq * WPT;
+    if (tiled) {
+      R.ca[w] = J[w]->data + ((T.row0 >> 4) * P.ng * 32 + T.lane) * (2 * WPT);
+      R.cb[w] = R.ca[w] + WPT;
+    } else {
+      R.ca[w] = J[w]->data + T.ra * P.wpr + T.tq * WPT;
+      R.cb[w] = J[w]->data + T.rb * P.wpr + T.tq * WPT;
+    }
     R.sc[w] = J[w]->scales;
     R.bi[w] = J[w]->biases;
   }
@@ -773,6 +784,7 @@ MmaJob job_of(const DevWeight& w) {
   j.scales = w.scales;
   j.biases = w.biases;
   j.out = w.out;
+  j.tiled = w.tiled ? 1 : 0;
   return j;
 }
 
@@ -796,15 +808,32 @@ void set_norm(MmaParams& P, const RowNorm* norm) {
 
 }  // namespace
 
-bool mma_supported(const DevWeight& w) {
+bool mma_format_supported(const DevWeight& w) {
   return w.kind == WeightKind::Affine && (w.bits == 4 || w.bits == 8) &&
          (w.group == 32 || w.group == 64 || w.group == 128) && w.in % w.group == 0 &&
-         (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16) && w.scales && w.biases &&
-         reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+         (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16) && w.scales && w.biases;
 }
 
+bool mma_supported(const DevWeight& w) { return mma_format_supported(w) && reinterpret_cast<uintptr_t>(w.data) % 16 == 0; }
+
 bool mma_same_format(const DevWeight& a, const DevWeight& b) {
-  return a.bits == b.bits && a.group == b.group && a.dtype == b.dtype && a.in == b.in;
+  return a.bits == b.bits && a.group == b.group && a.dtype == b.dtype && a.in == b.in && a.tiled == b.tiled;
+}
+
+size_t tiled_words(int64_t out, int64_t in, int bits) { return size_t((out + 15) / 16 * 16) * size_t(in * bits / 32); }
+
+void tile_codes(const uint32_t* src, int64_t out, int64_t in, int bits, int group, uint32_t* dst) {
+  const int64_t wpt = group * bits / 128, gw = group * bits / 32, ng = in / group, wpr = in * bits / 32;
+  const int64_t tiles = (out + 15) / 16;
+  uint32_t* d = dst;
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t g = 0; g < ng; ++g)
+      for (int lane = 0; lane < 32; ++lane)
+        for (int h = 0; h < 2; ++h) {  // a row (gq), then b row (gq + 8)
+          const int64_t row = std::min(t * 16 + lane / 4 + 8 * h, out - 1);  // a partial tile repeats the last row
+          const uint32_t* s = src + row * wpr + g * gw + (lane % 4) * wpt;
+          for (int64_t i = 0; i < wpt; ++i) *d++ = s[i];
+        }
 }
 
 
