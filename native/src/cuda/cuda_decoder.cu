@@ -546,8 +546,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
         const MatmulJob oj{L.o, L.bo, h, H, true};  // h += att·Woᵀ
         matmul(att, qd, T, &oj, 1, s, mode);
       }
-      const MatmulJob gu_fast[2] = {{L.gate, nullptr, g, d.ffn, false}, {L.up, nullptr, g, d.ffn, false}};
-      const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_norm(gu_fast, 2, T, mode);
+      const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
       if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
       if (fuse_post) {
         const RowNorm post{L.post_attn_norm, d.rms_eps};

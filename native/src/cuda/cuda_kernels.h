@@ -74,6 +74,8 @@ struct RowNorm {
 // Whether matmul(x, ldx, n, jobs, n_jobs, s, mode, &norm) runs with the norm fused (Fast, every job affine in one
 // format); otherwise the caller runs rms_norm first and passes no norm.
 bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode);
+// The same for matmul_glu(x, n, gate, up, ...).
+bool can_fuse_glu_norm(const DevWeight& gate, const DevWeight& up, int64_t n, MathMode mode);
 
 // Up to 4 weights that share x [n, ldx] (q/k/v; gate/up) in ONE launch; all jobs have the same `in`.
 // norm: only where can_fuse_norm says so (throws otherwise).
@@ -81,7 +83,7 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
             MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr);
 
 // out[n, ffn] = act(x·Gateᵀ) * (x·Upᵀ); act 0 = silu, 1 = gelu_tanh (PyTorch formulas). One launch.
-// norm: only where can_fuse_norm holds for {gate, up} (throws otherwise).
+// norm: only where can_fuse_glu_norm says so (throws otherwise).
 void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out,
                 cudaStream_t s, MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr);
 

@@ -478,6 +478,11 @@ bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode) 
   return true;
 }
 
+bool can_fuse_glu_norm(const DevWeight& gate, const DevWeight& up, int64_t n, MathMode mode) {
+  const MatmulJob gu[2] = {{gate, nullptr, nullptr, gate.out, false}, {up, nullptr, nullptr, up.out, false}};
+  return can_fuse_norm(gu, 2, n, mode);
+}
+
 void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s, MathMode mode,
             const RowNorm* norm) {
   if (n_jobs < 1 || n_jobs > 4) throw std::runtime_error("cuda::matmul: 1..4 jobs");
@@ -528,10 +533,8 @@ void matmul_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeigh
   if (act != 0 && act != 1) throw std::runtime_error("cuda::matmul_glu: act must be 0 (silu) or 1 (gelu_tanh)");
   if (n <= 0) return;
   check_x(x, gate.in, gate.in, "cuda::matmul_glu");
-  if (norm) {
-    const MatmulJob gu[2] = {{gate, nullptr, out, gate.out, false}, {up, nullptr, out, gate.out, false}};
-    if (!can_fuse_norm(gu, 2, n, mode)) throw std::runtime_error("cuda::matmul_glu: this launch cannot fuse a norm");
-  }
+  if (norm && !can_fuse_glu_norm(gate, up, n, mode))
+    throw std::runtime_error("cuda::matmul_glu: this launch cannot fuse a norm");
   if (mode == MathMode::Fast && mma_supported(gate)) return mma_glu(x, n, gate, up, act, out, s, norm);
   const int rt = row_tile(n);
   KernelP P = base_params(x, gate.in, n, gate.in, f, gate.group, rt);
