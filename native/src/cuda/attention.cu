@@ -14,7 +14,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include "cuda/cuda_kernels.h"
@@ -361,19 +360,11 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
 
 using AttnKernel = void (*)(AttnParams);
 
-// The kernel instantiation, its dynamic shared-memory cap raised once (the largest size seen so far).
+// The kernel instantiation, allowed `smem` bytes of dynamic shared memory on the current device.
 template <int MAXH, int STAGES>
 AttnKernel prepared_kernel(size_t smem) {
-  static std::mutex mu;
-  static std::atomic<size_t> configured{48 * 1024};
-  if (smem > configured.load()) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (smem > configured.load()) {
-      check(cudaFuncSetAttribute(paged_attention_kernel<MAXH, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-            "paged_attention: shared memory attribute");
-      configured.store(smem);
-    }
-  }
+  if (!allow_dynamic_smem(reinterpret_cast<const void*>(paged_attention_kernel<MAXH, STAGES>), smem, 16))
+    throw std::runtime_error("paged_attention: " + std::to_string(smem) + " bytes of shared memory exceed this GPU's limit");
   return paged_attention_kernel<MAXH, STAGES>;
 }
 

@@ -2,8 +2,11 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include "cuda/cuda_kernels.h"
 #include "cuda/launch.cuh"
 
@@ -43,5 +46,23 @@ bool pdl_enabled() {
 }
 
 int sm_count() { return std::max(1, cached_attr(g_sms, cudaDevAttrMultiProcessorCount, "multiprocessor count")); }
+
+bool allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes) {
+  constexpr size_t kDefault = size_t(48) << 10;
+  if (bytes <= kDefault) return true;
+  static std::mutex mu;
+  static std::map<std::pair<const void*, int>, size_t> opted;  // (kernel, device) -> the cap set
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  std::lock_guard<std::mutex> lock(mu);
+  size_t& cap = opted[{kernel, dev}];
+  if (bytes <= cap) return true;
+  int max_optin = 0;
+  check(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev), "shared memory opt-in limit");
+  if (bytes + static_bytes > size_t(max_optin)) return false;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)), "shared memory opt-in");
+  cap = bytes;
+  return true;
+}
 
 }  // namespace rapid::cuda

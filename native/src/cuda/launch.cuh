@@ -29,6 +29,11 @@ bool pdl_enabled();
 // Multiprocessors of the current device (read once per device): launch shapes that aim to fill the GPU.
 int sm_count();
 
+// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device: above the 48 KB default a kernel
+// must opt in, per device (a second GPU needs its own opt-in), so the largest size set is kept per (kernel, device).
+// False, with nothing changed, when bytes plus the kernel's static shared memory exceed the device's opt-in limit.
+bool allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes);
+
 // kernel<<<grid, block, smem, s>>>(args...) with PDL where enabled (created streams only); throws "<what>: <error>" on a launch error.
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,

@@ -699,25 +699,8 @@ template <int BITS, int G, bool GLU, int SDT>
 bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   auto* kernel = mma_gemv_kernel<BITS, G, GLU, SDT>;
   const size_t smem = gemv_smem(G, P.ng, P.norm_w != nullptr);
-  if (smem > (size_t(48) << 10)) {
-    // Above 48 KB a kernel must opt in (per device, kernel and size; the attribute is not a stream operation).
-    static std::mutex mu;
-    static size_t opted[64] = {};
-    std::lock_guard<std::mutex> lock(mu);
-    int dev = 0;
-    check(cudaGetDevice(&dev), "cuda::matmul (fast): cudaGetDevice");
-    if (dev < 0 || dev >= 64) return false;
-    if (smem > opted[dev]) {
-      int max_optin = 0;
-      check(cudaDeviceGetAttribute(&max_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
-            "cuda::matmul (fast): shared memory limit");
-      const size_t stat = sizeof(float) * size_t(kWarps) * (GLU ? 2 : 1) * 32 * 4 + sizeof(double) * kWarps + 16;
-      if (smem + stat > size_t(max_optin)) return false;
-      check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)),
-            "cuda::matmul (fast): shared memory opt-in");
-      opted[dev] = smem;
-    }
-  }
+  const size_t stat = sizeof(float) * size_t(kWarps) * (GLU ? 2 : 1) * 32 * 4 + sizeof(double) * kWarps + 16;
+  if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, stat)) return false;
   launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, smem, s, "cuda::matmul (fast) launch", P);
   return true;
 }
