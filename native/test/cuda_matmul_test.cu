@@ -5,7 +5,7 @@
 // Build (from the repo root; one command):
 //   mkdir -p /tmp/k1 && nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90
 //     -Xcompiler -Wall,-Wextra -Werror all-warnings -Inative/src
-//     native/test/cuda_matmul_test.cu native/src/cuda/matmul.cu native/src/cuda/matmul_mma.cu native/src/cuda/norm_rope.cu native/src/cuda/check.cu
+//     native/test/cuda_matmul_test.cu native/src/cuda/matmul.cu native/src/cuda/matmul_mma.cu native/src/cuda/norm_rope.cu native/src/cuda/check.cu native/src/cuda/tiled_codes.cpp
 //     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
 //     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
 //     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_test -lpthread
@@ -29,7 +29,7 @@
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_kernels.h"
-#include "cuda/matmul_mma.h"
+#include "cuda/tiled_codes.h"
 #include "layers/activations.h"
 #include "quant/quantize.h"
 #include "tensor/dtype.h"

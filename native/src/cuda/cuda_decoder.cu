@@ -17,6 +17,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
+#include "cuda/tiled_codes.h"
 #include "layers/rope.h"
 #include "models/decoder.h"
 #include "quant/mlx_quant.h"

@@ -17,7 +17,7 @@ void check(cudaError_t e, const char* what);
 
 // A Weight whose bytes live in device memory, in exactly the host Weight's layout:
 // Dense: dtype [out, in]; Affine (MLX): data uint32 [out, in*bits/32], scales/biases dtype [out, in/group].
-// tiled: the Affine codes are in the tensor-core path's tiled layout instead (matmul_mma.h); only Fast reads them.
+// tiled: the Affine codes are in the tensor-core path's tiled layout instead (cuda/tiled_codes.h); only Fast reads them.
 struct DevWeight {
   WeightKind kind = WeightKind::Dense;
   DType dtype = DType::F32;  // Dense: element type (F32/F16/BF16); Affine: scales/biases type

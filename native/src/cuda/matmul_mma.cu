@@ -803,21 +803,6 @@ bool mma_same_format(const DevWeight& a, const DevWeight& b) {
   return a.bits == b.bits && a.group == b.group && a.dtype == b.dtype && a.in == b.in && a.tiled == b.tiled;
 }
 
-size_t tiled_words(int64_t out, int64_t in, int bits) { return size_t((out + 15) / 16 * 16) * size_t(in * bits / 32); }
-
-void tile_codes(const uint32_t* src, int64_t out, int64_t in, int bits, int group, uint32_t* dst) {
-  const int64_t wpt = group * bits / 128, gw = group * bits / 32, ng = in / group, wpr = in * bits / 32;
-  const int64_t tiles = (out + 15) / 16;
-  uint32_t* d = dst;
-  for (int64_t t = 0; t < tiles; ++t)
-    for (int64_t g = 0; g < ng; ++g)
-      for (int lane = 0; lane < 32; ++lane)
-        for (int h = 0; h < 2; ++h) {  // a row (gq), then b row (gq + 8)
-          const int64_t row = std::min(t * 16 + lane / 4 + 8 * h, out - 1);  // a partial tile repeats the last row
-          const uint32_t* s = src + row * wpr + g * gw + (lane % 4) * wpt;
-          for (int64_t i = 0; i < wpt; ++i) *d++ = s[i];
-        }
-}
 
 
 void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int count, cudaStream_t s,
