@@ -2,7 +2,7 @@
 import { loadNative } from '../native/binding.js';
 import type { NativeModel, NativeSampleParams, NativeStepPlan, NativeStepResult, NativeStepRow } from '../native/types.js';
 import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
-import { pollWhile } from '../native/poll-while.js';
+import { pollsSteps, pollWhile } from '../native/poll-while.js';
 
 export interface DecodeLoop {
   concurrency: number;
@@ -22,7 +22,7 @@ export interface DecodeLoop {
 export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<number> {
   const info = model.info();
   // As the engine steps a CUDA model: the event loop polls while the step runs.
-  const step = info.device === 'cuda' ? (plan: NativeStepPlan) => pollWhile(model.step(plan)) : (plan: NativeStepPlan) => model.step(plan);
+  const step = pollsSteps(info.device) ? (plan: NativeStepPlan) => pollWhile(model.step(plan)) : (plan: NativeStepPlan) => model.step(plan);
   let nextBlock = 0;
   const need = Math.ceil((o.prompt + o.steps + 1) / info.blockSize);
   const seqs = Array.from({ length: o.concurrency }, (_, i) => ({

@@ -2,8 +2,8 @@
 // addon's own thread, awaited through its Promise) -> update each request. A failed step fails
 // exactly its requests and the loop goes on; a step that never returns trips a watchdog. Every
 // request ends with a done event or an error; nothing is retried silently.
-import { pollWhile } from '../native/poll-while.js';
-import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
+import { pollsSteps, pollWhile } from '../native/poll-while.js';
+import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
 import { BlockManager } from './block-manager.js';
 import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
 import { EngineRequestError, EngineUnavailableError, grammarDeadEnd } from './engine-errors.js';
@@ -42,8 +42,7 @@ export interface EngineOptions {
   maxWaiting?: number;
   /** A step that takes longer fails its requests and marks the engine unhealthy until it returns. */
   stepTimeoutMs?: number;
-  /** Keep the event loop polling while a step runs (pollWhile): default on for CUDA models, whose steps are short
-   *  and whose host gap between steps is what it saves; off on the CPU, where it would take a core from the forward. */
+  /** Keep the event loop polling while a step runs (pollWhile); default pollsSteps(the model's device). */
   pollSteps?: boolean;
   /** How long sampling waits after the forward for grammar masks computed meanwhile (default 10 s);
    *  then only the constrained rows of that step fail. */
@@ -205,8 +204,10 @@ export class Engine implements EngineLike {
     this.stepTimeoutMs = opts.stepTimeoutMs ?? 120_000;
     this.maskTimeoutMs = opts.maskTimeoutMs ?? 10_000;
     this.overlapMasks = opts.overlapMasks ?? true;
-    this.speculativeGrammar = opts.speculativeGrammar ?? opts.model.info().device !== 'cuda';
-    this.pollSteps = opts.pollSteps ?? opts.model.info().device === 'cuda';
+    let device: NativeModelInfo['device'] | undefined; // read from the model once, and only if an option needs it
+    const deviceOf = () => (device ??= (info ?? opts.model.info()).device);
+    this.speculativeGrammar = opts.speculativeGrammar ?? deviceOf() !== 'cuda';
+    this.pollSteps = opts.pollSteps ?? pollsSteps(deviceOf());
     this.faults = opts.faults ?? {};
     this.log = opts.log ?? (() => undefined);
   }

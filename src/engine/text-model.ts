@@ -3,6 +3,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { loadNative, resolveDevice } from '../native/binding.js';
+import { pollsSteps } from '../native/poll-while.js';
 import type { NativeLoadOptions, NativeModel, NativeModelInfo } from '../native/types.js';
 import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
 import { ChatTemplate, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../template/chat-template.js';
@@ -131,7 +132,7 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
         stops: new StopMatcher({ stopStrings: params.stop }),
         signal,
         grammar,
-        pollSteps: info.device === 'cuda',
+        pollSteps: pollsSteps(info.device),
       }),
     close: () => native.close(),
   };
