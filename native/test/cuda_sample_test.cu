@@ -16,6 +16,7 @@
 #include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda_test_util.h"
+#include "sample_grid.h"
 #include "sampling/rng.h"
 #include "sampling/sampler.h"
 
@@ -108,17 +109,8 @@ std::vector<Case> make_cases(int64_t vocab) {
     cases.push_back({make_row(vocab, kind), p, name});
   };
   for (int kind = 0; kind <= 4; ++kind) {
-    for (float t : {0.7f, 1.0f, 1.6f})
-      for (int k : {0, 1, 3, 40, int(vocab) + 7})
-        for (float tp : {1.0f, 0.95f, 0.5f, 0.05f})
-          for (float mp : {0.0f, 0.1f}) {
-            SampleParams p;
-            p.temperature = t;
-            p.top_k = k;
-            p.top_p = tp;
-            p.min_p = mp;
-            add(kind, p, "kind " + std::to_string(kind));
-          }
+    rapid::test::for_each_truncation({0.7f, 1.0f, 1.6f}, {0, 1, 3, 40, int(vocab) + 7}, {1.0f, 0.95f, 0.5f, 0.05f}, {0.0f, 0.1f},
+                              [&](const SampleParams& p) { add(kind, p, "kind " + std::to_string(kind)); });
     // Masks: about a third allowed; only five allowed (one of them the row's max when it is not masked).
     for (int sparse = 0; sparse < 2; ++sparse)
       for (float tp : {1.0f, 0.9f}) {

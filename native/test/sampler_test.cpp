@@ -14,6 +14,7 @@
 #include <vector>
 #include "check.h"
 #include "layers/vec_math.h"
+#include "sample_grid.h"
 #include "sampling/sampler.h"
 
 using namespace rapid;
@@ -96,24 +97,17 @@ void test_against_plain() {
   for (int64_t vocab : {int64_t(37), int64_t(1000), int64_t(151936)}) {
     for (int kind = 0; kind <= 5; ++kind) {
       const std::vector<float> row = make_row(g, vocab, kind);
-      for (float t : {0.6f, 1.0f, 1.8f})
-        for (int k : {0, 1, 7, 64})
-          for (float tp : {1.0f, 0.995f, 0.9f, 0.4f})
-            for (float mp : {0.0f, 0.1f}) {
-              SampleParams p;
-              p.temperature = t;
-              p.top_k = k;
-              p.top_p = tp;
-              p.min_p = mp;
-              const double u = u01(g);
-              std::vector<float> a(row);
-              const int32_t got = sample_token_at(a.data(), vocab, p, u).token;
-              const int32_t want = plain_sample(row, p, u);
-              ++draws;
-              if (got != want && ++differ <= 5)
-                std::fprintf(stderr, "  vocab %lld kind %d T %g k %d p %g min_p %g u %.6f: %d, plain %d\n", (long long)vocab,
-                             kind, double(t), k, double(tp), double(mp), u, got, want);
-            }
+      const auto draw = [&](const SampleParams& p) {
+        const double u = u01(g);
+        std::vector<float> a(row);
+        const int32_t got = sample_token_at(a.data(), vocab, p, u).token;
+        const int32_t want = plain_sample(row, p, u);
+        ++draws;
+        if (got != want && ++differ <= 5)
+          std::fprintf(stderr, "  vocab %lld kind %d T %g k %d p %g min_p %g u %.6f: %d, plain %d\n", (long long)vocab, kind,
+                       double(p.temperature), p.top_k, double(p.top_p), double(p.min_p), u, got, want);
+      };
+      rapid::test::for_each_truncation({0.6f, 1.0f, 1.8f}, {0, 1, 7, 64}, {1.0f, 0.995f, 0.9f, 0.4f}, {0.0f, 0.1f}, draw);
     }
   }
   CHECK(differ == 0, "%d of %d draws differ from the plain sampler", differ, draws);
