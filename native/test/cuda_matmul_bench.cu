@@ -112,6 +112,14 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
     }
   cudaStream_t s;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  // Fast launches of n > 1 stage x in a per-stream buffer: reserved for the largest n, never in a capture.
+  cuda::matmul_reserve(s, *std::max_element(ns.begin(), ns.end()), sh.in);
+  const std::vector<float> ones(size_t(sh.in), 1.0f);  // the fused norm's weight
+  float* nw = nullptr;
+  ck(cudaMalloc(&nw, ones.size() * 4), "cudaMalloc norm");
+  ck(cudaMemcpy(nw, ones.data(), ones.size() * 4, cudaMemcpyHostToDevice), "h2d norm");
+  const cuda::RowNorm rn{nw, 1e-6f};
+  const cuda::RowNorm* norm = mode.norm ? &rn : nullptr;
   for (int n : ns) {
     std::vector<float> hx(size_t(n * sh.in));
     for (auto& v : hx) v = rng.uniform() * 2.f - 1.f;
@@ -119,13 +127,6 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
     ck(cudaMalloc(&x, hx.size() * 4), "cudaMalloc x");
     ck(cudaMalloc(&y, size_t(n * sh.out) * 4), "cudaMalloc y");
     ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "h2d x");
-    std::vector<float> hw(size_t(sh.in), 1.0f);
-    float* nw = nullptr;
-    ck(cudaMalloc(&nw, hw.size() * 4), "cudaMalloc norm");
-    ck(cudaMemcpy(nw, hw.data(), hw.size() * 4, cudaMemcpyHostToDevice), "h2d norm");
-    const cuda::RowNorm rn{nw, 1e-6f};
-    const cuda::RowNorm* norm = mode.norm ? &rn : nullptr;
-    cuda::matmul_reserve(s, n, sh.in);  // fast launches of n > 1 stage x in a per-stream buffer: never in a capture
     const int iters = std::max(copies, 20);
     ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
     for (int it = 0; it < iters; ++it) {
@@ -167,8 +168,8 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
     cudaGraphDestroy(g);
     cudaFree(x);
     cudaFree(y);
-    cudaFree(nw);
   }
+  cudaFree(nw);
   cuda::matmul_release(s);
   cudaStreamDestroy(s);
   cudaFree(pool);
