@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -282,9 +283,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
     DevWeight d = device_view(w, nullptr, sb ? upload(w.scales, sb) : nullptr, sb ? upload(w.biases, sb) : nullptr);
     d.tiled = matmul_only && precision_ == Precision::Fast && mma_format_supported(d);
     if (d.tiled) {
-      std::vector<uint32_t> t(tiled_words(w.out, w.in, w.bits));
-      tile_codes(static_cast<const uint32_t*>(w.data), w.out, w.in, w.bits, w.group, t.data());
-      d.data = upload(t.data(), t.size() * sizeof(uint32_t));
+      const size_t words = tiled_words(w.out, w.in, w.bits);
+      const auto t = std::make_unique_for_overwrite<uint32_t[]>(words);  // every word is written: no zero fill first
+      tile_codes(static_cast<const uint32_t*>(w.data), w.out, w.in, w.bits, w.group, t.get());
+      d.data = upload(t.get(), words * sizeof(uint32_t));
     } else {
       d.data = upload(w.data, weight_data_bytes(w));
     }
