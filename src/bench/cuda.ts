@@ -31,6 +31,8 @@ export interface LevelFigure {
   forwardMsPerStep: number; // what the native side reports for the forward
   /** What the native side reports for sampling: on the GPU this includes waiting for the step's kernels. */
   sampleMsPerStep?: number;
+  /** Fraction of decode steps whose forward the GPU had started ahead (before the step was asked for). */
+  aheadFraction?: number;
   runs?: number[]; // tok/s of each timed run when there were several (the other fields are their medians)
 }
 
@@ -45,6 +47,7 @@ export function summarizeRuns(runs: readonly LevelFigure[]): LevelFigure {
     msPerStep: median(runs.map((r) => r.msPerStep)),
     forwardMsPerStep: median(runs.map((r) => r.forwardMsPerStep)),
     ...(runs.every((r) => r.sampleMsPerStep !== undefined) ? { sampleMsPerStep: median(runs.map((r) => r.sampleMsPerStep!)) } : {}),
+    ...(runs.every((r) => r.aheadFraction !== undefined) ? { aheadFraction: median(runs.map((r) => r.aheadFraction!)) } : {}),
     runs: runs.map((r) => r.tokS),
   };
 }
@@ -70,6 +73,7 @@ function kvBytesFor(s: Qwen2Shape, rows: number, tokens: number): number {
 async function measureLevel(model: NativeModel, level: number, steps: number, prompt: number, sample: BenchSampling): Promise<LevelFigure> {
   let forwardMs = 0;
   let sampleMs = 0;
+  let ahead = 0;
   const ms = await timeDecode(model, {
     concurrency: level,
     steps,
@@ -81,9 +85,10 @@ async function measureLevel(model: NativeModel, level: number, steps: number, pr
       if (!decode) return;
       forwardMs += t.forwardMs;
       sampleMs += t.sampleMs;
+      if (t.ahead) ahead++;
     },
   });
-  return { level, steps, tokS: (level * steps * 1000) / ms, msPerStep: ms / steps, forwardMsPerStep: forwardMs / steps, sampleMsPerStep: sampleMs / steps };
+  return { level, steps, tokS: (level * steps * 1000) / ms, msPerStep: ms / steps, forwardMsPerStep: forwardMs / steps, sampleMsPerStep: sampleMs / steps, aheadFraction: ahead / steps };
 }
 
 interface RapidOptions {
@@ -120,7 +125,7 @@ async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> 
         const runs: LevelFigure[] = [];
         for (let i = 0; i < o.repeat; i++) {
           const f = await measureLevel(model, level, o.gen, o.prompt, o.sample);
-          process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms, sample ${(f.sampleMsPerStep ?? 0).toFixed(3)} ms)\n`);
+          process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms, sample ${(f.sampleMsPerStep ?? 0).toFixed(3)} ms, ahead ${((f.aheadFraction ?? 0) * 100).toFixed(0)}% of steps)\n`);
           runs.push(f);
         }
         result.levels.push(summarizeRuns(runs));

@@ -79,7 +79,8 @@ export interface NativeMoeStepStats {
 export interface NativeStepResult {
   rows: NativeStepRowResult[];
   /** maskWaitMs: how long sampling waited for pending masks after the forward (0 when none). */
-  timings: { forwardMs: number; sampleMs: number; tokens: number; maskWaitMs?: number; moe?: NativeMoeStepStats };
+  /** ahead: the GPU had started this step's forward before it was asked for (CUDA; see cuda_decoder.cu). */
+  timings: { forwardMs: number; sampleMs: number; tokens: number; maskWaitMs?: number; ahead?: boolean; moe?: NativeMoeStepStats };
 }
 
 export interface NativeModelInfo {

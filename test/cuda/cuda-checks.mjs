@@ -16,8 +16,12 @@
 //   errors   bad rows (token outside the vocabulary, too few blocks) fail alone while good rows run;
 //            on CUDA, a KV budget larger than device memory is a clear load error;
 //   device   (CUDA only) systemInfo().cuda lists a device; loaded models report device 'cuda'.
+//   ahead    (CUDA only) the step the GPU runs ahead (the next token of every row, before the host has it) never
+//            changes a result: a scripted run (greedy and seeded draws, a row joining and one ending, a fed token
+//            that is not the sampled one, a draw that changes mid-run, block boundaries) gives the same tokens
+//            with RAPID_CUDA_AHEAD=0 as by default, exact and fast.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device] [--filter REGEX]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead] [--filter REGEX]
 //          [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -63,7 +67,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -618,6 +622,87 @@ function deviceChecks(addon, fx) {
   }
 }
 
+// ---------------------------------------------------------------- f) the step enqueued ahead
+
+/**
+ * A scripted decode of three rows on `model` (its tokens per row): A greedy from step 0, B drawn (seeded) from step
+ * 0, C joining at step 6 and ending at step 22. At step 14 A is fed a token other than the one it sampled (the step
+ * ahead misses); from step 18 B draws at another temperature (same forward, other draws). Tables grow one block at a
+ * time, so rows meet block boundaries (no step ahead there).
+ */
+async function aheadScript(model) {
+  const info = model.info();
+  const axes = info.mropeSections ? 3 : 1;
+  const vocab = info.vocabSize;
+  const blocks = new BlockAllocator(info.blockSize, info.numBlocks);
+  const r = rng(0xa11ead);
+  const prompt = (n) => Array.from({ length: n }, () => Math.floor(r() * vocab));
+  const rows = [
+    { id: 'A', prompt: prompt(5), from: 0, to: 40, draw: () => ({ ...GREEDY }) },
+    { id: 'B', prompt: prompt(11), from: 0, to: 40, draw: (step) => ({ ...GREEDY, temperature: step < 18 ? 0.9 : 0.6, topP: 0.95, seed: 7 }) },
+    { id: 'C', prompt: prompt(3), from: 6, to: 22, draw: () => ({ ...GREEDY, temperature: 1.1, topK: 40, seed: 99 }) },
+  ].map((x) => ({ ...x, ctx: 0, table: [], out: [], errors: [] }));
+  let aheadSteps = 0;
+  for (let step = 0; step < 40; step++) {
+    const plan = [];
+    for (const x of rows) {
+      if (step < x.from || step >= x.to || x.errors.length) continue;
+      let toks = x.ctx === 0 ? x.prompt : [x.out[x.out.length - 1]];
+      if (x.id === 'A' && step === 14) toks = [(toks[0] + 1) % vocab];
+      blocks.grow(x.table, x.ctx + toks.length);
+      const positions = new Int32Array(axes * toks.length);
+      for (let a = 0; a < axes; a++) for (let i = 0; i < toks.length; i++) positions[a * toks.length + i] = x.ctx + i;
+      const row = { requestId: x.id, tokens: Int32Array.from(toks), positions, blockTable: Int32Array.from(x.table), contextLen: x.ctx, sample: { ...x.draw(step), counter: x.out.length } };
+      plan.push({ x, row });
+    }
+    const res = await model.step({ rows: plan.map((p) => p.row) });
+    if (res.timings.ahead) aheadSteps++;
+    for (const p of plan) {
+      const got = res.rows.find((y) => y.requestId === p.x.id);
+      p.x.ctx += p.row.tokens.length;
+      if (!got || got.error !== undefined || got.token === undefined) p.x.errors.push(got?.error ?? 'no token');
+      else p.x.out.push(got.token);
+    }
+  }
+  return { rows, aheadSteps };
+}
+
+async function aheadChecks(addon, fx) {
+  for (const precision of ['exact', 'fast']) {
+    const name = `${fx.name} ${precision}`;
+    const runs = [];
+    for (const ahead of ['0', undefined]) {
+      if (ahead === undefined) delete process.env.RAPID_CUDA_AHEAD;
+      else process.env.RAPID_CUDA_AHEAD = ahead;
+      const model = load(addon, fx.dir, { device: 'cuda', kvCacheBytes: FIXTURE_KV, precision }, 'ahead', name);
+      delete process.env.RAPID_CUDA_AHEAD;
+      if (!model) return;
+      try {
+        runs.push(await aheadScript(model));
+      } catch (e) {
+        report('FAIL', 'ahead', name, `threw: ${e instanceof Error ? e.stack ?? e.message : String(e)}`);
+        return;
+      } finally {
+        model.close();
+      }
+    }
+    const [{ rows: off, aheadSteps: offAhead }, { rows: on, aheadSteps: onAhead }] = runs;
+    const problems = [];
+    // Misses: A's fed token (step 14), C joining (6) and ending (22), B's draw (18), block boundaries; the rest hit.
+    if (offAhead !== 0) problems.push(`${offAhead} steps ran ahead with RAPID_CUDA_AHEAD=0`);
+    if (onAhead < 20) problems.push(`only ${onAhead} of 40 steps ran ahead by default`);
+    for (let i = 0; i < off.length; i++) {
+      const a = off[i];
+      const b = on[i];
+      if (a.errors.length || b.errors.length) problems.push(`${a.id} errors: ${[...a.errors, ...b.errors].join('; ')}`);
+      const k = firstDiff(a.out, b.out);
+      if (k >= 0) problems.push(`${a.id} differs at token ${k}: ${a.out[k]} without the step ahead, ${b.out[k]} with it`);
+    }
+    const counts = off.map((x) => `${x.id} ${x.out.length}`).join(', ');
+    report(problems.length ? 'FAIL' : 'PASS', 'ahead', name, problems.length ? problems.slice(0, 4).join('; ') : `tokens identical with and without the step ahead (${counts} tokens; ${onAhead} of 40 steps ran ahead)`);
+  }
+}
+
 // ---------------------------------------------------------------- main
 
 async function main() {
@@ -667,6 +752,11 @@ async function main() {
       if (o.device === 'cuda') kvTooLarge(addon, fx);
       else console.log('(KV-budget-beyond-device-memory check is CUDA-only: not run with --device cpu)');
     }
+  }
+
+  if (want('ahead')) {
+    if (o.device === 'cuda') for (const fx of models.filter((f) => /^(qwen2-f32|llama-q4|gemma3-q8)$/.test(f.name))) await aheadChecks(addon, fx);
+    else console.log('(step-ahead checks are CUDA-only: not run with --device cpu)');
   }
 
   const count = (s) => results.filter((r) => r.status === s).length;

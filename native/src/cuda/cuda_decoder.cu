@@ -1,13 +1,20 @@
 // The generic decoder (models/decoder.*) on an NVIDIA GPU: the host model's weights are copied to the
 // device once, the KV pool lives there, and one forward is one stream of kernel launches (captured
 // into a CUDA graph per (tokens, logit rows) shape, so a decode step is a single launch). Logits stay
-// on the device; the executor fetches only the rows it must sample on the host.
+// on the device; the executor fetches only the rows it must sample on the host. While the host waits for a
+// step's tokens and hands them back, the GPU may already run the next step (try_ahead): one more token of every
+// row, its inputs those tokens, copied on the device. It is used only when the next step asks for exactly that
+// batch and those draws, so results never depend on it; otherwise it is dropped (the rows' next slots it wrote
+// are rewritten before anything reads them).
 #include <cuda_runtime.h>
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -40,6 +47,17 @@ void add_inplace(float* h, const float* o, int64_t n, cudaStream_t s) {
   launch(add_kernel, dim3(unsigned((n + 255) / 256)), dim3(256), 0, s, "add_inplace", h, o, n);
 }
 
+// tokens[i] = the token the previous step sampled for its row i: src[i] >= 0 its argmax row, else drawn row -src[i]-1.
+__global__ void ahead_tokens_kernel(int32_t* __restrict__ tokens, const int32_t* __restrict__ src,
+                                    const int32_t* __restrict__ argmax, const int32_t* __restrict__ drawn, int64_t n) {
+  pdl_wait();
+  pdl_trigger();
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int32_t t = src[i] >= 0 ? argmax[src[i]] : drawn[-src[i] - 1];
+  tokens[i] = t < 0 ? 0 : t;  // a failed draw (-1): any valid id; that row's next step cannot match it
+}
+
 // Device or page-locked host memory (pinned, so the per-step uploads are true async copies), freed on
 // destruction; reserve() only ever grows it, and a regrow drops the old contents.
 struct DeviceMemory {
@@ -69,6 +87,7 @@ class Buffer {
     p_ = nullptr;
     bytes_ = 0;
   }
+  size_t bytes() const { return bytes_; }
   template <typename T> T* as(size_t byte_offset = 0) const { return reinterpret_cast<T*>(static_cast<char*>(p_) + byte_offset); }
 
  private:
@@ -94,10 +113,30 @@ bool same_format(const Weight& a, const Weight& b) {
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
+// Most rows a step enqueued ahead may have (RAPID_CUDA_AHEAD overrides; 0 turns it off).
+constexpr int64_t kAheadMaxRows = 1024;
+
+// Whether to enqueue the next step ahead. A hit hides the host's time between steps (gap); a miss (a row ended or
+// joined, a token or draw other than expected) makes the next step wait for a useless one (step - gap). With the
+// recent miss rate m (per step, decaying by 1/8), it pays when (1 - m)·gap > m·(step - gap).
+struct AheadPolicy {
+  double miss = 0, gap_ms = 0, step_ms = 0;
+  void on_step() { miss *= 0.875; }
+  void on_miss() { miss += 0.125; }
+  void on_gap(double ms) { gap_ms = gap_ms == 0 ? ms : 0.75 * gap_ms + 0.25 * ms; }
+  void on_plain_step(double ms) { step_ms = step_ms == 0 ? ms : 0.75 * step_ms + 0.25 * ms; }
+  bool worth() const {
+    const double gap = std::min(gap_ms, step_ms);
+    return miss == 0 || (1 - miss) * gap > miss * (step_ms - gap);
+  }
+};
+
 // Byte offsets of the per-step integer metadata inside one buffer (fixed while the capacities are).
 struct MetaLayout {
-  size_t tokens = 0, slot = 0, table_off = 0, q_pos = 0, kv_end = 0, logit_rows = 0, tables = 0, mask_of = 0,
-         tokens_out = 0, total = 0;
+  // Uploaded per step: tokens .. ahead_src (the prefix before mask_of). mask_of is uploaded by the sampling, and
+  // tokens_out is written on the device (a step ahead reads the previous step's argmax tokens from it).
+  size_t tokens = 0, slot = 0, table_off = 0, q_pos = 0, kv_end = 0, logit_rows = 0, tables = 0, ahead_src = 0,
+         mask_of = 0, tokens_out = 0, total = 0;
   MetaLayout() = default;
   MetaLayout(int64_t Tc, int64_t Mc, int64_t Bc) {
     size_t o = 0;
@@ -109,10 +148,80 @@ struct MetaLayout {
     kv_end = take(Tc);
     logit_rows = take(Mc);
     tables = take(Bc);
+    ahead_src = take(Tc);
     mask_of = take(Mc);
     tokens_out = take(Mc);
     total = o;
   }
+};
+
+// A batch that owns its block tables (Batch borrows them from the plan).
+struct OwnedBatch {
+  bool valid = false;
+  std::vector<int32_t> tokens, positions;  // [T], [axes, T]
+  std::vector<SeqSpan> spans;               // block_table -> tables[i]
+  std::vector<std::vector<int32_t>> tables;
+  std::vector<int64_t> logit_rows;
+  void assign(const Batch& b) {
+    valid = true;
+    tokens = b.tokens;
+    positions = b.positions;
+    spans = b.spans;
+    logit_rows = b.logit_rows;
+    tables.resize(spans.size());
+    for (size_t i = 0; i < spans.size(); ++i) {
+      tables[i].assign(spans[i].block_table, spans[i].block_table + spans[i].n_blocks);
+      spans[i].block_table = tables[i].data();
+      spans[i].bidir = nullptr;
+    }
+  }
+  Batch view() const {
+    Batch b;
+    b.tokens = tokens;
+    b.positions = positions;
+    b.spans = spans;
+    b.logit_rows = logit_rows;
+    return b;
+  }
+};
+
+bool same_batch(const Batch& a, const OwnedBatch& b) {
+  if (!b.valid || !a.embeds.empty() || a.tokens != b.tokens || a.positions != b.positions ||
+      a.logit_rows != b.logit_rows || a.spans.size() != b.spans.size())
+    return false;
+  for (size_t i = 0; i < a.spans.size(); ++i) {
+    const SeqSpan &x = a.spans[i], &y = b.spans[i];
+    if (x.start != y.start || x.n != y.n || x.context_len != y.context_len || x.n_blocks != y.n_blocks ||
+        x.n_bidir != 0 || !std::equal(x.block_table, x.block_table + x.n_blocks, y.block_table))
+      return false;
+  }
+  return true;
+}
+
+bool penalized(const SampleParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
+// The fields a device draw depends on when no penalty applies (prompt and output tokens only feed penalties).
+bool same_draw(const SampleParams& a, const SampleParams& b) {
+  return a.temperature == b.temperature && a.top_p == b.top_p && a.top_k == b.top_k && a.min_p == b.min_p &&
+         a.seed == b.seed && a.counter == b.counter && a.logprobs == b.logprobs && a.bitmask == b.bitmask &&
+         !penalized(a) && !penalized(b);
+}
+
+// Host staging of one enqueued step (page-locked: the copies are async): its metadata, RoPE tables and sampling
+// rows, and where its sampled tokens land. `done` is recorded after the step's last copy out of or into it.
+struct Staging {
+  PinnedBuffer meta, fmeta, mask;
+  cudaEvent_t done = nullptr;
+};
+
+// A sampling enqueued on the stream: where its tokens land in st->mask once st->done has fired.
+struct PendingSample {
+  Staging* st = nullptr;
+  size_t o_tok = 0, o_dtok = 0;
+  std::vector<int64_t> rows;
+  std::vector<size_t> plain, drawn;  // indices into rows
 };
 
 class CudaDecoder final : public Model, public DeviceLogits {
@@ -123,6 +232,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     const char* g = std::getenv("RAPID_CUDA_GRAPHS");
     use_graphs_ = !(g && std::string(g) == "0");
+    const char* a = std::getenv("RAPID_CUDA_AHEAD");
+    ahead_max_rows_ = a && *a ? std::max(0L, std::strtol(a, nullptr, 10)) : kAheadMaxRows;
+    for (Staging& st : stage_) check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
     upload_weights();
     allocate_kv(geometry);
     // Split-K attention and the multi-block argmax: their scratch is taken now (never during a capture); the
@@ -141,6 +253,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
       matmul_release(stream_);
     }
     for (void* p : allocations_) cudaFree(p);
+    for (Staging& st : stage_)
+      if (st.done) cudaEventDestroy(st.done);
     if (stream_) cudaStreamDestroy(stream_);
   }
 
@@ -148,6 +262,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   std::vector<KvLayerSpec> kv_layers() const override { return host_->kv_layers(); }
   const VisionEncoder* vision() const override { return host_->vision(); }
   DeviceLogits* device_logits() override { return this; }
+  bool ahead() const override { return ahead_.live && ahead_.hit; }
 
   void forward(const Batch& b, KvPool& kv, ThreadPool&, Precision prec, float* logits) override {
     if (logits) throw std::logic_error("CUDA model: logits stay on the device (forward takes no host buffer)");
@@ -156,32 +271,36 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (kv.num_blocks() != num_blocks_ || kv.block_size() != block_size_)
       throw std::logic_error("CUDA model: the KV pool geometry differs from the one the device storage was sized for");
     check(cudaSetDevice(0), "cudaSetDevice");
+    const auto now = std::chrono::steady_clock::now();
+    // An idle server's gap says nothing about the next steps: a sample is capped.
+    if (returned_) policy_.on_gap(std::min(50.0, std::chrono::duration<double, std::milli>(now - *returned_).count()));
+    returned_.reset();
+    step_start_.reset();
     const int64_t T = int64_t(b.tokens.size()), m = int64_t(b.logit_rows.size());
+    if (ahead_.live) {
+      // The step enqueued ahead computed exactly this batch: its forward is this one (or is already running).
+      if (!ahead_.hit && same_batch(b, ahead_.b)) {
+        ahead_.hit = true;
+        m_ = m;
+        return;
+      }
+      drop_ahead(/*missed=*/true);
+    }
+    step_start_ = now;  // a step computed here (not ahead): its time is the policy's cost of a miss
+    last_.valid = false;
     int64_t n_tables = 0;
     for (const SeqSpan& sp : b.spans) n_tables += sp.n_blocks;
     ensure_capacity(T, m, n_tables);
     m_ = m;
-    upload_step(b, T);
+    upload_step(b, T, stage_[0]);
 
     const bool embeds = !b.embeds.empty();
     if (embeds) upload_embeds(b);
-    const MathMode mode = prec == Precision::Fast ? MathMode::Fast : MathMode::Exact;
-    if (!use_graphs_ || embeds || T > 512) {
-      enqueue(T, m, embeds ? int64_t(b.embeds.size()) : 0, mode);
-    } else {
-      const GraphKey key{T, m, mode};
-      auto it = graphs_.find(key);
-      if (it == graphs_.end() && !eager_seen_.insert(key).second) {
-        if (graphs_.size() >= 256) drop_graphs();  // bound the cache of step shapes
-        it = graphs_.emplace(key, capture(T, m, mode)).first;
-      }
-      // A shape's first forward runs eagerly: kernels make their one-time settings (shared-memory limits,
-      // scratch) outside a capture; from its second forward on, the shape is one graph launch.
-      if (it == graphs_.end()) enqueue(T, m, 0, mode);
-      else check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
-    }
+    if (embeds) enqueue(T, m, int64_t(b.embeds.size()), math_mode());
+    else launch_forward(T, m);
     // A step that samples nothing (a prefill chunk) still reports its failures in this step.
     if (m == 0) check(cudaStreamSynchronize(stream_), "forward");
+    else if (!embeds && ahead_max_rows_ > 0) last_.assign(b);  // the next step may be enqueued ahead from it
   }
 
   void copy_rows(const std::vector<int64_t>& rows, float* out) override {
@@ -196,70 +315,31 @@ class CudaDecoder final : public Model, public DeviceLogits {
   }
 
   // Plain greedy rows take the multi-block argmax; every other row one block of sample_rows. One upload of the
-  // masks and the rows' parameters, one wait, two small downloads.
+  // masks and the rows' parameters, one wait, two small downloads. Before the wait, the next step may be enqueued
+  // ahead (try_ahead), so the GPU computes it while the host handles this one.
   void sample(const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params, int32_t* tokens) override {
-    const int64_t V = cfg_.vocab, words = (V + 31) / 32;
-    std::vector<size_t> plain, drawn;
-    int64_t n_masks = 0;
-    std::vector<TokenPenalty> pens;
-    std::vector<SampleRow> srows;
-    int32_t pen_rows = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      if (rows[i] < 0 || rows[i] >= m_) throw std::out_of_range("CUDA model: logit row out of range");
-      const SampleParams& p = *params[i];
-      n_masks += p.bitmask.empty() ? 0 : 1;
-      if (is_plain_argmax(p)) {
-        plain.push_back(i);
-        continue;
+    for (int64_t r : rows)
+      if (r < 0 || r >= m_) throw std::out_of_range("CUDA model: logit row out of range");
+    if (ahead_.live && ahead_.hit) {
+      bool same = rows == ahead_.rows;
+      for (size_t i = 0; same && i < rows.size(); ++i) same = same_draw(*params[i], ahead_.params[i]);
+      if (same) {
+        Ahead cur = std::move(ahead_);
+        ahead_ = Ahead{};
+        try_ahead(cur.b, rows, params, cur.ps);
+        finish_sample(cur.ps, tokens);
+        returned_ = std::chrono::steady_clock::now();
+        return;
       }
-      drawn.push_back(i);
-      srows.push_back(sample_row_of(p, rows[i], -1, pens, pen_rows));  // its mask row is set below
+      // The same forward with other draws: this step samples the logits the ahead step computed.
+      last_ = std::move(ahead_.b);
+      drop_ahead(/*missed=*/true, /*sync=*/false);
     }
-    const int64_t nd = int64_t(drawn.size()), np = int64_t(pens.size());
-    // Host staging: mask_of [m] | argmax tokens [m] | drawn tokens [nd] | rows [nd] | penalties [np] | masks [n_masks, words]
-    const size_t o_tok = size_t(m_) * 4, o_dtok = align_up(o_tok + size_t(m_) * 4), o_rows = o_dtok + align_up(size_t(nd) * 4);
-    const size_t o_pens = o_rows + align_up(size_t(nd) * sizeof(SampleRow));
-    const size_t o_masks = o_pens + align_up(size_t(np) * sizeof(TokenPenalty));
-    const size_t bytes = o_masks + size_t(n_masks * words) * 4;
-    mask_host_.reserve(bytes);
-    mask_dev_.reserve(std::max<size_t>(bytes - o_dtok, 16), "cudaMalloc sampling rows");
-    if (pen_rows > 0) pen_scratch_.reserve(size_t(pen_rows) * size_t(V) * sizeof(float), "cudaMalloc penalty scratch");
-    char* h = mask_host_.as<char>();
-    int32_t* mask_of = reinterpret_cast<int32_t*>(h);
-    uint32_t* packed = reinterpret_cast<uint32_t*>(h + o_masks);
-    for (int64_t r = 0; r < m_; ++r) mask_of[r] = -1;
-    int32_t k = 0;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const std::vector<uint32_t>& mk = params[i]->bitmask;
-      if (mk.empty()) continue;
-      std::memcpy(packed + int64_t(k) * words, mk.data(), size_t(words) * sizeof(uint32_t));
-      mask_of[rows[i]] = k++;
-    }
-    for (size_t j = 0; j < drawn.size(); ++j) srows[j].mask = mask_of[rows[drawn[j]]];
-    std::memcpy(h + o_rows, srows.data(), srows.size() * sizeof(SampleRow));
-    std::memcpy(h + o_pens, pens.data(), pens.size() * sizeof(TokenPenalty));
-    // Device: the same bytes from o_dtok on (tokens of the drawn rows first).
-    char* d = mask_dev_.as<char>() - o_dtok;
-    check(cudaMemcpyAsync(d + o_rows, h + o_rows, bytes - o_rows, cudaMemcpyHostToDevice, stream_), "upload sampling rows");
-    const uint32_t* d_masks = reinterpret_cast<const uint32_t*>(d + o_masks);
-    if (!plain.empty()) {
-      int32_t* d_mask_of = meta_.as<int32_t>(layout_.mask_of);
-      check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m_) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
-      argmax_rows(logits_.as<float>(), m_, V, d_masks, d_mask_of, meta_.as<int32_t>(layout_.tokens_out), stream_);
-      check(cudaMemcpyAsync(h + o_tok, meta_.as<int32_t>(layout_.tokens_out), size_t(m_) * sizeof(int32_t),
-                            cudaMemcpyDeviceToHost, stream_), "fetch tokens");
-    }
-    if (nd > 0) {
-      int32_t* d_tok = reinterpret_cast<int32_t*>(d + o_dtok);
-      sample_rows(logits_.as<float>(), V, reinterpret_cast<const SampleRow*>(d + o_rows), nd, d_masks,
-                  reinterpret_cast<const TokenPenalty*>(d + o_pens), pen_scratch_.as<float>(), d_tok, stream_);
-      check(cudaMemcpyAsync(h + o_dtok, d_tok, size_t(nd) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "fetch tokens");
-    }
-    check(cudaStreamSynchronize(stream_), "forward (sampling)");
-    const int32_t* argmax_tokens = reinterpret_cast<const int32_t*>(h + o_tok);
-    const int32_t* drawn_tokens = reinterpret_cast<const int32_t*>(h + o_dtok);
-    for (size_t i : plain) tokens[i] = argmax_tokens[rows[i]];
-    for (size_t j = 0; j < drawn.size(); ++j) tokens[drawn[j]] = drawn_tokens[j];
+    PendingSample ps = enqueue_sample(rows, params, stage_[0], m_);
+    try_ahead(last_, rows, params, ps);
+    finish_sample(ps, tokens);
+    returned_ = std::chrono::steady_clock::now();
+    if (step_start_) policy_.on_plain_step(std::chrono::duration<double, std::milli>(*returned_ - *step_start_).count());
   }
 
  private:
@@ -378,7 +458,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     layout_ = MetaLayout(Tc_, Mc_, Bc_);
     meta_.release();
     meta_.reserve(layout_.total, "cudaMalloc step metadata");
-    meta_host_.reserve(layout_.total);
+    for (Staging& st : stage_) st.meta.reserve(layout_.total);
     // cos/sin [Tc, half] per RoPE spec, then q_scale [Tc].
     rope_off_.clear();
     size_t fo = 0;
@@ -394,20 +474,21 @@ class CudaDecoder final : public Model, public DeviceLogits {
     // Fast launches of more than one token prepare their activations in the stream's buffer: sized now, never in
     // a capture.
     matmul_reserve(stream_, Tc_, std::max<int64_t>({H, qd, cfg_.ffn}));
-    fmeta_host_.reserve(fo);
+    for (Staging& st : stage_) st.fmeta.reserve(fo);
     fmeta_bytes_ = fo;
   }
 
-  void upload_step(const Batch& b, int64_t T) {
-    // The staging buffers are rewritten below: the previous step's copies out of them must be done.
-    check(cudaStreamSynchronize(stream_), "previous step");
-    int32_t* tokens = meta_host_.as<int32_t>(layout_.tokens);
-    int32_t* slot = meta_host_.as<int32_t>(layout_.slot);
-    int32_t* table_off = meta_host_.as<int32_t>(layout_.table_off);
-    int32_t* q_pos = meta_host_.as<int32_t>(layout_.q_pos);
-    int32_t* kv_end = meta_host_.as<int32_t>(layout_.kv_end);
-    int32_t* logit_rows = meta_host_.as<int32_t>(layout_.logit_rows);
-    int32_t* tables = meta_host_.as<int32_t>(layout_.tables);
+  // The step's metadata and RoPE tables through `st` (first waiting for that staging's previous copies); src: a
+  // step enqueued ahead, its tokens' places among the previous step's sampled tokens (ahead_tokens_kernel).
+  void upload_step(const Batch& b, int64_t T, Staging& st, const std::vector<int32_t>* src = nullptr) {
+    check(cudaEventSynchronize(st.done), "previous step");
+    int32_t* tokens = st.meta.as<int32_t>(layout_.tokens);
+    int32_t* slot = st.meta.as<int32_t>(layout_.slot);
+    int32_t* table_off = st.meta.as<int32_t>(layout_.table_off);
+    int32_t* q_pos = st.meta.as<int32_t>(layout_.q_pos);
+    int32_t* kv_end = st.meta.as<int32_t>(layout_.kv_end);
+    int32_t* logit_rows = st.meta.as<int32_t>(layout_.logit_rows);
+    int32_t* tables = st.meta.as<int32_t>(layout_.tables);
     int64_t toff = 0;
     for (const SeqSpan& sp : b.spans) {
       std::memcpy(tables + toff, sp.block_table, size_t(sp.n_blocks) * sizeof(int32_t));
@@ -425,21 +506,221 @@ class CudaDecoder final : public Model, public DeviceLogits {
       toff += sp.n_blocks;
     }
     for (size_t i = 0; i < b.logit_rows.size(); ++i) logit_rows[i] = int32_t(b.logit_rows[i]);
-    check(cudaMemcpyAsync(meta_.as<void>(), meta_host_.as<void>(), layout_.total, cudaMemcpyHostToDevice, stream_),
+    if (src) std::memcpy(st.meta.as<int32_t>(layout_.ahead_src), src->data(), src->size() * sizeof(int32_t));
+    // Not mask_of and tokens_out: the sampling uploads the one, and the previous step's argmax may still be in them.
+    check(cudaMemcpyAsync(meta_.as<void>(), st.meta.as<void>(), layout_.mask_of, cudaMemcpyHostToDevice, stream_),
           "upload step metadata");
 
     for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
       const RopeTable t = rope_table(cfg_.ropes[r], b.positions.data(), T);
-      std::memcpy(fmeta_host_.as<float>(rope_off_[r].first), t.cos.data(), t.cos.size() * sizeof(float));
-      std::memcpy(fmeta_host_.as<float>(rope_off_[r].second), t.sin.data(), t.sin.size() * sizeof(float));
+      std::memcpy(st.fmeta.as<float>(rope_off_[r].first), t.cos.data(), t.cos.size() * sizeof(float));
+      std::memcpy(st.fmeta.as<float>(rope_off_[r].second), t.sin.data(), t.sin.size() * sizeof(float));
     }
     if (cfg_.q_pos_beta != 0.0f) {
-      float* qs = fmeta_host_.as<float>(qscale_off_);
+      float* qs = st.fmeta.as<float>(qscale_off_);
       for (int64_t t = 0; t < T; ++t)
         qs[t] = 1.0f + cfg_.q_pos_beta * std::log(1.0f + std::floor(float(b.positions[size_t(t)]) / float(cfg_.q_pos_period)));
     }
-    check(cudaMemcpyAsync(fmeta_.as<void>(), fmeta_host_.as<void>(), fmeta_bytes_, cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(fmeta_.as<void>(), st.fmeta.as<void>(), fmeta_bytes_, cudaMemcpyHostToDevice, stream_),
           "upload RoPE tables");
+  }
+
+  MathMode math_mode() const { return precision_ == Precision::Fast ? MathMode::Fast : MathMode::Exact; }
+
+  // The forward of T tokens (m logit rows, no image features) as launches on stream_: a graph per step shape.
+  void launch_forward(int64_t T, int64_t m) {
+    const MathMode mode = math_mode();
+    if (!use_graphs_ || T > 512) {
+      enqueue(T, m, 0, mode);
+      return;
+    }
+    const GraphKey key{T, m, mode};
+    auto it = graphs_.find(key);
+    if (it == graphs_.end() && !eager_seen_.insert(key).second) {
+      if (graphs_.size() >= 256) drop_graphs();  // bound the cache of step shapes
+      it = graphs_.emplace(key, capture(T, m, mode)).first;
+    }
+    // A shape's first forward runs eagerly: kernels make their one-time settings (shared-memory limits,
+    // scratch) outside a capture; from its second forward on, the shape is one graph launch.
+    if (it == graphs_.end()) enqueue(T, m, 0, mode);
+    else check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
+  }
+
+  // Grows a device buffer the stream may still be reading (an enqueued step ahead): waits for the stream first.
+  void grow(DeviceBuffer& buf, size_t bytes, const char* what) {
+    if (bytes <= buf.bytes()) return;
+    check(cudaStreamSynchronize(stream_), "sync before regrow");
+    buf.reserve(bytes, what);
+  }
+
+  // Enqueues the sampling of logit rows `rows` of the last forward (m rows) through `st`, and the downloads of
+  // its tokens; finish_sample waits for them.
+  PendingSample enqueue_sample(const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params,
+                               Staging& st, int64_t m) {
+    const int64_t V = cfg_.vocab, words = (V + 31) / 32;
+    PendingSample ps;
+    ps.st = &st;
+    ps.rows = rows;
+    int64_t n_masks = 0;
+    std::vector<TokenPenalty> pens;
+    std::vector<SampleRow> srows;
+    int32_t pen_rows = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const SampleParams& p = *params[i];
+      n_masks += p.bitmask.empty() ? 0 : 1;
+      if (is_plain_argmax(p)) {
+        ps.plain.push_back(i);
+        continue;
+      }
+      ps.drawn.push_back(i);
+      srows.push_back(sample_row_of(p, rows[i], -1, pens, pen_rows));  // its mask row is set below
+    }
+    const int64_t nd = int64_t(ps.drawn.size()), np = int64_t(pens.size());
+    // Host staging: mask_of [m] | argmax tokens [m] | drawn tokens [nd] | rows [nd] | penalties [np] | masks [n_masks, words]
+    const size_t o_tok = size_t(m) * 4, o_dtok = align_up(o_tok + size_t(m) * 4), o_rows = o_dtok + align_up(size_t(nd) * 4);
+    const size_t o_pens = o_rows + align_up(size_t(nd) * sizeof(SampleRow));
+    const size_t o_masks = o_pens + align_up(size_t(np) * sizeof(TokenPenalty));
+    const size_t bytes = o_masks + size_t(n_masks * words) * 4;
+    ps.o_tok = o_tok;
+    ps.o_dtok = o_dtok;
+    check(cudaEventSynchronize(st.done), "previous sampling");  // st.mask's last copies
+    st.mask.reserve(bytes);
+    grow(mask_dev_, std::max<size_t>(bytes - o_dtok, 16), "cudaMalloc sampling rows");
+    if (pen_rows > 0) grow(pen_scratch_, size_t(pen_rows) * size_t(V) * sizeof(float), "cudaMalloc penalty scratch");
+    char* h = st.mask.as<char>();
+    int32_t* mask_of = reinterpret_cast<int32_t*>(h);
+    uint32_t* packed = reinterpret_cast<uint32_t*>(h + o_masks);
+    for (int64_t r = 0; r < m; ++r) mask_of[r] = -1;
+    int32_t k = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const std::vector<uint32_t>& mk = params[i]->bitmask;
+      if (mk.empty()) continue;
+      std::memcpy(packed + int64_t(k) * words, mk.data(), size_t(words) * sizeof(uint32_t));
+      mask_of[rows[i]] = k++;
+    }
+    for (size_t j = 0; j < ps.drawn.size(); ++j) srows[j].mask = mask_of[rows[ps.drawn[j]]];
+    std::memcpy(h + o_rows, srows.data(), srows.size() * sizeof(SampleRow));
+    std::memcpy(h + o_pens, pens.data(), pens.size() * sizeof(TokenPenalty));
+    // Device: the same bytes from o_dtok on (tokens of the drawn rows first).
+    char* d = mask_dev_.as<char>() - o_dtok;
+    check(cudaMemcpyAsync(d + o_rows, h + o_rows, bytes - o_rows, cudaMemcpyHostToDevice, stream_), "upload sampling rows");
+    const uint32_t* d_masks = reinterpret_cast<const uint32_t*>(d + o_masks);
+    if (!ps.plain.empty()) {
+      int32_t* d_mask_of = meta_.as<int32_t>(layout_.mask_of);
+      check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
+      argmax_rows(logits_.as<float>(), m, V, d_masks, d_mask_of, meta_.as<int32_t>(layout_.tokens_out), stream_);
+      check(cudaMemcpyAsync(h + o_tok, meta_.as<int32_t>(layout_.tokens_out), size_t(m) * sizeof(int32_t),
+                            cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+    }
+    if (nd > 0) {
+      int32_t* d_tok = reinterpret_cast<int32_t*>(d + o_dtok);
+      sample_rows(logits_.as<float>(), V, reinterpret_cast<const SampleRow*>(d + o_rows), nd, d_masks,
+                  reinterpret_cast<const TokenPenalty*>(d + o_pens), pen_scratch_.as<float>(), d_tok, stream_);
+      check(cudaMemcpyAsync(h + o_dtok, d_tok, size_t(nd) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+    }
+    check(cudaEventRecord(st.done, stream_), "record sampling");
+    return ps;
+  }
+
+  // Waits for a sampling's tokens: tokens[i] for its rows[i]. The step enqueued ahead (if any) takes them as its
+  // expected input tokens.
+  void finish_sample(const PendingSample& ps, int32_t* tokens) {
+    check(cudaEventSynchronize(ps.st->done), "forward (sampling)");
+    const char* h = ps.st->mask.as<char>();
+    const int32_t* argmax_tokens = reinterpret_cast<const int32_t*>(h + ps.o_tok);
+    const int32_t* drawn_tokens = reinterpret_cast<const int32_t*>(h + ps.o_dtok);
+    for (size_t i : ps.plain) tokens[i] = argmax_tokens[ps.rows[i]];
+    for (size_t j = 0; j < ps.drawn.size(); ++j) tokens[ps.drawn[j]] = drawn_tokens[j];
+    if (ahead_.live && !ahead_.hit)
+      for (size_t i = 0; i < ahead_.b.tokens.size(); ++i) ahead_.b.tokens[i] = tokens[i];
+  }
+
+  // Enqueues the step that continues `prev` (whose sampling `ps` is enqueued) by one token per row, before its
+  // tokens reach the host: its input tokens are copied on the device. Only for a batch whose every row sampled its
+  // last token here with a draw that needs no token history (no grammar mask, no penalties), at most
+  // ahead_max_rows_ rows, and when the policy expects it to pay. Its KV writes go to each row's next slot, which only that
+  // row's next token would write; if the next step differs, it is dropped and runs after it (a wasted step).
+  void try_ahead(const OwnedBatch& prev, const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params,
+                 const PendingSample& ps) {
+    policy_.on_step();
+    if (!policy_.worth()) return;
+    const size_t S = prev.spans.size();
+    if (!prev.valid || S == 0 || int64_t(S) > ahead_max_rows_ || rows.size() != S || prev.logit_rows.size() != S) return;
+    const int64_t Tp = int64_t(prev.tokens.size());
+    const int64_t axes = Tp > 0 ? int64_t(prev.positions.size()) / Tp : 0;
+    if (axes < 1) return;
+    int64_t n_tables = 0;
+    for (size_t i = 0; i < S; ++i) {
+      const SeqSpan& sp = prev.spans[i];
+      const int64_t last = sp.start + sp.n - 1;
+      if (rows[i] != int64_t(i) || prev.logit_rows[i] != last || sp.n_bidir != 0) return;
+      if (sp.context_len + sp.n >= sp.n_blocks * block_size_) return;  // its next slot is in no block yet
+      const SampleParams& p = *params[i];
+      if (!p.bitmask.empty() || penalized(p) || p.logprobs >= 0) return;
+      n_tables += sp.n_blocks;
+    }
+    if (int64_t(S) > Tc_ || int64_t(S) > Mc_ || n_tables > Bc_) return;  // growing would move buffers in use
+    // Only a shape already captured: a capture (or dropping the graph cache) is for a stream with no step in flight.
+    if (use_graphs_ && S <= 512 && graphs_.find(GraphKey{int64_t(S), int64_t(S), math_mode()}) == graphs_.end()) return;
+
+    Ahead a;
+    a.live = true;
+    OwnedBatch& nb = a.b;
+    nb.valid = true;
+    nb.tokens.assign(S, -1);  // known once `ps` is done
+    nb.positions.resize(size_t(axes) * S);
+    nb.tables = prev.tables;
+    nb.spans.resize(S);
+    nb.logit_rows.resize(S);
+    std::vector<int32_t> src(S);
+    for (size_t i = 0; i < S; ++i) {
+      const SeqSpan& sp = prev.spans[i];
+      const int64_t last = sp.start + sp.n - 1;
+      for (int64_t x = 0; x < axes; ++x) nb.positions[size_t(x) * S + i] = prev.positions[size_t(x * Tp + last)] + 1;
+      SeqSpan& ns = nb.spans[i];
+      ns.start = int64_t(i);
+      ns.n = 1;
+      ns.context_len = sp.context_len + sp.n;
+      ns.block_table = nb.tables[i].data();
+      ns.n_blocks = sp.n_blocks;
+      nb.logit_rows[i] = int64_t(i);
+      src[i] = -1;
+    }
+    for (size_t i : ps.plain) src[i] = int32_t(ps.rows[i]);
+    for (size_t j = 0; j < ps.drawn.size(); ++j) src[ps.drawn[j]] = -int32_t(j) - 1;
+    a.rows = rows;
+    std::vector<const SampleParams*> pp(S);
+    a.params.resize(S);
+    for (size_t i = 0; i < S; ++i) {
+      const SampleParams& p = *params[i];
+      SampleParams& q = a.params[i];
+      q.temperature = p.temperature;
+      q.top_p = p.top_p;
+      q.top_k = p.top_k;
+      q.min_p = p.min_p;
+      q.seed = p.seed;
+      q.counter = p.counter + 1;
+      q.logprobs = p.logprobs;
+      pp[i] = &q;
+    }
+
+    Staging& st = stage_[1 + ahead_flip_];
+    ahead_flip_ ^= 1;
+    upload_step(nb.view(), int64_t(S), st, &src);
+    const int32_t* drawn = mask_dev_.as<int32_t>();  // enqueue_sample's drawn tokens come first in mask_dev_
+    launch(ahead_tokens_kernel, dim3(unsigned((S + 127) / 128)), dim3(128), 0, stream_, "ahead tokens launch",
+           meta_.as<int32_t>(layout_.tokens), static_cast<const int32_t*>(meta_.as<int32_t>(layout_.ahead_src)),
+           static_cast<const int32_t*>(meta_.as<int32_t>(layout_.tokens_out)), drawn, int64_t(S));
+    launch_forward(int64_t(S), int64_t(S));
+    a.ps = enqueue_sample(rows, pp, st, int64_t(S));
+    ahead_ = std::move(a);
+  }
+
+  // Forgets the step enqueued ahead (its work stays on the stream; `sync` waits for it). A miss skips the next one.
+  void drop_ahead(bool missed, bool sync = true) {
+    ahead_ = Ahead{};
+    if (missed) policy_.on_miss();
+    if (sync) check(cudaStreamSynchronize(stream_), "step ahead");
   }
 
   // Image features [ne, H] and DeepStack rows [deepstack_layers, ne, H], with their batch token indices.
@@ -602,7 +883,25 @@ class CudaDecoder final : public Model, public DeviceLogits {
   // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
   int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, m_ = 0;
   DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_, pen_scratch_;
-  PinnedBuffer meta_host_, fmeta_host_, embeds_host_, mask_host_;
+  PinnedBuffer embeds_host_;
+  // Host staging: [0] steps the executor asked for, [1] and [2] (in turn) steps enqueued ahead.
+  Staging stage_[3];
+  int ahead_flip_ = 0;
+  // A step enqueued ahead: the batch and draws the next step is expected to ask for (the rows of this one, one
+  // token further, their tokens those this one samples). Used only if the next step asks for exactly that.
+  struct Ahead {
+    bool live = false, hit = false;  // hit: the executor's forward was this batch
+    OwnedBatch b;
+    std::vector<int64_t> rows;
+    std::vector<SampleParams> params;
+    PendingSample ps;
+  };
+  Ahead ahead_;
+  OwnedBatch last_;             // the batch of the forward just enqueued, when one could be continued ahead
+  int64_t ahead_max_rows_ = 0;  // RAPID_CUDA_AHEAD (0: never enqueue ahead)
+  AheadPolicy policy_;
+  // When the last sampling returned to the executor, and when the current step's forward was asked for.
+  std::optional<std::chrono::steady_clock::time_point> returned_, step_start_;
   MetaLayout layout_;
   size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_u_ = 0, off_sel_ = 0;
   std::vector<std::pair<size_t, size_t>> rope_off_;  // per RoPE spec: byte offsets of cos and sin

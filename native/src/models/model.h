@@ -61,6 +61,8 @@ class DeviceLogits {
   // temperature, top-k/p, min-p, seed and counter; logprobs are not computed), -1 when no allowed finite logit.
   // Waits for the forward.
   virtual void sample(const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params, int32_t* tokens) = 0;
+  // Whether the last forward had been enqueued ahead by the step before it (its batch was the one expected).
+  virtual bool ahead() const { return false; }
 };
 
 class Model {

@@ -174,6 +174,7 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   }
   model.forward(batch, kv, pool, precision, dev ? nullptr : logits.data());
   res.forward_ms = ms_since(t0);
+  res.ahead = dev && dev->ahead();
   if (const MoeStats* ms = model.moe_stats()) {
     res.expert_runs = ms->expert_runs;
     res.active_experts = ms->active_experts;
