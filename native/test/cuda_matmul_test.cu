@@ -485,6 +485,107 @@ void test_tiled(std::mt19937& rng) {
   report(refused, "exact refuses tiled codes", refused ? "refused" : "ran");
 }
 
+// The RoPE epilogue (q/k rows in rope_pair_rows order; q rotated into q, k rotated and v as is into the KV pool at
+// each token's slot) stores bitwise what matmul + rope_kv_write store, with and without a fused input norm, for the
+// gemv (n = 1) and the prepared (n > 1) kernels, row-major and tiled codes; a slot of -1 stores nothing.
+void test_rope_epilogue(std::mt19937& rng) {
+  const int nh = 4, nkv = 2, hd = 64, half = hd / 2;
+  const int64_t in = 256, qd = nh * hd, kd = nkv * hd, slots = 64;
+  const auto permuted = [](const TestWeight& W, const std::vector<int64_t>& perm, bool tiled, std::vector<DevBuf>& keep) {
+    const size_t cr = W.data.size() / size_t(W.out), sr = W.scales.size() / size_t(W.out);
+    std::vector<uint8_t> c(W.data.size()), sc(W.scales.size()), bi(W.biases.size());
+    for (size_t p = 0; p < perm.size(); ++p) {
+      std::memcpy(c.data() + p * cr, W.data.data() + size_t(perm[p]) * cr, cr);
+      std::memcpy(sc.data() + p * sr, W.scales.data() + size_t(perm[p]) * sr, sr);
+      std::memcpy(bi.data() + p * sr, W.biases.data() + size_t(perm[p]) * sr, sr);
+    }
+    cuda::DevWeight d = W.dev;
+    if (tiled) {
+      std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
+      cuda::tile_codes(reinterpret_cast<const uint32_t*>(c.data()), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
+      keep.emplace_back(t.data(), t.size() * 4);
+    } else {
+      keep.emplace_back(c.data(), c.size());
+    }
+    d.data = keep.back().p;
+    d.tiled = tiled;
+    keep.emplace_back(sc.data(), sc.size());
+    d.scales = keep.back().p;
+    keep.emplace_back(bi.data(), bi.size());
+    d.biases = keep.back().p;
+    d.rope_rows = hd;
+    return d;
+  };
+  const auto tiled_of = [](const TestWeight& W, std::vector<DevBuf>& keep) {
+    std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
+    cuda::tile_codes(reinterpret_cast<const uint32_t*>(W.data.data()), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
+    keep.emplace_back(t.data(), t.size() * 4);
+    cuda::DevWeight d = W.dev;
+    d.data = keep.back().p;
+    d.tiled = true;
+    return d;
+  };
+  const std::vector<int64_t> pq = cuda::rope_pair_rows(qd, hd), pk = cuda::rope_pair_rows(kd, hd);
+  for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 8, 32, DType::F16}}) {
+    TestWeight Q = make_weight(f, qd, in, rng), K = make_weight(f, kd, in, rng), V = make_weight(f, kd, in, rng);
+    const std::vector<float> bq = random_vec(size_t(qd), rng, 0.1f), bk = random_vec(size_t(kd), rng, 0.1f),
+                             bv = random_vec(size_t(kd), rng, 0.1f), nw = random_vec(size_t(in), rng, 0.5f);
+    std::vector<float> bqp(bq.size()), bkp(bk.size());
+    for (size_t p = 0; p < pq.size(); ++p) bqp[p] = bq[size_t(pq[p])];
+    for (size_t p = 0; p < pk.size(); ++p) bkp[p] = bk[size_t(pk[p])];
+    DevBuf d_bq(bq.data(), bq.size() * 4), d_bk(bk.data(), bk.size() * 4), d_bv(bv.data(), bv.size() * 4);
+    DevBuf d_bqp(bqp.data(), bqp.size() * 4), d_bkp(bkp.data(), bkp.size() * 4), d_nw(nw.data(), nw.size() * 4);
+    const cuda::RowNorm norm{d_nw.f(), 1e-6f};
+    bool all = true;
+    std::string where;
+    for (bool tiled : {false, true}) {
+      std::vector<DevBuf> keep;
+      const cuda::DevWeight Qp = permuted(Q, pq, tiled, keep), Kp = permuted(K, pk, tiled, keep);
+      const cuda::DevWeight Qr = tiled ? tiled_of(Q, keep) : Q.dev, Kr = tiled ? tiled_of(K, keep) : K.dev,
+                            Vr = tiled ? tiled_of(V, keep) : V.dev;
+      for (int n : {1, 3, 33}) {
+        for (bool with_norm : {false, true}) {
+          const std::vector<float> x = random_vec(size_t(n * in), rng), cs = random_vec(size_t(n * half), rng),
+                                   sn = random_vec(size_t(n * half), rng);
+          std::vector<int32_t> slot(static_cast<size_t>(n));
+          for (int t = 0; t < n; ++t) slot[size_t(t)] = t == 1 ? -1 : int32_t((t * 7 + 5) % slots);
+          DevBuf d_x(x.data(), x.size() * 4), d_cs(cs.data(), cs.size() * 4), d_sn(sn.data(), sn.size() * 4);
+          DevBuf d_slot(slot.data(), slot.size() * 4);
+          DevBuf q[2] = {DevBuf(size_t(n * qd) * 4), DevBuf(size_t(n * qd) * 4)};
+          DevBuf k(size_t(n * kd) * 4), v(size_t(n * kd) * 4);
+          DevBuf kp[2] = {DevBuf(size_t(slots * kd) * 4), DevBuf(size_t(slots * kd) * 4)};
+          DevBuf vp[2] = {DevBuf(size_t(slots * kd) * 4), DevBuf(size_t(slots * kd) * 4)};
+          for (int i = 0; i < 2; ++i) {
+            ck(cudaMemset(kp[i].p, 0, kp[i].bytes), "memset");
+            ck(cudaMemset(vp[i].p, 0, vp[i].bytes), "memset");
+          }
+          const cuda::RowNorm* nm = with_norm ? &norm : nullptr;
+          const cuda::MatmulJob plain[3] = {{Qr, d_bq.f(), q[0].f(), qd, false}, {Kr, d_bk.f(), k.f(), kd, false}, {Vr, d_bv.f(), v.f(), kd, false}};
+          cuda::matmul(d_x.f(), in, n, plain, 3, nullptr, cuda::MathMode::Fast, nm);
+          cuda::rope_kv_write(q[0].f(), k.f(), v.f(), n, nh, nkv, hd, half, d_cs.f(), d_sn.f(), nullptr,
+                              static_cast<const int32_t*>(d_slot.p), kp[0].f(), vp[0].f(), nullptr);
+          const cuda::MatmulJob fused[3] = {{Qp, d_bqp.f(), q[1].f(), qd, false, 1}, {Kp, d_bkp.f(), kp[1].f(), kd, false, 2},
+                                            {Vr, d_bv.f(), vp[1].f(), kd, false, 3}};
+          const cuda::RopeOut rope{d_cs.f(), d_sn.f(), static_cast<const int32_t*>(d_slot.p), hd};
+          cuda::matmul(d_x.f(), in, n, fused, 3, nullptr, cuda::MathMode::Fast, nm, &rope);
+          ck(cudaDeviceSynchronize(), "rope epilogue");
+          const auto same = [](const DevBuf& a, const DevBuf& b, size_t count) {
+            return std::memcmp(download(a, count).data(), download(b, count).data(), count * 4) == 0;
+          };
+          const bool qs = same(q[0], q[1], size_t(n * qd)), ks = same(kp[0], kp[1], size_t(slots * kd)),
+                     vs = same(vp[0], vp[1], size_t(slots * kd));
+          if (!(qs && ks && vs)) {
+            all = false;
+            where += std::string(tiled ? " tiled" : " row-major") + " n=" + std::to_string(n) + (with_norm ? "+norm" : "") +
+                     (qs ? "" : " q") + (ks ? "" : " k") + (vs ? "" : " v");
+          }
+        }
+      }
+    }
+    report(all, "fast rope epilogue " + f.name(), all ? "bitwise equal to matmul + rope_kv_write (n 1, 3, 33; norm; tiled)" : "differs:" + where);
+  }
+}
+
 // Decode bandwidth: cycles through enough weight copies that the set exceeds L2 (H200: 50 MB).
 void bench(const Format& f, int64_t out, int64_t in, std::mt19937& rng) {
   TestWeight W = make_weight(f, out, in, rng, false);
@@ -584,6 +685,7 @@ int main() {
     test_glu(pool, dense_f32, 1000, 896, rng, &a4);
     test_fused_norm(rng);
     test_tiled(rng);
+    test_rope_epilogue(rng);
     for (const auto& sh : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}, {1152, 896}, {151936, 896},
                            {22016, 2048}, {2048, 11008}})
       bench(Format{WeightKind::Affine, 4, 64, DType::BF16}, sh.first, sh.second, rng);

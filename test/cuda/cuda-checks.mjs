@@ -20,8 +20,10 @@
 //            changes a result: a scripted run (greedy and seeded draws, a row joining and one ending, a fed token
 //            that is not the sampled one, a draw that changes mid-run, block boundaries) gives the same tokens
 //            with RAPID_CUDA_AHEAD=0 as by default, exact and fast.
+//   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
+//            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead] [--filter REGEX]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX]
 //          [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -67,7 +69,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -703,6 +705,47 @@ async function aheadChecks(addon, fx) {
   }
 }
 
+// ---------------------------------------------------------------- g) the RoPE epilogue
+
+/**
+ * The q/k/v launch with RoPE in its epilogue (fast, affine weights, no q/k norm) stores exactly what the separate
+ * rope_kv_write launch stores: the staggered batch of the batch check (prefill chunks, decodes, one token and many)
+ * gives bitwise the same final logits and the same tokens with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
+ */
+async function ropeEpilogueChecks(addon, fx) {
+  const name = `${fx.name} fast`;
+  const runs = [];
+  for (const fused of ['0', undefined]) {
+    if (fused === undefined) delete process.env.RAPID_CUDA_ROPE_EPILOGUE;
+    else process.env.RAPID_CUDA_ROPE_EPILOGUE = fused;
+    const model = load(addon, fx.dir, { device: 'cuda', kvCacheBytes: FIXTURE_KV, precision: 'fast' }, 'rope', name);
+    delete process.env.RAPID_CUDA_ROPE_EPILOGUE;
+    if (!model) return;
+    try {
+      const info = model.info();
+      const { staggered } = batchSpecs(info.vocabSize, info.contextLength, fx.ref.prompts.map((p) => p.ids));
+      runs.push(await runSequences(model, staggered));
+    } catch (e) {
+      report('FAIL', 'rope', name, `threw: ${e instanceof Error ? e.stack ?? e.message : String(e)}`);
+      return;
+    } finally {
+      model.close();
+    }
+  }
+  const [plain, fused] = runs;
+  const problems = [];
+  let bitwise = 0;
+  for (const [id, a] of plain) {
+    const b = fused.get(id);
+    if (a.errors.length || b.errors.length) problems.push(`${id} errors: ${[...a.errors, ...b.errors].join('; ')}`);
+    const k = firstDiff(a.tokens, b.tokens);
+    if (k >= 0) problems.push(`${id} tokens differ at ${k}: ${a.tokens[k]} vs ${b.tokens[k]}`);
+    if (bitwiseEqual(a.lastLogits, b.lastLogits)) bitwise++;
+    else problems.push(`${id} final logits differ (max |diff| ${fmt(maxAbsDiff(a.lastLogits, b.lastLogits))})`);
+  }
+  report(problems.length ? 'FAIL' : 'PASS', 'rope', name, problems.length ? problems.slice(0, 4).join('; ') : `RoPE epilogue == separate launch: ${plain.size} sequences, tokens identical, final logits bitwise ${bitwise}/${plain.size}`);
+}
+
 // ---------------------------------------------------------------- main
 
 async function main() {
@@ -754,6 +797,10 @@ async function main() {
     }
   }
 
+  if (want('rope')) {
+    if (o.device === 'cuda') for (const fx of models.filter((f) => /^(llama|qwen2)-q[48]$/.test(f.name))) await ropeEpilogueChecks(addon, fx);
+    else console.log('(RoPE-epilogue checks are CUDA-only: not run with --device cpu)');
+  }
   if (want('ahead')) {
     if (o.device === 'cuda') for (const fx of models.filter((f) => /^(qwen2-f32|llama-q4|gemma3-q8)$/.test(f.name))) await aheadChecks(addon, fx);
     else console.log('(step-ahead checks are CUDA-only: not run with --device cpu)');

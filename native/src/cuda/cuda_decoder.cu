@@ -8,6 +8,7 @@
 // are rewritten before anything reads them).
 #include <cuda_runtime.h>
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -104,6 +105,7 @@ struct DevLayer {
   const float *bq = nullptr, *bk = nullptr, *bv = nullptr, *bo = nullptr;  // [out] or null
   int act = 0;
   bool glu_fused = true;  // gate and up share one format: one fused launch; else two matmuls + glu
+  bool rope_epilogue = false;  // q/k/v's launch applies RoPE and writes the KV pool (q, k rows in rope_pair_rows order)
 };
 
 // Per-layer quantization overrides can store gate and up differently (one 8-bit, one dense, ...).
@@ -355,7 +357,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     return v.empty() ? nullptr : static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
   }
   // `matmul_only`: no kernel but a matmul reads it (not the embedding), so under Fast its codes may be tiled.
-  DevWeight upload_weight(const Weight& w, bool matmul_only = true) {
+  // `perm`: the rows in this order (perm[p] = the host row at row p), a copy of their own.
+  DevWeight upload_weight(const Weight& w, bool matmul_only = true, const std::vector<int64_t>* perm = nullptr) {
+    if (perm) return upload_permuted(w, *perm);
     // The tied head is the embedding: one device copy serves both (row-major, as the embedding gather reads it).
     for (const auto& [host, dev] : uploaded_)
       if (host == w.data) return dev;
@@ -373,6 +377,43 @@ class CudaDecoder final : public Model, public DeviceLogits {
     uploaded_.push_back({w.data, d});
     return d;
   }
+  DevWeight upload_permuted(const Weight& w, const std::vector<int64_t>& perm) {
+    if (int64_t(perm.size()) != w.out) throw std::logic_error("upload_permuted: one index per row");
+    const size_t code_row = weight_data_bytes(w) / size_t(w.out), scale_row = weight_scale_bytes(w) / size_t(w.out);
+    std::vector<uint8_t> codes(code_row * size_t(w.out)), scales(scale_row * size_t(w.out)), biases(scales.size());
+    for (size_t p = 0; p < perm.size(); ++p) {
+      const size_t from = size_t(perm[p]);
+      std::memcpy(codes.data() + p * code_row, static_cast<const uint8_t*>(w.data) + from * code_row, code_row);
+      if (scale_row == 0) continue;
+      std::memcpy(scales.data() + p * scale_row, static_cast<const uint8_t*>(w.scales) + from * scale_row, scale_row);
+      std::memcpy(biases.data() + p * scale_row, static_cast<const uint8_t*>(w.biases) + from * scale_row, scale_row);
+    }
+    Weight c = w;
+    c.data = codes.data();
+    c.scales = scale_row ? scales.data() : nullptr;
+    c.biases = scale_row ? biases.data() : nullptr;
+    const size_t keep = uploaded_.size();
+    DevWeight d = upload_weight(c);
+    uploaded_.resize(keep);  // its host copy dies here: never a dedup key
+    return d;
+  }
+  static std::vector<float> permuted(const std::vector<float>& v, const std::vector<int64_t>& perm) {
+    if (v.empty()) return v;
+    std::vector<float> o(perm.size());
+    for (size_t p = 0; p < perm.size(); ++p) o[p] = v[size_t(perm[p])];
+    return o;
+  }
+  // Whether layer L's q/k/v launch can take the RoPE epilogue (RAPID_CUDA_ROPE_EPILOGUE=0 turns it off).
+  bool rope_epilogue_for(const DecoderLayer& L, int layer) const {
+    const char* e = std::getenv("RAPID_CUDA_ROPE_EPILOGUE");
+    if ((e && std::string(e) == "0") || precision_ != Precision::Fast || cfg_.qk_norm || cfg_.q_pos_beta != 0.0f)
+      return false;
+    const int rot = cfg_.ropes[size_t(cfg_.rope_of[size_t(layer)])].rot_dim;
+    // Host views, for the format only (nothing reads through them).
+    const auto view = [](const Weight& w) { return device_view(w, w.data, w.scales, w.biases); };
+    return can_rope_epilogue(view(L.q.w), view(L.k.w), view(L.v.w), cfg_.head_dim, rot, MathMode::Fast);
+  }
+
   void upload_weights() {
     const int64_t free_before = free_bytes();
     if (int64_t(host_->info().weight_bytes) > free_before)
@@ -383,18 +424,22 @@ class CudaDecoder final : public Model, public DeviceLogits {
     final_norm_ = upload_floats(parts_.final_norm->w);
     for (const DecoderLayer& L : *parts_.layers) {
       DevLayer d;
+      d.rope_epilogue = rope_epilogue_for(L, int(layers_.size()));
+      const std::vector<int64_t> pq = d.rope_epilogue ? rope_pair_rows(L.q.w.out, cfg_.head_dim) : std::vector<int64_t>{};
+      const std::vector<int64_t> pk = d.rope_epilogue ? rope_pair_rows(L.k.w.out, cfg_.head_dim) : std::vector<int64_t>{};
       d.input_norm = upload_floats(L.input_norm.w);
       d.post_attn_norm = upload_floats(L.post_attn_norm.w);
       d.pre_ffn_norm = upload_floats(L.pre_ffn_norm.w);
       d.post_ffn_norm = upload_floats(L.post_ffn_norm.w);
       d.q_norm = upload_floats(L.q_norm.w);
       d.k_norm = upload_floats(L.k_norm.w);
-      d.q = upload_weight(L.q.w);
-      d.k = upload_weight(L.k.w);
+      d.q = upload_weight(L.q.w, true, d.rope_epilogue ? &pq : nullptr);
+      d.k = upload_weight(L.k.w, true, d.rope_epilogue ? &pk : nullptr);
+      if (d.rope_epilogue) d.q.rope_rows = d.k.rope_rows = cfg_.head_dim;
       d.v = upload_weight(L.v.w);
       d.o = upload_weight(L.o.w);
-      d.bq = upload_floats(L.q.bias);
-      d.bk = upload_floats(L.k.bias);
+      d.bq = upload_floats(d.rope_epilogue ? permuted(L.q.bias, pq) : L.q.bias);
+      d.bk = upload_floats(d.rope_epilogue ? permuted(L.k.bias, pk) : L.k.bias);
       d.bv = upload_floats(L.v.bias);
       d.bo = upload_floats(L.o.bias);
       d.gate = upload_weight(L.mlp.gate.w);
@@ -799,26 +844,36 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (ne) scatter_rows(edata, erows, ne, H, h, /*add=*/false, s);
     for (int l = 0; l < d.n_layers; ++l) {
       const DevLayer& L = layers_[size_t(l)];
-      const MatmulJob qkv[3] = {{L.q, L.bq, q, qd, false}, {L.k, L.bk, k, kd, false}, {L.v, L.bv, v, kd, false}};
+      const int r = d.rope_of[size_t(l)];
+      const int half = d.ropes[size_t(r)].rot_dim / 2;
+      const float* cs = fmeta_.as<float>(rope_off_[size_t(r)].first);
+      const float* sn = fmeta_.as<float>(rope_off_[size_t(r)].second);
+      // The RoPE epilogue: q rotated into q, k rotated and v as is straight into the KV pool (the same values
+      // rope_kv_write stores, one launch less).
+      const RopeOut rope{cs, sn, slot, d.head_dim};
+      const bool fused_rope = L.rope_epilogue && mode == MathMode::Fast;
+      const std::array<MatmulJob, 3> qkv = fused_rope ? std::array<MatmulJob, 3>{MatmulJob{L.q, L.bq, q, qd, false, 1},
+                                                                     MatmulJob{L.k, L.bk, kpool_[size_t(l)], kd, false, 2},
+                                                                     MatmulJob{L.v, L.bv, vpool_[size_t(l)], kd, false, 3}}
+                                          : std::array<MatmulJob, 3>{MatmulJob{L.q, L.bq, q, qd, false},
+                                                                     MatmulJob{L.k, L.bk, k, kd, false},
+                                                                     MatmulJob{L.v, L.bv, v, kd, false}};
       // Fast, affine weights: the input norm runs inside the q/k/v launch or its activation prepare pass (bitwise
       // the same values, one launch less).
       const RowNorm in_norm{L.input_norm, d.rms_eps};
-      if (can_fuse_norm(qkv, 3, T, mode)) {
-        matmul(h, H, T, qkv, 3, s, mode, &in_norm);
+      if (can_fuse_norm(qkv.data(), 3, T, mode)) {
+        matmul(h, H, T, qkv.data(), 3, s, mode, &in_norm, fused_rope ? &rope : nullptr);
       } else {
         rms_norm(h, xn, T, H, L.input_norm, d.rms_eps, s);
-        matmul(xn, H, T, qkv, 3, s, mode);
+        matmul(xn, H, T, qkv.data(), 3, s, mode, nullptr, fused_rope ? &rope : nullptr);
       }
       if (d.qk_norm) {
         rms_norm(q, q, T * d.n_heads, d.head_dim, L.q_norm, d.rms_eps, s);
         rms_norm(k, k, T * d.n_kv_heads, d.head_dim, L.k_norm, d.rms_eps, s);
       }
-      const int r = d.rope_of[size_t(l)];
-      const int half = d.ropes[size_t(r)].rot_dim / 2;
-      const float* cs = fmeta_.as<float>(rope_off_[size_t(r)].first);
-      const float* sn = fmeta_.as<float>(rope_off_[size_t(r)].second);
-      rope_kv_write(q, k, v, T, d.n_heads, d.n_kv_heads, d.head_dim, half, cs, sn, qscale, slot, kpool_[size_t(l)],
-                    vpool_[size_t(l)], s);
+      if (!fused_rope)
+        rope_kv_write(q, k, v, T, d.n_heads, d.n_kv_heads, d.head_dim, half, cs, sn, qscale, slot, kpool_[size_t(l)],
+                      vpool_[size_t(l)], s);
       paged_attention(q, att, T, tok, kpool_[size_t(l)], vpool_[size_t(l)], d.n_heads, d.n_kv_heads, d.head_dim,
                       d.attn_scale, d.window[size_t(l)], s);
       if (d.sandwich_norms) {

@@ -27,6 +27,7 @@ struct DevWeight {
   const void* scales = nullptr;
   const void* biases = nullptr;
   bool tiled = false;
+  int rope_rows = 0;  // head_dim when the rows are in rope_pair_rows order (a RoPE epilogue's q/k weight), else 0
 };
 
 // W's layout with its bytes at the given device addresses (scales/biases null for a dense W).
@@ -51,7 +52,19 @@ struct MatmulJob {
   float* y = nullptr;           // [n, ldy]
   int64_t ldy = 0;
   bool accumulate = false;      // y += x·Wᵀ (+bias): the residual add fused into the epilogue
+  // RoPE epilogue (Fast, with a RopeOut): 1 query (rotate-half, y [n, ldy] at the unpermuted rows), 2 key (rotated
+  // into the KV pool: y row slot[t]), 3 value (into the pool as is); 0 none.
+  int rope = 0;
 };
+
+// What a RoPE epilogue needs: the step's tables cos/sin [n, head_dim / 2] and KV slots [n] (< 0: not stored).
+struct RopeOut {
+  const float* cos = nullptr;
+  const float* sin = nullptr;
+  const int32_t* slot = nullptr;
+  int head_dim = 0;
+};
+
 
 // The arithmetic of a matmul. Exact: f32 FMA throughout (matches the CPU's Exact to ~1e-6). Fast: MLX affine
 // 4/8-bit weights run on tensor cores with x rounded to bf16 (weights exact, f32 accumulation; the CPU's Fast
@@ -71,6 +84,12 @@ struct RowNorm {
   float eps = 0.0f;
 };
 
+// The row order of a q/k weight whose RoPE runs in the matmul's epilogue: each 16-row tile holds 8 rotate-half
+// pairs, pair j's rows (j, j + half) of a head at tile rows (g, g + 8), so one thread holds both outputs of a pair.
+// perm[p] = the original row at row p; head_dim % 16 == 0 and out % head_dim == 0.
+std::vector<int64_t> rope_pair_rows(int64_t out, int head_dim);
+// Whether q/k/v weights and a head_dim can take the RoPE epilogue (Fast, tensor cores, full rotation).
+bool can_rope_epilogue(const DevWeight& q, const DevWeight& k, const DevWeight& v, int head_dim, int rot_dim, MathMode mode);
 // Whether matmul(x, ldx, n, jobs, n_jobs, s, mode, &norm) runs with the norm fused (Fast, every job affine in one
 // format); otherwise the caller runs rms_norm first and passes no norm.
 bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode);
@@ -79,8 +98,9 @@ bool can_fuse_glu_norm(const DevWeight& gate, const DevWeight& up, int64_t n, Ma
 
 // Up to 4 weights that share x [n, ldx] (q/k/v; gate/up) in ONE launch; all jobs have the same `in`.
 // norm: only where can_fuse_norm says so (throws otherwise).
+// rope: jobs with a RoPE epilogue (one tensor-core launch; weights with rope_rows == rope->head_dim for 1 and 2).
 void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s,
-            MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr);
+            MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr, const RopeOut* rope = nullptr);
 
 // out[n, ffn] = act(x·Gateᵀ) * (x·Upᵀ); act 0 = silu, 1 = gelu_tanh (PyTorch formulas). One launch.
 // norm: only where can_fuse_glu_norm says so (throws otherwise).

@@ -17,6 +17,11 @@ __device__ __forceinline__ float load_elem(const void* p, int64_t i, int dtype) 
   return dtype == 1 ? f16_bits_to_float(b) : bf16_bits_to_float(b);
 }
 
+// Rotate-half RoPE of the pair (a, b) = (x[j], x[j + half]) by (c, s), as rope.cpp apply_rope.
+__device__ __forceinline__ float2 rotate(float a, float b, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);

@@ -478,22 +478,31 @@ bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode) 
   return true;
 }
 
+bool can_rope_epilogue(const DevWeight& q, const DevWeight& k, const DevWeight& v, int head_dim, int rot_dim, MathMode mode) {
+  return mode == MathMode::Fast && head_dim > 0 && head_dim % 16 == 0 && rot_dim == head_dim && mma_format_supported(q) &&
+         mma_same_format(q, k) && mma_same_format(q, v) && q.out % head_dim == 0 && k.out % head_dim == 0 &&
+         v.out % head_dim == 0;
+}
+
 bool can_fuse_glu_norm(const DevWeight& gate, const DevWeight& up, int64_t n, MathMode mode) {
   const MatmulJob gu[2] = {{gate, nullptr, nullptr, gate.out, false}, {up, nullptr, nullptr, up.out, false}};
   return can_fuse_norm(gu, 2, n, mode);
 }
 
 void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s, MathMode mode,
-            const RowNorm* norm) {
+            const RowNorm* norm, const RopeOut* rope) {
   if (n_jobs < 1 || n_jobs > 4) throw std::runtime_error("cuda::matmul: 1..4 jobs");
   if (n <= 0) return;
   const int64_t in = jobs[0].w.in;
   for (int i = 0; i < n_jobs; ++i)
     if (jobs[i].w.in != in) throw std::runtime_error("cuda::matmul: jobs differ in `in`");
   check_x(x, ldx, in, "cuda::matmul");
-  if (norm) {
-    if (!can_fuse_norm(jobs, n_jobs, n, mode)) throw std::runtime_error("cuda::matmul: this launch cannot fuse a norm");
-    return mma_matmul(x, ldx, n, jobs, n_jobs, s, norm);
+  for (int i = 0; i < n_jobs; ++i)
+    if (jobs[i].rope != 0 && !rope) throw std::runtime_error("cuda::matmul: a RoPE epilogue job without its tables");
+  if (norm || rope) {
+    if (!can_fuse_norm(jobs, n_jobs, n, mode))
+      throw std::runtime_error("cuda::matmul: this launch cannot fuse a norm or a RoPE epilogue");
+    return mma_matmul(x, ldx, n, jobs, n_jobs, s, norm, rope);
   }
   // Jobs of one format and path share a launch; a run of another starts a new one.
   const auto tensor_cores = [&](const DevWeight& w) { return mode == MathMode::Fast && mma_supported(w); };
@@ -505,7 +514,7 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
     while (j < n_jobs && tensor_cores(jobs[j].w) == tc &&
            (tc ? mma_same_format(jobs[j].w, jobs[i].w) : fmt_of(jobs[j].w, "cuda::matmul") == f))
       ++j;
-    if (tc) mma_matmul(x, ldx, n, jobs + i, j - i, s, nullptr);
+    if (tc) mma_matmul(x, ldx, n, jobs + i, j - i, s, nullptr, nullptr);
     else launch_jobs(x, ldx, n, jobs + i, j - i, f, s);
     i = j;
   }

@@ -19,6 +19,10 @@
 // A and B agree, so thread t's four k slots hold elements of ITS OWN quarter of the group (G/4 contiguous
 // inputs): each thread reads its weights and x as contiguous vectors and no shuffle is needed.
 //
+// RoPE epilogue (MatmulJob::rope): a q/k weight uploaded with its rows in rope_pair_rows order puts both rows of
+// each rotate-half pair in one thread (C rows g and g + 8), so the launch rotates them (after the bias, with
+// rope_kv_write's arithmetic) and writes q to its unpermuted rows and k (and v) straight into the KV pool.
+//
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
 // through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_WARPS (the warps a launch
 // aims for when choosing KS: a process-wide constant, so every n of a weight still gets the same split),
@@ -53,6 +57,7 @@ struct MmaJob {
   int64_t tile0 = 0;               // first block row tile of this job
   int accumulate = 0;
   int tiled = 0;
+  int rope = 0;                    // MatmulJob::rope
 };
 
 struct MmaParams {
@@ -70,6 +75,10 @@ struct MmaParams {
   int act = 0;               // GLU: 0 silu, 1 gelu_tanh
   const float* norm_w = nullptr;  // [in] or null: the kernel reads rms_norm(x)·norm_w instead of x (NT = 1 only)
   float eps = 0.0f;
+  const float* rope_cos = nullptr;  // RoPE epilogue: [n, rope_hd / 2] each
+  const float* rope_sin = nullptr;
+  const int32_t* rope_slot = nullptr;  // [n] KV pool rows (< 0: not stored)
+  int rope_hd = 0;
   MmaJob job[4];             // GLU: job[0] gate (y = out), job[1] up
 };
 
@@ -307,6 +316,37 @@ __device__ __forceinline__ Tile tile_of(const MmaParams& P, int64_t bt, const Mm
   return T;
 }
 
+// A RoPE epilogue's outputs of one thread: rows (g, g + 8) of its tile, tokens tA and tA + 1 (v: c0, c1 row g; c2,
+// c3 row g + 8). q/k rows are in rope_pair_rows order, so the two rows are pair j of a head: rotated (after the
+// bias, as rope_kv_write rotates the stored q/k) and written at rows (j, j + half) of the head; v rows as they are.
+// Queries go to token rows of y, keys and values to KV pool rows slot[t].
+__device__ __forceinline__ void rope_epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tA,
+                                              const float (&v)[4]) {
+  const int64_t r = T.row0 + T.gq;
+  if (r >= T.out) return;
+  const int hd = P.rope_hd, half = hd / 2;
+  const int64_t h = r / hd, w = r - h * hd;
+  const int j = int((w >> 4) * 8 + (w & 7));
+  const float ba = Y.bias ? __ldg(Y.bias + r) : 0.0f, bb = Y.bias ? __ldg(Y.bias + r + 8) : 0.0f;
+#pragma unroll
+  for (int c = 0; c < 2; ++c) {
+    const int64_t t = tA + c;
+    if (t >= P.n) continue;
+    const float a = Y.bias ? __fadd_rn(v[c], ba) : v[c], b = Y.bias ? __fadd_rn(v[2 + c], bb) : v[2 + c];
+    const int64_t row = Y.rope == 1 ? t : int64_t(P.rope_slot[t]);
+    if (row < 0) continue;
+    float* yr = Y.y + row * Y.ldy;
+    if (Y.rope == 3) {
+      yr[r] = a;
+      yr[r + 8] = b;
+    } else {
+      const float2 o = rotate(a, b, P.rope_cos[t * half + j], P.rope_sin[t * half + j]);
+      yr[h * hd + j] = o.x;
+      yr[h * hd + j + half] = o.y;
+    }
+  }
+}
+
 // Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs.
 template <int NT, int NW, bool GLU>
 __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tok0,
@@ -343,6 +383,12 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
         }
     }
     const int64_t tA = tok0 + nt * 8 + 2 * T.tq;
+    if constexpr (!GLU) {
+      if (Y.rope) {
+        rope_epilogue(P, T, Y, tA, v[0]);
+        continue;
+      }
+    }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int64_t r = i < 2 ? T.row0 + T.gq : T.row0 + T.gq + 8, t = tA + (i & 1);
@@ -806,12 +852,29 @@ bool mma_same_format(const DevWeight& a, const DevWeight& b) {
 
 
 void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int count, cudaStream_t s,
-                const RowNorm* norm) {
+                const RowNorm* norm, const RopeOut* rope) {
   if (count < 1 || count > 4) throw std::runtime_error("cuda::matmul (fast): 1..4 jobs");
   const DevWeight& w0 = jobs[0].w;
   MmaParams P = base(x, ldx, n, w0);
   P.njobs = count;
   set_norm(P, norm);
+  if (rope) {
+    if (!rope->cos || !rope->sin || !rope->slot || rope->head_dim <= 0 || rope->head_dim % 16 != 0)
+      throw std::runtime_error("cuda::matmul (fast): a RoPE epilogue needs cos, sin, slots and a head_dim multiple of 16");
+    P.rope_cos = rope->cos;
+    P.rope_sin = rope->sin;
+    P.rope_slot = rope->slot;
+    P.rope_hd = rope->head_dim;
+  }
+  for (int i = 0; i < count; ++i) {
+    const MatmulJob& J = jobs[i];
+    if (J.rope < 0 || J.rope > 3) throw std::runtime_error("cuda::matmul (fast): RoPE epilogue kind must be 0..3");
+    if (J.rope == 0) continue;
+    const int rows = J.rope == 3 ? 0 : rope ? rope->head_dim : -1;
+    if (!rope || J.accumulate || J.w.out % rope->head_dim != 0 || J.w.rope_rows != rows)
+      throw std::runtime_error("cuda::matmul (fast): a RoPE epilogue job needs its tables, no accumulate, whole heads and "
+                               "q/k rows in rope_pair_rows order (v rows as they are)");
+  }
   int64_t tiles16 = 0;
   for (int i = 0; i < count; ++i) {
     if (!mma_supported(jobs[i].w) || !mma_same_format(jobs[i].w, w0))
@@ -829,6 +892,7 @@ void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, i
     P.job[i].y = J.y;
     P.job[i].ldy = J.ldy;
     P.job[i].accumulate = J.accumulate ? 1 : 0;
+    P.job[i].rope = J.rope;
     P.job[i].tile0 = tiles;
     tiles += (J.w.out + rows_per_tile - 1) / rows_per_tile;
   }
@@ -851,6 +915,21 @@ void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& 
   const int64_t rows_per_tile = int64_t(16) * (kWarps / P.ks);
   const int64_t tiles = (gate.out + rows_per_tile - 1) / rows_per_tile;
   launch<true>(P, gate.bits, gate.group, tiles, s);
+}
+
+std::vector<int64_t> rope_pair_rows(int64_t out, int head_dim) {
+  if (head_dim <= 0 || head_dim % 16 != 0 || out % head_dim != 0)
+    throw std::invalid_argument("rope_pair_rows: head_dim must be a multiple of 16 that divides the rows");
+  const int half = head_dim / 2;
+  std::vector<int64_t> perm(static_cast<size_t>(out));
+  for (int64_t h = 0; h < out / head_dim; ++h)
+    for (int i = 0; i < head_dim / 16; ++i)
+      for (int g = 0; g < 8; ++g) {
+        const int64_t p = h * head_dim + 16 * i + g, j = h * head_dim + 8 * i + g;
+        perm[size_t(p)] = j;
+        perm[size_t(p + 8)] = j + half;
+      }
+  return perm;
 }
 
 void matmul_reserve(cudaStream_t s, int64_t rows, int64_t in) {

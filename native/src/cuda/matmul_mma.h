@@ -13,7 +13,7 @@ bool mma_format_supported(const DevWeight& w);
 bool mma_same_format(const DevWeight& a, const DevWeight& b);
 
 void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int count, cudaStream_t s,
-                const RowNorm* norm);
+                const RowNorm* norm, const RopeOut* rope);
 void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out, cudaStream_t s,
              const RowNorm* norm);
 

@@ -45,11 +45,6 @@ __global__ void __launch_bounds__(kNormThreads) add_rms_norm_kernel(float* h, co
 
 constexpr int kRopeThreads = 128;
 
-// Rotate-half pair (a, b) = (x[j], x[j + half]) by (c, s) as rope.cpp apply_rope.
-__device__ __forceinline__ float2 rotate(float a, float b, float c, float s) {
-  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(b, c), __fmul_rn(a, s)));
-}
-
 // Pair j of one query head in place (x [head_dim]), then the optional query scale.
 __device__ __forceinline__ void rope_q_pair(float* x, int j, int half, const float* cs, const float* sn, bool scaled,
                                             float qs) {
