@@ -29,6 +29,7 @@
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/rope_rows.h"
 #include "cuda/tiled_codes.h"
 #include "layers/activations.h"
 #include "quant/quantize.h"

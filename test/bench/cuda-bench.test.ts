@@ -133,6 +133,12 @@ describe('bench:cuda', () => {
     expect(() => summarizeRuns([])).toThrow(/no runs/);
   });
 
+  it('keeps the median share of steps that ran ahead when every run reports it', () => {
+    const f = (tokS: number, ahead?: number) => ({ level: 1, steps: 128, tokS, msPerStep: 1, forwardMsPerStep: 0.1, ...(ahead === undefined ? {} : { aheadFraction: ahead }) });
+    expect(summarizeRuns([f(1000, 0.97), f(1100, 0.99), f(900, 0.5)]).aheadFraction).toBe(0.97);
+    expect(summarizeRuns([f(1000, 0.97), f(1100)]).aheadFraction).toBeUndefined();
+  });
+
   it('reports medians, ratios of medians and each side\'s spread when levels ran several times', () => {
     const report: CudaBenchReport = {
       prompt: 128,

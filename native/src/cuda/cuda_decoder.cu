@@ -22,10 +22,12 @@
 #include <tuple>
 #include <utility>
 #include <vector>
+#include "cuda/ahead_policy.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
+#include "cuda/rope_rows.h"
 #include "cuda/tiled_codes.h"
 #include "layers/rope.h"
 #include "models/decoder.h"
@@ -117,21 +119,6 @@ size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
 // Most rows a step enqueued ahead may have (RAPID_CUDA_AHEAD overrides; 0 turns it off).
 constexpr int64_t kAheadMaxRows = 1024;
-
-// Whether to enqueue the next step ahead. A hit hides the host's time between steps (gap); a miss (a row ended or
-// joined, a token or draw other than expected) makes the next step wait for a useless one (step - gap). With the
-// recent miss rate m (per step, decaying by 1/8), it pays when (1 - m)·gap > m·(step - gap).
-struct AheadPolicy {
-  double miss = 0, gap_ms = 0, step_ms = 0;
-  void on_step() { miss *= 0.875; }
-  void on_miss() { miss += 0.125; }
-  void on_gap(double ms) { gap_ms = gap_ms == 0 ? ms : 0.75 * gap_ms + 0.25 * ms; }
-  void on_plain_step(double ms) { step_ms = step_ms == 0 ? ms : 0.75 * step_ms + 0.25 * ms; }
-  bool worth() const {
-    const double gap = std::min(gap_ms, step_ms);
-    return miss == 0 || (1 - miss) * gap > miss * (step_ms - gap);
-  }
-};
 
 // Byte offsets of the per-step integer metadata inside one buffer (fixed while the capacities are).
 struct MetaLayout {
@@ -274,8 +261,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
       throw std::logic_error("CUDA model: the KV pool geometry differs from the one the device storage was sized for");
     check(cudaSetDevice(0), "cudaSetDevice");
     const auto now = std::chrono::steady_clock::now();
-    // An idle server's gap says nothing about the next steps: a sample is capped.
-    if (returned_) policy_.on_gap(std::min(50.0, std::chrono::duration<double, std::milli>(now - *returned_).count()));
+    if (returned_) policy_.on_gap(std::chrono::duration<double, std::milli>(now - *returned_).count());
     returned_.reset();
     step_start_.reset();
     const int64_t T = int64_t(b.tokens.size()), m = int64_t(b.logit_rows.size());

@@ -27,7 +27,7 @@ struct DevWeight {
   const void* scales = nullptr;
   const void* biases = nullptr;
   bool tiled = false;
-  int rope_rows = 0;  // head_dim when the rows are in rope_pair_rows order (a RoPE epilogue's q/k weight), else 0
+  int rope_rows = 0;  // head_dim when the rows are in rope_pair_rows order (cuda/rope_rows.h), else 0
 };
 
 // W's layout with its bytes at the given device addresses (scales/biases null for a dense W).
@@ -84,10 +84,6 @@ struct RowNorm {
   float eps = 0.0f;
 };
 
-// The row order of a q/k weight whose RoPE runs in the matmul's epilogue: each 16-row tile holds 8 rotate-half
-// pairs, pair j's rows (j, j + half) of a head at tile rows (g, g + 8), so one thread holds both outputs of a pair.
-// perm[p] = the original row at row p; head_dim % 16 == 0 and out % head_dim == 0.
-std::vector<int64_t> rope_pair_rows(int64_t out, int head_dim);
 // Whether q/k/v weights and a head_dim can take the RoPE epilogue (Fast, tensor cores, full rotation).
 bool can_rope_epilogue(const DevWeight& q, const DevWeight& k, const DevWeight& v, int head_dim, int rot_dim, MathMode mode);
 // Whether matmul(x, ldx, n, jobs, n_jobs, s, mode, &norm) runs with the norm fused (Fast, every job affine in one

@@ -917,21 +917,6 @@ void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& 
   launch<true>(P, gate.bits, gate.group, tiles, s);
 }
 
-std::vector<int64_t> rope_pair_rows(int64_t out, int head_dim) {
-  if (head_dim <= 0 || head_dim % 16 != 0 || out % head_dim != 0)
-    throw std::invalid_argument("rope_pair_rows: head_dim must be a multiple of 16 that divides the rows");
-  const int half = head_dim / 2;
-  std::vector<int64_t> perm(static_cast<size_t>(out));
-  for (int64_t h = 0; h < out / head_dim; ++h)
-    for (int i = 0; i < head_dim / 16; ++i)
-      for (int g = 0; g < 8; ++g) {
-        const int64_t p = h * head_dim + 16 * i + g, j = h * head_dim + 8 * i + g;
-        perm[size_t(p)] = j;
-        perm[size_t(p + 8)] = j + half;
-      }
-  return perm;
-}
-
 void matmul_reserve(cudaStream_t s, int64_t rows, int64_t in) {
   // Even one row may need it: the gemv kernel hands rows whose x exceeds shared memory to prepare + direct.
   if (rows > 0) prep_buffer(s, prep_bytes(rows, in));
