@@ -106,6 +106,8 @@ export interface EngineStats {
   prefixCache: { enabled: boolean; queryTokens: number; hitTokens: number; hitRate: number };
   encoderCache: EncoderCacheStats;
   steps: number;
+  /** Steps whose forward the GPU had started before they were asked for (CUDA's step ahead: see cuda_decoder.cu). */
+  stepsAhead: number;
   stepFailures: number;
   watchdogTrips: number;
   preemptions: number;
@@ -163,6 +165,7 @@ export class Engine implements EngineLike {
   private nextId = 0;
   private readonly counters = {
     steps: 0,
+    stepsAhead: 0,
     stepFailures: 0,
     watchdogTrips: 0,
     preemptions: 0,
@@ -340,6 +343,7 @@ export class Engine implements EngineLike {
       },
       encoderCache: this.encoderCache.stats(),
       steps: c.steps,
+      stepsAhead: c.stepsAhead,
       stepFailures: c.stepFailures,
       watchdogTrips: c.watchdogTrips,
       preemptions: c.preemptions,
@@ -426,6 +430,7 @@ export class Engine implements EngineLike {
     }
     this.lastStepMs = performance.now() - t0;
     this.counters.steps++;
+    if (result.timings.ahead === true) this.counters.stepsAhead++;
     this.counters.computed += out.numTokens;
     const byId = new Map(result.rows.map((r) => [r.requestId, r]));
     // Rows the native side failed go first, so their KV never reaches the prefix cache.

@@ -69,6 +69,7 @@ export class ServerMetrics {
           ]
         : []),
       ...counter('rapid_steps_total', 'engine steps run', s.steps),
+      ...counter('rapid_steps_ahead_total', 'engine steps the GPU had started before they were asked for', s.stepsAhead),
       ...counter('rapid_step_failures_total', 'engine steps that failed', s.stepFailures),
       ...counter('rapid_watchdog_trips_total', 'steps that did not return in time', s.watchdogTrips),
       ...counter('rapid_preemptions_total', 'requests preempted for KV space', s.preemptions),

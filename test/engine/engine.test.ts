@@ -48,6 +48,21 @@ describe('Engine: correctness under batching', () => {
     greedy.forEach((r, i) => expect(r.tokens).toEqual(model.greedy(prompts[i]!, 10)));
   });
 
+  it('counts the steps the device reports it ran ahead (stats().stepsAhead)', async () => {
+    const { engine, model } = makeEngine();
+    const step = model.step.bind(model);
+    let calls = 0;
+    // Every second step reports that its forward had started before it was asked for (CUDA's step ahead).
+    model.step = async (plan) => {
+      const r = await step(plan);
+      return ++calls % 2 === 0 ? { ...r, timings: { ...r.timings, ahead: true } } : r;
+    };
+    const r = await collect(engine.submit({ promptIds: [1, 2, 3], params: params({ maxTokens: 6 }) }));
+    expect(r.tokens).toHaveLength(6);
+    expect(engine.stats().steps).toBe(calls);
+    expect(engine.stats().stepsAhead).toBe(Math.floor(calls / 2));
+  });
+
   it('preempts and recomputes when the pool is full, without changing outputs', async () => {
     // 24 blocks of 4 = 96 slots for 12 requests wanting up to 40 tokens each.
     const { engine, model } = makeEngine({ numBlocks: 24, blockSize: 4 }, { maxBatchedTokens: 32, maxNumSeqs: 12 });
