@@ -420,19 +420,26 @@ void test_fused_norm(std::mt19937& rng) {
   report(refused && rules, "fused norm rules", refused && rules ? "Exact refused, Fast allowed at any n" : "wrong rule");
 }
 
+// Codes of W's shape (W's own, or a reordering of them) in the tiled layout, uploaded into `keep`: the device address.
+void* upload_tiled(const uint8_t* codes, const TestWeight& W, std::vector<DevBuf>& keep) {
+  std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
+  cuda::tile_codes(reinterpret_cast<const uint32_t*>(codes), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
+  keep.emplace_back(t.data(), t.size() * 4);
+  return keep.back().p;
+}
+
+// W on the device with tiled codes (its scales and biases as they are).
+cuda::DevWeight tiled_copy(const TestWeight& W, std::vector<DevBuf>& keep) {
+  cuda::DevWeight d = W.dev;
+  d.data = upload_tiled(W.data.data(), W, keep);
+  d.tiled = true;
+  return d;
+}
+
 // The tiled code layout (what the decoder uploads for Fast): bitwise the same outputs as row-major codes, for one
 // weight, a fused multi-job launch, GLU and GLU with a fused norm, at n = 1 (gemv) and more (prepare + direct), with a
 // partial last tile; and refused by the Exact path.
 void test_tiled(std::mt19937& rng) {
-  const auto tiled_copy = [](const TestWeight& W, std::vector<DevBuf>& keep) {
-    std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
-    cuda::tile_codes(reinterpret_cast<const uint32_t*>(W.data.data()), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
-    keep.emplace_back(t.data(), t.size() * 4);
-    cuda::DevWeight d = W.dev;
-    d.data = keep.back().p;
-    d.tiled = true;
-    return d;
-  };
   for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 4, 32, DType::F16},
                           Format{WeightKind::Affine, 8, 64, DType::BF16}, Format{WeightKind::Affine, 4, 128, DType::F32},
                           Format{WeightKind::Affine, 8, 128, DType::F16}}) {
@@ -502,28 +509,17 @@ void test_rope_epilogue(std::mt19937& rng) {
     }
     cuda::DevWeight d = W.dev;
     if (tiled) {
-      std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
-      cuda::tile_codes(reinterpret_cast<const uint32_t*>(c.data()), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
-      keep.emplace_back(t.data(), t.size() * 4);
+      d.data = upload_tiled(c.data(), W, keep);
     } else {
       keep.emplace_back(c.data(), c.size());
+      d.data = keep.back().p;
     }
-    d.data = keep.back().p;
     d.tiled = tiled;
     keep.emplace_back(sc.data(), sc.size());
     d.scales = keep.back().p;
     keep.emplace_back(bi.data(), bi.size());
     d.biases = keep.back().p;
     d.rope_rows = hd;
-    return d;
-  };
-  const auto tiled_of = [](const TestWeight& W, std::vector<DevBuf>& keep) {
-    std::vector<uint32_t> t(cuda::tiled_words(W.out, W.in, W.fmt.bits));
-    cuda::tile_codes(reinterpret_cast<const uint32_t*>(W.data.data()), W.out, W.in, W.fmt.bits, W.fmt.group, t.data());
-    keep.emplace_back(t.data(), t.size() * 4);
-    cuda::DevWeight d = W.dev;
-    d.data = keep.back().p;
-    d.tiled = true;
     return d;
   };
   const std::vector<int64_t> pq = cuda::rope_pair_rows(qd, hd), pk = cuda::rope_pair_rows(kd, hd);
@@ -542,8 +538,8 @@ void test_rope_epilogue(std::mt19937& rng) {
     for (bool tiled : {false, true}) {
       std::vector<DevBuf> keep;
       const cuda::DevWeight Qp = permuted(Q, pq, tiled, keep), Kp = permuted(K, pk, tiled, keep);
-      const cuda::DevWeight Qr = tiled ? tiled_of(Q, keep) : Q.dev, Kr = tiled ? tiled_of(K, keep) : K.dev,
-                            Vr = tiled ? tiled_of(V, keep) : V.dev;
+      const cuda::DevWeight Qr = tiled ? tiled_copy(Q, keep) : Q.dev, Kr = tiled ? tiled_copy(K, keep) : K.dev,
+                            Vr = tiled ? tiled_copy(V, keep) : V.dev;
       for (int n : {1, 3, 33}) {
         for (bool with_norm : {false, true}) {
           const std::vector<float> x = random_vec(size_t(n * in), rng), cs = random_vec(size_t(n * half), rng),
