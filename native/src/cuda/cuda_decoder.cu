@@ -668,9 +668,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
 
   // Enqueues the step that continues `prev` (whose sampling `ps` is enqueued) by one token per row, before its
   // tokens reach the host: its input tokens are copied on the device. Only for a batch whose every row sampled its
-  // last token here with a draw that needs no token history (no grammar mask, no penalties), at most
-  // ahead_max_rows_ rows, and when the policy expects it to pay. Its KV writes go to each row's next slot, which only that
-  // row's next token would write; if the next step differs, it is dropped and runs after it (a wasted step).
+  // last token here with a draw that needs no token history (no grammar mask, no penalties), at most ahead_max_rows_
+  // rows, and when the policy expects it to pay. Its KV writes go to each row's next slot, which only that row's next
+  // token would write; if the next step differs, it is dropped and the asked-for step runs after it (a wasted step).
   void try_ahead(const OwnedBatch& prev, const std::vector<int64_t>& rows, const std::vector<const SampleParams*>& params,
                  const PendingSample& ps) {
     policy_.on_step();
@@ -747,7 +747,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     ahead_ = std::move(a);
   }
 
-  // Forgets the step enqueued ahead (its work stays on the stream; `sync` waits for it). A miss skips the next one.
+  // Forgets the step enqueued ahead (its work stays on the stream; `sync` waits for it). A miss counts in the policy.
   void drop_ahead(bool missed, bool sync = true) {
     ahead_ = Ahead{};
     if (missed) policy_.on_miss();
