@@ -1,123 +1,179 @@
 #include "addon/convert_plan.h"
 #include <cmath>
 #include <cstring>
+#include <string>
 
 namespace rapid {
 
-static std::vector<int32_t> int32s(const Napi::Object& o, const char* key, const std::string& where, bool required) {
-  Napi::Value v = o.Get(key);
+namespace {
+
+// A property name, created once per conversion: a lookup by C string creates the JS string anew each time, and a
+// plan looks some 25 names up per row (64 rows: most of a decode step's host time, before this).
+struct Key {
+  Napi::String js;
+  const char* name;
+  Key(Napi::Env env, const char* n) : js(Napi::String::New(env, n)), name(n) {}
+};
+
+// Where a value sits, spelled out only for an error message ("rows[3].sample"), not for every valid row.
+struct Where {
+  const char* base;       // "rows", "masks", or a whole path ("plan.pendingMasks")
+  int64_t index = -1;     // base[index] when >= 0
+  const char* sub = nullptr;  // then ".sub"
+  // Appends only (GCC 12 reports a false -Wrestrict on "a" + std::string).
+  std::string str() const {
+    std::string s(base);
+    if (index >= 0) {
+      s += '[';
+      s += std::to_string(index);
+      s += ']';
+    }
+    if (sub) {
+      s += '.';
+      s += sub;
+    }
+    return s;
+  }
+  std::string operator+(const char* rest) const { return str().append(rest); }
+  std::string at(const Key& k, const char* rest) const { return str().append(".").append(k.name).append(rest); }
+};
+
+// The names a plan uses.
+struct Keys {
+  Key rows, request_id, tokens, positions, block_table, context_len, sample, want_logits, embeds, offsets, data,
+      deepstack, bidirectional, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
+      frequency_penalty, seed, counter, logprobs, prompt_tokens, output_tokens, bitmask, pending_masks, step_id,
+      timeout_ms;
+  explicit Keys(Napi::Env e)
+      : rows(e, "rows"), request_id(e, "requestId"), tokens(e, "tokens"), positions(e, "positions"),
+        block_table(e, "blockTable"), context_len(e, "contextLen"), sample(e, "sample"), want_logits(e, "wantLogits"),
+        embeds(e, "embeds"), offsets(e, "offsets"), data(e, "data"), deepstack(e, "deepstack"),
+        bidirectional(e, "bidirectional"), temperature(e, "temperature"), top_p(e, "topP"), top_k(e, "topK"),
+        min_p(e, "minP"), repetition_penalty(e, "repetitionPenalty"), presence_penalty(e, "presencePenalty"),
+        frequency_penalty(e, "frequencyPenalty"), seed(e, "seed"), counter(e, "counter"), logprobs(e, "logprobs"),
+        prompt_tokens(e, "promptTokens"), output_tokens(e, "outputTokens"), bitmask(e, "bitmask"),
+        pending_masks(e, "pendingMasks"), step_id(e, "stepId"), timeout_ms(e, "timeoutMs") {}
+};
+
+std::vector<int32_t> int32s(const Napi::Object& o, const Key& key, const Where& where, bool required) {
+  Napi::Value v = o.Get(key.js);
   if (v.IsUndefined() && !required) return {};
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-    throw Napi::TypeError::New(o.Env(), where + "." + key + " must be an Int32Array");
+    throw Napi::TypeError::New(o.Env(), where.at(key, " must be an Int32Array"));
   Napi::Int32Array a = v.As<Napi::Int32Array>();
   return std::vector<int32_t>(a.Data(), a.Data() + a.ElementLength());
 }
 
-static std::vector<float> floats(const Napi::Object& o, const char* key, const std::string& where, bool required) {
-  Napi::Value v = o.Get(key);
+std::vector<float> floats(const Napi::Object& o, const Key& key, const Where& where, bool required) {
+  Napi::Value v = o.Get(key.js);
   if (v.IsUndefined() && !required) return {};
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-    throw Napi::TypeError::New(o.Env(), where + "." + key + " must be a Float32Array");
+    throw Napi::TypeError::New(o.Env(), where.at(key, " must be a Float32Array"));
   Napi::Float32Array a = v.As<Napi::Float32Array>();
   return std::vector<float>(a.Data(), a.Data() + a.ElementLength());
 }
 
-static double number(const Napi::Object& o, const char* key, const std::string& where, double def, bool required) {
-  Napi::Value v = o.Get(key);
+double number(const Napi::Object& o, const Key& key, const Where& where, double def, bool required) {
+  Napi::Value v = o.Get(key.js);
   if (v.IsUndefined()) {
-    if (required) throw Napi::TypeError::New(o.Env(), where + "." + key + " is required");
+    if (required) throw Napi::TypeError::New(o.Env(), where.at(key, " is required"));
     return def;
   }
-  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), where + "." + key + " must be a number");
+  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), where.at(key, " must be a number"));
   return v.As<Napi::Number>().DoubleValue();
 }
 
-static SampleParams sample_from_js(const Napi::Object& s, const std::string& where, bool& mask_pending) {
+SampleParams sample_from_js(const Napi::Object& s, const Keys& k, const Where& where, bool& mask_pending) {
   SampleParams p;
-  p.temperature = float(number(s, "temperature", where, 0, false));
-  p.top_p = float(number(s, "topP", where, 1, false));
-  const double top_k = number(s, "topK", where, 0, false);
+  p.temperature = float(number(s, k.temperature, where, 0, false));
+  p.top_p = float(number(s, k.top_p, where, 1, false));
+  const double top_k = number(s, k.top_k, where, 0, false);
   if (!(top_k >= 0 && top_k <= 2147483647.0) || std::floor(top_k) != top_k)
     throw Napi::TypeError::New(s.Env(), where + ".topK must be an integer >= 0");
   p.top_k = int(top_k);
-  p.min_p = float(number(s, "minP", where, 0, false));
-  p.repetition_penalty = float(number(s, "repetitionPenalty", where, 1, false));
-  p.presence_penalty = float(number(s, "presencePenalty", where, 0, false));
-  p.frequency_penalty = float(number(s, "frequencyPenalty", where, 0, false));
-  const double seed = number(s, "seed", where, 0, false), counter = number(s, "counter", where, 0, false);
+  p.min_p = float(number(s, k.min_p, where, 0, false));
+  p.repetition_penalty = float(number(s, k.repetition_penalty, where, 1, false));
+  p.presence_penalty = float(number(s, k.presence_penalty, where, 0, false));
+  p.frequency_penalty = float(number(s, k.frequency_penalty, where, 0, false));
+  const double seed = number(s, k.seed, where, 0, false), counter = number(s, k.counter, where, 0, false);
   if (!(seed >= 0 && seed < 9007199254740992.0) || std::floor(seed) != seed)
     throw Napi::TypeError::New(s.Env(), where + ".seed must be an integer in [0, 2^53)");
   if (!(counter >= 0 && counter < 9007199254740992.0) || std::floor(counter) != counter)
     throw Napi::TypeError::New(s.Env(), where + ".counter must be an integer in [0, 2^53)");
   p.seed = uint64_t(seed);
   p.counter = uint64_t(counter);
-  const double lp = number(s, "logprobs", where, -1, false);
+  const double lp = number(s, k.logprobs, where, -1, false);
   if (!(lp >= -1 && lp <= 1e6) || std::floor(lp) != lp)
     throw Napi::TypeError::New(s.Env(), where + ".logprobs must be an integer >= -1");
   p.logprobs = int(lp);
-  p.prompt_tokens = int32s(s, "promptTokens", where, false);
-  p.output_tokens = int32s(s, "outputTokens", where, false);
+  p.prompt_tokens = int32s(s, k.prompt_tokens, where, false);
+  p.output_tokens = int32s(s, k.output_tokens, where, false);
   // 'pending': the mask arrives after the forward (ModelWrap::SupplyMasks).
-  Napi::Value bm = s.Get("bitmask");
+  Napi::Value bm = s.Get(k.bitmask.js);
   mask_pending = bm.IsString() && bm.As<Napi::String>().Utf8Value() == "pending";
   if (mask_pending) return p;
-  std::vector<int32_t> mask = int32s(s, "bitmask", where, false);
+  std::vector<int32_t> mask = int32s(s, k.bitmask, where, false);
   p.bitmask.resize(mask.size());
   if (!mask.empty()) std::memcpy(p.bitmask.data(), mask.data(), mask.size() * sizeof(int32_t));
   return p;
 }
 
+}  // namespace
+
 StepPlan plan_from_js(const Napi::Value& v) {
   Napi::Env env = v.Env();
   if (!v.IsObject()) throw Napi::TypeError::New(env, "step plan must be an object { rows: [...] }");
-  Napi::Value rowsv = v.As<Napi::Object>().Get("rows");
+  const Keys k(env);
+  Napi::Value rowsv = v.As<Napi::Object>().Get(k.rows.js);
   if (!rowsv.IsArray()) throw Napi::TypeError::New(env, "plan.rows must be an array");
   Napi::Array rows = rowsv.As<Napi::Array>();
   StepPlan plan;
   plan.rows.resize(rows.Length());
   for (uint32_t i = 0; i < rows.Length(); ++i) {
-    const std::string where = "rows[" + std::to_string(i) + "]";
+    const Where where{"rows", int64_t(i)};
     Napi::Value rv = rows.Get(i);
     if (!rv.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
     Napi::Object r = rv.As<Napi::Object>();
     StepRow& row = plan.rows[i];
-    Napi::Value id = r.Get("requestId");
+    Napi::Value id = r.Get(k.request_id.js);
     if (!id.IsString()) throw Napi::TypeError::New(env, where + ".requestId must be a string");
     row.request_id = id.As<Napi::String>().Utf8Value();
-    row.tokens = int32s(r, "tokens", where, true);
-    row.positions = int32s(r, "positions", where, true);
-    row.block_table = int32s(r, "blockTable", where, true);
-    const double ctx = number(r, "contextLen", where, 0, true);
+    row.tokens = int32s(r, k.tokens, where, true);
+    row.positions = int32s(r, k.positions, where, true);
+    row.block_table = int32s(r, k.block_table, where, true);
+    const double ctx = number(r, k.context_len, where, 0, true);
     if (!(ctx >= 0) || std::floor(ctx) != ctx) throw Napi::TypeError::New(env, where + ".contextLen must be an integer >= 0");
     row.context_len = int64_t(ctx);
-    Napi::Value s = r.Get("sample");
+    Napi::Value s = r.Get(k.sample.js);
     if (!s.IsUndefined() && !s.IsNull()) {
       if (!s.IsObject()) throw Napi::TypeError::New(env, where + ".sample must be an object");
       row.has_sample = true;
-      row.sample = sample_from_js(s.As<Napi::Object>(), where + ".sample", row.mask_pending);
+      row.sample = sample_from_js(s.As<Napi::Object>(), k, Where{"rows", int64_t(i), "sample"}, row.mask_pending);
       plan.pending_masks |= row.mask_pending;
     }
-    Napi::Value wl = r.Get("wantLogits");
+    Napi::Value wl = r.Get(k.want_logits.js);
     row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
     // Copies: the step runs on a worker thread after this call returns.
-    Napi::Value em = r.Get("embeds");
+    Napi::Value em = r.Get(k.embeds.js);
     if (!em.IsUndefined() && !em.IsNull()) {
       if (!em.IsObject()) throw Napi::TypeError::New(env, where + ".embeds must be an object");
       Napi::Object eo = em.As<Napi::Object>();
+      const Where ew{"rows", int64_t(i), "embeds"};
       row.has_embeds = true;
-      row.embed_offsets = int32s(eo, "offsets", where + ".embeds", true);
-      row.embed_data = floats(eo, "data", where + ".embeds", true);
-      row.embed_deepstack = floats(eo, "deepstack", where + ".embeds", false);
+      row.embed_offsets = int32s(eo, k.offsets, ew, true);
+      row.embed_data = floats(eo, k.data, ew, true);
+      row.embed_deepstack = floats(eo, k.deepstack, ew, false);
     }
-    row.bidirectional = int32s(r, "bidirectional", where, false);
+    row.bidirectional = int32s(r, k.bidirectional, where, false);
   }
-  Napi::Value pm = v.As<Napi::Object>().Get("pendingMasks");
+  Napi::Value pm = v.As<Napi::Object>().Get(k.pending_masks.js);
   if (plan.pending_masks) {
     if (!pm.IsObject())
       throw Napi::TypeError::New(env, "plan.pendingMasks { stepId, timeoutMs } is required when a row's bitmask is 'pending'");
     Napi::Object o = pm.As<Napi::Object>();
-    const double id = number(o, "stepId", "plan.pendingMasks", 0, true);
-    const double ms = number(o, "timeoutMs", "plan.pendingMasks", 0, true);
+    const Where pw{"plan.pendingMasks"};
+    const double id = number(o, k.step_id, pw, 0, true);
+    const double ms = number(o, k.timeout_ms, pw, 0, true);
     if (!(id >= 0 && id < 9007199254740992.0) || std::floor(id) != id)
       throw Napi::TypeError::New(env, "plan.pendingMasks.stepId must be an integer in [0, 2^53)");
     if (!(ms > 0 && ms <= 3.6e6)) throw Napi::TypeError::New(env, "plan.pendingMasks.timeoutMs must be in (0, 3600000]");
@@ -131,17 +187,18 @@ std::unordered_map<std::string, std::vector<uint32_t>> masks_from_js(const Napi:
   Napi::Env env = v.Env();
   if (!v.IsArray()) throw Napi::TypeError::New(env, "masks must be an array of { requestId, bitmask }");
   Napi::Array a = v.As<Napi::Array>();
+  const Key request_id(env, "requestId"), bitmask(env, "bitmask");
   std::unordered_map<std::string, std::vector<uint32_t>> out;
   for (uint32_t i = 0; i < a.Length(); ++i) {
-    const std::string where = "masks[" + std::to_string(i) + "]";
+    const Where where{"masks", int64_t(i)};
     Napi::Value e = a.Get(i);
     if (!e.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
     Napi::Object o = e.As<Napi::Object>();
-    Napi::Value id = o.Get("requestId");
+    Napi::Value id = o.Get(request_id.js);
     if (!id.IsString()) throw Napi::TypeError::New(env, where + ".requestId must be a string");
     std::vector<uint32_t> words;
-    if (!o.Get("bitmask").IsNull()) {
-      std::vector<int32_t> m = int32s(o, "bitmask", where, true);
+    if (!o.Get(bitmask.js).IsNull()) {
+      std::vector<int32_t> m = int32s(o, bitmask, where, true);
       if (m.empty()) throw Napi::TypeError::New(env, where + ".bitmask is empty (use null to withhold a row's mask)");
       words.resize(m.size());
       std::memcpy(words.data(), m.data(), m.size() * sizeof(int32_t));
