@@ -187,15 +187,11 @@ bool same_batch(const Batch& a, const OwnedBatch& b) {
   return true;
 }
 
-bool penalized(const SampleParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
-}
-
 // The fields a device draw depends on when no penalty applies (prompt and output tokens only feed penalties).
 bool same_draw(const SampleParams& a, const SampleParams& b) {
   return a.temperature == b.temperature && a.top_p == b.top_p && a.top_k == b.top_k && a.min_p == b.min_p &&
          a.seed == b.seed && a.counter == b.counter && a.logprobs == b.logprobs && a.bitmask == b.bitmask &&
-         !penalized(a) && !penalized(b);
+         !has_penalties(a) && !has_penalties(b);
 }
 
 // Host staging of one enqueued step (page-locked: the copies are async): its metadata, RoPE tables and sampling
@@ -687,7 +683,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
       if (rows[i] != int64_t(i) || prev.logit_rows[i] != last || sp.n_bidir != 0) return;
       if (sp.context_len + sp.n >= sp.n_blocks * block_size_) return;  // its next slot is in no block yet
       const SampleParams& p = *params[i];
-      if (!p.bitmask.empty() || penalized(p) || p.logprobs >= 0) return;
+      if (!p.bitmask.empty() || has_penalties(p) || p.logprobs >= 0) return;
       n_tables += sp.n_blocks;
     }
     if (int64_t(S) > Tc_ || int64_t(S) > Mc_ || n_tables > Bc_) return;  // growing would move buffers in use

@@ -32,12 +32,14 @@ struct SampleOutput {
   std::vector<std::pair<int32_t, float>> top;  // [logprobs] best first (ties: lower id first)
 };
 
+// Whether any penalty applies (they read the row's prompt and output tokens).
+inline bool has_penalties(const SampleParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+}
+
 // True when sample_token reduces to the (masked) argmax: greedy, no penalties, no logprobs. A device
 // backend can then pick the token where the logits are.
-inline bool is_plain_argmax(const SampleParams& p) {
-  return p.temperature == 0.0f && p.logprobs < 0 && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-         p.frequency_penalty == 0.0f;
-}
+inline bool is_plain_argmax(const SampleParams& p) { return p.temperature == 0.0f && p.logprobs < 0 && !has_penalties(p); }
 
 // One token's penalty: the logit l becomes (repetition ? (l > 0 ? l / rp : l * rp) : l) - subtract, with rp the
 // row's repetition_penalty. A plain struct: device backends copy the list as is.
