@@ -284,7 +284,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     else launch_forward(T, m);
     // A step that samples nothing (a prefill chunk) still reports its failures in this step.
     if (m == 0) check(cudaStreamSynchronize(stream_), "forward");
-    else if (!embeds && ahead_max_rows_ > 0) last_.assign(b);  // the next step may be enqueued ahead from it
+    // The next step may be enqueued ahead from it: only if every row samples (try_ahead's first condition), so a
+    // prefill chunk's tokens are not copied for nothing.
+    else if (!embeds && ahead_max_rows_ > 0 && m == int64_t(b.spans.size())) last_.assign(b);
   }
 
   void copy_rows(const std::vector<int64_t>& rows, float* out) override {
