@@ -493,6 +493,53 @@ void test_tiled(std::mt19937& rng) {
   report(refused, "exact refuses tiled codes", refused ? "refused" : "ran");
 }
 
+// The bulk kernel (n = 1, tiled codes, whole 16-row tiles, sm_90: codes and scales through bulk copies into shared
+// memory): bitwise the row-major gemv kernel's outputs, for a fused multi-job launch with bias and accumulate, GLU and
+// GLU with a fused norm, with K long enough that each warp's ring of chunks wraps several times; on a created stream
+// (PDL on where the device has it), launched twice back to back so one launch's copies overlap the previous one.
+void test_bulk(std::mt19937& rng) {
+  cudaStream_t s = nullptr;
+  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 4, 32, DType::F16},
+                          Format{WeightKind::Affine, 8, 64, DType::BF16}, Format{WeightKind::Affine, 4, 128, DType::F32},
+                          Format{WeightKind::Affine, 8, 128, DType::F16}}) {
+    bool all = true;
+    std::string where;
+    for (const int64_t in : {int64_t(512), int64_t(11008)}) {
+      TestWeight A = make_weight(f, 256, in, rng), B = make_weight(f, 64, in, rng), G = make_weight(f, 320, in, rng),
+                 U = make_weight(f, 320, in, rng);
+      std::vector<DevBuf> keep;
+      const cuda::DevWeight At = tiled_copy(A, keep), Bt = tiled_copy(B, keep), Gt = tiled_copy(G, keep),
+                            Ut = tiled_copy(U, keep);
+      const std::vector<float> nw = random_vec(size_t(in), rng, 0.5f), bias = random_vec(256, rng),
+                               x = random_vec(size_t(in), rng), y0 = random_vec(320, rng);
+      DevBuf d_nw(nw.data(), nw.size() * 4), d_b(bias.data(), bias.size() * 4), d_x(x.data(), x.size() * 4);
+      const cuda::RowNorm norm{d_nw.f(), 1e-6f};
+      DevBuf y[2] = {DevBuf(y0.data(), 320 * 4), DevBuf(y0.data(), 320 * 4)};
+      DevBuf g[2] = {DevBuf(320 * 4), DevBuf(320 * 4)}, h[2] = {DevBuf(320 * 4), DevBuf(320 * 4)};
+      for (int v = 0; v < 2; ++v)
+        for (int rep = 0; rep < 2; ++rep) {  // accumulate: the second launch adds onto the first
+          const cuda::MatmulJob jobs[2] = {{v ? At : A.dev, d_b.f(), y[v].f(), 320, false},
+                                           {v ? Bt : B.dev, nullptr, y[v].f() + 256, 320, true}};
+          cuda::matmul(d_x.f(), in, 1, jobs, 2, s, cuda::MathMode::Fast);
+          cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 0, g[v].f(), s, cuda::MathMode::Fast);
+          cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), s, cuda::MathMode::Fast, &norm);
+        }
+      ck(cudaStreamSynchronize(s), "bulk");
+      const auto same = [](const DevBuf& a, const DevBuf& b) {
+        return std::memcmp(download(a, 320).data(), download(b, 320).data(), 320 * 4) == 0;
+      };
+      const bool ys = same(y[0], y[1]), gs = same(g[0], g[1]), hs = same(h[0], h[1]);
+      if (!(ys && gs && hs)) {
+        all = false;
+        where += " in=" + std::to_string(in) + (ys ? "" : " matmul") + (gs ? "" : " glu") + (hs ? "" : " glu+norm");
+      }
+    }
+    report(all, "fast bulk n=1 " + f.name(), all ? "bitwise equal to the row-major gemv kernel (in 512, 11008)" : "differs:" + where);
+  }
+  ck(cudaStreamDestroy(s), "stream");
+}
+
 // The RoPE epilogue (q/k rows in rope_pair_rows order; q rotated into q, k rotated and v as is into the KV pool at
 // each token's slot) stores bitwise what matmul + rope_kv_write store, with and without a fused input norm, for the
 // gemv (n = 1) and the prepared (n > 1) kernels, row-major and tiled codes; a slot of -1 stores nothing.
@@ -682,6 +729,7 @@ int main() {
     test_glu(pool, dense_f32, 1000, 896, rng, &a4);
     test_fused_norm(rng);
     test_tiled(rng);
+    test_bulk(rng);
     test_rope_epilogue(rng);
     for (const auto& sh : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}, {1152, 896}, {151936, 896},
                            {22016, 2048}, {2048, 11008}})

@@ -45,11 +45,15 @@ bool pdl_enabled() {
   return env_on && cached_attr(g_major, cudaDevAttrComputeCapabilityMajor, "compute capability") >= 9;
 }
 
+bool bulk_copy_supported() {
+  return cached_attr(g_major, cudaDevAttrComputeCapabilityMajor, "compute capability") >= 9;
+}
+
 int sm_count() { return std::max(1, cached_attr(g_sms, cudaDevAttrMultiProcessorCount, "multiprocessor count")); }
 
 bool allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes) {
-  constexpr size_t kDefault = size_t(48) << 10;
-  if (bytes <= kDefault) return true;
+  constexpr size_t kDefault = size_t(48) << 10;  // dynamic plus static, without an opt-in
+  if (bytes + static_bytes <= kDefault) return true;
   static std::mutex mu;
   static std::map<std::pair<const void*, int>, size_t> opted;  // (kernel, device) -> the cap set
   int dev = 0;

@@ -26,6 +26,9 @@ __device__ __forceinline__ void pdl_trigger() {
 // Whether launches on the current device use PDL: compute capability 9.0 or newer, unless RAPID_CUDA_PDL=0.
 bool pdl_enabled();
 
+// Whether the current device has bulk (TMA) copies and mbarrier transaction counts (bulk_copy.cuh): sm_90 or newer.
+bool bulk_copy_supported();
+
 // Multiprocessors of the current device (read once per device): launch shapes that aim to fill the GPU.
 int sm_count();
 

@@ -23,10 +23,14 @@
 // each rotate-half pair in one thread (C rows g and g + 8), so the launch rotates them (after the bias, with
 // rope_kv_write's arithmetic) and writes q to its unpermuted rows and k (and v) straight into the KV pool.
 //
+// One row on sm_90 with tiled codes may instead take the bulk kernel: the gemv kernel's warps and arithmetic, with the
+// codes and scales streamed into shared memory by bulk (TMA) copies, most of them issued before pdl_wait.
+//
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
-// through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_WARPS (the warps a launch
-// aims for when choosing KS: a process-wide constant, so every n of a weight still gets the same split),
-// RAPID_CUDA_MM_NT (most token subtiles of 8 per direct-kernel block).
+// through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_BULK (0, 1, 2: when one row
+// takes the bulk kernel, see bulk_mode), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
+// process-wide constant, so every n of a weight still gets the same split), RAPID_CUDA_MM_NT (most token subtiles of
+// 8 per direct-kernel block).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdlib>
@@ -35,6 +39,7 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+#include "cuda/bulk_copy.cuh"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
@@ -107,15 +112,29 @@ struct Slots {
   __device__ static constexpr int hi1(int s) { return BITS == 4 ? lo0(s) + 5 : 4 * s + 3; }
 };
 
+// (a & m) | c as one LOP3: ptxas splits it into two when m and c are both immediates.
+__device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t m, uint32_t c) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;" : "=r"(r) : "r"(a), "r"(m), "r"(c));
+  return r;
+}
+
 // The A registers of step s for one weight row from its words: (lo0, hi0) and (lo1, hi1) as bf16 pairs.
 // 4-bit codes become 128 + q (exact: the code under bf16 128's exponent); 8-bit codes q (exact in bf16).
-template <int BITS, int WPT>
+// ONE_LOP: the 4-bit mask-and-exponent as one instruction (fewer instructions for one token; with more token
+// subtiles the extra live registers cost more than it saves).
+template <int BITS, int WPT, bool ONE_LOP = false>
 __device__ __forceinline__ void a_pairs(const uint32_t (&w)[WPT], int s, uint32_t& p0, uint32_t& p1) {
   if constexpr (BITS == 4) {
     const uint32_t u = w[s >> 1];
     const int sh = 8 * (s & 1);  // pair p = 2(s&1) sits at shift 4p
-    p0 = ((u >> sh) & 0x000F000Fu) | 0x43004300u;
-    p1 = ((u >> (sh + 4)) & 0x000F000Fu) | 0x43004300u;
+    if constexpr (ONE_LOP) {
+      p0 = and_or(u >> sh, 0x000F000Fu, 0x43004300u);
+      p1 = and_or(u >> (sh + 4), 0x000F000Fu, 0x43004300u);
+    } else {
+      p0 = ((u >> sh) & 0x000F000Fu) | 0x43004300u;
+      p1 = ((u >> (sh + 4)) & 0x000F000Fu) | 0x43004300u;
+    }
   } else {
     const uint32_t u = w[s];
     const float f0 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7440u)) - 8388608.0f;
@@ -256,8 +275,8 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
     uint32_t afr[S][4];
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      a_pairs<BITS, WPT>(d.wa[w], s, afr[s][0], afr[s][2]);
-      a_pairs<BITS, WPT>(d.wb[w], s, afr[s][1], afr[s][3]);
+      a_pairs<BITS, WPT, NT == 1>(d.wa[w], s, afr[s][0], afr[s][2]);
+      a_pairs<BITS, WPT, NT == 1>(d.wb[w], s, afr[s][1], afr[s][3]);
     }
     constexpr bool PACKED = SDT != 0;
     const float sa = raw_to_float<SDT>(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w]);
@@ -509,33 +528,15 @@ __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm)
   return (norm ? size_t(ng) * size_t(group) * 4 : 0) + stage_bytes(group, ng);
 }
 
-// n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of
-// codes in flight (a ring: a group's registers are refilled with the group MAXU ahead as soon as it is used).
-// The first loads go out before pdl_wait (weights are never written), so they overlap the previous kernel; then
-// the whole of x (or rms_norm(x)·w) is converted once into shared memory and the warps run without barriers.
-template <int BITS, int G, bool GLU, int SDT>
-// Two blocks per SM (128 registers): three (80 registers, half the codes in flight) measured no faster on the H200.
-__global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_constant__ MmaParams P) {
-  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, E = G / 4;
-  constexpr int MAXU = reg_units(BITS, G, GLU, true);
-  extern __shared__ uint4 smem4[];
-  __shared__ float red[kWarps][NW][32][4];
-  const MmaJob* J0 = nullptr;
-  const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
-  const MmaJob* J[NW];
-  J[0] = J0;
-  if constexpr (GLU) J[NW - 1] = &P.job[1];
-  const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
-  const int64_t ng = P.ng;
-  GroupData<WPT, NW> cur[MAXU];
-  if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
-  pdl_wait();
-  pdl_trigger();
-
-  const int64_t K = ng * G;
-  float* xf = reinterpret_cast<float*>(smem4);                                     // [K] with a norm, else empty
-  uint32_t* frag = reinterpret_cast<uint32_t*>(xf + (P.norm_w ? K : 0));           // [ng][4][2S]
-  float* sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));       // [ng]
+// The gemv kernels' activations: all of x (or rms_norm(x)·w) converted once per block into shared memory at smem
+// (gemv_smem bytes): frag [ng][4][2S] u32, sums [ng]. Ends with a block barrier (every thread must call it).
+template <int BITS, int G>
+__device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums) {
+  constexpr int E = G / 4;
+  const int64_t ng = P.ng, K = ng * G;
+  float* xf = reinterpret_cast<float*>(smem);                                  // [K] with a norm, else empty
+  frag = reinterpret_cast<uint32_t*>(xf + (P.norm_w ? K : 0));                // [ng][4][2S]
+  sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));         // [ng]
   float inv = 1.0f;
   const int64_t items = ng * 4;
   auto stage = [&](auto smem_src) {
@@ -565,6 +566,33 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
     stage(std::false_type{});
   }
   __syncthreads();
+}
+
+// n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of
+// codes in flight (a ring: a group's registers are refilled with the group MAXU ahead as soon as it is used).
+// The first loads go out before pdl_wait (weights are never written), so they overlap the previous kernel; then
+// the whole of x (or rms_norm(x)·w) is converted once into shared memory and the warps run without barriers.
+template <int BITS, int G, bool GLU, int SDT>
+// Two blocks per SM (128 registers): three (80 registers, half the codes in flight) measured no faster on the H200.
+__global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_constant__ MmaParams P) {
+  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128;
+  constexpr int MAXU = reg_units(BITS, G, GLU, true);
+  extern __shared__ uint4 smem4[];
+  __shared__ float red[kWarps][NW][32][4];
+  const MmaJob* J0 = nullptr;
+  const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
+  const MmaJob* J[NW];
+  J[0] = J0;
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
+  GroupData<WPT, NW> cur[MAXU];
+  if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
+  pdl_wait();
+  pdl_trigger();
+
+  uint32_t* frag = nullptr;
+  float* sums = nullptr;
+  stage_x<BITS, G>(P, smem4, frag, sums);
 
   float acc[NW][1][4];
 #pragma unroll
@@ -575,6 +603,163 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
     walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
       group_mma<BITS, G, 1, NW, SDT>(d, frag + size_t(g) * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
     });
+  epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
+}
+
+// The bulk kernel's ring: R slots per warp of C groups each, C chosen so a slot holds about 2 KB of codes.
+constexpr int kBulkSlots = 4;
+__host__ __device__ constexpr int bulk_chunk(int bits, int group, bool glu) {
+  const int bytes = 32 * 2 * (group * bits / 128) * 4 * (glu ? 2 : 1);  // one group of the warp's tile(s)
+  return bytes >= 2048 ? 1 : 2048 / bytes;
+}
+
+// The bulk kernel's shared memory after the staged activations (gemv_smem bytes, rounded to 128): the barriers
+// (kWarps·R ring slots, then one per tile of the block), each tile's scales and biases ([NW][2][16][ng] of the scales
+// dtype), then each warp's ring of R slots, a slot [NW][C groups][32 lanes][2·WPT] u32 (the tiled layout's order).
+struct BulkLayout {
+  size_t bars, scales, ring, total;
+  size_t tile_bytes;   // one tile's scales or biases of one weight: 16 rows · ng · element size
+  size_t tile_stride;  // tile_bytes rounded to 16
+  size_t group_bytes;  // one 16-row tile's codes of one group of one weight: 32 · 2·WPT u32
+  size_t slot_bytes;   // NW · C · group_bytes
+};
+__host__ __device__ constexpr size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+__host__ __device__ inline BulkLayout bulk_layout(int bits, int group, int64_t ng, bool norm, bool glu, int ks, int esz) {
+  BulkLayout L{};
+  const int nw = glu ? 2 : 1, tiles = kWarps / ks;
+  L.tile_bytes = size_t(16) * size_t(ng) * size_t(esz);
+  L.tile_stride = round_up(L.tile_bytes, 16);
+  L.group_bytes = size_t(32) * 2 * size_t(group * bits / 128) * 4;
+  L.slot_bytes = size_t(nw) * size_t(bulk_chunk(bits, group, glu)) * L.group_bytes;
+  L.bars = round_up(gemv_smem(group, ng, norm), 128);
+  L.scales = round_up(L.bars + sizeof(uint64_t) * size_t(kWarps * kBulkSlots + tiles), 128);
+  L.ring = round_up(L.scales + size_t(tiles) * size_t(nw) * 2 * L.tile_stride, 128);
+  L.total = L.ring + size_t(kWarps) * kBulkSlots * L.slot_bytes;
+  return L;
+}
+
+// n = 1 on sm_90 with tiled codes and whole 16-row tiles: the gemv kernel's blocks, warps and arithmetic (bitwise the
+// same outputs), but the codes and scales reach shared memory through bulk copies (bulk_copy.cuh). Each warp's lane 0
+// streams the warp's K part through a ring of R slots of C groups, and lane 0 of each tile's part-0 warp copies the
+// tile's scales and biases; the first R chunks and the scales go out before pdl_wait, so up to R·C groups per warp
+// arrive while the previous kernel finishes. A slot is refilled as soon as its warp has read it.
+template <int BITS, int G, bool GLU, int SDT>
+__global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_constant__ MmaParams P) {
+  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, R = kBulkSlots, C = bulk_chunk(BITS, G, GLU);
+  constexpr int ESZ = SDT == 0 ? 4 : 2;
+  constexpr uint32_t GB = 32 * 2 * WPT * 4;  // bytes of one group of one weight's tile
+  extern __shared__ uint4 smem4[];
+  __shared__ float red[kWarps][NW][32][4];
+  const MmaJob* J0 = nullptr;
+  const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
+  const MmaJob* J[NW];
+  J[0] = J0;
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const int ng = int(P.ng), rsub = T.warp / P.ks, gbeg = int(T.gbeg), gend = int(T.gend);
+  const BulkLayout L = bulk_layout(BITS, G, ng, P.norm_w != nullptr, GLU, P.ks, ESZ);
+  char* base = reinterpret_cast<char*>(smem4);
+  uint64_t* bars = reinterpret_cast<uint64_t*>(base + L.bars);  // [kWarps][R], then [tiles]
+  uint64_t* ring_bar = bars + T.warp * R;
+  uint64_t* tile_bar = bars + kWarps * R + rsub;
+  const uint32_t tstride = uint32_t(L.tile_stride);
+  char* tscales = base + L.scales + size_t(rsub) * NW * 2 * tstride;  // [NW][scales, biases][16][ng]
+  char* ring = base + L.ring + size_t(T.warp) * R * (NW * C * GB);
+  const int nch = (gend - gbeg + C - 1) / C;
+  const bool issuer = T.lane == 0 && T.rows_live;
+  // Chunk c (groups gbeg + c·C ...) of every weight into slot c % R.
+  auto issue = [&](int c) {
+    const int g0 = gbeg + c * C, cnt = min(C, gend - g0);
+    uint64_t* bar = ring_bar + (c % R);
+    char* slot = ring + (c % R) * (NW * C * GB);
+    mbar_expect_tx(bar, uint32_t(cnt) * GB * NW);
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+      bulk_copy(slot + w * C * GB, J[w]->data + ((T.row0 >> 4) * ng + g0) * (64 * WPT), uint32_t(cnt) * GB, bar);
+  };
+  if (issuer) {
+    for (int i = 0; i < R; ++i) mbar_init(ring_bar + i);
+    if (T.kpart == 0) mbar_init(tile_bar);
+    mbar_init_fence();
+    if (T.kpart == 0) {
+      mbar_expect_tx(tile_bar, uint32_t(L.tile_bytes * 2 * NW));
+      const size_t off = size_t(T.row0) * size_t(ng) * ESZ;
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        char* dst = tscales + w * 2 * tstride;
+        bulk_copy(dst, static_cast<const char*>(J[w]->scales) + off, uint32_t(L.tile_bytes), tile_bar);
+        bulk_copy(dst + tstride, static_cast<const char*>(J[w]->biases) + off, uint32_t(L.tile_bytes), tile_bar);
+      }
+    }
+    for (int c = 0; c < min(R, nch); ++c) issue(c);
+  }
+  pdl_wait();
+  pdl_trigger();
+
+  uint32_t* frag = nullptr;
+  float* sums = nullptr;
+  stage_x<BITS, G>(P, smem4, frag, sums);  // its closing barrier also publishes the barrier initializations
+
+  float acc[NW][1][4];
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
+  if (T.rows_live) {
+    mbar_wait(tile_bar, 0);
+    // This thread's scale elements: rows gq and gq + 8 of the tile, per weight.
+    const char* sc_a = tscales + T.gq * ng * ESZ;
+    const char* sc_b = sc_a + 8 * ng * ESZ;
+    for (int c = 0; c < nch; ++c) {
+      mbar_wait(ring_bar + (c % R), uint32_t((c / R) & 1));
+      const int g0 = gbeg + c * C, cnt = min(C, gend - g0);
+      const char* slot = ring + (c % R) * (NW * C * GB) + T.lane * (2 * WPT * 4);
+#pragma unroll
+      for (int u = 0; u < C; ++u) {
+        if (u < cnt) {
+          const int g = g0 + u;
+          GroupData<WPT, NW> d;
+#pragma unroll
+          for (int w = 0; w < NW; ++w) {
+            const uint32_t* src = reinterpret_cast<const uint32_t*>(slot + (w * C + u) * GB);
+            if constexpr (WPT == 1) {
+              const uint2 v = *reinterpret_cast<const uint2*>(src);
+              d.wa[w][0] = v.x, d.wb[w][0] = v.y;
+            } else {
+#pragma unroll
+              for (int i = 0; i < 2 * WPT; i += 4) {
+                const uint4 v = *reinterpret_cast<const uint4*>(src + i);
+                const uint32_t q[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                  if (i + k < WPT) d.wa[w][i + k] = q[k];
+                  else d.wb[w][i + k - WPT] = q[k];
+                }
+              }
+            }
+            const int so = w * 2 * int(tstride) + g * ESZ;
+            if constexpr (SDT == 0) {
+              d.sa[w] = *reinterpret_cast<const uint32_t*>(sc_a + so);
+              d.sb[w] = *reinterpret_cast<const uint32_t*>(sc_b + so);
+              d.ba[w] = *reinterpret_cast<const uint32_t*>(sc_a + so + tstride);
+              d.bb[w] = *reinterpret_cast<const uint32_t*>(sc_b + so + tstride);
+            } else {
+              const uint32_t sa = *reinterpret_cast<const uint16_t*>(sc_a + so);
+              const uint32_t sb = *reinterpret_cast<const uint16_t*>(sc_b + so);
+              const uint32_t ba = *reinterpret_cast<const uint16_t*>(sc_a + so + tstride);
+              const uint32_t bb = *reinterpret_cast<const uint16_t*>(sc_b + so + tstride);
+              d.sa[w] = __byte_perm(sa, ba, 0x5410), d.sb[w] = __byte_perm(sb, bb, 0x5410);
+            }
+          }
+          group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
+        }
+      }
+      __syncwarp();  // every lane has read the slot
+      if (issuer && c + R < nch) {
+        fence_proxy_async();
+        issue(c + R);
+      }
+    }
+  }
   epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
 }
 
@@ -740,6 +925,44 @@ int64_t gemv_max() {
   return v;
 }
 
+// When n = 1 launches take the bulk kernel (RAPID_CUDA_MM_BULK, read once; scheduling only, the arithmetic is the gemv
+// kernel's): 0 never, 1 always, 2 (the default) when the launch has at most one block per multiprocessor, where the
+// register ring leaves the memory system idle (measured on the H200: the 3B down projection 11.3 -> 8.2 us, the 0.5B
+// one 5.0 -> 4.0; launches of two blocks per multiprocessor, such as the 3B GLU, gained under 3% alone and lost in
+// the decode chain).
+int bulk_mode() {
+  static const int v = [] {
+    const char* e = std::getenv("RAPID_CUDA_MM_BULK");
+    const long m = e && *e ? std::strtol(e, nullptr, 10) : 2;
+    return int(std::clamp<long>(m, 0, 2));
+  }();
+  return v;
+}
+
+// The bulk kernel of one format: n = 1 on a device with bulk copies, every job's codes tiled, whole 16-row tiles and
+// 16-byte aligned scales (whole-tile copies); false (nothing launched) otherwise or when shared memory is short.
+template <int BITS, int G, bool GLU, int SDT>
+bool launch_bulk_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
+  const int mode = bulk_mode();
+  if (mode == 0 || (mode == 2 && row_tiles > sm_count()) || !bulk_copy_supported()) return false;
+  const int njobs = GLU ? 2 : P.njobs;
+  for (int i = 0; i < njobs; ++i) {
+    const MmaJob& j = P.job[i];
+    if (!j.tiled || j.out % 16 != 0 || reinterpret_cast<uintptr_t>(j.scales) % 16 != 0 ||
+        reinterpret_cast<uintptr_t>(j.biases) % 16 != 0)
+      return false;
+  }
+  constexpr int NW = GLU ? 2 : 1;
+  const BulkLayout L = bulk_layout(BITS, G, P.ng, P.norm_w != nullptr, GLU, P.ks, SDT == 0 ? 4 : 2);
+  auto* kernel = mma_bulk_kernel<BITS, G, GLU, SDT>;
+  const size_t stat = sizeof(float) * size_t(kWarps) * NW * 32 * 4 + sizeof(double) * kWarps + 16;
+  if (P.ng > (int64_t(1) << 24) || L.tile_bytes * 2 * NW > 0xfffff ||
+      !allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L.total, stat))
+    return false;
+  launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, L.total, s, "cuda::matmul (fast) launch", P);
+  return true;
+}
+
 // The gemv kernel of one format for the launch's scales dtype; false when x does not fit in shared memory.
 template <int BITS, int G, bool GLU, int SDT>
 bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
@@ -769,6 +992,7 @@ void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const dim3 block{unsigned(kThreads)};
   if (P.n <= gemv_max()) {
     P.ntt = 1;
+    if (launch_bulk_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
     if (launch_gemv_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
   }
   const int nt = token_subtiles(P.n, GLU);
