@@ -121,8 +121,8 @@ __device__ __forceinline__ uint32_t and_or(uint32_t a, uint32_t m, uint32_t c) {
 
 // The A registers of step s for one weight row from its words: (lo0, hi0) and (lo1, hi1) as bf16 pairs.
 // 4-bit codes become 128 + q (exact: the code under bf16 128's exponent); 8-bit codes q (exact in bf16).
-// ONE_LOP: the 4-bit mask-and-exponent as one instruction (fewer instructions for one token; with more token
-// subtiles the extra live registers cost more than it saves).
+// ONE_LOP: the 4-bit mask-and-exponent as one instruction (kernels of up to 4 token subtiles; with 8 the two mask
+// registers caused spills and a 13% slower head launch at 64 tokens when last measured).
 template <int BITS, int WPT, bool ONE_LOP = false>
 __device__ __forceinline__ void a_pairs(const uint32_t (&w)[WPT], int s, uint32_t& p0, uint32_t& p1) {
   if constexpr (BITS == 4) {
@@ -275,8 +275,8 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
     uint32_t afr[S][4];
 #pragma unroll
     for (int s = 0; s < S; ++s) {
-      a_pairs<BITS, WPT, NT == 1>(d.wa[w], s, afr[s][0], afr[s][2]);
-      a_pairs<BITS, WPT, NT == 1>(d.wb[w], s, afr[s][1], afr[s][3]);
+      a_pairs<BITS, WPT, NT <= 4>(d.wa[w], s, afr[s][0], afr[s][2]);
+      a_pairs<BITS, WPT, NT <= 4>(d.wb[w], s, afr[s][1], afr[s][3]);
     }
     constexpr bool PACKED = SDT != 0;
     const float sa = raw_to_float<SDT>(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w]);
