@@ -95,6 +95,26 @@ struct Mode {
   bool tiled = false; // the codes in the tensor-core path's tiled layout (what the decoder uploads for Fast)
 };
 
+// The fastest of three timed launches of a graph (ms).
+float best_ms(cudaGraphExec_t ge, cudaStream_t s) {
+  cudaEvent_t a, b;
+  ck(cudaEventCreate(&a), "event");
+  ck(cudaEventCreate(&b), "event");
+  float best = 1e30f;
+  for (int rep = 0; rep < 3; ++rep) {
+    ck(cudaEventRecord(a, s), "record");
+    ck(cudaGraphLaunch(ge, s), "launch");
+    ck(cudaEventRecord(b, s), "record");
+    ck(cudaEventSynchronize(b), "sync");
+    float ms = 0;
+    ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
+    best = std::min(best, ms);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  return best;
+}
+
 void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, const Mode& mode, Rng& rng) {
   const int mats = sh.glu ? 2 : 1;
   HostWeight hw = make_host(sh.out, sh.in, rng);
@@ -158,20 +178,7 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
     cudaGraphExec_t ge;
     ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
     ck(cudaGraphLaunch(ge, s), "warmup");
-    cudaEvent_t a, b;
-    ck(cudaEventCreate(&a), "event");
-    ck(cudaEventCreate(&b), "event");
-    float best = 1e30f;
-    for (int rep = 0; rep < 3; ++rep) {
-      ck(cudaEventRecord(a, s), "record");
-      ck(cudaGraphLaunch(ge, s), "launch");
-      ck(cudaEventRecord(b, s), "record");
-      ck(cudaEventSynchronize(b), "sync");
-      float ms = 0;
-      ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
-      best = std::min(best, ms);
-    }
-    const double us = 1e3 * double(best) / iters;
+    const double us = 1e3 * double(best_ms(ge, s)) / iters;
     std::printf("BENCH %-8s %-24s n=%-3d %9.2f us %7.0f GB/s\n", label, sh.name, n, us, double(wbytes) / (us * 1e3));
     if (n == ns.front() && std::getenv("RAPID_BENCH_CEILING")) {  // the same bytes per launch, read by read_kernel
       int sms = 0;
@@ -187,25 +194,13 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
       cudaGraphExec_t ge2;
       ck(cudaGraphInstantiate(&ge2, g2, 0), "instantiate");
       ck(cudaGraphLaunch(ge2, s), "warmup");
-      float best2 = 1e30f;
-      for (int rep = 0; rep < 3; ++rep) {
-        ck(cudaEventRecord(a, s), "record");
-        ck(cudaGraphLaunch(ge2, s), "launch");
-        ck(cudaEventRecord(b, s), "record");
-        ck(cudaEventSynchronize(b), "sync");
-        float ms = 0;
-        ck(cudaEventElapsedTime(&ms, a, b), "elapsed");
-        best2 = std::min(best2, ms);
-      }
-      const double us2 = 1e3 * double(best2) / iters;
+      const double us2 = 1e3 * double(best_ms(ge2, s)) / iters;
       std::printf("CEIL  %-8s %-24s read  %9.2f us %7.0f GB/s\n", label, sh.name, us2, double(per_copy) / (us2 * 1e3));
       cudaGraphExecDestroy(ge2);
       cudaGraphDestroy(g2);
       cudaFree(sink);
     }
     std::fflush(stdout);
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     cudaFree(x);

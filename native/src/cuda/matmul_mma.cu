@@ -335,6 +335,16 @@ __device__ __forceinline__ Tile tile_of(const MmaParams& P, int64_t bt, const Mm
   return T;
 }
 
+// tile_of, with the warp's weights: J[0] the tile's job (GLU: gate), J[1] up under GLU.
+template <bool GLU, int NW>
+__device__ __forceinline__ Tile tile_jobs(const MmaParams& P, int64_t bt, const MmaJob* (&J)[NW]) {
+  const MmaJob* J0 = nullptr;
+  const Tile T = tile_of<GLU>(P, bt, J0);
+  J[0] = J0;
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  return T;
+}
+
 // A RoPE epilogue's outputs of one thread: rows (g, g + 8) of its tile, tokens tA and tA + 1 (v: c0, c1 row g; c2,
 // c3 row g + 8). q/k rows are in rope_pair_rows order, so the two rows are pair j of a head: rotated (after the
 // bias, as rope_kv_write rotates the stored q/k) and written at rows (j, j + half) of the head; v rows as they are.
@@ -579,11 +589,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   constexpr int MAXU = reg_units(BITS, G, GLU, true);
   extern __shared__ uint4 smem4[];
   __shared__ float red[kWarps][NW][32][4];
-  const MmaJob* J0 = nullptr;
-  const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
   const MmaJob* J[NW];
-  J[0] = J0;
-  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const Tile T = tile_jobs<GLU>(P, int64_t(blockIdx.x), J);
   const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
   GroupData<WPT, NW> cur[MAXU];
   if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
@@ -603,7 +610,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
     walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
       group_mma<BITS, G, 1, NW, SDT>(d, frag + size_t(g) * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
     });
-  epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
+  epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);
 }
 
 // The bulk kernel's ring: R slots per warp of C groups each, C chosen so a slot holds about 2 KB of codes.
@@ -650,11 +657,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
   constexpr uint32_t GB = 32 * 2 * WPT * 4;  // bytes of one group of one weight's tile
   extern __shared__ uint4 smem4[];
   __shared__ float red[kWarps][NW][32][4];
-  const MmaJob* J0 = nullptr;
-  const Tile T = tile_of<GLU>(P, int64_t(blockIdx.x), J0);
   const MmaJob* J[NW];
-  J[0] = J0;
-  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const Tile T = tile_jobs<GLU>(P, int64_t(blockIdx.x), J);
   const int ng = int(P.ng), rsub = T.warp / P.ks, gbeg = int(T.gbeg), gend = int(T.gend);
   const BulkLayout L = bulk_layout(BITS, G, ng, P.norm_w != nullptr, GLU, P.ks, ESZ);
   char* base = reinterpret_cast<char*>(smem4);
@@ -760,7 +764,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
       }
     }
   }
-  epilogue<1, NW, GLU>(P, T, *J0, 0, acc, red);
+  epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);
 }
 
 // Prepares x [n, ldx] (optionally rms_norm(x)·w) in mma form for the direct kernel: one block per token,
@@ -794,12 +798,9 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
   constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128;
   constexpr int MAXU = reg_units(BITS, G, GLU, false);
   __shared__ float red[kWarps][NW][32][4];
-  const MmaJob* J0 = nullptr;
   const int64_t bt = int64_t(blockIdx.x) / P.ntt, tt = int64_t(blockIdx.x) % P.ntt;
-  const Tile T = tile_of<GLU>(P, bt, J0);
   const MmaJob* J[NW];
-  J[0] = J0;
-  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  const Tile T = tile_jobs<GLU>(P, bt, J);
   const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
   const int64_t tok0 = tt * (8 * NT);
   float acc[NW][NT][4];
@@ -820,7 +821,7 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
       group_mma<BITS, G, NT, NW, SDT, false>(d, P.pfrag + size_t(g) * gstride, P.psum + g * P.npad, tok0, P.npad,
                                              T.gq, T.tq, acc);
     });
-  epilogue<NT, NW, GLU>(P, T, *J0, tok0, acc, red);
+  epilogue<NT, NW, GLU>(P, T, *J[0], tok0, acc, red);
 }
 
 // ---- host side ----
