@@ -95,8 +95,17 @@ struct Mode {
   bool tiled = false; // the codes in the tensor-core path's tiled layout (what the decoder uploads for Fast)
 };
 
-// The fastest of three timed launches of a graph (ms).
-float best_ms(cudaGraphExec_t ge, cudaStream_t s) {
+// Microseconds per launch: `iters` launches (enqueue(it) each) captured into one graph on s, warmed up once, then the
+// fastest of three timed graph launches.
+template <class Enqueue>
+double graph_us(cudaStream_t s, int iters, const Enqueue& enqueue) {
+  ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
+  for (int it = 0; it < iters; ++it) enqueue(it);
+  cudaGraph_t g;
+  ck(cudaStreamEndCapture(s, &g), "end capture");
+  cudaGraphExec_t ge;
+  ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
+  ck(cudaGraphLaunch(ge, s), "warmup");
   cudaEvent_t a, b;
   ck(cudaEventCreate(&a), "event");
   ck(cudaEventCreate(&b), "event");
@@ -112,7 +121,9 @@ float best_ms(cudaGraphExec_t ge, cudaStream_t s) {
   }
   cudaEventDestroy(a);
   cudaEventDestroy(b);
-  return best;
+  cudaGraphExecDestroy(ge);
+  cudaGraphDestroy(g);
+  return 1e3 * double(best) / iters;
 }
 
 void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, const Mode& mode, Rng& rng) {
@@ -160,8 +171,7 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
     ck(cudaMalloc(&y, size_t(n * sh.out) * 4), "cudaMalloc y");
     ck(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice), "h2d x");
     const int iters = std::max(copies, 20);
-    ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-    for (int it = 0; it < iters; ++it) {
+    const double us = graph_us(s, iters, [&](int it) {
       const cuda::DevWeight* w = &devs[size_t(it % copies) * size_t(mats)];
       if (sh.glu) {
         cuda::matmul_glu(x, n, w[0], w[1], 0, y, s, mode.math, norm);
@@ -172,37 +182,21 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
         j.ldy = sh.out;
         cuda::matmul(x, sh.in, n, &j, 1, s, mode.math, norm);
       }
-    }
-    cudaGraph_t g;
-    ck(cudaStreamEndCapture(s, &g), "end capture");
-    cudaGraphExec_t ge;
-    ck(cudaGraphInstantiate(&ge, g, 0), "instantiate");
-    ck(cudaGraphLaunch(ge, s), "warmup");
-    const double us = 1e3 * double(best_ms(ge, s)) / iters;
+    });
     std::printf("BENCH %-8s %-24s n=%-3d %9.2f us %7.0f GB/s\n", label, sh.name, n, us, double(wbytes) / (us * 1e3));
     if (n == ns.front() && std::getenv("RAPID_BENCH_CEILING")) {  // the same bytes per launch, read by read_kernel
       int sms = 0;
       ck(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "sms");
       uint32_t* sink = nullptr;
       ck(cudaMalloc(&sink, 4), "sink");
-      ck(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), "capture");
-      for (int it = 0; it < iters; ++it)
+      const double us2 = graph_us(s, iters, [&](int it) {
         read_kernel<<<sms * 8, 256, 0, s>>>(reinterpret_cast<const uint4*>(pool + size_t(it % copies) * per_copy),
                                               per_copy / 16, sink);
-      cudaGraph_t g2;
-      ck(cudaStreamEndCapture(s, &g2), "end capture");
-      cudaGraphExec_t ge2;
-      ck(cudaGraphInstantiate(&ge2, g2, 0), "instantiate");
-      ck(cudaGraphLaunch(ge2, s), "warmup");
-      const double us2 = 1e3 * double(best_ms(ge2, s)) / iters;
+      });
       std::printf("CEIL  %-8s %-24s read  %9.2f us %7.0f GB/s\n", label, sh.name, us2, double(per_copy) / (us2 * 1e3));
-      cudaGraphExecDestroy(ge2);
-      cudaGraphDestroy(g2);
       cudaFree(sink);
     }
     std::fflush(stdout);
-    cudaGraphExecDestroy(ge);
-    cudaGraphDestroy(g);
     cudaFree(x);
     cudaFree(y);
   }
