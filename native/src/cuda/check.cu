@@ -36,6 +36,11 @@ std::atomic<int> g_sms[64] = {};
 
 }  // namespace
 
+long env_long(const char* name, long fallback) {
+  const char* e = std::getenv(name);
+  return e && *e ? std::strtol(e, nullptr, 10) : fallback;
+}
+
 bool pdl_enabled() {
   static const bool env_on = [] {
     const char* e = std::getenv("RAPID_CUDA_PDL");

@@ -217,8 +217,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     const char* g = std::getenv("RAPID_CUDA_GRAPHS");
     use_graphs_ = !(g && std::string(g) == "0");
-    const char* a = std::getenv("RAPID_CUDA_AHEAD");
-    ahead_max_rows_ = a && *a ? std::max(0L, std::strtol(a, nullptr, 10)) : kAheadMaxRows;
+    ahead_max_rows_ = std::max(0L, env_long("RAPID_CUDA_AHEAD", kAheadMaxRows));
+    const char* re = std::getenv("RAPID_CUDA_ROPE_EPILOGUE");
+    rope_epilogue_on_ = !(re && std::string(re) == "0");
     for (Staging& st : stage_) check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
     upload_weights();
     allocate_kv(geometry);
@@ -347,6 +348,12 @@ class CudaDecoder final : public Model, public DeviceLogits {
     // The tied head is the embedding: one device copy serves both (row-major, as the embedding gather reads it).
     for (const auto& [host, dev] : uploaded_)
       if (host == w.data) return dev;
+    const DevWeight d = upload_copy(w, matmul_only);
+    uploaded_.push_back({w.data, d});
+    return d;
+  }
+  // A device copy of w of its own (no sharing with an earlier upload).
+  DevWeight upload_copy(const Weight& w, bool matmul_only) {
     const size_t sb = weight_scale_bytes(w);
     DevWeight d = device_view(w, nullptr, sb ? upload(w.scales, sb) : nullptr, sb ? upload(w.biases, sb) : nullptr);
     d.tiled = matmul_only && precision_ == Precision::Fast && mma_format_supported(d);
@@ -358,7 +365,6 @@ class CudaDecoder final : public Model, public DeviceLogits {
     } else {
       d.data = upload(w.data, weight_data_bytes(w));
     }
-    uploaded_.push_back({w.data, d});
     return d;
   }
   DevWeight upload_permuted(const Weight& w, const std::vector<int64_t>& perm) {
@@ -376,10 +382,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     c.data = codes.data();
     c.scales = scale_row ? scales.data() : nullptr;
     c.biases = scale_row ? biases.data() : nullptr;
-    const size_t keep = uploaded_.size();
-    DevWeight d = upload_weight(c);
-    uploaded_.resize(keep);  // its host copy dies here: never a dedup key
-    return d;
+    return upload_copy(c, /*matmul_only=*/true);  // its host copy dies here: never a dedup key
   }
   static std::vector<float> permuted(const std::vector<float>& v, const std::vector<int64_t>& perm) {
     if (v.empty()) return v;
@@ -389,9 +392,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   }
   // Whether layer L's q/k/v launch can take the RoPE epilogue (RAPID_CUDA_ROPE_EPILOGUE=0 turns it off).
   bool rope_epilogue_for(const DecoderLayer& L, int layer) const {
-    const char* e = std::getenv("RAPID_CUDA_ROPE_EPILOGUE");
-    if ((e && std::string(e) == "0") || precision_ != Precision::Fast || cfg_.qk_norm || cfg_.q_pos_beta != 0.0f)
-      return false;
+    if (!rope_epilogue_on_ || precision_ != Precision::Fast || cfg_.qk_norm || cfg_.q_pos_beta != 0.0f) return false;
     const int rot = cfg_.ropes[size_t(cfg_.rope_of[size_t(layer)])].rot_dim;
     // Host views, for the format only (nothing reads through them).
     const auto view = [](const Weight& w) { return device_view(w, w.data, w.scales, w.biases); };
@@ -938,6 +939,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   Ahead ahead_;
   OwnedBatch last_;             // the batch of the forward just enqueued, when one could be continued ahead
   int64_t ahead_max_rows_ = 0;  // RAPID_CUDA_AHEAD (0: never enqueue ahead)
+  bool rope_epilogue_on_ = true;  // RAPID_CUDA_ROPE_EPILOGUE (0: never), read once before the weights upload
   AheadPolicy policy_;
   // When the last sampling returned to the executor, and when the current step's forward was asked for.
   std::optional<std::chrono::steady_clock::time_point> returned_, step_start_;

@@ -23,6 +23,9 @@ __device__ __forceinline__ void pdl_trigger() {
 #endif
 }
 
+// A tuning knob: the environment variable `name` as a base-10 integer (strtol), `fallback` when unset or empty.
+long env_long(const char* name, long fallback);
+
 // Whether launches on the current device use PDL: compute capability 9.0 or newer, unless RAPID_CUDA_PDL=0.
 bool pdl_enabled();
 

@@ -839,9 +839,7 @@ int sdt_code(DType t) {
 // constant, so every n of a weight still gets the same split).
 int64_t target_warps() {
   static const int64_t v = [] {
-    const char* e = std::getenv("RAPID_CUDA_MM_WARPS");
-    const long n = e && *e ? std::strtol(e, nullptr, 10) : kTargetWarps;
-    return int64_t(std::max<long>(n, 1));
+    return int64_t(std::max<long>(env_long("RAPID_CUDA_MM_WARPS", kTargetWarps), 1));
   }();
   return v;
 }
@@ -858,8 +856,7 @@ int choose_ks(int64_t tiles16, int64_t ng) {
 // RAPID_CUDA_MM_NT (1, 2, 4 or 8, read once) overrides it; scheduling only.
 int max_subtiles() {
   static const int v = [] {
-    const char* e = std::getenv("RAPID_CUDA_MM_NT");
-    const long n = e && *e ? std::strtol(e, nullptr, 10) : 4;
+    const long n = env_long("RAPID_CUDA_MM_NT", 4);
     return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
   }();
   return v;
@@ -919,11 +916,19 @@ void* prep_buffer(cudaStream_t s, size_t bytes) {
 // scheduling only: RAPID_CUDA_MM_STAGED (0 or 1, read once) overrides it for tuning.
 int64_t gemv_max() {
   static const int64_t v = [] {
-    const char* e = std::getenv("RAPID_CUDA_MM_STAGED");
-    const long n = e && *e ? std::strtol(e, nullptr, 10) : 1;
-    return int64_t(std::clamp<long>(n, 0, 1));
+    return int64_t(std::clamp<long>(env_long("RAPID_CUDA_MM_STAGED", 1), 0, 1));
   }();
   return v;
+}
+
+// Launches a one-row kernel (gemv or bulk: a block per row tile, `smem` dynamic bytes on top of their static
+// partial-sum tree and norm reduction); false, with nothing launched, when that exceeds the device's shared memory.
+bool launch_one_row(void (*kernel)(MmaParams), bool glu, const MmaParams& P, cudaStream_t s, int64_t row_tiles,
+                    size_t smem) {
+  const size_t stat = sizeof(float) * size_t(kWarps) * (glu ? 2 : 1) * 32 * 4 + sizeof(double) * kWarps + 16;
+  if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, stat)) return false;
+  launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, smem, s, "cuda::matmul (fast) launch", P);
+  return true;
 }
 
 // When n = 1 launches take the bulk kernel (RAPID_CUDA_MM_BULK, read once; scheduling only, the arithmetic is the gemv
@@ -933,9 +938,7 @@ int64_t gemv_max() {
 // the decode chain).
 int bulk_mode() {
   static const int v = [] {
-    const char* e = std::getenv("RAPID_CUDA_MM_BULK");
-    const long m = e && *e ? std::strtol(e, nullptr, 10) : 2;
-    return int(std::clamp<long>(m, 0, 2));
+    return int(std::clamp<long>(env_long("RAPID_CUDA_MM_BULK", 2), 0, 2));
   }();
   return v;
 }
@@ -953,26 +956,16 @@ bool launch_bulk_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
         reinterpret_cast<uintptr_t>(j.biases) % 16 != 0)
       return false;
   }
-  constexpr int NW = GLU ? 2 : 1;
   const BulkLayout L = bulk_layout(BITS, G, P.ng, P.norm_w != nullptr, GLU, P.ks, SDT == 0 ? 4 : 2);
-  auto* kernel = mma_bulk_kernel<BITS, G, GLU, SDT>;
-  const size_t stat = sizeof(float) * size_t(kWarps) * NW * 32 * 4 + sizeof(double) * kWarps + 16;
-  if (P.ng > (int64_t(1) << 24) || L.tile_bytes * 2 * NW > 0xfffff ||
-      !allow_dynamic_smem(reinterpret_cast<const void*>(kernel), L.total, stat))
-    return false;
-  launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, L.total, s, "cuda::matmul (fast) launch", P);
-  return true;
+  if (P.ng > (int64_t(1) << 24) || L.tile_bytes * 2 * (GLU ? 2 : 1) > 0xfffff) return false;
+  return launch_one_row(mma_bulk_kernel<BITS, G, GLU, SDT>, GLU, P, s, row_tiles, L.total);
 }
 
 // The gemv kernel of one format for the launch's scales dtype; false when x does not fit in shared memory.
 template <int BITS, int G, bool GLU, int SDT>
 bool launch_gemv_t(const MmaParams& P, cudaStream_t s, int64_t row_tiles) {
-  auto* kernel = mma_gemv_kernel<BITS, G, GLU, SDT>;
   const size_t smem = gemv_smem(G, P.ng, P.norm_w != nullptr);
-  const size_t stat = sizeof(float) * size_t(kWarps) * (GLU ? 2 : 1) * 32 * 4 + sizeof(double) * kWarps + 16;
-  if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, stat)) return false;
-  launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, smem, s, "cuda::matmul (fast) launch", P);
-  return true;
+  return launch_one_row(mma_gemv_kernel<BITS, G, GLU, SDT>, GLU, P, s, row_tiles, smem);
 }
 
 template <int BITS, int G, bool GLU, int SDT>
