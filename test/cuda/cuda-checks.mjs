@@ -624,6 +624,32 @@ function deviceChecks(addon, fx) {
   }
 }
 
+// ---------------------------------------------------------------- CUDA switches: off vs default
+
+/**
+ * `run(model)` on fx loaded on CUDA twice: with the environment switch `env`=0 (read at load) and with it unset.
+ * Returns [off, default], or null after reporting the load failure or a FAIL if a run threw.
+ */
+async function offAndDefault(env, addon, fx, precision, kind, name, run) {
+  const runs = [];
+  for (const value of ['0', undefined]) {
+    if (value === undefined) delete process.env[env];
+    else process.env[env] = value;
+    const model = load(addon, fx.dir, { device: 'cuda', kvCacheBytes: FIXTURE_KV, precision }, kind, name);
+    delete process.env[env];
+    if (!model) return null;
+    try {
+      runs.push(await run(model));
+    } catch (e) {
+      report('FAIL', kind, name, `threw: ${e instanceof Error ? e.stack ?? e.message : String(e)}`);
+      return null;
+    } finally {
+      model.close();
+    }
+  }
+  return runs;
+}
+
 // ---------------------------------------------------------------- f) the step enqueued ahead
 
 /**
@@ -672,22 +698,8 @@ async function aheadScript(model) {
 async function aheadChecks(addon, fx) {
   for (const precision of ['exact', 'fast']) {
     const name = `${fx.name} ${precision}`;
-    const runs = [];
-    for (const ahead of ['0', undefined]) {
-      if (ahead === undefined) delete process.env.RAPID_CUDA_AHEAD;
-      else process.env.RAPID_CUDA_AHEAD = ahead;
-      const model = load(addon, fx.dir, { device: 'cuda', kvCacheBytes: FIXTURE_KV, precision }, 'ahead', name);
-      delete process.env.RAPID_CUDA_AHEAD;
-      if (!model) return;
-      try {
-        runs.push(await aheadScript(model));
-      } catch (e) {
-        report('FAIL', 'ahead', name, `threw: ${e instanceof Error ? e.stack ?? e.message : String(e)}`);
-        return;
-      } finally {
-        model.close();
-      }
-    }
+    const runs = await offAndDefault('RAPID_CUDA_AHEAD', addon, fx, precision, 'ahead', name, aheadScript);
+    if (!runs) return;
     const [{ rows: off, aheadSteps: offAhead }, { rows: on, aheadSteps: onAhead }] = runs;
     const problems = [];
     // Misses: A's fed token (step 14), C joining (6) and ending (22), B's draw (18), block boundaries; the rest hit.
@@ -714,24 +726,12 @@ async function aheadChecks(addon, fx) {
  */
 async function ropeEpilogueChecks(addon, fx) {
   const name = `${fx.name} fast`;
-  const runs = [];
-  for (const fused of ['0', undefined]) {
-    if (fused === undefined) delete process.env.RAPID_CUDA_ROPE_EPILOGUE;
-    else process.env.RAPID_CUDA_ROPE_EPILOGUE = fused;
-    const model = load(addon, fx.dir, { device: 'cuda', kvCacheBytes: FIXTURE_KV, precision: 'fast' }, 'rope', name);
-    delete process.env.RAPID_CUDA_ROPE_EPILOGUE;
-    if (!model) return;
-    try {
-      const info = model.info();
-      const { staggered } = batchSpecs(info.vocabSize, info.contextLength, fx.ref.prompts.map((p) => p.ids));
-      runs.push(await runSequences(model, staggered));
-    } catch (e) {
-      report('FAIL', 'rope', name, `threw: ${e instanceof Error ? e.stack ?? e.message : String(e)}`);
-      return;
-    } finally {
-      model.close();
-    }
-  }
+  const runs = await offAndDefault('RAPID_CUDA_ROPE_EPILOGUE', addon, fx, 'fast', 'rope', name, (model) => {
+    const info = model.info();
+    const { staggered } = batchSpecs(info.vocabSize, info.contextLength, fx.ref.prompts.map((p) => p.ids));
+    return runSequences(model, staggered);
+  });
+  if (!runs) return;
   const [plain, fused] = runs;
   const problems = [];
   let bitwise = 0;
