@@ -183,6 +183,11 @@ std::vector<float> download(const DevBuf& b, size_t n) {
   return h;
 }
 
+// Whether the first `count` floats of a and b are bitwise equal.
+bool same_bits(const DevBuf& a, const DevBuf& b, size_t count) {
+  return std::memcmp(download(a, count).data(), download(b, count).data(), count * 4) == 0;
+}
+
 struct Err {
   double max_abs = 0, max_rel = 0;
   bool finite = true;
@@ -466,10 +471,8 @@ void test_tiled(std::mt19937& rng) {
         cuda::matmul_glu(d_x.f(), n, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), nullptr, cuda::MathMode::Fast, &norm);
       }
       ck(cudaDeviceSynchronize(), "tiled");
-      const auto same = [](const DevBuf& a, const DevBuf& b, size_t count) {
-        return std::memcmp(download(a, count).data(), download(b, count).data(), count * 4) == 0;
-      };
-      const bool ys = same(y[0], y[1], size_t(n * 272)), gs = same(g[0], g[1], size_t(n * 333)), hs = same(h[0], h[1], size_t(n * 333));
+      const bool ys = same_bits(y[0], y[1], size_t(n * 272)), gs = same_bits(g[0], g[1], size_t(n * 333)),
+                 hs = same_bits(h[0], h[1], size_t(n * 333));
       if (!(ys && gs && hs)) {
         all = false;
         where += " n=" + std::to_string(n) + (ys ? "" : " matmul") + (gs ? "" : " glu") + (hs ? "" : " glu+norm");
@@ -526,10 +529,7 @@ void test_bulk(std::mt19937& rng) {
           cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), s, cuda::MathMode::Fast, &norm);
         }
       ck(cudaStreamSynchronize(s), "bulk");
-      const auto same = [](const DevBuf& a, const DevBuf& b) {
-        return std::memcmp(download(a, 320).data(), download(b, 320).data(), 320 * 4) == 0;
-      };
-      const bool ys = same(y[0], y[1]), gs = same(g[0], g[1]), hs = same(h[0], h[1]);
+      const bool ys = same_bits(y[0], y[1], 320), gs = same_bits(g[0], g[1], 320), hs = same_bits(h[0], h[1], 320);
       if (!(ys && gs && hs)) {
         all = false;
         where += " in=" + std::to_string(in) + (ys ? "" : " matmul") + (gs ? "" : " glu") + (hs ? "" : " glu+norm");
@@ -613,11 +613,8 @@ void test_rope_epilogue(std::mt19937& rng) {
           const cuda::RopeOut rope{d_cs.f(), d_sn.f(), static_cast<const int32_t*>(d_slot.p), hd};
           cuda::matmul(d_x.f(), in, n, fused, 3, nullptr, cuda::MathMode::Fast, nm, &rope);
           ck(cudaDeviceSynchronize(), "rope epilogue");
-          const auto same = [](const DevBuf& a, const DevBuf& b, size_t count) {
-            return std::memcmp(download(a, count).data(), download(b, count).data(), count * 4) == 0;
-          };
-          const bool qs = same(q[0], q[1], size_t(n * qd)), ks = same(kp[0], kp[1], size_t(slots * kd)),
-                     vs = same(vp[0], vp[1], size_t(slots * kd));
+          const bool qs = same_bits(q[0], q[1], size_t(n * qd)), ks = same_bits(kp[0], kp[1], size_t(slots * kd)),
+                     vs = same_bits(vp[0], vp[1], size_t(slots * kd));
           if (!(qs && ks && vs)) {
             all = false;
             where += std::string(tiled ? " tiled" : " row-major") + " n=" + std::to_string(n) + (with_norm ? "+norm" : "") +
