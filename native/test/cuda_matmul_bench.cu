@@ -129,10 +129,14 @@ double graph_us(cudaStream_t s, int iters, const Enqueue& enqueue) {
 void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, const Mode& mode, Rng& rng) {
   const int mats = sh.glu ? 2 : 1;
   HostWeight hw = make_host(sh.out, sh.in, rng);
-  if (mode.tiled) {
+  if (mode.tiled) {  // codes and scale/bias quadruples (scales then holds both: the bytes of scales + biases)
     std::vector<uint8_t> t(cuda::tiled_words(sh.out, sh.in, 4) * 4);
     cuda::tile_codes(reinterpret_cast<const uint32_t*>(hw.data.data()), sh.out, sh.in, 4, 64, reinterpret_cast<uint32_t*>(t.data()));
     hw.data = std::move(t);
+    std::vector<uint8_t> q(cuda::tiled_scale_bytes(sh.out, sh.in / 64, 2));
+    cuda::tile_scales(hw.scales.data(), hw.biases.data(), sh.out, sh.in / 64, 2, q.data());
+    hw.scales = std::move(q);
+    hw.biases.clear();
   }
   const size_t db = align256(hw.data.size()), sb = align256(hw.scales.size());
   const size_t per_mat = db + 2 * sb, per_copy = per_mat * size_t(mats);
@@ -151,7 +155,8 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
       } else {
         ck(cudaMemcpy(base, pool, per_mat, cudaMemcpyDeviceToDevice), "d2d");
       }
-      devs.push_back({WeightKind::Affine, DType::BF16, sh.out, sh.in, 4, 64, base, base + db, base + db + sb, mode.tiled});
+      const uint8_t* bi = mode.tiled ? base + db : base + db + sb;  // tiled: scales == biases
+      devs.push_back({WeightKind::Affine, DType::BF16, sh.out, sh.in, 4, 64, base, base + db, bi, mode.tiled});
     }
   cudaStream_t s;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");

@@ -433,10 +433,21 @@ void* upload_tiled(const uint8_t* codes, const TestWeight& W, std::vector<DevBuf
   return keep.back().p;
 }
 
-// W on the device with tiled codes (its scales and biases as they are).
+// Scales and biases of W's shape (W's own, or a reordering) in the tiled layout, uploaded into `keep`.
+void* upload_tiled_scales(const uint8_t* sc, const uint8_t* bi, const TestWeight& W, std::vector<DevBuf>& keep) {
+  const int esz = W.fmt.dtype == DType::F32 ? 4 : 2;
+  const int64_t ng = W.in / W.fmt.group;
+  std::vector<uint8_t> t(cuda::tiled_scale_bytes(W.out, ng, esz));
+  cuda::tile_scales(sc, bi, W.out, ng, esz, t.data());
+  keep.emplace_back(t.data(), t.size());
+  return keep.back().p;
+}
+
+// W on the device in the tiled layout (codes, and scales with biases: what the decoder uploads for Fast).
 cuda::DevWeight tiled_copy(const TestWeight& W, std::vector<DevBuf>& keep) {
   cuda::DevWeight d = W.dev;
   d.data = upload_tiled(W.data.data(), W, keep);
+  d.scales = d.biases = upload_tiled_scales(W.scales.data(), W.biases.data(), W, keep);
   d.tiled = true;
   return d;
 }
@@ -557,15 +568,16 @@ void test_rope_epilogue(std::mt19937& rng) {
     cuda::DevWeight d = W.dev;
     if (tiled) {
       d.data = upload_tiled(c.data(), W, keep);
+      d.scales = d.biases = upload_tiled_scales(sc.data(), bi.data(), W, keep);
     } else {
       keep.emplace_back(c.data(), c.size());
       d.data = keep.back().p;
+      keep.emplace_back(sc.data(), sc.size());
+      d.scales = keep.back().p;
+      keep.emplace_back(bi.data(), bi.size());
+      d.biases = keep.back().p;
     }
     d.tiled = tiled;
-    keep.emplace_back(sc.data(), sc.size());
-    d.scales = keep.back().p;
-    keep.emplace_back(bi.data(), bi.size());
-    d.biases = keep.back().p;
     d.rope_rows = hd;
     return d;
   };

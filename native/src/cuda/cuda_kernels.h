@@ -26,7 +26,7 @@ struct DevWeight {
   const void* data = nullptr;
   const void* scales = nullptr;
   const void* biases = nullptr;
-  bool tiled = false;
+  bool tiled = false;  // codes (tile_codes) and scales/biases (tile_scales; scales == biases) in the tiled layout
   int rope_rows = 0;  // head_dim when the rows are in rope_pair_rows order (cuda/rope_rows.h), else 0
 };
 

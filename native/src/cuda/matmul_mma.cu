@@ -436,7 +436,7 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
 
 // The raw scale/bias words of a group, its dtype a constant (no per-load switch).
 template <int SDT>
-__device__ __forceinline__ uint32_t load_raw_t(const void* p, int64_t i) {
+__device__ __forceinline__ uint32_t load_raw_t(const void* p, int32_t i) {
   if constexpr (SDT == 0) return __ldg(static_cast<const uint32_t*>(p) + i);
   else return uint32_t(__ldg(static_cast<const unsigned short*>(p) + i));
 }
@@ -448,17 +448,18 @@ struct RowPtrs {
   const uint32_t* cb[NW];
   const void* sc[NW];
   const void* bi[NW];
-  int64_t sia, sib;
-  int64_t gstride;  // u32 words from one group's codes to the next: G·BITS/32 row-major, 32·2·WPT tiled
+  int32_t sia, sib;  // row-major: scale/bias element offsets of rows ra / rb
+  bool tiled;        // sc: this thread's tiled scale/bias quadruple of group 0 (tile_scales), bi unused
 };
 
+// Row-major weights' group g (tiled ones: GroupCursor).
 template <int BITS, int G, int NW, int SDT>
-__device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int64_t g, GroupData<G * BITS / 128, NW>& d) {
+__device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int32_t g, GroupData<G * BITS / 128, NW>& d) {
   constexpr int WPT = G * BITS / 128;
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
-    load_words<WPT>(R.ca[w] + g * R.gstride, d.wa[w]);
-    load_words<WPT>(R.cb[w] + g * R.gstride, d.wb[w]);
+    load_words<WPT>(R.ca[w] + g * (G * BITS / 32), d.wa[w]);
+    load_words<WPT>(R.cb[w] + g * (G * BITS / 32), d.wb[w]);
     const uint32_t sa = load_raw_t<SDT>(R.sc[w], R.sia + g), sb = load_raw_t<SDT>(R.sc[w], R.sib + g);
     const uint32_t ba = load_raw_t<SDT>(R.bi[w], R.sia + g), bb = load_raw_t<SDT>(R.bi[w], R.sib + g);
     if constexpr (SDT == 0) {
@@ -477,7 +478,7 @@ __device__ __forceinline__ RowPtrs<NW> row_ptrs(const MmaParams& P, const Tile& 
   constexpr int WPT = G * BITS / 128;
   RowPtrs<NW> R;
   const bool tiled = J[0]->tiled != 0;
-  R.gstride = tiled ? 64 * WPT : G * BITS / 32;
+  R.tiled = tiled;
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
     if (tiled) {
@@ -489,47 +490,119 @@ __device__ __forceinline__ RowPtrs<NW> row_ptrs(const MmaParams& P, const Tile& 
     }
     R.sc[w] = J[w]->scales;
     R.bi[w] = J[w]->biases;
+    if (tiled)  // tile_scales: 32 elements per (tile, group), this thread's four at 4·gq
+      R.sc[w] = static_cast<const char*>(J[w]->scales) + ((T.row0 >> 4) * P.ng * 8 + T.gq) * 4 * (P.sdt == 0 ? 4 : 2);
   }
-  R.sia = T.ra * P.ng;
-  R.sib = T.rb * P.ng;
+  R.sia = int32_t(T.ra * P.ng);
+  R.sib = int32_t(T.rb * P.ng);
   return R;
 }
 
-// Loads the first MAXU groups of [gbeg, gend) into cur (the kernels issue these before pdl_wait: no kernel writes
-// weights).
-template <int BITS, int G, int NW, int SDT, int MAXU>
-__device__ __forceinline__ void first_groups(const RowPtrs<NW>& R, int64_t gbeg, int64_t gend,
-                                             GroupData<G * BITS / 128, NW> (&cur)[MAXU]) {
+// A thread's walk over its groups' codes and scales: load(u, d) reads the group u after the cursor's position,
+// advance(k) moves it k groups on. Tiled weights (the fast path) keep pointers that advance by whole batches, so
+// every load is a pointer plus a constant (no per-group index arithmetic) and a lane's a/b words are one load;
+// row-major ones index from the tile's row pointers.
+template <int BITS, int G, int NW, int SDT, bool TILED>
+struct GroupCursor {
+  static constexpr int WPT = G * BITS / 128;
+  RowPtrs<NW> R;
+  int32_t g;  // row-major: the group at the cursor (tiled: R.ca / R.sc already point there)
+
+  __device__ __forceinline__ GroupCursor(const RowPtrs<NW>& r, int64_t g0) : R(r), g(int32_t(g0)) {
+    if constexpr (TILED) advance(g);
+  }
+  __device__ __forceinline__ void load(int u, GroupData<WPT, NW>& d) const {
+    if constexpr (TILED) {
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        const uint32_t* p = R.ca[w] + u * (64 * WPT);
+        if constexpr (WPT <= 2) {  // the lane's a and b words are adjacent: one load
+          uint32_t ab[2 * WPT];
+          load_words<2 * WPT>(p, ab);
+#pragma unroll
+          for (int i = 0; i < WPT; ++i) d.wa[w][i] = ab[i], d.wb[w][i] = ab[WPT + i];
+        } else {
+          load_words<WPT>(p, d.wa[w]);
+          load_words<WPT>(p + WPT, d.wb[w]);
+        }
+        // scale(a), bias(a), scale(b), bias(b) in one load, already in the packed order
+        const char* q = static_cast<const char*>(R.sc[w]) + u * (SDT == 0 ? 128 : 64);
+        if constexpr (SDT == 0) {
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(q));
+          d.sa[w] = v.x, d.ba[w] = v.y, d.sb[w] = v.z, d.bb[w] = v.w;
+        } else {
+          const uint2 v = __ldg(reinterpret_cast<const uint2*>(q));
+          d.sa[w] = v.x, d.sb[w] = v.y;
+        }
+      }
+    } else {
+      load_group_rows<BITS, G, NW, SDT>(R, g + u, d);
+    }
+  }
+  __device__ __forceinline__ void advance(int k) {
+    if constexpr (TILED) {
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        R.ca[w] += k * (64 * WPT);
+        R.sc[w] = static_cast<const char*>(R.sc[w]) + k * (SDT == 0 ? 128 : 64);
+      }
+    } else {
+      g += k;
+    }
+  }
+};
+
+// Loads the first MAXU groups of [gbeg, gend) into cur and leaves C at gbeg + MAXU (the kernels issue these before
+// pdl_wait: no kernel writes weights).
+template <int MAXU, class Cursor, class Data>
+__device__ __forceinline__ void first_groups(Cursor& C, int32_t gbeg, int32_t gend, Data (&cur)[MAXU]) {
 #pragma unroll
   for (int u = 0; u < MAXU; ++u)
-    if (gbeg + u < gend) load_group_rows<BITS, G, NW, SDT>(R, gbeg + u, cur[u]);
+    if (gbeg + u < gend) C.load(u, cur[u]);
+  C.advance(MAXU);
 }
 
-// Walks the tile's groups [gbeg, gend) in order with MAXU groups of codes in flight (cur, loaded by the caller for
-// gbeg..gbeg+MAXU-1): use(cur[u], g) for each, then cur[u] is refilled with group g + MAXU.
-template <int BITS, int G, int NW, int SDT, int MAXU, class Use>
-__device__ __forceinline__ void walk_groups(const RowPtrs<NW>& R, int64_t gbeg, int64_t gend,
-                                            GroupData<G * BITS / 128, NW> (&cur)[MAXU], Use&& use) {
-  int64_t g0 = gbeg;
+// Walks the tile's groups [gbeg, gend) in order with MAXU groups of codes in flight (cur, loaded by first_groups,
+// C at gbeg + MAXU): use(cur[u], g) for each, then cur[u] is refilled with group g + MAXU.
+template <int MAXU, class Cursor, class Data, class Use>
+__device__ __forceinline__ void walk_groups(Cursor& C, int32_t gbeg, int32_t gend, Data (&cur)[MAXU], Use&& use) {
+  int32_t g0 = gbeg;
   // Whole batches with a whole batch after them: no per-group conditions, so the compiler can interleave the
   // batch's independent mma chains and hoist its activation reads.
   for (; g0 + 2 * MAXU <= gend; g0 += MAXU) {
 #pragma unroll
     for (int u = 0; u < MAXU; ++u) {
       use(cur[u], g0 + u);
-      load_group_rows<BITS, G, NW, SDT>(R, g0 + u + MAXU, cur[u]);
+      C.load(u, cur[u]);
     }
+    C.advance(MAXU);
   }
   for (; g0 < gend; g0 += MAXU) {
 #pragma unroll
     for (int u = 0; u < MAXU; ++u) {
-      const int64_t g = g0 + u;
+      const int32_t g = g0 + u;
       if (g < gend) {
         use(cur[u], g);
-        if (g + MAXU < gend) load_group_rows<BITS, G, NW, SDT>(R, g + MAXU, cur[u]);
+        if (g + MAXU < gend) C.load(u, cur[u]);
       }
     }
+    C.advance(MAXU);
   }
+}
+
+// The group walk of a thread's tile with the cursor its layout takes (tiled or row-major; one per launch).
+template <int BITS, int G, int NW, int SDT, int MAXU, class Before, class Use>
+__device__ __forceinline__ void tile_walk(const RowPtrs<NW>& R, const Tile& T, Before&& before, Use&& use) {
+  constexpr int WPT = G * BITS / 128;
+  auto run = [&](auto tiled) {
+    GroupCursor<BITS, G, NW, SDT, decltype(tiled)::value> C(R, T.gbeg);
+    GroupData<WPT, NW> cur[MAXU];
+    if (T.rows_live) first_groups<MAXU>(C, int32_t(T.gbeg), int32_t(T.gend), cur);
+    before();
+    if (T.rows_live) walk_groups<MAXU>(C, int32_t(T.gbeg), int32_t(T.gend), cur, use);
+  };
+  if (R.tiled) run(std::true_type{});
+  else run(std::false_type{});
 }
 
 // Bytes of the gemv kernel's shared memory: with a fused norm x as f32 [ng·G] first, then every group's fragments
@@ -592,24 +665,23 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   const MmaJob* J[NW];
   const Tile T = tile_jobs<GLU>(P, int64_t(blockIdx.x), J);
   const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
-  GroupData<WPT, NW> cur[MAXU];
-  if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
-  pdl_wait();
-  pdl_trigger();
-
   uint32_t* frag = nullptr;
   float* sums = nullptr;
-  stage_x<BITS, G>(P, smem4, frag, sums);
-
   float acc[NW][1][4];
 #pragma unroll
   for (int w = 0; w < NW; ++w)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
-  if (T.rows_live)
-    walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
-      group_mma<BITS, G, 1, NW, SDT>(d, frag + size_t(g) * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
-    });
+  tile_walk<BITS, G, NW, SDT, MAXU>(
+      R, T,
+      [&] {
+        pdl_wait();
+        pdl_trigger();
+        stage_x<BITS, G>(P, smem4, frag, sums);
+      },
+      [&](const GroupData<WPT, NW>& d, int32_t g) {
+        group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
+      });
   epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);
 }
 
@@ -621,11 +693,11 @@ __host__ __device__ constexpr int bulk_chunk(int bits, int group, bool glu) {
 }
 
 // The bulk kernel's shared memory after the staged activations (gemv_smem bytes, rounded to 128): the barriers
-// (kWarps·R ring slots, then one per tile of the block), each tile's scales and biases ([NW][2][16][ng] of the scales
-// dtype), then each warp's ring of R slots, a slot [NW][C groups][32 lanes][2·WPT] u32 (the tiled layout's order).
+// (kWarps·R ring slots, then one per tile of the block), each tile's scale/bias quadruples ([NW][ng][8][4] of the
+// scales dtype, tile_scales' order), then each warp's ring of R slots, a slot [NW][C groups][32 lanes][2·WPT] u32 (the tiled layout's order).
 struct BulkLayout {
   size_t bars, scales, ring, total;
-  size_t tile_bytes;   // one tile's scales or biases of one weight: 16 rows · ng · element size
+  size_t tile_bytes;   // one tile's scales and biases of one weight: ng · 32 elements
   size_t tile_stride;  // tile_bytes rounded to 16
   size_t group_bytes;  // one 16-row tile's codes of one group of one weight: 32 · 2·WPT u32
   size_t slot_bytes;   // NW · C · group_bytes
@@ -634,13 +706,13 @@ __host__ __device__ constexpr size_t round_up(size_t v, size_t a) { return (v + 
 __host__ __device__ inline BulkLayout bulk_layout(int bits, int group, int64_t ng, bool norm, bool glu, int ks, int esz) {
   BulkLayout L{};
   const int nw = glu ? 2 : 1, tiles = kWarps / ks;
-  L.tile_bytes = size_t(16) * size_t(ng) * size_t(esz);
+  L.tile_bytes = size_t(32) * size_t(ng) * size_t(esz);
   L.tile_stride = round_up(L.tile_bytes, 16);
   L.group_bytes = size_t(32) * 2 * size_t(group * bits / 128) * 4;
   L.slot_bytes = size_t(nw) * size_t(bulk_chunk(bits, group, glu)) * L.group_bytes;
   L.bars = round_up(gemv_smem(group, ng, norm), 128);
   L.scales = round_up(L.bars + sizeof(uint64_t) * size_t(kWarps * kBulkSlots + tiles), 128);
-  L.ring = round_up(L.scales + size_t(tiles) * size_t(nw) * 2 * L.tile_stride, 128);
+  L.ring = round_up(L.scales + size_t(tiles) * size_t(nw) * L.tile_stride, 128);
   L.total = L.ring + size_t(kWarps) * kBulkSlots * L.slot_bytes;
   return L;
 }
@@ -666,7 +738,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
   uint64_t* ring_bar = bars + T.warp * R;
   uint64_t* tile_bar = bars + kWarps * R + rsub;
   const uint32_t tstride = uint32_t(L.tile_stride);
-  char* tscales = base + L.scales + size_t(rsub) * NW * 2 * tstride;  // [NW][scales, biases][16][ng]
+  char* tscales = base + L.scales + size_t(rsub) * NW * tstride;  // [NW][ng][8][4]
   char* ring = base + L.ring + size_t(T.warp) * R * (NW * C * GB);
   const int nch = (gend - gbeg + C - 1) / C;
   const bool issuer = T.lane == 0 && T.rows_live;
@@ -685,14 +757,11 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
     if (T.kpart == 0) mbar_init(tile_bar);
     mbar_init_fence();
     if (T.kpart == 0) {
-      mbar_expect_tx(tile_bar, uint32_t(L.tile_bytes * 2 * NW));
-      const size_t off = size_t(T.row0) * size_t(ng) * ESZ;
+      mbar_expect_tx(tile_bar, uint32_t(L.tile_bytes * NW));
+      const size_t off = size_t(T.row0 >> 4) * L.tile_bytes;
 #pragma unroll
-      for (int w = 0; w < NW; ++w) {
-        char* dst = tscales + w * 2 * tstride;
-        bulk_copy(dst, static_cast<const char*>(J[w]->scales) + off, uint32_t(L.tile_bytes), tile_bar);
-        bulk_copy(dst + tstride, static_cast<const char*>(J[w]->biases) + off, uint32_t(L.tile_bytes), tile_bar);
-      }
+      for (int w = 0; w < NW; ++w)
+        bulk_copy(tscales + w * tstride, static_cast<const char*>(J[w]->scales) + off, uint32_t(L.tile_bytes), tile_bar);
     }
     for (int c = 0; c < min(R, nch); ++c) issue(c);
   }
@@ -710,9 +779,8 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
     for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
   if (T.rows_live) {
     mbar_wait(tile_bar, 0);
-    // This thread's scale elements: rows gq and gq + 8 of the tile, per weight.
-    const char* sc_a = tscales + T.gq * ng * ESZ;
-    const char* sc_b = sc_a + 8 * ng * ESZ;
+    // This thread's scale/bias quadruple (rows gq and gq + 8 of the tile) of group 0, per weight at w·tstride.
+    const char* sq = tscales + T.gq * 4 * ESZ;
     for (int c = 0; c < nch; ++c) {
       mbar_wait(ring_bar + (c % R), uint32_t((c / R) & 1));
       const int g0 = gbeg + c * C, cnt = min(C, gend - g0);
@@ -740,18 +808,13 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
                 }
               }
             }
-            const int so = w * 2 * int(tstride) + g * ESZ;
+            const char* q = sq + w * int(tstride) + g * (32 * ESZ);
             if constexpr (SDT == 0) {
-              d.sa[w] = *reinterpret_cast<const uint32_t*>(sc_a + so);
-              d.sb[w] = *reinterpret_cast<const uint32_t*>(sc_b + so);
-              d.ba[w] = *reinterpret_cast<const uint32_t*>(sc_a + so + tstride);
-              d.bb[w] = *reinterpret_cast<const uint32_t*>(sc_b + so + tstride);
+              const uint4 v = *reinterpret_cast<const uint4*>(q);
+              d.sa[w] = v.x, d.ba[w] = v.y, d.sb[w] = v.z, d.bb[w] = v.w;
             } else {
-              const uint32_t sa = *reinterpret_cast<const uint16_t*>(sc_a + so);
-              const uint32_t sb = *reinterpret_cast<const uint16_t*>(sc_b + so);
-              const uint32_t ba = *reinterpret_cast<const uint16_t*>(sc_a + so + tstride);
-              const uint32_t bb = *reinterpret_cast<const uint16_t*>(sc_b + so + tstride);
-              d.sa[w] = __byte_perm(sa, ba, 0x5410), d.sb[w] = __byte_perm(sb, bb, 0x5410);
+              const uint2 v = *reinterpret_cast<const uint2*>(q);
+              d.sa[w] = v.x, d.sb[w] = v.y;
             }
           }
           group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
@@ -811,16 +874,17 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
   const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
-  GroupData<WPT, NW> cur[MAXU];
   // The first codes go out before pdl_wait: weights are never written, x is (by the prepare pass).
-  if (T.rows_live) first_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur);
-  pdl_wait();
-  pdl_trigger();
-  if (T.rows_live)
-    walk_groups<BITS, G, NW, SDT, MAXU>(R, T.gbeg, T.gend, cur, [&](const GroupData<WPT, NW>& d, int64_t g) {
-      group_mma<BITS, G, NT, NW, SDT, false>(d, P.pfrag + size_t(g) * gstride, P.psum + g * P.npad, tok0, P.npad,
-                                             T.gq, T.tq, acc);
-    });
+  tile_walk<BITS, G, NW, SDT, MAXU>(
+      R, T,
+      [] {
+        pdl_wait();
+        pdl_trigger();
+      },
+      [&](const GroupData<WPT, NW>& d, int32_t g) {
+        group_mma<BITS, G, NT, NW, SDT, false>(d, P.pfrag + size_t(g) * gstride, P.psum + int64_t(g) * P.npad, tok0,
+                                               P.npad, T.gq, T.tq, acc);
+      });
   epilogue<NT, NW, GLU>(P, T, *J[0], tok0, acc, red);
 }
 
@@ -943,8 +1007,8 @@ int bulk_mode() {
   return v;
 }
 
-// The bulk kernel of one format: n = 1 on a device with bulk copies, every job's codes tiled, whole 16-row tiles and
-// 16-byte aligned scales (whole-tile copies); false (nothing launched) otherwise or when shared memory is short.
+// The bulk kernel of one format: n = 1 on a device with bulk copies, every job tiled (codes and scales, whole padded
+// tiles) with 16-byte aligned scales; false (nothing launched) otherwise or when shared memory is short.
 template <int BITS, int G, bool GLU, int SDT>
 bool launch_bulk_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const int mode = bulk_mode();
@@ -952,12 +1016,10 @@ bool launch_bulk_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const int njobs = GLU ? 2 : P.njobs;
   for (int i = 0; i < njobs; ++i) {
     const MmaJob& j = P.job[i];
-    if (!j.tiled || j.out % 16 != 0 || reinterpret_cast<uintptr_t>(j.scales) % 16 != 0 ||
-        reinterpret_cast<uintptr_t>(j.biases) % 16 != 0)
-      return false;
+    if (!j.tiled || reinterpret_cast<uintptr_t>(j.scales) % 16 != 0) return false;
   }
   const BulkLayout L = bulk_layout(BITS, G, P.ng, P.norm_w != nullptr, GLU, P.ks, SDT == 0 ? 4 : 2);
-  if (P.ng > (int64_t(1) << 24) || L.tile_bytes * 2 * (GLU ? 2 : 1) > 0xfffff) return false;
+  if (P.ng > (int64_t(1) << 24) || L.tile_bytes * (GLU ? 2 : 1) > 0xfffff) return false;
   return launch_one_row(mma_bulk_kernel<BITS, G, GLU, SDT>, GLU, P, s, row_tiles, L.total);
 }
 
@@ -1058,7 +1120,8 @@ void set_norm(MmaParams& P, const RowNorm* norm) {
 bool mma_format_supported(const DevWeight& w) {
   return w.kind == WeightKind::Affine && (w.bits == 4 || w.bits == 8) &&
          (w.group == 32 || w.group == 64 || w.group == 128) && w.in % w.group == 0 &&
-         (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16) && w.scales && w.biases;
+         (w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16) && w.scales && w.biases &&
+         w.out * (w.in / w.group) < (int64_t(1) << 31);  // RowPtrs' 32-bit scale offsets
 }
 
 bool mma_supported(const DevWeight& w) { return mma_format_supported(w) && reinterpret_cast<uintptr_t>(w.data) % 16 == 0; }

@@ -1,5 +1,6 @@
 #include "cuda/tiled_codes.h"
 #include <algorithm>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,27 @@ void tile_codes(const uint32_t* src, int64_t out, int64_t in, int bits, int grou
   for (int64_t k = 0; k < n; ++k)
     pool.emplace_back(tile_range, src, out, ng, wpt, wpr, tiles * k / n, tiles * (k + 1) / n, dst);
   for (std::thread& th : pool) th.join();
+}
+
+size_t tiled_scale_bytes(int64_t out, int64_t ng, int esz) {
+  return size_t((out + 15) / 16) * size_t(ng) * 32 * size_t(esz);
+}
+
+void tile_scales(const void* scales, const void* biases, int64_t out, int64_t ng, int esz, void* dst) {
+  const auto* s = static_cast<const uint8_t*>(scales);
+  const auto* b = static_cast<const uint8_t*>(biases);
+  auto* d = static_cast<uint8_t*>(dst);
+  const int64_t tiles = (out + 15) / 16;
+  for (int64_t t = 0; t < tiles; ++t)
+    for (int64_t g = 0; g < ng; ++g)
+      for (int r = 0; r < 8; ++r)
+        for (int h = 0; h < 2; ++h) {
+          const int64_t row = std::min(t * 16 + r + 8 * h, out - 1);
+          const size_t at = size_t(row * ng + g) * size_t(esz);
+          std::memcpy(d, s + at, size_t(esz));
+          std::memcpy(d + esz, b + at, size_t(esz));
+          d += 2 * esz;
+        }
 }
 
 }  // namespace rapid::cuda

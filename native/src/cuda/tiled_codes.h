@@ -16,4 +16,13 @@ size_t tiled_words(int64_t out, int64_t in, int bits);
 // `threads` threads (0: the hardware's); the result does not depend on the split.
 void tile_codes(const uint32_t* src, int64_t out, int64_t in, int bits, int group, uint32_t* dst, int threads = 0);
 
+// Bytes of an [out, ng-group] weight's scales and biases in the tiled layout (esz: their element size).
+size_t tiled_scale_bytes(int64_t out, int64_t ng, int esz);
+
+// Scales and biases [out, ng] (esz-byte elements) to the tiled layout dst [tiled_scale_bytes]: for each 16-row tile t,
+// group g and r < 8, the elements scale(a), bias(a), scale(b), bias(b) of rows a = 16t + r and b = a + 8 (a partial
+// tile repeats row out-1). The thread of C rows (r, r + 8) reads its group's four as one 8-byte (16-bit) or 16-byte
+// (f32) load, in the order the kernels pack them.
+void tile_scales(const void* scales, const void* biases, int64_t out, int64_t ng, int esz, void* dst);
+
 }  // namespace rapid::cuda
