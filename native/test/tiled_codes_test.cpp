@@ -1,6 +1,6 @@
-// cuda::tile_codes (the tensor-core path's code layout, repacked on the host at load) against the layout's
-// definition, word by word: 4/8-bit codes, groups 32/64/128, full and partial last tiles; and the threaded split
-// equal to one thread. Prints "N passed, M failed"; exits 1 on a failure. Pure C++: no GPU needed.
+// cuda::tile_codes and cuda::tile_scales (the tensor-core path's layouts, repacked on the host at load) against
+// their definitions, element by element: 4/8-bit codes, groups 32/64/128, 16-bit and f32 scales, full and partial
+// last tiles; and each threaded split equal to one thread. Prints "N passed, M failed"; exits 1 on a failure. No GPU.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -37,8 +37,8 @@ bool matches_definition(const std::vector<uint32_t>& src, const std::vector<uint
 }
 
 // dst element (t, g, r, h, k) = (k ? biases : scales)[min(16t + r + 8h, out-1), g].
-bool scales_match(const std::vector<uint16_t>& sc, const std::vector<uint16_t>& bi, const std::vector<uint16_t>& dst,
-                  int64_t out, int64_t ng) {
+template <class T>
+bool scales_match(const std::vector<T>& sc, const std::vector<T>& bi, const std::vector<T>& dst, int64_t out, int64_t ng) {
   size_t k = 0;
   for (int64_t t = 0; t < (out + 15) / 16; ++t)
     for (int64_t g = 0; g < ng; ++g)
@@ -75,16 +75,27 @@ int main() {
   rapid::cuda::tile_codes(src.data(), out, in, 4, 64, many.data(), 7);
   report(std::memcmp(one.data(), many.data(), one.size() * 4) == 0, "7 threads == 1 thread");
   report(matches_definition(src, many, out, in, 4, 64), "7 threads match the definition");
-  // Scales and biases (16-bit elements; f32 moves the same bytes in 4-byte units).
+  // Scales and biases: 16-bit and f32 elements, full and partial tiles, one thread and a split over 3.
+  auto scales_case = [&](auto zero, int64_t so, int64_t ng) {
+    using T = decltype(zero);
+    std::vector<T> sc(size_t(so * ng)), bi(sc.size());
+    for (T& v : sc) v = T(rng());
+    for (T& v : bi) v = T(rng());
+    const size_t n = rapid::cuda::tiled_scale_bytes(so, ng, int(sizeof(T))) / sizeof(T);
+    std::vector<T> one(n, T(0xBEEF)), three(n, T(0xBEEF));
+    rapid::cuda::tile_scales(sc.data(), bi.data(), so, ng, int(sizeof(T)), one.data(), 1);
+    rapid::cuda::tile_scales(sc.data(), bi.data(), so, ng, int(sizeof(T)), three.data(), 3);
+    const std::string name = "scales " + std::to_string(sizeof(T) * 8) + "-bit [" + std::to_string(so) + "x" +
+                             std::to_string(ng) + "]";
+    report(scales_match(sc, bi, one, so, ng), name);
+    report(one == three, name + " 3 threads == 1 thread");
+  };
   for (int64_t so : {int64_t(1), int64_t(16), int64_t(17), int64_t(40)})
     for (int64_t ng : {int64_t(1), int64_t(8), int64_t(13)}) {
-      std::vector<uint16_t> sc(size_t(so * ng)), bi(sc.size());
-      for (uint16_t& v : sc) v = uint16_t(rng());
-      for (uint16_t& v : bi) v = uint16_t(rng());
-      std::vector<uint16_t> dst(rapid::cuda::tiled_scale_bytes(so, ng, 2) / 2, 0xBEEF);
-      rapid::cuda::tile_scales(sc.data(), bi.data(), so, ng, 2, dst.data());
-      report(scales_match(sc, bi, dst, so, ng), "scales [" + std::to_string(so) + "x" + std::to_string(ng) + "]");
+      scales_case(uint16_t{}, so, ng);
+      scales_case(uint32_t{}, so, ng);
     }
+  scales_case(uint16_t{}, 16384, 256);  // ~16 MB: big enough for the split to use its 3 threads
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed ? 1 : 0;
 }

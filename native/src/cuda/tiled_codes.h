@@ -22,7 +22,7 @@ size_t tiled_scale_bytes(int64_t out, int64_t ng, int esz);
 // Scales and biases [out, ng] (esz-byte elements) to the tiled layout dst [tiled_scale_bytes]: for each 16-row tile t,
 // group g and r < 8, the elements scale(a), bias(a), scale(b), bias(b) of rows a = 16t + r and b = a + 8 (a partial
 // tile repeats row out-1). The thread of C rows (r, r + 8) reads its group's four as one 8-byte (16-bit) or 16-byte
-// (f32) load, in the order the kernels pack them.
-void tile_scales(const void* scales, const void* biases, int64_t out, int64_t ng, int esz, void* dst);
+// (f32) load, in the order the kernels pack them. Threads as tile_codes.
+void tile_scales(const void* scales, const void* biases, int64_t out, int64_t ng, int esz, void* dst, int threads = 0);
 
 }  // namespace rapid::cuda
