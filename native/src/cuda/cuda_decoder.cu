@@ -341,7 +341,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const float* upload_floats(const std::vector<float>& v) {
     return v.empty() ? nullptr : static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
   }
-  // `matmul_only`: no kernel but a matmul reads it (not the embedding), so under Fast its codes may be tiled.
+  // `matmul_only`: no kernel but a matmul reads it (not the embedding), so under Fast its codes and scales may be tiled.
   // `perm`: the rows in this order (perm[p] = the host row at row p), a copy of their own.
   DevWeight upload_weight(const Weight& w, bool matmul_only = true, const std::vector<int64_t>* perm = nullptr) {
     if (perm) return upload_permuted(w, *perm);

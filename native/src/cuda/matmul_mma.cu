@@ -23,8 +23,11 @@
 // each rotate-half pair in one thread (C rows g and g + 8), so the launch rotates them (after the bias, with
 // rope_kv_write's arithmetic) and writes q to its unpermuted rows and k (and v) straight into the KV pool.
 //
-// One row on sm_90 with tiled codes may instead take the bulk kernel: the gemv kernel's warps and arithmetic, with the
-// codes and scales streamed into shared memory by bulk (TMA) copies, most of them issued before pdl_wait.
+// Tiled weights (the decoder's Fast upload): codes in tile_codes' order and scales with biases in tile_scales', so a
+// warp reads a group of its 16 rows as contiguous words and a thread its group's scale terms in one load; the group
+// walk then only advances pointers (GroupCursor). One row on sm_90 with tiled weights may instead take the bulk
+// kernel: the gemv kernel's warps and arithmetic, with the codes and scales streamed into shared memory by bulk (TMA)
+// copies, most of them issued before pdl_wait.
 //
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
 // through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_BULK (0, 1, 2: when one row
@@ -694,7 +697,8 @@ __host__ __device__ constexpr int bulk_chunk(int bits, int group, bool glu) {
 
 // The bulk kernel's shared memory after the staged activations (gemv_smem bytes, rounded to 128): the barriers
 // (kWarps·R ring slots, then one per tile of the block), each tile's scale/bias quadruples ([NW][ng][8][4] of the
-// scales dtype, tile_scales' order), then each warp's ring of R slots, a slot [NW][C groups][32 lanes][2·WPT] u32 (the tiled layout's order).
+// scales dtype, tile_scales' order), then each warp's ring of R slots, a slot [NW][C groups][32 lanes][2·WPT] u32
+// (tile_codes' order).
 struct BulkLayout {
   size_t bars, scales, ring, total;
   size_t tile_bytes;   // one tile's scales and biases of one weight: ng · 32 elements
