@@ -92,7 +92,7 @@ HostWeight make_host(int64_t out, int64_t in, Rng& rng) {
 struct Mode {
   cuda::MathMode math = cuda::MathMode::Fast;
   bool norm = false;  // the input RMSNorm fused into the launch (decode's q/k/v and GLU launches)
-  bool tiled = false; // the codes in the tensor-core path's tiled layout (what the decoder uploads for Fast)
+  bool tiled = false; // codes and scales in the tensor-core path's tiled layout (what the decoder uploads for Fast)
 };
 
 // Microseconds per launch: `iters` launches (enqueue(it) each) captured into one graph on s, warmed up once, then the
@@ -138,8 +138,8 @@ void run_case(const Shape& sh, const char* label, const std::vector<int>& ns, co
     hw.scales = std::move(q);
     hw.biases.clear();
   }
-  const size_t db = align256(hw.data.size()), sb = align256(hw.scales.size());
-  const size_t per_mat = db + 2 * sb, per_copy = per_mat * size_t(mats);
+  const size_t db = align256(hw.data.size()), sb = align256(hw.scales.size()), bb = align256(hw.biases.size());
+  const size_t per_mat = db + sb + bb, per_copy = per_mat * size_t(mats);
   const size_t wbytes = (hw.data.size() + hw.scales.size() + hw.biases.size()) * size_t(mats);
   const int copies = int(std::max<size_t>(2, (size_t(256) << 20) / per_copy + 1));
   uint8_t* pool = nullptr;
