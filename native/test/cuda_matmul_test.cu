@@ -435,7 +435,7 @@ void* upload_tiled(const uint8_t* codes, const TestWeight& W, std::vector<DevBuf
 
 // Scales and biases of W's shape (W's own, or a reordering) in the tiled layout, uploaded into `keep`.
 void* upload_tiled_scales(const uint8_t* sc, const uint8_t* bi, const TestWeight& W, std::vector<DevBuf>& keep) {
-  const int esz = W.fmt.dtype == DType::F32 ? 4 : 2;
+  const int esz = int(dtype_size(W.fmt.dtype));
   const int64_t ng = W.in / W.fmt.group;
   std::vector<uint8_t> t(cuda::tiled_scale_bytes(W.out, ng, esz));
   cuda::tile_scales(sc, bi, W.out, ng, esz, t.data());
@@ -507,10 +507,10 @@ void test_tiled(std::mt19937& rng) {
   report(refused, "exact refuses tiled codes", refused ? "refused" : "ran");
 }
 
-// The bulk kernel (n = 1, tiled codes, whole 16-row tiles, sm_90: codes and scales through bulk copies into shared
-// memory): bitwise the row-major gemv kernel's outputs, for a fused multi-job launch with bias and accumulate, GLU and
-// GLU with a fused norm, with K long enough that each warp's ring of chunks wraps several times; on a created stream
-// (PDL on where the device has it), launched twice back to back so one launch's copies overlap the previous one.
+// The bulk kernel (n = 1, tiled weights, sm_90: codes and scales through bulk copies into shared memory): bitwise the
+// row-major gemv kernel's outputs, for a fused multi-job launch with bias and accumulate, GLU and GLU with a fused
+// norm, with K long enough that each warp's ring of chunks wraps several times; on a created stream (PDL on where the
+// device has it), launched twice back to back so one launch's copies overlap the previous one.
 void test_bulk(std::mt19937& rng) {
   cudaStream_t s = nullptr;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");

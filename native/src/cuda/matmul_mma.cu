@@ -444,15 +444,16 @@ __device__ __forceinline__ uint32_t load_raw_t(const void* p, int32_t i) {
   else return uint32_t(__ldg(static_cast<const unsigned short*>(p) + i));
 }
 
-// One thread's row pointers: codes of rows ra / rb at its quarter, scale indices.
+// One thread's row pointers: codes of rows ra / rb at its quarter, scale indices. Tiled weights use ca (the lane's a
+// and b words of group 0) and sc (its scale/bias quadruple of group 0, tile_scales) only.
 template <int NW>
 struct RowPtrs {
   const uint32_t* ca[NW];
-  const uint32_t* cb[NW];
+  const uint32_t* cb[NW];  // row-major
   const void* sc[NW];
-  const void* bi[NW];
-  int32_t sia, sib;  // row-major: scale/bias element offsets of rows ra / rb
-  bool tiled;        // sc: this thread's tiled scale/bias quadruple of group 0 (tile_scales), bi unused
+  const void* bi[NW];      // row-major
+  int32_t sia, sib;        // row-major: scale/bias element offsets of rows ra / rb
+  bool tiled;
 };
 
 // Row-major weights' group g (tiled ones: GroupCursor).
@@ -479,26 +480,43 @@ __device__ __forceinline__ void load_group_rows(const RowPtrs<NW>& R, int32_t g,
 template <int BITS, int G, int NW>
 __device__ __forceinline__ RowPtrs<NW> row_ptrs(const MmaParams& P, const Tile& T, const MmaJob* const (&J)[NW]) {
   constexpr int WPT = G * BITS / 128;
-  RowPtrs<NW> R;
+  RowPtrs<NW> R{};
   const bool tiled = J[0]->tiled != 0;
   R.tiled = tiled;
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
     if (tiled) {
       R.ca[w] = J[w]->data + ((T.row0 >> 4) * P.ng * 32 + T.lane) * (2 * WPT);
-      R.cb[w] = R.ca[w] + WPT;
+      // tile_scales: 32 elements per (tile, group), this thread's four at 4·gq
+      R.sc[w] = static_cast<const char*>(J[w]->scales) + ((T.row0 >> 4) * P.ng * 8 + T.gq) * 4 * (P.sdt == 0 ? 4 : 2);
     } else {
       R.ca[w] = J[w]->data + T.ra * P.wpr + T.tq * WPT;
       R.cb[w] = J[w]->data + T.rb * P.wpr + T.tq * WPT;
+      R.sc[w] = J[w]->scales;
+      R.bi[w] = J[w]->biases;
     }
-    R.sc[w] = J[w]->scales;
-    R.bi[w] = J[w]->biases;
-    if (tiled)  // tile_scales: 32 elements per (tile, group), this thread's four at 4·gq
-      R.sc[w] = static_cast<const char*>(J[w]->scales) + ((T.row0 >> 4) * P.ng * 8 + T.gq) * 4 * (P.sdt == 0 ? 4 : 2);
   }
   R.sia = int32_t(T.ra * P.ng);
   R.sib = int32_t(T.rb * P.ng);
   return R;
+}
+
+// Bytes from one group's tiled scale/bias quadruples to the next (tile_scales: 32 elements per tile and group).
+template <int SDT>
+constexpr int kQuadGroupBytes = 32 * (SDT == 0 ? 4 : 2);
+
+// A thread's tiled scale/bias quadruple of one group and weight w (s(a), b(a), s(b), b(b)) into d: f32 as the four raw
+// words, 16-bit dtypes as two already packed words (scale | bias << 16), as group_mma takes them. SMEM: q is in shared
+// memory (the bulk kernel's copy), else global.
+template <int SDT, bool SMEM, int WPT, int NW>
+__device__ __forceinline__ void take_quad(const char* q, GroupData<WPT, NW>& d, int w) {
+  using V = std::conditional_t<SDT == 0, uint4, uint2>;
+  const V* p = reinterpret_cast<const V*>(q);
+  V v;
+  if constexpr (SMEM) v = *p;
+  else v = __ldg(p);
+  if constexpr (SDT == 0) d.sa[w] = v.x, d.ba[w] = v.y, d.sb[w] = v.z, d.bb[w] = v.w;
+  else d.sa[w] = v.x, d.sb[w] = v.y;
 }
 
 // A thread's walk over its groups' codes and scales: load(u, d) reads the group u after the cursor's position,
@@ -528,15 +546,7 @@ struct GroupCursor {
           load_words<WPT>(p, d.wa[w]);
           load_words<WPT>(p + WPT, d.wb[w]);
         }
-        // scale(a), bias(a), scale(b), bias(b) in one load, already in the packed order
-        const char* q = static_cast<const char*>(R.sc[w]) + u * (SDT == 0 ? 128 : 64);
-        if constexpr (SDT == 0) {
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(q));
-          d.sa[w] = v.x, d.ba[w] = v.y, d.sb[w] = v.z, d.bb[w] = v.w;
-        } else {
-          const uint2 v = __ldg(reinterpret_cast<const uint2*>(q));
-          d.sa[w] = v.x, d.sb[w] = v.y;
-        }
+        take_quad<SDT, false>(static_cast<const char*>(R.sc[w]) + u * kQuadGroupBytes<SDT>, d, w);
       }
     } else {
       load_group_rows<BITS, G, NW, SDT>(R, g + u, d);
@@ -547,7 +557,7 @@ struct GroupCursor {
 #pragma unroll
       for (int w = 0; w < NW; ++w) {
         R.ca[w] += k * (64 * WPT);
-        R.sc[w] = static_cast<const char*>(R.sc[w]) + k * (SDT == 0 ? 128 : 64);
+        R.sc[w] = static_cast<const char*>(R.sc[w]) + k * kQuadGroupBytes<SDT>;
       }
     } else {
       g += k;
@@ -721,7 +731,7 @@ __host__ __device__ inline BulkLayout bulk_layout(int bits, int group, int64_t n
   return L;
 }
 
-// n = 1 on sm_90 with tiled codes and whole 16-row tiles: the gemv kernel's blocks, warps and arithmetic (bitwise the
+// n = 1 on sm_90 with tiled weights (codes and scales): the gemv kernel's blocks, warps and arithmetic (bitwise the
 // same outputs), but the codes and scales reach shared memory through bulk copies (bulk_copy.cuh). Each warp's lane 0
 // streams the warp's K part through a ring of R slots of C groups, and lane 0 of each tile's part-0 warp copies the
 // tile's scales and biases; the first R chunks and the scales go out before pdl_wait, so up to R·C groups per warp
@@ -812,14 +822,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
                 }
               }
             }
-            const char* q = sq + w * int(tstride) + g * (32 * ESZ);
-            if constexpr (SDT == 0) {
-              const uint4 v = *reinterpret_cast<const uint4*>(q);
-              d.sa[w] = v.x, d.ba[w] = v.y, d.sb[w] = v.z, d.bb[w] = v.w;
-            } else {
-              const uint2 v = *reinterpret_cast<const uint2*>(q);
-              d.sa[w] = v.x, d.sb[w] = v.y;
-            }
+            take_quad<SDT, true>(sq + w * int(tstride) + g * kQuadGroupBytes<SDT>, d, w);
           }
           group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
         }
