@@ -205,8 +205,9 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
 
   // Tokens [first, first + n) as their own launch (their own metadata rows), into dst rows [0, n).
   const size_t row = size_t(c.n_heads) * c.hd;
-  auto launch = [&](int first, int n, float* dst) {
+  auto launch = [&](int first, int n, float* dst, int64_t max_keys = 0) {
     cu::AttnTokens sub = tok;
+    sub.max_keys = max_keys;
     sub.table_off += first;
     sub.q_pos += first;
     sub.kv_end += first;
@@ -245,6 +246,15 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
     }
     report_bool("attention batch invariance " + tag, inv_ok,
                 "(alone and second half == in launch of T=" + std::to_string(T) + ")");
+
+    // The launch's key bound only shapes it (partition blocks, pipeline stages): a bound below every token's keys
+    // (one partition block each, they loop) and a huge one (every partition its block, two stages) change no bit.
+    bool shape_ok = true;
+    for (const int64_t max_keys : {int64_t(1), int64_t(1) << 20}) {
+      launch(0, T, dsub.p, max_keys);
+      shape_ok = shape_ok && bitwise_equal(dsub.download().data(), got.data(), got.size());
+    }
+    report_bool("attention launch-bound independent " + tag, shape_ok);
 
     if (st.part_keys == 0) {
       off_out = got;
@@ -313,7 +323,7 @@ struct DecodeBatch {
     std::vector<int32_t> o(static_cast<size_t>(T));
     for (int t = 0; t < T; ++t) o[size_t(t)] = t * nb;
     off.upload(o);
-    tok = cu::AttnTokens{off.p, qpos.p, end.p, tables.p, bs};
+    tok = cu::AttnTokens{off.p, qpos.p, end.p, tables.p, bs, 0};
     device_sync();
   }
   // Token t sees keys [0, keys[t]) (decode: q_pos = keys - 1).

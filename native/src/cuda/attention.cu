@@ -133,8 +133,6 @@ __device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, i
 // normalized and written to out here; otherwise each partition goes to the scratch and the last block merges.
 template <int MAXH, int STAGES>
 __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const AttnParams p) {
-  pdl_wait();
-  pdl_trigger();
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int hd = p.hd, ld = hd + 4, hd4 = hd / 4;
@@ -145,9 +143,15 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
   const int g0 = (int(blockIdx.y) % p.n_hgroups) * p.heads_per_block;  // first head of this block in the group
   const int Gb = min(p.heads_per_block, p.group - g0);                  // heads handled here
 
+  // Positions and block tables are uploaded before the step's first kernel and no kernel writes them: read before
+  // waiting on the previous kernel, so a block without a partition of this token (most of a one-token launch's
+  // blocks: Z is sized for the longest context the launch allows) leaves at once.
   const KeyRange kr_tok = token_keys(p, t);
   const KeySplit split = split_keys(kr_tok.count(), p.part_keys);
   if (int(blockIdx.z) >= split.parts) return;  // block-uniform, before any barrier: this token has fewer partitions
+  const int32_t* bt = p.tok.block_tables + p.tok.table_off[t];
+  pdl_wait();  // q and this layer's newest keys come from the kernels before
+  pdl_trigger();
 
   float* Ks = smem;                                  // [STAGES][kChunk][ld]
   float* Vs = Ks + STAGES * kChunk * ld;             // [STAGES][kChunk][ld]
@@ -157,7 +161,6 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
   float* Ls = Ms + p.heads_per_block;                // [Gb] running sum
   float* As = Ls + p.heads_per_block;                // [Gb] this chunk's rescale factor
 
-  const int32_t* bt = p.tok.block_tables + p.tok.table_off[t];
   const int bs = p.tok.block_size;
   // Copy ownership when hd/4 divides the block and block_size is a power of two: thread = (dim column e_fixed,
   // keys j_first, j_first + j_step, ...), so the chunk loop needs no division.
@@ -481,16 +484,26 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   p.heads_per_block = (p.group + p.n_hgroups - 1) / p.n_hgroups;
   p.n_hgroups = (p.group + p.heads_per_block - 1) / p.heads_per_block;  // no block without a head
   const int per_thread = (p.heads_per_block + slots - 1) / slots;
-  // Four stages where they fit in shared memory next to Q (head_dim <= 128), else two.
-  const int stages = head_dim <= 128 ? 4 : 2;
-  const size_t smem = attn_smem_floats(head_dim, p.heads_per_block, stages) * sizeof(float);
-  const AttnKernel kernel = select_kernel(per_thread, stages, smem);
   const unsigned gy = unsigned(n_kv_heads * p.n_hgroups);
 
   // Split-K unless off, or the layer's window keeps every token within one partition. (Bidirectional spans
   // can see a few keys past the window; they then run in one pass, in every batch alike.)
   const int pk = current_part_keys();
-  if (pk <= 0 || (window > 0 && window <= pk)) {
+  const bool split = !(pk <= 0 || (window > 0 && window <= pk));
+  // Partitions of a token with the most keys the launch allows (the bound; a token past it still gets all its
+  // partitions, its blocks loop).
+  int64_t bound = tok.max_keys > 0 ? tok.max_keys : g_max_context.load();
+  if (window > 0) bound = bound > 0 ? std::min<int64_t>(bound, window) : window;
+  const int parts = !split ? 1 : bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
+  // Four K/V stages in flight where they fit next to Q (head_dim <= 128): one block per multiprocessor, best
+  // while the blocks with work fit twice over on the GPU (decode of few sequences, short contexts). Past that,
+  // two stages (half the shared memory: 2-3 blocks per multiprocessor) finish them in fewer waves; a split
+  // partition is 2 chunks long unless the context passes 2048 keys, so it loses no prefetch.
+  const int64_t busy = T * int64_t(gy) * parts;
+  const int stages = head_dim <= 128 && (!split || busy <= 2 * int64_t(sm_count())) ? 4 : 2;
+  const size_t smem = attn_smem_floats(head_dim, p.heads_per_block, stages) * sizeof(float);
+  const AttnKernel kernel = select_kernel(per_thread, stages, smem);
+  if (!split) {
     p.t0 = 0;
     p.part_keys = 0;
     p.part_o = nullptr;
@@ -498,15 +511,11 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
     launch(kernel, dim3(unsigned(T), gy, 1), dim3(kThreads), smem, s, "paged_attention launch", p);
     return;
   }
-  // Partition blocks per (token, head): enough for the longest context the bound allows (a token past the
-  // bound still gets all its partitions, its blocks loop).
-  int64_t bound = g_max_context.load();
-  if (window > 0) bound = bound > 0 ? std::min<int64_t>(bound, window) : window;
-  int gz = bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
-  // Many tokens fill the GPU with fewer partition blocks each (they loop): idle blocks of tokens with short
-  // contexts cost more than the loop. Z only shapes the launch, never a token's arithmetic.
+  // Partition blocks per (token, head row): one per partition of the bound, fewer for many tokens, which fill
+  // the GPU with fewer blocks each (they loop): idle blocks of tokens with short contexts cost more than the
+  // loop. Z and the stages only shape the launch, never a token's arithmetic.
   const int64_t fill = int64_t(kFillWaves) * sm_count();
-  gz = int(std::clamp<int64_t>((fill + T * gy - 1) / (T * gy), 1, gz));
+  const int gz = int(std::clamp<int64_t>((fill + T * gy - 1) / (T * gy), 1, parts));
   // Token tiles that fit the scratch: [tile, n_heads, kMaxParts, hd] outputs, [tile, n_heads, kMaxParts] (m, l),
   // and the [tile, gy] partition counters in the scratch's last kCounterBytes.
   const size_t per_token = size_t(n_heads) * kMaxParts * (size_t(head_dim) * sizeof(float) + sizeof(float2));

@@ -174,6 +174,17 @@ struct OwnedBatch {
   }
 };
 
+// The most keys a token of a batch with these spans sees: the end of its sequence's new tokens, or of a
+// bidirectional span.
+int64_t batch_keys(const std::vector<SeqSpan>& spans) {
+  int64_t keys = 0;
+  for (const SeqSpan& sp : spans) {
+    keys = std::max(keys, sp.context_len + sp.n);
+    for (int64_t j = 0; j < sp.n_bidir; ++j) keys = std::max(keys, sp.context_len + sp.bidir[2 * j + 1]);
+  }
+  return keys;
+}
+
 bool same_batch(const Batch& a, const OwnedBatch& b) {
   if (!b.valid || !a.embeds.empty() || a.tokens != b.tokens || a.positions != b.positions ||
       a.logit_rows != b.logit_rows || a.spans.size() != b.spans.size())
@@ -223,11 +234,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     for (Staging& st : stage_) check(cudaEventCreateWithFlags(&st.done, cudaEventDisableTiming), "cudaEventCreate");
     upload_weights();
     allocate_kv(geometry);
-    // Split-K attention and the multi-block argmax: their scratch is taken now (never during a capture); the
-    // bound only trims idle blocks.
+    // Split-K attention and the multi-block argmax: their scratch is taken now (never during a capture).
     paged_attention_reserve(stream_);
     argmax_reserve(stream_);
-    set_attention_max_context(int64_t(num_blocks_) * block_size_);
   }
 
   ~CudaDecoder() override {
@@ -280,9 +289,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
     upload_step(b, T, stage_[0]);
 
     const bool embeds = !b.embeds.empty();
+    const int64_t keys = keys_bound(batch_keys(b.spans));
     if (embeds) upload_embeds(b);
-    if (embeds) enqueue(T, m, int64_t(b.embeds.size()), math_mode());
-    else launch_forward(T, m);
+    if (embeds) enqueue(T, m, int64_t(b.embeds.size()), math_mode(), keys);
+    else launch_forward(T, m, keys);
     // A step that samples nothing (a prefill chunk) still reports its failures in this step.
     if (m == 0) check(cudaStreamSynchronize(stream_), "forward");
     // The next step may be enqueued ahead from it: only if every row samples (try_ahead's first condition), so a
@@ -565,22 +575,31 @@ class CudaDecoder final : public Model, public DeviceLogits {
 
   MathMode math_mode() const { return precision_ == Precision::Fast ? MathMode::Fast : MathMode::Exact; }
 
-  // The forward of T tokens (m logit rows, no image features) as launches on stream_: a graph per step shape.
-  void launch_forward(int64_t T, int64_t m) {
+  // The attention launches' key bound for a step whose tokens see at most `keys` keys: a power of two from 256 up
+  // (so a growing context changes the step's graph a few times only), at most the pool's slots.
+  int64_t keys_bound(int64_t keys) const {
+    int64_t bound = 256;
+    while (bound < keys) bound *= 2;
+    return std::min(bound, int64_t(num_blocks_) * block_size_);
+  }
+
+  // The forward of T tokens (m logit rows, no image features, at most `keys` keys per token: keys_bound) as
+  // launches on stream_: a graph per step shape.
+  void launch_forward(int64_t T, int64_t m, int64_t keys) {
     const MathMode mode = math_mode();
     if (!use_graphs_ || T > 512) {
-      enqueue(T, m, 0, mode);
+      enqueue(T, m, 0, mode, keys);
       return;
     }
-    const GraphKey key{T, m, mode};
+    const GraphKey key{T, m, mode, keys};
     auto it = graphs_.find(key);
     if (it == graphs_.end() && !eager_seen_.insert(key).second) {
       if (graphs_.size() >= 256) drop_graphs();  // bound the cache of step shapes
-      it = graphs_.emplace(key, capture(T, m, mode)).first;
+      it = graphs_.emplace(key, capture(T, m, mode, keys)).first;
     }
     // A shape's first forward runs eagerly: kernels make their one-time settings (shared-memory limits,
     // scratch) outside a capture; from its second forward on, the shape is one graph launch.
-    if (it == graphs_.end()) enqueue(T, m, 0, mode);
+    if (it == graphs_.end()) enqueue(T, m, 0, mode, keys);
     else check(cudaGraphLaunch(it->second, stream_), "cudaGraphLaunch");
   }
 
@@ -699,7 +718,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
     }
     if (int64_t(S) > Tc_ || int64_t(S) > Mc_ || n_tables > Bc_) return;  // growing would move buffers in use
     // Only a shape already captured: a capture (or dropping the graph cache) is for a stream with no step in flight.
-    if (use_graphs_ && S <= 512 && graphs_.find(GraphKey{int64_t(S), int64_t(S), math_mode()}) == graphs_.end()) return;
+    const int64_t keys = keys_bound(batch_keys(prev.spans) + 1);
+    if (use_graphs_ && S <= 512 && graphs_.find(GraphKey{int64_t(S), int64_t(S), math_mode(), keys}) == graphs_.end()) return;
 
     Ahead a;
     a.live = true;
@@ -749,7 +769,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     launch(ahead_tokens_kernel, dim3(unsigned((S + 127) / 128)), dim3(128), 0, stream_, "ahead tokens launch",
            meta_.as<int32_t>(layout_.tokens), static_cast<const int32_t*>(meta_.as<int32_t>(layout_.ahead_src)),
            static_cast<const int32_t*>(meta_.as<int32_t>(layout_.tokens_out)), drawn, int64_t(S));
-    launch_forward(int64_t(S), int64_t(S));
+    launch_forward(int64_t(S), int64_t(S), keys);
     a.ps = enqueue_sample(rows, pp, st, int64_t(S));
     ahead_ = std::move(a);
   }
@@ -780,10 +800,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
           "upload image embeddings");
   }
 
-  cudaGraphExec_t capture(int64_t T, int64_t m, MathMode mode) {
+  cudaGraphExec_t capture(int64_t T, int64_t m, MathMode mode, int64_t keys) {
     check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
     try {
-      enqueue(T, m, 0, mode);
+      enqueue(T, m, 0, mode, keys);
     } catch (...) {
       cudaGraph_t g = nullptr;
       cudaStreamEndCapture(stream_, &g);
@@ -806,8 +826,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     eager_seen_.clear();
   }
 
-  // The whole forward as launches on stream_: embeddings, every layer, the head over the logit rows.
-  void enqueue(int64_t T, int64_t m, int64_t ne, MathMode mode) {
+  // The whole forward as launches on stream_: embeddings, every layer, the head over the logit rows. `keys` bounds
+  // the keys a token sees (shapes the attention launches only).
+  void enqueue(int64_t T, int64_t m, int64_t ne, MathMode mode, int64_t keys) {
     const DecoderConfig& d = cfg_;
     const int64_t H = d.hidden, qd = int64_t(d.n_heads) * d.head_dim, kd = int64_t(d.n_kv_heads) * d.head_dim;
     float* h = scratch_.as<float>(off_h_);      // [T, H] residual stream
@@ -830,6 +851,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     tok.kv_end = meta_.as<int32_t>(layout_.kv_end);
     tok.block_tables = meta_.as<int32_t>(layout_.tables);
     tok.block_size = block_size_;
+    tok.max_keys = keys;
     const int32_t* slot = meta_.as<int32_t>(layout_.slot);
     cudaStream_t s = stream_;
 
@@ -955,7 +977,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_u_ = 0, off_sel_ = 0;
   std::vector<std::pair<size_t, size_t>> rope_off_;  // per RoPE spec: byte offsets of cos and sin
   size_t qscale_off_ = 0, fmeta_bytes_ = 0;
-  using GraphKey = std::tuple<int64_t, int64_t, MathMode>;  // (tokens, logit rows, arithmetic)
+  using GraphKey = std::tuple<int64_t, int64_t, MathMode, int64_t>;  // (tokens, logit rows, arithmetic, keys_bound)
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> eager_seen_;  // step shapes that ran once without a graph
 };

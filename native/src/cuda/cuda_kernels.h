@@ -140,6 +140,9 @@ struct AttnTokens {
   const int32_t* kv_end = nullptr;     // keys [0, kv_end) are visible: q_pos + 1, or a bidirectional span's end
   const int32_t* block_tables = nullptr;
   int block_size = 16;
+  // The most keys any token of the launch sees, 0 = unknown (then set_attention_max_context's bound). Only
+  // shapes the launch (partition blocks, pipeline depth); a token past it still gets its exact result.
+  int64_t max_keys = 0;
 };
 
 // q [T, n_heads, head_dim] -> out [T, n_heads, head_dim]: softmax(scale · q·kᵀ) · v over the token's
