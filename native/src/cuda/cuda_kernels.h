@@ -159,9 +159,10 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
 // stay batch invariant. Partial results go to a 64 MiB scratch per (device, stream), allocated on the
 // stream's first split launch (allowed during graph capture) and kept until paged_attention_release.
 
-// The most keys any token can see (model max positions, or KV pool slots); 0 = unknown (the default). Only
-// sizes the launch (fewer idle partition blocks); results do not depend on it, even when a token exceeds it.
-// Call once at model load, before the first forward (captured graphs keep the launch shape they saw).
+// The most keys any token can see (model max positions, or KV pool slots); 0 = unknown (the default): the bound
+// of launches whose AttnTokens.max_keys is 0 (the decoder passes each step's own). Only shapes the launch (fewer
+// idle partition blocks); results do not depend on it, even when a token exceeds it. Set it before the first
+// forward (captured graphs keep the launch shape they saw).
 void set_attention_max_context(int64_t max_keys);
 
 // Overrides RAPID_CUDA_ATTN_SPLIT: 0 = split off, N = N keys per partition (a positive multiple of 32),
