@@ -80,11 +80,12 @@ struct TokMeta {
   std::vector<int32_t> table_off, q_pos, kv_end, tables, slot;
 };
 
-// Split-K settings every attention case runs under (the process-wide config of attention.cu).
+// Split-K settings every attention case runs under: attention.cu's process-wide partition size, and the key
+// bound its launches get.
 struct SplitSetting {
   const char* name;
-  int part_keys;         // set_attention_split: 0 = off, else keys per partition
-  int64_t max_context;   // set_attention_max_context: 0 = unknown
+  int part_keys;     // set_attention_split: 0 = off, else keys per partition
+  int64_t max_keys;  // AttnTokens.max_keys of every launch: 0 = unknown
 };
 const SplitSetting kSplitSettings[] = {
     {"split off", 0, 0},
@@ -94,15 +95,9 @@ const SplitSetting kSplitSettings[] = {
     {"split 256", 256, 0},
 };
 
-void apply_split(const SplitSetting& st) {
-  cu::set_attention_split(st.part_keys);
-  cu::set_attention_max_context(st.max_context);
-}
+void apply_split(const SplitSetting& st) { cu::set_attention_split(st.part_keys); }
 
-void reset_split() {
-  cu::set_attention_split(-1);
-  cu::set_attention_max_context(0);
-}
+void reset_split() { cu::set_attention_split(-1); }
 
 // Visible keys of a token (the kernel's rule: window keeps keys k > q_pos - window).
 int token_nkeys(int q_pos, int kv_end, int window) {
@@ -205,7 +200,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
 
   // Tokens [first, first + n) as their own launch (their own metadata rows), into dst rows [0, n).
   const size_t row = size_t(c.n_heads) * c.hd;
-  auto launch = [&](int first, int n, float* dst, int64_t max_keys = 0) {
+  auto launch = [&](int first, int n, float* dst, int64_t max_keys) {
     cu::AttnTokens sub = tok;
     sub.max_keys = max_keys;
     sub.table_off += first;
@@ -228,7 +223,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
   for (const SplitSetting& st : kSplitSettings) {
     apply_split(st);
     const std::string tag = c.name + " [" + st.name + "]";
-    launch(0, T, dout.p);
+    launch(0, T, dout.p, st.max_keys);
     const std::vector<float> got = dout.download();
     report("attention " + tag, rel_err(got, ref), 2e-5);
 
@@ -236,12 +231,12 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
     // (other tiles, other neighbours) == their rows in the full launch.
     bool inv_ok = true;
     for (int t : probes) {
-      launch(t, 1, dsub.p);
+      launch(t, 1, dsub.p, st.max_keys);
       inv_ok = inv_ok && bitwise_equal(dsub.download().data(), got.data() + size_t(t) * row, row);
     }
     const int half = T / 2;
     if (T - half > 0) {
-      launch(half, T - half, dsub.p);
+      launch(half, T - half, dsub.p, st.max_keys);
       inv_ok = inv_ok && bitwise_equal(dsub.download().data(), got.data() + size_t(half) * row, size_t(T - half) * row);
     }
     report_bool("attention batch invariance " + tag, inv_ok,
@@ -397,6 +392,7 @@ void test_attention_graph() {
     cudaGraphExec_t exec = nullptr;
     try {
       apply_split(gs.split);
+      b.tok.max_keys = gs.split.max_keys;
       cu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
       if (gs.reserve) cu::paged_attention_reserve(s);
       b.set_keys(key_sets[0]);
@@ -457,7 +453,8 @@ void test_attention_graph() {
 }
 
 // Decode attention timings, one graph of kReps launches per setting (as the decoder replays a step):
-// split off vs partition sizes 64/128/256, and 128 with the max-context bound = the keys (fewest idle blocks).
+// split off vs partition sizes 64/128/256, and 128 with the launch's key bound = the keys (fewest idle blocks).
+// The other settings launch with the bound unknown.
 void time_decode_attention() {
   struct Shape {
     int n_heads, n_kv, hd;
@@ -474,7 +471,7 @@ void time_decode_attention() {
                            " hd" + std::to_string(sh.hd) + " T=" + std::to_string(T) + " keys=" + std::to_string(keys) + ":";
         for (const SplitSetting& st : settings) {
           cu::set_attention_split(st.part_keys);
-          cu::set_attention_max_context(st.max_context < 0 ? keys : st.max_context);
+          b.tok.max_keys = st.max_keys < 0 ? keys : st.max_keys;
           cudaStream_t s = nullptr;
           cudaGraphExec_t exec = nullptr;
           cudaEvent_t e0 = nullptr, e1 = nullptr;

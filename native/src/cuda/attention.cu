@@ -386,8 +386,7 @@ AttnKernel select_kernel(int per_thread, int stages, size_t smem) {
 
 // ---- split-K configuration (process-wide; set at model load, read at every launch)
 
-std::atomic<int> g_part_keys{-1};       // -1: not set, use RAPID_CUDA_ATTN_SPLIT
-std::atomic<int64_t> g_max_context{0};  // 0: unknown
+std::atomic<int> g_part_keys{-1};  // -1: not set, use RAPID_CUDA_ATTN_SPLIT
 
 void validate_part_keys(long v, const char* what) {
   if (v < 0 || v > (1 << 20) || v % kChunk != 0)
@@ -492,7 +491,7 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   const bool split = !(pk <= 0 || (window > 0 && window <= pk));
   // Partitions of a token with the most keys the launch allows (the bound; a token past it still gets all its
   // partitions, its blocks loop).
-  int64_t bound = tok.max_keys > 0 ? tok.max_keys : g_max_context.load();
+  int64_t bound = tok.max_keys;
   if (window > 0) bound = bound > 0 ? std::min<int64_t>(bound, window) : window;
   const int parts = !split ? 1 : bound > 0 ? int(std::clamp<int64_t>((bound + pk - 1) / pk, 1, kMaxParts)) : kMaxParts;
   // Four K/V stages in flight where they fit next to Q (head_dim <= 128): one block per multiprocessor, best
@@ -531,11 +530,6 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
     p.t0 = t0;
     launch(kernel, dim3(n, gy, unsigned(gz)), dim3(kThreads), smem, s, "paged_attention launch", p);
   }
-}
-
-void set_attention_max_context(int64_t max_keys) {
-  if (max_keys < 0) throw std::invalid_argument("set_attention_max_context: negative bound");
-  g_max_context.store(max_keys);
 }
 
 void set_attention_split(int partition_keys) {

@@ -140,8 +140,9 @@ struct AttnTokens {
   const int32_t* kv_end = nullptr;     // keys [0, kv_end) are visible: q_pos + 1, or a bidirectional span's end
   const int32_t* block_tables = nullptr;
   int block_size = 16;
-  // The most keys any token of the launch sees, 0 = unknown (then set_attention_max_context's bound). Only
-  // shapes the launch (partition blocks, pipeline depth); a token past it still gets its exact result.
+  // The most keys any token of the launch sees (the decoder: the step's keys_bound), 0 = unknown. Only shapes the
+  // launch (partition blocks, pipeline depth); a token past it still gets its exact result. A captured graph
+  // keeps the launch shape it saw.
   int64_t max_keys = 0;
 };
 
@@ -158,12 +159,6 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
 // token's partitions depend only on its own key count, the partition size and the layer's window, so results
 // stay batch invariant. Partial results go to a 64 MiB scratch per (device, stream), allocated on the
 // stream's first split launch (allowed during graph capture) and kept until paged_attention_release.
-
-// The most keys any token can see (model max positions, or KV pool slots); 0 = unknown (the default): the bound
-// of launches whose AttnTokens.max_keys is 0 (the decoder passes each step's own). Only shapes the launch (fewer
-// idle partition blocks); results do not depend on it, even when a token exceeds it. Set it before the first
-// forward (captured graphs keep the launch shape they saw).
-void set_attention_max_context(int64_t max_keys);
 
 // Overrides RAPID_CUDA_ATTN_SPLIT: 0 = split off, N = N keys per partition (a positive multiple of 32),
 // -1 = back to the environment / default. Results depend on it: set it before any launch (tests, tuning).
