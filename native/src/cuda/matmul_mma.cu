@@ -626,7 +626,7 @@ __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm)
 
 // The gemv kernels' activations: all of x (or rms_norm(x)·w) converted once per block into shared memory at smem
 // (gemv_smem bytes): frag [ng][4][2S] u32, sums [ng]. Ends with a block barrier (every thread must call it).
-template <int BITS, int G>
+template <int BITS, int G, int A>
 __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums) {
   constexpr int E = G / 4;
   const int64_t ng = P.ng, K = ng * G;
@@ -637,24 +637,46 @@ __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_
   const int64_t items = ng * 4;
   auto stage = [&](auto smem_src) {
     constexpr bool SMEM = decltype(smem_src)::value;
-    for (int64_t base = 0; base < items; base += kThreads) {  // uniform trip count: the quads' shuffles
-      const int64_t it = base + threadIdx.x;
-      const bool live = it < items;
-      float v[E];
-      load_quarter<G, SMEM>(SMEM ? xf : P.x, P.norm_w, inv, it * E, live, v);
-      const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
-      if (live && (it & 3) == 0) sums[it >> 2] = xs;
+    // From global memory a thread loads A items before converting any: a long x (the down projection's) waits on
+    // L2 once per A items instead of once per item.
+    constexpr int NA = SMEM ? 1 : A;
+    for (int64_t base = 0; base < items; base += NA * kThreads) {  // uniform trip count: the quads' shuffles
+      float v[NA][E];
+#pragma unroll
+      for (int a = 0; a < NA; ++a) {
+        const int64_t it = base + a * kThreads + threadIdx.x;
+        load_quarter<G, SMEM>(SMEM ? xf : P.x, P.norm_w, inv, it * E, it < items, v[a]);
+      }
+#pragma unroll
+      for (int a = 0; a < NA; ++a) {
+        const int64_t it = base + a * kThreads + threadIdx.x;
+        const bool live = it < items;
+        const float xs = store_quarter<BITS, G>(v[a], live, frag + size_t(it) * frag_words(G) / 4);
+        if (live && (it & 3) == 0) sums[it >> 2] = xs;
+      }
     }
   };
   if (P.norm_w) {
     // One read of x: each thread's strided elements (rms_norm_kernel's order, so 1/rms is bitwise the same) go to
-    // shared memory as they are summed; the staging then reads them there.
+    // shared memory as they are summed; the staging then reads them there. NL loads go out before any is used, so
+    // x of up to NL·kThreads elements waits on L2 once.
+    constexpr int NL = 8;
     double ss = 0;
-#pragma unroll 4
-    for (int64_t i = threadIdx.x; i < K; i += kThreads) {
-      const float v = P.x[i];
-      xf[i] = v;
-      ss = fma(double(v), double(v), ss);
+    for (int64_t i0 = threadIdx.x; i0 < K; i0 += NL * kThreads) {
+      float v[NL];
+#pragma unroll
+      for (int u = 0; u < NL; ++u) {
+        const int64_t i = i0 + int64_t(u) * kThreads;
+        v[u] = i < K ? P.x[i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < NL; ++u) {
+        const int64_t i = i0 + int64_t(u) * kThreads;
+        if (i < K) {
+          xf[i] = v[u];
+          ss = fma(double(v[u]), double(v[u]), ss);
+        }
+      }
     }
     inv = row_inv_rms(ss, K, P.eps);  // its barriers also publish xf
     stage(std::true_type{});
@@ -690,7 +712,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
       [&] {
         pdl_wait();
         pdl_trigger();
-        stage_x<BITS, G>(P, smem4, frag, sums);
+        stage_x<BITS, G, 1>(P, smem4, frag, sums);  // the register ring leaves no room to load ahead
       },
       [&](const GroupData<WPT, NW>& d, int32_t g) {
         group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
@@ -784,7 +806,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
 
   uint32_t* frag = nullptr;
   float* sums = nullptr;
-  stage_x<BITS, G>(P, smem4, frag, sums);  // its closing barrier also publishes the barrier initializations
+  stage_x<BITS, G, 2>(P, smem4, frag, sums);  // its closing barrier also publishes the barrier initializations
 
   float acc[NW][1][4];
 #pragma unroll
