@@ -20,7 +20,7 @@ Q4_0_BLOCK = 32  # weights per block: an f16 scale and 16 bytes of nibbles
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description="Writes a random-weight Q4_0 GGUF of a bench:cuda shape.")
     ap.add_argument("shape", choices=sorted(SHAPES))
     ap.add_argument("out")
     ap.add_argument("--gguf-py", help="llama.cpp's gguf-py folder (default: the installed gguf package)")

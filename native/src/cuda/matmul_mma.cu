@@ -712,7 +712,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
       [&] {
         pdl_wait();
         pdl_trigger();
-        stage_x<BITS, G, 1>(P, smem4, frag, sums);  // the register ring leaves no room to load ahead
+        stage_x<BITS, G, 1>(P, smem4, frag, sums);  // one item at a time: loading ahead here is unmeasured
       },
       [&](const GroupData<WPT, NW>& d, int32_t g) {
         group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
