@@ -452,6 +452,47 @@ void test_attention_graph() {
   reset_split();
 }
 
+// Decode at batch 1 as the decoder runs it: on a created stream (PDL where the device has it) the token's own K/V row is
+// written by the launch just before attention, which copies its older keys before waiting on that launch. Each round
+// writes a new row (far from the old one) and checks the output against an f64 reference over the pools as written.
+void test_attention_fresh_key() {
+  const int keys = 150, n_heads = 16, n_kv = 2, hd = 128;
+  DecodeBatch b(1, n_heads, n_kv, hd, 200);
+  b.set_keys({keys});
+  const int64_t width = int64_t(n_kv) * hd;
+  const int pos = keys - 1;
+  Dev<int32_t> slot(std::vector<int32_t>{b.h_tables[size_t(pos / DecodeBatch::bs)] * DecodeBatch::bs + pos % DecodeBatch::bs});
+  Dev<float> knew{size_t(width)}, vnew{size_t(width)};
+  cudaStream_t s = nullptr;
+  cu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  const SplitSetting settings[] = {{"split off", 0, 0}, {"split 64", 64, 0}, {"split 32 bound 200", 32, 200}};
+  for (const SplitSetting& st : settings) {
+    apply_split(st);
+    b.tok.max_keys = st.max_keys;
+    double worst = 0;
+    for (int round = 0; round < 3; ++round) {
+      knew.upload(rand_vec(size_t(width), 4.0f + float(round), 8.0f + float(round)));
+      vnew.upload(rand_vec(size_t(width), -8.0f, -4.0f));
+      poison(b.out.p, b.out.n);
+      device_sync();
+      cu::kv_write(knew.p, vnew.p, 1, slot.p, b.k.p, b.v.p, width, s);
+      b.launch(s);
+      cu::check(cudaStreamSynchronize(s), "fresh key sync");
+      const std::vector<float> got = b.out.download();
+      const std::vector<double> ref = b.reference(0, keys);
+      double err = 0, mx = 0;
+      for (size_t e = 0; e < ref.size(); ++e) {
+        err = std::isfinite(got[e]) ? std::max(err, std::fabs(double(got[e]) - ref[e])) : INFINITY;
+        mx = std::max(mx, std::fabs(ref[e]));
+      }
+      worst = std::max(worst, err / std::max(mx, 1e-30));
+    }
+    report("attention T=1 after its key write, PDL stream [" + std::string(st.name) + "]", worst, 1e-4);
+  }
+  reset_split();
+  cu::check(cudaStreamDestroy(s), "cudaStreamDestroy");
+}
+
 // Decode attention timings, one graph of kReps launches per setting (as the decoder replays a step):
 // split off vs partition sizes 64/128/256, and 128 with the launch's key bound = the keys (fewest idle blocks).
 // The other settings launch with the bound unknown.
@@ -539,6 +580,7 @@ void test_attention(ThreadPool& pool) {
                    {{0, 150, {}}, {2000, 1, {}}, {700, 49, {}}}, 4});
   for (const AttnCase& c : cases) run_attention_case(pool, c);
   test_attention_graph();
+  test_attention_fresh_key();
 }
 
 // ---------------------------------------------------------------- norms, rope

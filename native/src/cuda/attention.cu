@@ -7,7 +7,9 @@
 // depends only on its own key count, the partition size and the layer's window; every reduction has a fixed
 // order (dot: 4 strided partial sums over d, fixed shuffle trees, chunks in key order, partitions in index
 // order), so a token's result is independent of T and of its neighbours. Launches of few tokens (decode) split
-// a KV head's query group over more blocks: parallelism only, a head's arithmetic is the same in any block.
+// a KV head's query group over more blocks: parallelism only, a head's arithmetic is the same in any block. A
+// one-token launch copies its older keys before waiting on the previous kernel (only the token's own K/V row is
+// written in its step), so the copies overlap the q/k/v launch; RAPID_CUDA_ATTN_EARLY=0 waits first.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -16,6 +18,7 @@
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
@@ -54,6 +57,7 @@ struct AttnParams {
   float* part_o;       // [tile, n_heads, kMaxParts, hd] unnormalized partial outputs (part_keys > 0)
   float2* part_ml;     // [tile, n_heads, kMaxParts] (max, sum) of each partition's scores
   int* done;           // [tile, gridDim.y] partitions finished per (token, block row); 0 between launches
+  int early;           // 1: the launch's one token is the step's only writer of its sequence's keys (T = 1)
 };
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
@@ -96,28 +100,38 @@ size_t attn_smem_floats(int hd, int gb, int stages) {
 // Reads the partials through L2: other blocks wrote them.
 __device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, int parts, int lane) {
   const int64_t base = (tl * p.n_heads + hq) * kMaxParts;  // row of partition 0 in [tile, n_heads, kMaxParts]
+  const int hd4 = p.hd / 4;
+  const float4* po = reinterpret_cast<const float4*>(p.part_o) + base * hd4;  // [kMaxParts][hd4]
+  // The first kPre partitions' outputs of the lane's first column go out with the (max, sum) reads: one L2 wait.
+  constexpr int kPre = 8;
+  float4 pre[kPre];
+#pragma unroll
+  for (int i = 0; i < kPre; ++i)
+    pre[i] = i < parts && lane < hd4 ? __ldcg(po + i * hd4 + lane) : make_float4(0.f, 0.f, 0.f, 0.f);
   const float2 ml = lane < parts ? __ldcg(p.part_ml + base + lane) : make_float2(-INFINITY, 0.0f);
   const float m = warp_max(ml.x);
   const float w = lane < parts ? expf(ml.x - m) : 0.0f;
   float l = 0.0f;
   for (int j = 0; j < parts; ++j) l = fmaf(__shfl_sync(0xffffffffu, ml.y, j), __shfl_sync(0xffffffffu, w, j), l);
   const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-  const int hd4 = p.hd / 4;
-  const float4* po = reinterpret_cast<const float4*>(p.part_o) + base * hd4;  // [kMaxParts][hd4]
   float4* o4 = reinterpret_cast<float4*>(p.out + (t * p.n_heads + hq) * p.hd);
   for (int c0 = 0; c0 < hd4; c0 += 32) {  // uniform trip counts: every lane joins the shuffles
     const int c = c0 + lane;
     const bool ok = c < hd4;
     float4 o = make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll 8
-    for (int i = 0; i < parts; ++i) {  // unrolled: the partials' L2 reads go out together
-      const float4 a = ok ? __ldcg(po + i * hd4 + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    auto add = [&](int i, const float4& a) {
       const float wi = __shfl_sync(0xffffffffu, w, i);
       o.x = fmaf(wi, a.x, o.x);
       o.y = fmaf(wi, a.y, o.y);
       o.z = fmaf(wi, a.z, o.z);
       o.w = fmaf(wi, a.w, o.w);
-    }
+    };
+#pragma unroll
+    for (int i = 0; i < kPre; ++i)  // partitions in order: the prefetched ones first
+      if (i < parts) add(i, c0 == 0 ? pre[i] : ok ? __ldcg(po + i * hd4 + c) : make_float4(0.f, 0.f, 0.f, 0.f));
+#pragma unroll 8
+    for (int i = kPre; i < parts; ++i)  // unrolled: the partials' L2 reads go out together
+      add(i, ok ? __ldcg(po + i * hd4 + c) : make_float4(0.f, 0.f, 0.f, 0.f));
     o.x *= inv_l;
     o.y *= inv_l;
     o.z *= inv_l;
@@ -131,8 +145,9 @@ __device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, i
 // Grid (tile tokens, KV heads x head groups, Z): block z computes partitions z, z + Z, ... of its token (Z is
 // only parallelism; the partitions and their arithmetic do not depend on it). A token in one partition is
 // normalized and written to out here; otherwise each partition goes to the scratch and the last block merges.
+// Two stages aim at three blocks per multiprocessor: registers are bounded so that they fit.
 template <int MAXH, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const AttnParams p) {
+__global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention_kernel(const AttnParams p) {
   extern __shared__ float4 smem4[];
   float* smem = reinterpret_cast<float*>(smem4);
   const int hd = p.hd, ld = hd + 4, hd4 = hd / 4;
@@ -150,8 +165,6 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
   const KeySplit split = split_keys(kr_tok.count(), p.part_keys);
   if (int(blockIdx.z) >= split.parts) return;  // block-uniform, before any barrier: this token has fewer partitions
   const int32_t* bt = p.tok.block_tables + p.tok.table_off[t];
-  pdl_wait();  // q and this layer's newest keys come from the kernels before
-  pdl_trigger();
 
   float* Ks = smem;                                  // [STAGES][kChunk][ld]
   float* Vs = Ks + STAGES * kChunk * ld;             // [STAGES][kChunk][ld]
@@ -170,7 +183,6 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
   const int hq0 = kvh * p.group + g0;                     // first query head of this block
   const int64_t head0 = int64_t(t) * p.n_heads + hq0;     // its row in q / out
   const float4* q4 = reinterpret_cast<const float4*>(p.q + head0 * hd);
-  for (int i = tid; i < Gb * hd4; i += kThreads) reinterpret_cast<float4*>(Qs)[i] = q4[i];
 
   const int64_t col0 = int64_t(kvh) * hd;
   // P·V ownership: thread = (column of 4 dims, head slot); heads slot, slot + slots, ... (< MAXH of them).
@@ -178,55 +190,88 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
   const int col = tid % hd4, slot = tid / hd4;
   const bool pv_active = slot < slots;
 
-  for (int part = int(blockIdx.z); part < split.parts; part += int(gridDim.z)) {
-    // Keys [lo, kv_end) of this partition; the whole range when the token is not split.
-    const int lo = kr_tok.lo + part * split.len;
-    const int kv_end = split.parts == 1 ? kr_tok.end : min(kr_tok.end, lo + split.len);
-    const int nkeys = max(0, kv_end - lo);
-    const int nchunks = (nkeys + kChunk - 1) / kChunk;
+  // Keys [lo, kv_end) of the current partition; the whole range when the token is not split.
+  int lo = 0, kv_end = 0, nchunks = 0;
+  auto set_part = [&](int part) {
+    lo = kr_tok.lo + part * split.len;
+    kv_end = split.parts == 1 ? kr_tok.end : min(kr_tok.end, lo + split.len);
+    nchunks = (max(0, kv_end - lo) + kChunk - 1) / kChunk;
+  };
+  int skip = -1;  // a key the copies leave out (its row is written by the kernel before: copied after pdl_wait)
 
+  // Always commits a group (empty past the last chunk) so the wait count below is uniform.
+  auto load_chunk = [&](int c, int buf) {
+    if (c >= nchunks) {
+      cp_async_commit();
+      return;
+    }
+    const int k0 = lo + c * kChunk;
+    const int nk = min(kChunk, kv_end - k0);
+    float* kd = Ks + buf * kChunk * ld;
+    float* vd = Vs + buf * kChunk * ld;
+    if (fast_idx) {  // the address math of every copy is most of a short chunk's instructions: shifts, no divides
+      for (int j = j_first; j < nk; j += j_step) {
+        const int key = k0 + j;
+        if (key == skip) continue;
+        const int64_t slot_idx = (int64_t(bt[key >> bs_shift]) << bs_shift) + (key & (bs - 1));
+        const int64_t src = slot_idx * p.width + col0 + 4 * e_fixed;
+        cp_async16(kd + j * ld + 4 * e_fixed, p.kpool + src);
+        cp_async16(vd + j * ld + 4 * e_fixed, p.vpool + src);
+      }
+    } else {
+      for (int i = tid; i < nk * hd4; i += kThreads) {
+        const int j = i / hd4, e = i - j * hd4;
+        const int key = k0 + j;
+        if (key == skip) continue;
+        const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
+        const int64_t src = slot_idx * p.width + col0 + 4 * e;
+        cp_async16(kd + j * ld + 4 * e, p.kpool + src);
+        cp_async16(vd + j * ld + 4 * e, p.vpool + src);
+      }
+    }
+    cp_async_commit();
+  };
+
+  // A one-token launch (decode at batch 1): every key but the token's own was written by earlier steps, so the first
+  // partition's first chunks are copied before pdl_wait and only the newest key's row after it.
+  const bool early = p.early != 0;
+  set_part(int(blockIdx.z));
+  if (early) {
+    skip = kr_tok.q_pos;
+#pragma unroll
+    for (int c = 0; c < STAGES - 1; ++c) load_chunk(c, c);
+    skip = -1;
+  }
+  pdl_wait();  // q and this layer's newest keys come from the kernels before
+  pdl_trigger();
+  for (int i = tid; i < Gb * hd4; i += kThreads) reinterpret_cast<float4*>(Qs)[i] = q4[i];
+  if (early) {
+    // The newest key into its place in the early chunks (its copy was left out), visible after the chunk's barrier.
+    const int j = kr_tok.q_pos - lo;
+    if (j >= 0 && j < min(kv_end - lo, (STAGES - 1) * kChunk) && tid < hd4) {
+      const int key = kr_tok.q_pos;
+      const int64_t src = (int64_t(bt[key / bs]) * bs + key % bs) * p.width + col0 + 4 * tid;
+      const int off = (j / kChunk) * kChunk * ld + (j % kChunk) * ld + 4 * tid;
+      *reinterpret_cast<float4*>(Ks + off) = __ldcg(reinterpret_cast<const float4*>(p.kpool + src));
+      *reinterpret_cast<float4*>(Vs + off) = __ldcg(reinterpret_cast<const float4*>(p.vpool + src));
+    }
+  }
+
+  for (int part = int(blockIdx.z); part < split.parts; part += int(gridDim.z)) {
+    if (part != int(blockIdx.z)) set_part(part);
     __syncthreads();  // the previous partition's readers of Ms/Ls are done
     for (int g = tid; g < Gb; g += kThreads) {
       Ms[g] = -INFINITY;
       Ls[g] = 0.0f;
     }
 
-    // Always commits a group (empty past the last chunk) so the wait count below is uniform.
-    auto load_chunk = [&](int c, int buf) {
-      if (c >= nchunks) {
-        cp_async_commit();
-        return;
-      }
-      const int k0 = lo + c * kChunk;
-      const int nk = min(kChunk, kv_end - k0);
-      float* kd = Ks + buf * kChunk * ld;
-      float* vd = Vs + buf * kChunk * ld;
-      if (fast_idx) {  // the address math of every copy is most of a short chunk's instructions: shifts, no divides
-        for (int j = j_first; j < nk; j += j_step) {
-          const int key = k0 + j;
-          const int64_t slot_idx = (int64_t(bt[key >> bs_shift]) << bs_shift) + (key & (bs - 1));
-          const int64_t src = slot_idx * p.width + col0 + 4 * e_fixed;
-          cp_async16(kd + j * ld + 4 * e_fixed, p.kpool + src);
-          cp_async16(vd + j * ld + 4 * e_fixed, p.vpool + src);
-        }
-      } else {
-        for (int i = tid; i < nk * hd4; i += kThreads) {
-          const int j = i / hd4, e = i - j * hd4;
-          const int key = k0 + j;
-          const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
-          const int64_t src = slot_idx * p.width + col0 + 4 * e;
-          cp_async16(kd + j * ld + 4 * e, p.kpool + src);
-          cp_async16(vd + j * ld + 4 * e, p.vpool + src);
-        }
-      }
-      cp_async_commit();
-    };
-
     float4 acc[MAXH];
 #pragma unroll
     for (int h = 0; h < MAXH; ++h) acc[h] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (!early || part != int(blockIdx.z)) {
 #pragma unroll
-    for (int c = 0; c < STAGES - 1; ++c) load_chunk(c, c);
+      for (int c = 0; c < STAGES - 1; ++c) load_chunk(c, c);
+    }
     for (int c = 0; c < nchunks; ++c) {
       const int buf = c % STAGES;
       // Into the buffer chunk c-1 used, freed by the barrier that ended iteration c-1.
@@ -244,20 +289,28 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
           float4 s4[4];
 #pragma unroll
           for (int hh = 0; hh < 4; ++hh) s4[hh] = make_float4(0.f, 0.f, 0.f, 0.f);
-          for (int e = 0; e < hd4; ++e) {
-            const float4 kf = kr[e];
+          // The warp's heads gb, gb + 4, ... below Gb as a constant NH, so the loop carries no per-head branch and its
+          // shared-memory reads go out several iterations ahead (decode runs one head per warp: a chain of hd/4 reads).
+          auto dot = [&](auto nh) {
+            constexpr int NH = decltype(nh)::value;
+#pragma unroll(NH == 1 ? 8 : NH == 2 ? 4 : 2)
+            for (int e = 0; e < hd4; ++e) {
+              const float4 kf = kr[e];
 #pragma unroll
-            for (int hh = 0; hh < 4; ++hh) {
-              const int g = gb + hh * kWarps;
-              if (g < Gb) {
-                const float4 qf = reinterpret_cast<const float4*>(Qs + g * hd)[e];
+              for (int hh = 0; hh < NH; ++hh) {
+                const float4 qf = reinterpret_cast<const float4*>(Qs + (gb + hh * kWarps) * hd)[e];
                 s4[hh].x = fmaf(qf.x, kf.x, s4[hh].x);
                 s4[hh].y = fmaf(qf.y, kf.y, s4[hh].y);
                 s4[hh].z = fmaf(qf.z, kf.z, s4[hh].z);
                 s4[hh].w = fmaf(qf.w, kf.w, s4[hh].w);
               }
             }
-          }
+          };
+          const int nh = (Gb - gb + kWarps - 1) / kWarps;  // warp-uniform, >= 1
+          if (nh == 1) dot(std::integral_constant<int, 1>{});
+          else if (nh == 2) dot(std::integral_constant<int, 2>{});
+          else if (nh == 3) dot(std::integral_constant<int, 3>{});
+          else dot(std::integral_constant<int, 4>{});
           float s[4];
 #pragma unroll
           for (int hh = 0; hh < 4; ++hh) s[hh] = (s4[hh].x + s4[hh].y) + (s4[hh].z + s4[hh].w);
@@ -298,19 +351,21 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
             acc[h].w *= al;
           }
         }
+        // Slots past Gb accumulate head 0's weights into registers never stored: no branch in the loop, so its
+        // shared-memory reads go out several keys ahead.
+        const float* pr[MAXH];
+#pragma unroll
+        for (int h = 0; h < MAXH; ++h) pr[h] = Ps + (slot + h * slots < Gb ? slot + h * slots : 0) * kChunk;
 #pragma unroll 8
         for (int j = 0; j < nk; ++j) {
           const float4 v = *reinterpret_cast<const float4*>(vb + j * ld);
 #pragma unroll
           for (int h = 0; h < MAXH; ++h) {
-            const int g = slot + h * slots;
-            if (g < Gb) {
-              const float pj = Ps[g * kChunk + j];
-              acc[h].x = fmaf(pj, v.x, acc[h].x);
-              acc[h].y = fmaf(pj, v.y, acc[h].y);
-              acc[h].z = fmaf(pj, v.z, acc[h].z);
-              acc[h].w = fmaf(pj, v.w, acc[h].w);
-            }
+            const float pj = pr[h][j];
+            acc[h].x = fmaf(pj, v.x, acc[h].x);
+            acc[h].y = fmaf(pj, v.y, acc[h].y);
+            acc[h].z = fmaf(pj, v.z, acc[h].z);
+            acc[h].w = fmaf(pj, v.w, acc[h].w);
           }
         }
       }
@@ -343,21 +398,20 @@ __global__ void __launch_bounds__(kThreads, 1) paged_attention_kernel(const Attn
     }
   }
   if (split.parts == 1) return;
-  // The block that finishes the token's last partition merges its heads (no second launch): the partials are
-  // published (fence) before the count, and the merge reads them in partition order, whichever block runs it.
+  // The block that finishes the token's last partition merges its heads (no second launch): the count's release
+  // publishes the block's partials, its acquire makes the others' visible, and the merge reads them in partition
+  // order, whichever block runs it.
   __shared__ int last;
-  __threadfence();
   __syncthreads();
   if (tid == 0) {
     const int mine = (split.parts - int(blockIdx.z) + int(gridDim.z) - 1) / int(gridDim.z);  // partitions done here
     int* ctr = p.done + tl * int64_t(gridDim.y) + blockIdx.y;
-    const int before = atomicAdd(ctr, mine);
+    const int before = atomic_add_acq_rel(ctr, mine);
     last = before + mine == split.parts;
     if (last) *ctr = 0;  // every block of this (token, row) has counted: ready for the next launch
   }
   __syncthreads();
   if (!last) return;
-  __threadfence();
   for (int g = warp; g < Gb; g += kWarps) merge_head(p, tl, t, hq0 + g, split.parts, lane);
 }
 
@@ -414,6 +468,13 @@ int env_part_keys() {
 int current_part_keys() {
   const int v = g_part_keys.load();
   return v >= 0 ? v : env_part_keys();
+}
+
+// Whether one-token launches copy their older keys before pdl_wait (RAPID_CUDA_ATTN_EARLY, read once; default 1).
+// Scheduling only: the same keys reach the same places.
+bool attn_early() {
+  static const bool v = env_long("RAPID_CUDA_ATTN_EARLY", 1) != 0;
+  return v;
 }
 
 // The per-stream split-K scratch; its counters (the last kCounterBytes) start at zero.
@@ -473,6 +534,8 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   p.width = n_kv_heads * head_dim;
   p.window = window;
   p.scale = scale;
+  // One token: its own key is the only one this step writes (a batch of one sequence's tokens writes several).
+  p.early = T == 1 && attn_early() ? 1 : 0;
   // Heads per block: all of the group when the P·V accumulators fit (MAXH per thread), else split
   // the group over several blocks (each still reads the keys once). Few tokens (decode) split it further,
   // towards kMinBlocks blocks per partition: a head's arithmetic does not depend on the heads beside it.

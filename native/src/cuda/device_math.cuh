@@ -106,6 +106,15 @@ __device__ __forceinline__ float glu_act(float g, int act) {
 
 namespace rapid::cuda {
 
+// *p += v at gpu scope with acquire-release order; returns the old value. Called by one thread after a block barrier,
+// it publishes the block's earlier writes, and the block that reads the final count sees every other block's writes
+// after its own barrier (the pattern of CUTLASS's split-K semaphores), without a full fence in every thread.
+__device__ __forceinline__ int atomic_add_acq_rel(int* p, int v) {
+  int old;
+  asm volatile("atom.acq_rel.gpu.global.add.s32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+
 // Asynchronous 16-byte global -> shared copy (sm_80+), bypassing L1: K/V rows are read once per block.
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
