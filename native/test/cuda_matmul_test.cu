@@ -510,7 +510,9 @@ void test_tiled(std::mt19937& rng) {
 // The bulk kernel (n = 1, tiled weights, sm_90: codes and scales through bulk copies into shared memory): bitwise the
 // row-major gemv kernel's outputs, for a fused multi-job launch with bias and accumulate, GLU and GLU with a fused
 // norm, with K long enough that each warp's ring of chunks wraps several times; on a created stream (PDL on where the
-// device has it), launched twice back to back so one launch's copies overlap the previous one.
+// device has it), launched twice back to back so one launch's copies overlap the previous one. The bulk launch's
+// accumulating job is settled (y_settled: the GLU launches between its two runs write other buffers), so the second
+// run reads y before waiting.
 void test_bulk(std::mt19937& rng) {
   cudaStream_t s = nullptr;
   ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
@@ -534,7 +536,7 @@ void test_bulk(std::mt19937& rng) {
       for (int v = 0; v < 2; ++v)
         for (int rep = 0; rep < 2; ++rep) {  // accumulate: the second launch adds onto the first
           const cuda::MatmulJob jobs[2] = {{v ? At : A.dev, d_b.f(), y[v].f(), 320, false},
-                                           {v ? Bt : B.dev, nullptr, y[v].f() + 256, 320, true}};
+                                           {v ? Bt : B.dev, nullptr, y[v].f() + 256, 320, true, 0, v == 1}};
           cuda::matmul(d_x.f(), in, 1, jobs, 2, s, cuda::MathMode::Fast);
           cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 0, g[v].f(), s, cuda::MathMode::Fast);
           cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), s, cuda::MathMode::Fast, &norm);

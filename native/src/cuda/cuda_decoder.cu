@@ -897,7 +897,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
         rms_norm(o, o, T, H, L.post_attn_norm, d.rms_eps, s);
         add_rms_norm(h, o, xn, T, H, L.pre_ffn_norm, d.rms_eps, s);
       } else {
-        const MatmulJob oj{L.o, L.bo, h, H, true};  // h += att·Woᵀ
+        const MatmulJob oj{L.o, L.bo, h, H, true, 0, true};  // h += att·Woᵀ (h last written before q/k/v)
         matmul(att, qd, T, &oj, 1, s, mode);
       }
       const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
@@ -918,7 +918,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
         rms_norm(o, o, T, H, L.post_ffn_norm, d.rms_eps, s);
         add_inplace(h, o, T * H, s);
       } else {
-        const MatmulJob dj{L.down, nullptr, h, H, true};  // h += mlp
+        const MatmulJob dj{L.down, nullptr, h, H, true, 0, true};  // h += mlp (h last written before the GLU)
         matmul(g, d.ffn, T, &dj, 1, s, mode);
       }
       if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);

@@ -55,6 +55,9 @@ struct MatmulJob {
   // RoPE epilogue (Fast, with a RopeOut): 1 query (rotate-half, y [n, ldy] at the unpermuted rows), 2 key (rotated
   // into the KV pool: y row slot[t]), 3 value (into the pool as is); 0 none.
   int rope = 0;
+  // With accumulate: no write to y comes from the launch just before this one (only from earlier ones, complete when
+  // this one starts), so a one-row bulk launch reads y before waiting on its predecessor. Scheduling only.
+  bool y_settled = false;
 };
 
 // What a RoPE epilogue needs: the step's tables cos/sin [n, head_dim / 2] and KV slots [n] (< 0: not stored).

@@ -33,7 +33,8 @@
 // through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_BULK (0, 1, 2: when one row
 // takes the bulk kernel, see bulk_mode), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
 // process-wide constant, so every n of a weight still gets the same split), RAPID_CUDA_MM_NT (most token subtiles of
-// 8 per direct-kernel block).
+// 8 per direct-kernel block), RAPID_CUDA_MM_SETTLED (0: a bulk launch reads the y it accumulates into after pdl_wait
+// even when the job says no launch just before writes it).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdlib>
@@ -63,7 +64,7 @@ struct MmaJob {
   float* y = nullptr;              // [n, ldy]
   int64_t ldy = 0, out = 0;
   int64_t tile0 = 0;               // first block row tile of this job
-  int accumulate = 0;
+  int accumulate = 0;              // 1: y += ..., 2: the same with y settled (MatmulJob::y_settled)
   int tiled = 0;
   int rope = 0;                    // MatmulJob::rope
 };
@@ -379,10 +380,20 @@ __device__ __forceinline__ void rope_epilogue(const MmaParams& P, const Tile& T,
   }
 }
 
-// Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs.
-template <int NT, int NW, bool GLU>
+// A bulk launch's y values that a settled accumulating job adds to (rows g and g + 8 of the thread's tile,
+// token 0: the outputs a lane of quarter 0 writes), read before pdl_wait; unused otherwise.
+__device__ __forceinline__ float2 settled_y(const MmaParams& P, const Tile& T, const MmaJob& Y) {
+  if (Y.accumulate != 2 || T.kpart != 0 || T.tq != 0) return make_float2(0.0f, 0.0f);
+  const int64_t r = T.row0 + T.gq;
+  return make_float2(r < T.out ? Y.y[r] : 0.0f, r + 8 < T.out ? Y.y[r + 8] : 0.0f);
+}
+
+// Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs. PRE: pre holds
+// settled_y (the bulk kernel), the y values a settled accumulating job adds to.
+template <int NT, int NW, bool GLU, bool PRE = false>
 __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tok0,
-                                         const float (&acc)[NW][NT][4], float (*red)[NW][32][4]) {
+                                         const float (&acc)[NW][NT][4], float (*red)[NW][32][4],
+                                         float2 pre = make_float2(0.0f, 0.0f)) {
   const int ks = P.ks;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -431,7 +442,9 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
       } else {
         float val = v[0][i];
         if (Y.bias) val = __fadd_rn(val, __ldg(Y.bias + r));
-        *yp = Y.accumulate ? __fadd_rn(*yp, val) : val;
+        // A settled job's y was read before pdl_wait (one row: only token 0, i = 0 and 2, is written).
+        const float base = PRE && Y.accumulate == 2 ? (i == 0 ? pre.x : pre.y) : Y.accumulate ? *yp : 0.0f;
+        *yp = Y.accumulate ? __fadd_rn(base, val) : val;
       }
     }
   }
@@ -717,7 +730,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
       [&](const GroupData<WPT, NW>& d, int32_t g) {
         group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
       });
-  epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);
+  epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);  // y read here: holding it across the walk cost spills
 }
 
 // The bulk kernel's ring: R slots per warp of C groups each, C chosen so a slot holds about 2 KB of codes.
@@ -801,6 +814,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
     }
     for (int c = 0; c < min(R, nch); ++c) issue(c);
   }
+  const float2 pre = GLU ? make_float2(0.0f, 0.0f) : settled_y(P, T, *J[0]);
   pdl_wait();
   pdl_trigger();
 
@@ -856,7 +870,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
       }
     }
   }
-  epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);
+  epilogue<1, NW, GLU, true>(P, T, *J[0], 0, acc, red, pre);
 }
 
 // Prepares x [n, ldx] (optionally rms_norm(x)·w) in mma form for the direct kernel: one block per token,
@@ -943,6 +957,13 @@ int choose_ks(int64_t tiles16, int64_t ng) {
   while (ks < kWarps && tiles16 * ks < target_warps()) ks *= 2;
   while (ks > 1 && ks > ng) ks /= 2;
   return ks;
+}
+
+// Whether bulk launches read a settled accumulating job's y before pdl_wait (RAPID_CUDA_MM_SETTLED, read once;
+// default 1). Scheduling only: the same values are added.
+bool settled_reads() {
+  static const bool v = env_long("RAPID_CUDA_MM_SETTLED", 1) != 0;
+  return v;
 }
 
 // Most token subtiles per block: 4 (8 measured slower at 64 tokens on the H200: fewer blocks, more registers).
@@ -1201,7 +1222,7 @@ void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, i
     P.job[i].bias = J.bias;
     P.job[i].y = J.y;
     P.job[i].ldy = J.ldy;
-    P.job[i].accumulate = J.accumulate ? 1 : 0;
+    P.job[i].accumulate = J.accumulate ? (J.y_settled && settled_reads() ? 2 : 1) : 0;
     P.job[i].rope = J.rope;
     P.job[i].tile0 = tiles;
     tiles += (J.w.out + rows_per_tile - 1) / rows_per_tile;
