@@ -5,6 +5,8 @@
 //   node scripts/build-cuda.mjs            -> build/cuda/rapid_native.node
 //   node scripts/build-cuda.mjs --prebuild -> also prebuilds/linux-x64-cuda/rapid-vlm.glibc.node (stripped)
 //   node scripts/build-cuda.mjs --tests    -> also build/cuda/tests/<name> for native/test/cuda_*_test.cu
+//   node scripts/build-cuda.mjs --timeline -> build/cuda-timeline/rapid_native.node, a profiling build whose kernels
+//     record when each one's wait on the previous kernel released (native/src/cuda/timeline.cuh; never shipped)
 // Env: CUDA_HOME (default /usr/local/cuda), RAPID_CUDA_ARCHS (default "80,90"), RAPID_WERROR=1.
 import { spawn } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readdirSync, statSync } from 'node:fs';
@@ -19,7 +21,12 @@ const cuda = process.env.CUDA_HOME ?? '/usr/local/cuda';
 const nvcc = join(cuda, 'bin', 'nvcc');
 const werror = process.env.RAPID_WERROR === '1';
 const archs = (process.env.RAPID_CUDA_ARCHS ?? '80,90').split(',').map((a) => a.trim()).filter(Boolean);
-const out = join(root, 'build', 'cuda');
+const timeline = args.has('--timeline');
+if (timeline && (args.has('--prebuild') || args.has('--tests'))) {
+  process.stderr.write('build-cuda: --timeline is a profiling build; it takes neither --prebuild nor --tests\n');
+  process.exit(1);
+}
+const out = join(root, 'build', timeline ? 'cuda-timeline' : 'cuda');
 // Objects depend on the target GPUs: one folder per arch list, so changing RAPID_CUDA_ARCHS rebuilds.
 const objDir = join(out, `obj-sm${archs.join('-')}`);
 
@@ -32,7 +39,8 @@ const nodeInclude = process.env.npm_config_nodedir
   : join(dirname(process.execPath), '..', 'include', 'node');
 const addonApi = createRequire(import.meta.url)('node-addon-api').include_dir.replace(/^"|"$/g, '');
 
-const defines = ['-DRAPID_CUDA=1', '-DNAPI_VERSION=8', '-DNAPI_CPP_EXCEPTIONS', '-DNODE_ADDON_API_DISABLE_DEPRECATED'];
+const defines = ['-DRAPID_CUDA=1', '-DNAPI_VERSION=8', '-DNAPI_CPP_EXCEPTIONS', '-DNODE_ADDON_API_DISABLE_DEPRECATED',
+  ...(timeline ? ['-DRAPID_CUDA_TIMELINE=1'] : [])];
 const warn = ['-Wall', '-Wextra', '-Wno-unused-parameter'];
 const cxxFlags = ['-std=c++20', '-O3', '-fPIC', '-fexceptions', '-pthread', ...warn, ...(werror ? ['-Werror'] : []),
   ...defines, `-I${join(cuda, 'include')}`, `-I${addonApi}`, `-I${nodeInclude}`, `-I${join(root, 'native', 'src')}`];

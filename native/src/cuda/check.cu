@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/launch.cuh"
 
@@ -41,8 +42,25 @@ long env_long(const char* name, long fallback) {
   return e && *e ? std::strtol(e, nullptr, 10) : fallback;
 }
 
+#ifdef RAPID_CUDA_TIMELINE
+namespace {
+std::vector<void (*)()>& timeline_dumps() {
+  static std::vector<void (*)()> v;  // filled during static initialization, so a function-local static
+  return v;
+}
+void timeline_dump_all() {
+  for (auto dump : timeline_dumps()) dump();
+}
+}  // namespace
+void timeline_register(void (*dump)()) { timeline_dumps().push_back(dump); }
+void timeline_arm() { std::atexit(timeline_dump_all); }
+#endif
+
 bool pdl_enabled() {
   static const bool env_on = [] {
+#ifdef RAPID_CUDA_TIMELINE
+    timeline_arm();  // the first launch: CUDA is initialized, so this exit handler runs before its teardown
+#endif
     const char* e = std::getenv("RAPID_CUDA_PDL");
     return !(e && std::strcmp(e, "0") == 0);
   }();

@@ -6,13 +6,20 @@
 #include <cuda_runtime.h>
 #include <utility>
 #include "cuda/cuda_kernels.h"
+#include "cuda/timeline.cuh"
 
 namespace rapid::cuda {
 
 // Blocks until the predecessor grid has completed and its writes are visible (a no-op without PDL).
 __device__ __forceinline__ void pdl_wait() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef RAPID_CUDA_TIMELINE
+  const unsigned long long enter = timeline_now();
+#endif
   asm volatile("griddepcontrol.wait;" ::: "memory");
+#ifdef RAPID_CUDA_TIMELINE
+  timeline_record(enter);
+#endif
 #endif
 }
 
