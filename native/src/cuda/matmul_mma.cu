@@ -349,33 +349,70 @@ __device__ __forceinline__ Tile tile_jobs(const MmaParams& P, int64_t bt, const 
   return T;
 }
 
+// A one-row launch's epilogue inputs that no kernel writes: the bias of rows g and g + 8 and, for a RoPE epilogue, the
+// step's cos / sin of the thread's pair and token 0's KV slot (uploaded before the step's first kernel). The bulk
+// kernel reads them before pdl_wait, so the end of its critical path waits on no load; only the lanes that write
+// outputs at n = 1 (quarter 0 of a part-0 warp) read them.
+struct EpiIn {
+  float ba = 0.0f, bb = 0.0f, cs = 0.0f, sn = 0.0f;
+  int32_t slot = -1;
+};
+
+// RoPE pair index j (within its head) of tile row r, and the head h: q/k rows in rope_pair_rows order.
+__device__ __forceinline__ int rope_pair(const MmaParams& P, int64_t r, int64_t& h) {
+  h = r / P.rope_hd;
+  const int64_t w = r - h * P.rope_hd;
+  return int((w >> 4) * 8 + (w & 7));
+}
+
+__device__ __forceinline__ EpiIn epilogue_inputs(const MmaParams& P, const Tile& T, const MmaJob& Y) {
+  EpiIn e;
+  const int64_t r = T.row0 + T.gq;
+  if (T.kpart != 0 || T.tq != 0 || r >= T.out) return e;
+  if (Y.bias) {
+    e.ba = __ldg(Y.bias + r);
+    e.bb = r + 8 < T.out ? __ldg(Y.bias + r + 8) : 0.0f;
+  }
+  if (Y.rope == 1 || Y.rope == 2) {
+    int64_t h;
+    const int j = rope_pair(P, r, h);
+    e.cs = __ldg(P.rope_cos + j);
+    e.sn = __ldg(P.rope_sin + j);
+  }
+  if (Y.rope == 2 || Y.rope == 3) e.slot = __ldg(P.rope_slot);
+  return e;
+}
+
 // A RoPE epilogue's outputs of one thread: rows (g, g + 8) of its tile, tokens tA and tA + 1 (v: c0, c1 row g; c2,
 // c3 row g + 8). q/k rows are in rope_pair_rows order, so the two rows are pair j of a head: rotated (after the
 // bias, as rope_kv_write rotates the stored q/k) and written at rows (j, j + half) of the head; v rows as they are.
-// Queries go to token rows of y, keys and values to KV pool rows slot[t].
+// Queries go to token rows of y, keys and values to KV pool rows slot[t]. PRE: n = 1 with the inputs in e.
+template <bool PRE>
 __device__ __forceinline__ void rope_epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tA,
-                                              const float (&v)[4]) {
+                                              const float (&v)[4], const EpiIn& e) {
   const int64_t r = T.row0 + T.gq;
   if (r >= T.out) return;
-  const int hd = P.rope_hd, half = hd / 2;
-  const int64_t h = r / hd, w = r - h * hd;
-  const int j = int((w >> 4) * 8 + (w & 7));
-  const float ba = Y.bias ? __ldg(Y.bias + r) : 0.0f, bb = Y.bias ? __ldg(Y.bias + r + 8) : 0.0f;
+  const int half = P.rope_hd / 2;
+  int64_t h;
+  const int j = rope_pair(P, r, h);
+  const float ba = PRE ? e.ba : Y.bias ? __ldg(Y.bias + r) : 0.0f;
+  const float bb = PRE ? e.bb : Y.bias ? __ldg(Y.bias + r + 8) : 0.0f;
 #pragma unroll
   for (int c = 0; c < 2; ++c) {
     const int64_t t = tA + c;
     if (t >= P.n) continue;
     const float a = Y.bias ? __fadd_rn(v[c], ba) : v[c], b = Y.bias ? __fadd_rn(v[2 + c], bb) : v[2 + c];
-    const int64_t row = Y.rope == 1 ? t : int64_t(P.rope_slot[t]);
+    const int64_t row = Y.rope == 1 ? t : PRE ? int64_t(e.slot) : int64_t(P.rope_slot[t]);
     if (row < 0) continue;
     float* yr = Y.y + row * Y.ldy;
     if (Y.rope == 3) {
       yr[r] = a;
       yr[r + 8] = b;
     } else {
-      const float2 o = rotate(a, b, P.rope_cos[t * half + j], P.rope_sin[t * half + j]);
-      yr[h * hd + j] = o.x;
-      yr[h * hd + j + half] = o.y;
+      const float cs = PRE ? e.cs : P.rope_cos[t * half + j], sn = PRE ? e.sn : P.rope_sin[t * half + j];
+      const float2 o = rotate(a, b, cs, sn);
+      yr[h * P.rope_hd + j] = o.x;
+      yr[h * P.rope_hd + j + half] = o.y;
     }
   }
 }
@@ -388,12 +425,12 @@ __device__ __forceinline__ float2 settled_y(const MmaParams& P, const Tile& T, c
   return make_float2(r < T.out ? Y.y[r] : 0.0f, r + 8 < T.out ? Y.y[r + 8] : 0.0f);
 }
 
-// Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs. PRE: pre holds
-// settled_y (the bulk kernel), the y values a settled accumulating job adds to.
+// Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs. PRE (the bulk
+// kernel, n = 1): pre holds settled_y, the y values a settled accumulating job adds to, and epi the epilogue inputs.
 template <int NT, int NW, bool GLU, bool PRE = false>
 __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tok0,
                                          const float (&acc)[NW][NT][4], float (*red)[NW][32][4],
-                                         float2 pre = make_float2(0.0f, 0.0f)) {
+                                         float2 pre = make_float2(0.0f, 0.0f), const EpiIn& epi = EpiIn{}) {
   const int ks = P.ks;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -428,7 +465,7 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
     const int64_t tA = tok0 + nt * 8 + 2 * T.tq;
     if constexpr (!GLU) {
       if (Y.rope) {
-        rope_epilogue(P, T, Y, tA, v[0]);
+        rope_epilogue<PRE>(P, T, Y, tA, v[0], epi);
         continue;
       }
     }
@@ -441,7 +478,7 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
         *yp = __fmul_rn(glu_act(v[0][i], P.act), v[NW - 1][i]);
       } else {
         float val = v[0][i];
-        if (Y.bias) val = __fadd_rn(val, __ldg(Y.bias + r));
+        if (Y.bias) val = __fadd_rn(val, PRE ? (i == 0 ? epi.ba : epi.bb) : __ldg(Y.bias + r));
         // A settled job's y was read before pdl_wait (one row: only token 0, i = 0 and 2, is written).
         const float base = PRE && Y.accumulate == 2 ? (i == 0 ? pre.x : pre.y) : Y.accumulate ? *yp : 0.0f;
         *yp = Y.accumulate ? __fadd_rn(base, val) : val;
@@ -815,6 +852,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
     for (int c = 0; c < min(R, nch); ++c) issue(c);
   }
   const float2 pre = GLU ? make_float2(0.0f, 0.0f) : settled_y(P, T, *J[0]);
+  const EpiIn epi = GLU ? EpiIn{} : epilogue_inputs(P, T, *J[0]);
   pdl_wait();
   pdl_trigger();
 
@@ -870,7 +908,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
       }
     }
   }
-  epilogue<1, NW, GLU, true>(P, T, *J[0], 0, acc, red, pre);
+  epilogue<1, NW, GLU, true>(P, T, *J[0], 0, acc, red, pre, epi);
 }
 
 // Prepares x [n, ldx] (optionally rms_norm(x)·w) in mma form for the direct kernel: one block per token,
