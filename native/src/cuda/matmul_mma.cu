@@ -349,12 +349,14 @@ __device__ __forceinline__ Tile tile_jobs(const MmaParams& P, int64_t bt, const 
   return T;
 }
 
-// A one-row launch's epilogue inputs that no kernel writes: the bias of rows g and g + 8 and, for a RoPE epilogue, the
-// step's cos / sin of the thread's pair and token 0's KV slot (uploaded before the step's first kernel). The bulk
-// kernel reads them before pdl_wait, so the end of its critical path waits on no load; only the lanes that write
-// outputs at n = 1 (quarter 0 of a part-0 warp) read them.
+// A one-row launch's epilogue inputs that the launch just before it does not write: the bias of rows g and g + 8,
+// for a RoPE epilogue the step's cos / sin of the thread's pair and token 0's KV slot (uploaded before the step's first
+// kernel), and a settled accumulating job's y (MatmulJob::y_settled). The bulk kernel reads them before pdl_wait, so
+// the end of its critical path waits on no load; only the lanes that write outputs at n = 1 (quarter 0 of a part-0
+// warp) read them.
 struct EpiIn {
   float ba = 0.0f, bb = 0.0f, cs = 0.0f, sn = 0.0f;
+  float ya = 0.0f, yb = 0.0f;
   int32_t slot = -1;
 };
 
@@ -380,6 +382,10 @@ __device__ __forceinline__ EpiIn epilogue_inputs(const MmaParams& P, const Tile&
     e.sn = __ldg(P.rope_sin + j);
   }
   if (Y.rope == 2 || Y.rope == 3) e.slot = __ldg(P.rope_slot);
+  if (Y.accumulate == 2) {
+    e.ya = Y.y[r];
+    e.yb = r + 8 < T.out ? Y.y[r + 8] : 0.0f;
+  }
   return e;
 }
 
@@ -417,20 +423,12 @@ __device__ __forceinline__ void rope_epilogue(const MmaParams& P, const Tile& T,
   }
 }
 
-// A bulk launch's y values that a settled accumulating job adds to (rows g and g + 8 of the thread's tile,
-// token 0: the outputs a lane of quarter 0 writes), read before pdl_wait; unused otherwise.
-__device__ __forceinline__ float2 settled_y(const MmaParams& P, const Tile& T, const MmaJob& Y) {
-  if (Y.accumulate != 2 || T.kpart != 0 || T.tq != 0) return make_float2(0.0f, 0.0f);
-  const int64_t r = T.row0 + T.gq;
-  return make_float2(r < T.out ? Y.y[r] : 0.0f, r + 8 < T.out ? Y.y[r + 8] : 0.0f);
-}
-
 // Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs. PRE (the bulk
-// kernel, n = 1): pre holds settled_y, the y values a settled accumulating job adds to, and epi the epilogue inputs.
+// kernel, n = 1): epi holds the epilogue inputs, read before pdl_wait.
 template <int NT, int NW, bool GLU, bool PRE = false>
 __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tok0,
                                          const float (&acc)[NW][NT][4], float (*red)[NW][32][4],
-                                         float2 pre = make_float2(0.0f, 0.0f), const EpiIn& epi = EpiIn{}) {
+                                         const EpiIn& epi = EpiIn{}) {
   const int ks = P.ks;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
@@ -480,7 +478,7 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
         float val = v[0][i];
         if (Y.bias) val = __fadd_rn(val, PRE ? (i == 0 ? epi.ba : epi.bb) : __ldg(Y.bias + r));
         // A settled job's y was read before pdl_wait (one row: only token 0, i = 0 and 2, is written).
-        const float base = PRE && Y.accumulate == 2 ? (i == 0 ? pre.x : pre.y) : Y.accumulate ? *yp : 0.0f;
+        const float base = PRE && Y.accumulate == 2 ? (i == 0 ? epi.ya : epi.yb) : Y.accumulate ? *yp : 0.0f;
         *yp = Y.accumulate ? __fadd_rn(base, val) : val;
       }
     }
@@ -851,7 +849,6 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
     }
     for (int c = 0; c < min(R, nch); ++c) issue(c);
   }
-  const float2 pre = GLU ? make_float2(0.0f, 0.0f) : settled_y(P, T, *J[0]);
   const EpiIn epi = GLU ? EpiIn{} : epilogue_inputs(P, T, *J[0]);
   pdl_wait();
   pdl_trigger();
@@ -908,7 +905,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
       }
     }
   }
-  epilogue<1, NW, GLU, true>(P, T, *J[0], 0, acc, red, pre, epi);
+  epilogue<1, NW, GLU, true>(P, T, *J[0], 0, acc, red, epi);
 }
 
 // Prepares x [n, ldx] (optionally rms_norm(x)·w) in mma form for the direct kernel: one block per token,
