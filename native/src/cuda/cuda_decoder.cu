@@ -122,12 +122,13 @@ constexpr int64_t kAheadMaxRows = 1024;
 
 // Byte offsets of the per-step integer metadata inside one buffer (fixed while the capacities are).
 struct MetaLayout {
-  // Uploaded per step: tokens .. ahead_src (the prefix before mask_of). mask_of is uploaded by the sampling, and
-  // tokens_out is written on the device (a step ahead reads the previous step's argmax tokens from it).
+  // Uploaded per step, in one copy: tokens .. floats (the prefix before mask_of; floats: the RoPE tables and q
+  // scales, `fbytes`). mask_of is uploaded by a sampling with masks, and tokens_out is written on the device (a step
+  // ahead reads the previous step's argmax tokens from it).
   size_t tokens = 0, slot = 0, table_off = 0, q_pos = 0, kv_end = 0, logit_rows = 0, tables = 0, ahead_src = 0,
-         mask_of = 0, tokens_out = 0, total = 0;
+         floats = 0, mask_of = 0, tokens_out = 0, total = 0;
   MetaLayout() = default;
-  MetaLayout(int64_t Tc, int64_t Mc, int64_t Bc) {
+  MetaLayout(int64_t Tc, int64_t Mc, int64_t Bc, size_t fbytes) {
     size_t o = 0;
     auto take = [&](int64_t n) { const size_t at = o; o += align_up(size_t(n) * sizeof(int32_t)); return at; };
     tokens = take(Tc);
@@ -138,6 +139,8 @@ struct MetaLayout {
     logit_rows = take(Mc);
     tables = take(Bc);
     ahead_src = take(Tc);
+    floats = o;
+    o += align_up(fbytes);
     mask_of = take(Mc);
     tokens_out = take(Mc);
     total = o;
@@ -208,7 +211,7 @@ bool same_draw(const SampleParams& a, const SampleParams& b) {
 // Host staging of one enqueued step (page-locked: the copies are async): its metadata, RoPE tables and sampling
 // rows, and where its sampled tokens land. `done` is recorded after the step's last copy out of or into it.
 struct Staging {
-  PinnedBuffer meta, fmeta, mask;
+  PinnedBuffer meta, mask;
   cudaEvent_t done = nullptr;
 };
 
@@ -351,22 +354,23 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const float* upload_floats(const std::vector<float>& v) {
     return v.empty() ? nullptr : static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
   }
-  // `matmul_only`: no kernel but a matmul reads it (not the embedding), so under Fast its codes and scales may be tiled.
+  // `tileable`: the kernels that read it take the tiled layout (the matmuls, embed_rows), so under Fast its codes and
+  // scales are tiled.
   // `perm`: the rows in this order (perm[p] = the host row at row p), a copy of their own.
-  DevWeight upload_weight(const Weight& w, bool matmul_only = true, const std::vector<int64_t>* perm = nullptr) {
+  DevWeight upload_weight(const Weight& w, bool tileable = true, const std::vector<int64_t>* perm = nullptr) {
     if (perm) return upload_permuted(w, *perm);
-    // The tied head is the embedding: one device copy serves both (row-major, as the embedding gather reads it).
+    // The tied head is the embedding: one device copy serves both (upload_weights says in which layout).
     for (const auto& [host, dev] : uploaded_)
       if (host == w.data) return dev;
-    const DevWeight d = upload_copy(w, matmul_only);
+    const DevWeight d = upload_copy(w, tileable);
     uploaded_.push_back({w.data, d});
     return d;
   }
   // A device copy of w of its own (no sharing with an earlier upload).
-  DevWeight upload_copy(const Weight& w, bool matmul_only) {
+  DevWeight upload_copy(const Weight& w, bool tileable) {
     // The format check needs non-null scale pointers only: the host ones stand in until the upload.
     DevWeight d = device_view(w, nullptr, w.scales, w.biases);
-    d.tiled = matmul_only && precision_ == Precision::Fast && mma_format_supported(d);
+    d.tiled = tileable && precision_ == Precision::Fast && mma_format_supported(d);
     if (d.tiled) {
       const size_t words = tiled_words(w.out, w.in, w.bits);
       const auto t = std::make_unique_for_overwrite<uint32_t[]>(words);  // every word is written: no zero fill first
@@ -400,7 +404,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     c.data = codes.data();
     c.scales = scale_row ? scales.data() : nullptr;
     c.biases = scale_row ? biases.data() : nullptr;
-    return upload_copy(c, /*matmul_only=*/true);  // its host copy dies here: never a dedup key
+    return upload_copy(c, /*tileable=*/true);  // its host copy dies here: never a dedup key
   }
   static std::vector<float> permuted(const std::vector<float>& v, const std::vector<int64_t>& perm) {
     if (v.empty()) return v;
@@ -422,7 +426,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (int64_t(host_->info().weight_bytes) > free_before)
       throw std::runtime_error("the weights (" + std::to_string(host_->info().weight_bytes >> 20) +
                                " MiB) do not fit in the GPU's free memory (" + std::to_string(free_before >> 20) + " MiB)");
-    embed_ = upload_weight(*parts_.embed, /*matmul_only=*/false);
+    // A tied embedding is tiled under Fast (embed_rows reads that layout too), so the head takes the tiled matmul
+    // kernels; an embedding of its own stays row-major (only the gather reads it: tiling would buy nothing).
+    embed_ = upload_weight(*parts_.embed, /*tileable=*/parts_.head->data == parts_.embed->data);
     head_ = upload_weight(*parts_.head);
     final_norm_ = upload_floats(parts_.final_norm->w);
     for (const DecoderLayer& L : *parts_.layers) {
@@ -503,11 +509,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     scratch_.reserve(o, "cudaMalloc activations");
     logits_.release();
     logits_.reserve(size_t(Mc_ * cfg_.vocab) * f, "cudaMalloc logits");
-    layout_ = MetaLayout(Tc_, Mc_, Bc_);
-    meta_.release();
-    meta_.reserve(layout_.total, "cudaMalloc step metadata");
-    for (Staging& st : stage_) st.meta.reserve(layout_.total);
-    // cos/sin [Tc, half] per RoPE spec, then q_scale [Tc].
+    // cos/sin [Tc, half] per RoPE spec, then q_scale [Tc]: offsets inside the metadata's floats.
     rope_off_.clear();
     size_t fo = 0;
     for (const RopeSpec& rs : cfg_.ropes) {
@@ -517,13 +519,13 @@ class CudaDecoder final : public Model, public DeviceLogits {
     }
     qscale_off_ = fo;
     fo += align_up(size_t(Tc_) * f);
-    fmeta_.release();
-    fmeta_.reserve(fo, "cudaMalloc RoPE tables");
+    layout_ = MetaLayout(Tc_, Mc_, Bc_, fo);
+    meta_.release();
+    meta_.reserve(layout_.total, "cudaMalloc step metadata");
+    for (Staging& st : stage_) st.meta.reserve(layout_.total);
     // Fast launches of more than one token prepare their activations in the stream's buffer: sized now, never in
     // a capture.
     matmul_reserve(stream_, Tc_, std::max<int64_t>({H, qd, cfg_.ffn}));
-    for (Staging& st : stage_) st.fmeta.reserve(fo);
-    fmeta_bytes_ = fo;
   }
 
   // The step's metadata and RoPE tables through `st` (first waiting for that staging's previous copies); src: a
@@ -555,22 +557,21 @@ class CudaDecoder final : public Model, public DeviceLogits {
     }
     for (size_t i = 0; i < b.logit_rows.size(); ++i) logit_rows[i] = int32_t(b.logit_rows[i]);
     if (src) std::memcpy(st.meta.as<int32_t>(layout_.ahead_src), src->data(), src->size() * sizeof(int32_t));
-    // Not mask_of and tokens_out: the sampling uploads the one, and the previous step's argmax may still be in them.
-    check(cudaMemcpyAsync(meta_.as<void>(), st.meta.as<void>(), layout_.mask_of, cudaMemcpyHostToDevice, stream_),
-          "upload step metadata");
 
     for (size_t r = 0; r < cfg_.ropes.size(); ++r) {
       const RopeTable t = rope_table(cfg_.ropes[r], b.positions.data(), T);
-      std::memcpy(st.fmeta.as<float>(rope_off_[r].first), t.cos.data(), t.cos.size() * sizeof(float));
-      std::memcpy(st.fmeta.as<float>(rope_off_[r].second), t.sin.data(), t.sin.size() * sizeof(float));
+      std::memcpy(st.meta.as<float>(layout_.floats + rope_off_[r].first), t.cos.data(), t.cos.size() * sizeof(float));
+      std::memcpy(st.meta.as<float>(layout_.floats + rope_off_[r].second), t.sin.data(), t.sin.size() * sizeof(float));
     }
     if (cfg_.q_pos_beta != 0.0f) {
-      float* qs = st.fmeta.as<float>(qscale_off_);
+      float* qs = st.meta.as<float>(layout_.floats + qscale_off_);
       for (int64_t t = 0; t < T; ++t)
         qs[t] = 1.0f + cfg_.q_pos_beta * std::log(1.0f + std::floor(float(b.positions[size_t(t)]) / float(cfg_.q_pos_period)));
     }
-    check(cudaMemcpyAsync(fmeta_.as<void>(), st.fmeta.as<void>(), fmeta_bytes_, cudaMemcpyHostToDevice, stream_),
-          "upload RoPE tables");
+    // One copy (each copy on the stream costs the step microseconds between kernels). Not mask_of and tokens_out:
+    // the sampling uploads the one, and the previous step's argmax may still be in them.
+    check(cudaMemcpyAsync(meta_.as<void>(), st.meta.as<void>(), layout_.mask_of, cudaMemcpyHostToDevice, stream_),
+          "upload step metadata");
   }
 
   MathMode math_mode() const { return precision_ == Precision::Fast ? MathMode::Fast : MathMode::Exact; }
@@ -660,11 +661,13 @@ class CudaDecoder final : public Model, public DeviceLogits {
     std::memcpy(h + o_pens, pens.data(), pens.size() * sizeof(TokenPenalty));
     // Device: the same bytes from o_dtok on (tokens of the drawn rows first).
     char* d = mask_dev_.as<char>() - o_dtok;
-    check(cudaMemcpyAsync(d + o_rows, h + o_rows, bytes - o_rows, cudaMemcpyHostToDevice, stream_), "upload sampling rows");
+    if (bytes > o_rows)  // none for plain greedy rows: no copy between the head and the argmax
+      check(cudaMemcpyAsync(d + o_rows, h + o_rows, bytes - o_rows, cudaMemcpyHostToDevice, stream_), "upload sampling rows");
     const uint32_t* d_masks = reinterpret_cast<const uint32_t*>(d + o_masks);
     if (!ps.plain.empty()) {
-      int32_t* d_mask_of = meta_.as<int32_t>(layout_.mask_of);
-      check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
+      int32_t* d_mask_of = n_masks > 0 ? meta_.as<int32_t>(layout_.mask_of) : nullptr;  // null: no row has a mask
+      if (d_mask_of)
+        check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
       argmax_rows(logits_.as<float>(), m, V, d_masks, d_mask_of, meta_.as<int32_t>(layout_.tokens_out), stream_);
       check(cudaMemcpyAsync(h + o_tok, meta_.as<int32_t>(layout_.tokens_out), size_t(m) * sizeof(int32_t),
                             cudaMemcpyDeviceToHost, stream_), "fetch tokens");
@@ -844,7 +847,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
     float* logits = logits_.as<float>();        // [m, vocab]
     const int32_t* erows = embeds_dev_.as<int32_t>();
     const float* edata = ne ? embeds_dev_.as<float>(align_up(size_t(ne) * sizeof(int32_t))) : nullptr;
-    const float* qscale = d.q_pos_beta != 0.0f ? fmeta_.as<float>(qscale_off_) : nullptr;
+    const float* qscale = d.q_pos_beta != 0.0f ? meta_.as<float>(layout_.floats + qscale_off_) : nullptr;
     AttnTokens tok;
     tok.table_off = meta_.as<int32_t>(layout_.table_off);
     tok.q_pos = meta_.as<int32_t>(layout_.q_pos);
@@ -861,8 +864,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
       const DevLayer& L = layers_[size_t(l)];
       const int r = d.rope_of[size_t(l)];
       const int half = d.ropes[size_t(r)].rot_dim / 2;
-      const float* cs = fmeta_.as<float>(rope_off_[size_t(r)].first);
-      const float* sn = fmeta_.as<float>(rope_off_[size_t(r)].second);
+      const float* cs = meta_.as<float>(layout_.floats + rope_off_[size_t(r)].first);
+      const float* sn = meta_.as<float>(layout_.floats + rope_off_[size_t(r)].second);
       // The RoPE epilogue: q rotated into q, k rotated and v as is straight into the KV pool (the same values
       // rope_kv_write stores, one launch less).
       const RopeOut rope{cs, sn, slot, d.head_dim};
@@ -952,7 +955,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   std::vector<float*> kpool_, vpool_;  // per layer [num_blocks * block_size, n_kv * hd]
   // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
   int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, m_ = 0;
-  DeviceBuffer scratch_, logits_, meta_, fmeta_, embeds_dev_, mask_dev_, pen_scratch_;
+  DeviceBuffer scratch_, logits_, meta_, embeds_dev_, mask_dev_, pen_scratch_;
   PinnedBuffer embeds_host_;
   // Host staging: [0] steps the executor asked for, [1] and [2] (in turn) steps enqueued ahead.
   Staging stage_[3];
@@ -976,7 +979,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   MetaLayout layout_;
   size_t off_h_ = 0, off_xn_ = 0, off_q_ = 0, off_k_ = 0, off_v_ = 0, off_att_ = 0, off_o_ = 0, off_g_ = 0, off_u_ = 0, off_sel_ = 0;
   std::vector<std::pair<size_t, size_t>> rope_off_;  // per RoPE spec: byte offsets of cos and sin
-  size_t qscale_off_ = 0, fmeta_bytes_ = 0;
+  size_t qscale_off_ = 0;
   using GraphKey = std::tuple<int64_t, int64_t, MathMode, int64_t>;  // (tokens, logit rows, arithmetic, keys_bound)
   std::map<GraphKey, cudaGraphExec_t> graphs_;
   std::set<GraphKey> eager_seen_;  // step shapes that ran once without a graph

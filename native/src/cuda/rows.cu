@@ -28,9 +28,24 @@ __global__ void __launch_bounds__(kRowThreads) embed_rows_kernel(const DevWeight
     return;
   }
   const int64_t words = E.in * E.bits / 32;  // uint32 words per packed row
-  const uint32_t* pr = static_cast<const uint32_t*>(E.data) + r * words;
   const int64_t ng = E.in / E.group;
   const uint32_t mask = (1u << E.bits) - 1u;
+  if (E.tiled) {
+    // A tied head's tiled copy (tiled_codes.h): row r is half h of lane row r % 8 in 16-row tile t. Its word
+    // g·4·wpt + q·wpt + j of the row-major layout (group g, quarter q) sits at ((t·ng + g)·32 + 4·(r % 8) + q)·2·wpt
+    // + h·wpt + j, with the same bits; scale and bias at ((t·ng + g)·8 + r % 8)·4 + 2h and the element after.
+    const int64_t wpt = E.group * E.bits / 128, t = r >> 4, ra = r & 7, h = (r >> 3) & 1;
+    const uint32_t* tile = static_cast<const uint32_t*>(E.data) + t * ng * 64 * wpt;  // [ng][32 lanes][2][wpt]
+    for (int64_t i = threadIdx.x; i < E.in; i += kRowThreads) {
+      const int64_t bit = i * E.bits, w = bit >> 5, g = w / (4 * wpt), q = (w / wpt) & 3;
+      const uint32_t code = (tile[((g * 32 + 4 * ra + q) * 2 + h) * wpt + w % wpt] >> (bit & 31)) & mask;
+      const int64_t sq = ((t * ng + g) * 8 + ra) * 4 + 2 * h;
+      const float v = fmaf(load_elem(E.scales, sq, dt), float(code), load_elem(E.scales, sq + 1, dt));
+      o[i] = __fmul_rn(v, scale);
+    }
+    return;
+  }
+  const uint32_t* pr = static_cast<const uint32_t*>(E.data) + r * words;
   for (int64_t i = threadIdx.x; i < E.in; i += kRowThreads) {
     // LSB-first bit stream (quant/packed_bits.h); a code may straddle two words for 3/5/6 bits.
     const int64_t bit = i * E.bits;
@@ -87,6 +102,8 @@ void embed_rows(const DevWeight& E, const int32_t* ids, int64_t n, float scale, 
       (E.bits < 1 || E.bits > 8 || E.group <= 0 || E.in % E.group != 0 || (E.in * E.bits) % 32 != 0))
     throw std::runtime_error("embed_rows: bad affine layout (bits " + std::to_string(E.bits) + ", group " +
                              std::to_string(E.group) + ", in " + std::to_string(E.in) + ")");
+  if (E.tiled && (E.kind != WeightKind::Affine || (E.bits != 4 && E.bits != 8) || E.group % 32 != 0 || E.scales != E.biases))
+    throw std::runtime_error("embed_rows: a tiled table is 4/8-bit affine with groups of 32k, scales and biases together");
   launch(embed_rows_kernel, dim3(unsigned(n)), dim3(kRowThreads), 0, s, "embed_rows launch", E, ids, scale, out);
 }
 
