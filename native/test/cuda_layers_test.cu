@@ -778,6 +778,37 @@ void test_embed() {
   }
 }
 
+// copy_bytes between device buffers and page-locked host memory, aligned (16-byte words, then a tail) and not.
+void test_copy_bytes() {
+  const size_t cap = (size_t(1) << 20) + 64;
+  std::vector<uint8_t> pattern(cap);
+  for (size_t i = 0; i < cap; ++i) pattern[i] = uint8_t((i * 131 + 7) >> 3);
+  uint8_t* host = nullptr;
+  cu::check(cudaHostAlloc(reinterpret_cast<void**>(&host), cap, cudaHostAllocDefault), "cudaHostAlloc");
+  Dev<uint8_t> a(pattern), b(cap);
+  for (size_t bytes : {size_t(4), size_t(16), size_t(100), size_t(4096 + 12), size_t(1) << 20})
+    for (size_t off : {size_t(0), size_t(3)}) {
+      const std::string what = std::to_string(bytes) + " bytes" + (off ? " unaligned" : "");
+      cu::check(cudaMemset(b.p, 0, cap), "cudaMemset");
+      cu::copy_bytes(b.p + off, a.p + 2 * off, bytes, false, nullptr);  // device -> device
+      device_sync();
+      std::vector<uint8_t> got = b.download();
+      bool ok = std::memcmp(got.data() + off, pattern.data() + 2 * off, bytes) == 0 && got[off + bytes] == 0;
+      std::memset(host, 0, cap);
+      cu::copy_bytes(host + off, a.p + off, bytes, false, nullptr);  // device -> host
+      device_sync();
+      ok = ok && std::memcmp(host + off, pattern.data() + off, bytes) == 0 && host[off + bytes] == 0;
+      for (size_t i = 0; i < cap; ++i) host[i] = uint8_t(~pattern[i]);
+      cu::check(cudaMemset(b.p, 0, cap), "cudaMemset");
+      cu::copy_bytes(b.p + off, host + off, bytes, true, nullptr);  // host -> device, read before the wait
+      device_sync();
+      got = b.download();
+      ok = ok && std::memcmp(got.data() + off, host + off, bytes) == 0 && got[off + bytes] == 0;
+      report_bool("copy_bytes " + what, ok, ok ? "device/host copies exact, nothing past the end" : "bytes differ");
+    }
+  cudaFreeHost(host);
+}
+
 void test_rows() {
   const int64_t dim = 300, rows_total = 20, n = 4;
   const std::vector<float> base = rand_vec(size_t(rows_total * dim)), src = rand_vec(size_t(n * dim));
@@ -916,6 +947,7 @@ int main() {
     test_rope_kv_write();
     test_embed();
     test_rows();
+    test_copy_bytes();
     test_argmax();
     time_decode_attention();
   });

@@ -61,7 +61,7 @@ __global__ void ahead_tokens_kernel(int32_t* __restrict__ tokens, const int32_t*
   tokens[i] = t < 0 ? 0 : t;  // a failed draw (-1): any valid id; that row's next step cannot match it
 }
 
-// Device or page-locked host memory (pinned, so the per-step uploads are true async copies), freed on
+// Device or page-locked host memory (pinned: the device reads and writes it directly, copy_bytes), freed on
 // destruction; reserve() only ever grows it, and a regrow drops the old contents.
 struct DeviceMemory {
   static cudaError_t alloc(void** p, size_t n) { return cudaMalloc(p, n); }
@@ -568,10 +568,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
       for (int64_t t = 0; t < T; ++t)
         qs[t] = 1.0f + cfg_.q_pos_beta * std::log(1.0f + std::floor(float(b.positions[size_t(t)]) / float(cfg_.q_pos_period)));
     }
-    // One copy (each copy on the stream costs the step microseconds between kernels). Not mask_of and tokens_out:
-    // the sampling uploads the one, and the previous step's argmax may still be in them.
-    check(cudaMemcpyAsync(meta_.as<void>(), st.meta.as<void>(), layout_.mask_of, cudaMemcpyHostToDevice, stream_),
-          "upload step metadata");
+    // One copy, by a kernel (copy_bytes: no copy-engine operation between the step's kernels). Not mask_of and
+    // tokens_out: the sampling uploads the one, and the previous step's argmax may still be in them.
+    copy_bytes(meta_.as<void>(), st.meta.as<void>(), layout_.mask_of, /*src_ready=*/true, stream_);
   }
 
   MathMode math_mode() const { return precision_ == Precision::Fast ? MathMode::Fast : MathMode::Exact; }
@@ -667,16 +666,15 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (!ps.plain.empty()) {
       int32_t* d_mask_of = n_masks > 0 ? meta_.as<int32_t>(layout_.mask_of) : nullptr;  // null: no row has a mask
       if (d_mask_of)
-        check(cudaMemcpyAsync(d_mask_of, mask_of, size_t(m) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_), "upload mask rows");
+        copy_bytes(d_mask_of, mask_of, size_t(m) * sizeof(int32_t), /*src_ready=*/true, stream_);
       argmax_rows(logits_.as<float>(), m, V, d_masks, d_mask_of, meta_.as<int32_t>(layout_.tokens_out), stream_);
-      check(cudaMemcpyAsync(h + o_tok, meta_.as<int32_t>(layout_.tokens_out), size_t(m) * sizeof(int32_t),
-                            cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+      copy_bytes(h + o_tok, meta_.as<int32_t>(layout_.tokens_out), size_t(m) * sizeof(int32_t), false, stream_);
     }
     if (nd > 0) {
       int32_t* d_tok = reinterpret_cast<int32_t*>(d + o_dtok);
       sample_rows(logits_.as<float>(), V, reinterpret_cast<const SampleRow*>(d + o_rows), nd, d_masks,
                   reinterpret_cast<const TokenPenalty*>(d + o_pens), pen_scratch_.as<float>(), d_tok, stream_);
-      check(cudaMemcpyAsync(h + o_dtok, d_tok, size_t(nd) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream_), "fetch tokens");
+      copy_bytes(h + o_dtok, d_tok, size_t(nd) * sizeof(int32_t), false, stream_);
     }
     check(cudaEventRecord(st.done, stream_), "record sampling");
     return ps;

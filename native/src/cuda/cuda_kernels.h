@@ -177,6 +177,12 @@ void paged_attention_release(cudaStream_t s);
 // x[i] = cap * tanh(x[i] / cap) over n values.
 void softcap(float* x, int64_t n, float cap, cudaStream_t s);
 
+// dst[0, bytes) = src[0, bytes) by a kernel on s (a launch like the others, so the kernels around it stay chained):
+// either side may be page-locked host memory (cudaHostAlloc, addressable by the device under unified addressing), for
+// a step's small uploads and downloads. `src_ready`: nothing earlier on s writes src (host data), so the kernel reads
+// it before waiting on the previous launch. A host dst holds the bytes once an event recorded after it has fired.
+void copy_bytes(void* dst, const void* src, size_t bytes, bool src_ready, cudaStream_t s);
+
 // dst[rows[i], :] = src[i, :] (copy) or += (add), rows of width `dim`: image embeddings spliced into the
 // residual stream, DeepStack features added to it.
 void scatter_rows(const float* src, const int32_t* rows, int64_t n, int64_t dim, float* dst, bool add, cudaStream_t s);
