@@ -208,8 +208,9 @@ bool same_draw(const SampleParams& a, const SampleParams& b) {
          !has_penalties(a) && !has_penalties(b);
 }
 
-// Host staging of one enqueued step (page-locked: the copies are async): its metadata, RoPE tables and sampling
-// rows, and where its sampled tokens land. `done` is recorded after the step's last copy out of or into it.
+// Host staging of one enqueued step (page-locked: copy_bytes kernels read and write it, the larger copies are
+// async): its metadata with the RoPE tables, its sampling rows, and where its sampled tokens land. `done` is
+// recorded after the step's last copy out of or into it.
 struct Staging {
   PinnedBuffer meta, mask;
   cudaEvent_t done = nullptr;
