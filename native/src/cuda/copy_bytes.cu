@@ -1,4 +1,4 @@
-// Stream-ordered byte copies by a kernel. A step's small uploads (metadata, sampling rows) and downloads (sampled
+// Stream-ordered byte copies by a kernel. A step's small uploads (metadata, mask rows) and downloads (sampled
 // tokens) between its kernels went through cudaMemcpyAsync, and each copy-engine operation cost the chain several
 // microseconds (the kernel after it cannot start early); a kernel reading or writing page-locked host memory
 // (directly addressable under unified addressing) keeps the chain of PDL launches unbroken.
