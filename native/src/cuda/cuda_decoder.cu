@@ -275,6 +275,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
     returned_.reset();
     step_start_.reset();
     const int64_t T = int64_t(b.tokens.size()), m = int64_t(b.logit_rows.size());
+    permuted_rows_ = false;
+    for (int64_t i = 0; m == T && i < m; ++i) permuted_rows_ = permuted_rows_ || b.logit_rows[size_t(i)] != i;
     if (ahead_.live) {
       // The step enqueued ahead computed exactly this batch: its forward is this one (or is already running).
       if (!ahead_.hit && same_batch(b, ahead_.b)) {
@@ -588,7 +590,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   // launches on stream_: a graph per step shape.
   void launch_forward(int64_t T, int64_t m, int64_t keys) {
     const MathMode mode = math_mode();
-    if (!use_graphs_ || T > 512) {
+    if (!use_graphs_ || T > 512 || permuted_rows_) {  // graphs of m == T read the rows in order
       enqueue(T, m, 0, mode, keys);
       return;
     }
@@ -926,9 +928,14 @@ class CudaDecoder final : public Model, public DeviceLogits {
       if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);
     }
     if (m == 0) return;
-    gather_rows(h, meta_.as<int32_t>(layout_.logit_rows), m, H, sel, s);
     const MatmulJob hj{head_, nullptr, logits, d.vocab, false};
     const RowNorm final_norm{final_norm_, d.rms_eps};
+    if (m == T && !permuted_rows_ && can_fuse_norm(&hj, 1, m, mode)) {
+      matmul(h, H, m, &hj, 1, s, mode, &final_norm);  // every token in order (decode): the head reads h, no gather
+      if (d.final_softcap > 0) softcap(logits, m * d.vocab, d.final_softcap, s);
+      return;
+    }
+    gather_rows(h, meta_.as<int32_t>(layout_.logit_rows), m, H, sel, s);
     if (can_fuse_norm(&hj, 1, m, mode)) {
       matmul(sel, H, m, &hj, 1, s, mode, &final_norm);
     } else {
@@ -944,6 +951,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const Precision precision_;
   cudaStream_t stream_ = nullptr;
   bool use_graphs_ = true;
+  bool permuted_rows_ = false;  // this step wants a logit row of every token, not in token order (never graphed)
   bool split_glu_ = false;  // some layer runs gate and up as two matmuls (needs the up scratch)
   std::vector<void*> allocations_;  // weights and KV, freed with the model
   std::vector<std::pair<const void*, DevWeight>> uploaded_;  // host data -> device copy, during load only
