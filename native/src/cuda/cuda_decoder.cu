@@ -930,14 +930,12 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (m == 0) return;
     const MatmulJob hj{head_, nullptr, logits, d.vocab, false};
     const RowNorm final_norm{final_norm_, d.rms_eps};
-    if (m == T && !permuted_rows_ && can_fuse_norm(&hj, 1, m, mode)) {
-      matmul(h, H, m, &hj, 1, s, mode, &final_norm);  // every token in order (decode): the head reads h, no gather
-      if (d.final_softcap > 0) softcap(logits, m * d.vocab, d.final_softcap, s);
-      return;
-    }
-    gather_rows(h, meta_.as<int32_t>(layout_.logit_rows), m, H, sel, s);
-    if (can_fuse_norm(&hj, 1, m, mode)) {
-      matmul(sel, H, m, &hj, 1, s, mode, &final_norm);
+    const bool fused = can_fuse_norm(&hj, 1, m, mode);
+    // Every token in order (decode): the fused head reads h itself, no gather (the unfused one norms sel in place).
+    const bool in_order = fused && m == T && !permuted_rows_;
+    if (!in_order) gather_rows(h, meta_.as<int32_t>(layout_.logit_rows), m, H, sel, s);
+    if (fused) {
+      matmul(in_order ? h : sel, H, m, &hj, 1, s, mode, &final_norm);
     } else {
       rms_norm(sel, sel, m, H, final_norm_, d.rms_eps, s);
       matmul(sel, H, m, &hj, 1, s, mode);
