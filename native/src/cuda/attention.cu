@@ -34,9 +34,15 @@ constexpr int kChunk = 32;     // keys per chunk: one key per lane in the score/
 constexpr int kMaxH = 8;       // most heads one thread accumulates in the P·V phase
 constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the merge
 static_assert(kMaxParts == 32);
-constexpr int kFillWaves = 8;         // split launches aim for this many blocks per multiprocessor at most
+// Split launches aim for at most this many blocks per multiprocessor: kFillWaves, or kManyFillWaves once the tokens'
+// head rows alone give half the multiprocessors a block. H200, 32-key partitions: 64 sequences ran 1-3% faster with
+// 2 than 8 (prompt 128 and 1024), while 1 and 8 sequences at prompt 1024 ran 5-10% slower.
+constexpr int kFillWaves = 8;
+constexpr int kManyFillWaves = 2;
 constexpr int kMinBlocks = 32;        // blocks per key partition that few-token launches aim for (heads split)
-constexpr int kDefaultPartKeys = 64;   // keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise
+// Keys per partition unless RAPID_CUDA_ATTN_SPLIT / the setter says otherwise. 32 over 64: more blocks share a short
+// context's keys (H200, prompt 128: 3B +5% at 1 and 8 sequences, 0.5B +5% / +3%).
+constexpr int kDefaultPartKeys = 32;
 // Per-stream split-K scratch. Fixed, so it never moves under a captured graph; launches with more tokens
 // than it holds are cut into token tiles (a token's arithmetic does not depend on its tile).
 constexpr size_t kScratchBytes = size_t(64) << 20;
@@ -470,6 +476,15 @@ int current_part_keys() {
   return v >= 0 ? v : env_part_keys();
 }
 
+// Partition blocks per multiprocessor that a split launch of `rows` (token, head row) pairs aims for at most
+// (RAPID_CUDA_ATTN_FILL, read once, overrides the default for every launch). Scheduling only: a block loops over the
+// partitions it is given.
+int fill_waves(int64_t rows) {
+  static const long v = env_long("RAPID_CUDA_ATTN_FILL", 0);
+  if (v > 0) return int(std::min<long>(v, 64));
+  return 2 * rows >= sm_count() ? kManyFillWaves : kFillWaves;
+}
+
 // Whether one-token launches copy their older keys before pdl_wait (RAPID_CUDA_ATTN_EARLY, read once; default 1).
 // Scheduling only: the same keys reach the same places.
 bool attn_early() {
@@ -577,8 +592,9 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   // Partition blocks per (token, head row): one per partition of the bound, fewer for many tokens, which fill
   // the GPU with fewer blocks each (they loop): idle blocks of tokens with short contexts cost more than the
   // loop. Z and the stages only shape the launch, never a token's arithmetic.
-  const int64_t fill = int64_t(kFillWaves) * sm_count();
-  const int gz = int(std::clamp<int64_t>((fill + T * gy - 1) / (T * gy), 1, parts));
+  const int64_t fill = int64_t(fill_waves(T * gy)) * sm_count();
+  const int gz0 = int(std::clamp<int64_t>((fill + T * gy - 1) / (T * gy), 1, parts));
+  const int per = (parts + gz0 - 1) / gz0, gz = (parts + per - 1) / per;  // every block walks `per` partitions (the last fewer)
   // Token tiles that fit the scratch: [tile, n_heads, kMaxParts, hd] outputs, [tile, n_heads, kMaxParts] (m, l),
   // and the [tile, gy] partition counters in the scratch's last kCounterBytes.
   const size_t per_token = size_t(n_heads) * kMaxParts * (size_t(head_dim) * sizeof(float) + sizeof(float2));
