@@ -34,6 +34,7 @@ int cached_attr(std::atomic<int> (&cache)[64], cudaDeviceAttr attr, const char* 
 
 std::atomic<int> g_major[64] = {};
 std::atomic<int> g_sms[64] = {};
+std::atomic<int> g_smem_sm[64] = {};
 
 }  // namespace
 
@@ -73,6 +74,10 @@ bool bulk_copy_supported() {
 }
 
 int sm_count() { return std::max(1, cached_attr(g_sms, cudaDevAttrMultiProcessorCount, "multiprocessor count")); }
+
+size_t smem_per_sm() {
+  return size_t(std::max(0, cached_attr(g_smem_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, "shared memory per SM")));
+}
 
 bool allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes) {
   constexpr size_t kDefault = size_t(48) << 10;  // dynamic plus static, without an opt-in

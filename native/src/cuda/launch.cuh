@@ -42,6 +42,9 @@ bool bulk_copy_supported();
 // Multiprocessors of the current device (read once per device): launch shapes that aim to fill the GPU.
 int sm_count();
 
+// Shared memory of one multiprocessor of the current device, in bytes (read once per device; 0 if unknown).
+size_t smem_per_sm();
+
 // Lets `kernel` launch with `bytes` of dynamic shared memory on the current device: above the 48 KB default a kernel
 // must opt in, per device (a second GPU needs its own opt-in), so the largest size set is kept per (kernel, device).
 // False, with nothing changed, when bytes plus the kernel's static shared memory exceed the device's opt-in limit.

@@ -34,7 +34,8 @@
 // takes the bulk kernel, see bulk_mode), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
 // process-wide constant, so every n of a weight still gets the same split), RAPID_CUDA_MM_NT (most token subtiles of
 // 8 per direct-kernel block), RAPID_CUDA_MM_SETTLED (0: a bulk launch reads the y it accumulates into after pdl_wait
-// even when the job says no launch just before writes it).
+// even when the job says no launch just before writes it), RAPID_CUDA_MM_SPREAD (0: one-row launches of at most one
+// block per multiprocessor let the block scheduler pair their blocks up, see spread_blocks).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdlib>
@@ -870,33 +871,41 @@ __global__ void __launch_bounds__(kThreads, 2) mma_bulk_kernel(const __grid_cons
       mbar_wait(ring_bar + (c % R), uint32_t((c / R) & 1));
       const int g0 = gbeg + c * C, cnt = min(C, gend - g0);
       const char* slot = ring + (c % R) * (NW * C * GB) + T.lane * (2 * WPT * 4);
+      // Group u of the slot into acc (the groups' mma chains are independent; only acc orders them).
+      auto take = [&](int u) {
+        const int g = g0 + u;
+        GroupData<WPT, NW> d;
 #pragma unroll
-      for (int u = 0; u < C; ++u) {
-        if (u < cnt) {
-          const int g = g0 + u;
-          GroupData<WPT, NW> d;
+        for (int w = 0; w < NW; ++w) {
+          const uint32_t* src = reinterpret_cast<const uint32_t*>(slot + (w * C + u) * GB);
+          if constexpr (WPT == 1) {
+            const uint2 v = *reinterpret_cast<const uint2*>(src);
+            d.wa[w][0] = v.x, d.wb[w][0] = v.y;
+          } else {
 #pragma unroll
-          for (int w = 0; w < NW; ++w) {
-            const uint32_t* src = reinterpret_cast<const uint32_t*>(slot + (w * C + u) * GB);
-            if constexpr (WPT == 1) {
-              const uint2 v = *reinterpret_cast<const uint2*>(src);
-              d.wa[w][0] = v.x, d.wb[w][0] = v.y;
-            } else {
+            for (int i = 0; i < 2 * WPT; i += 4) {
+              const uint4 v = *reinterpret_cast<const uint4*>(src + i);
+              const uint32_t q[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-              for (int i = 0; i < 2 * WPT; i += 4) {
-                const uint4 v = *reinterpret_cast<const uint4*>(src + i);
-                const uint32_t q[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                  if (i + k < WPT) d.wa[w][i + k] = q[k];
-                  else d.wb[w][i + k - WPT] = q[k];
-                }
+              for (int k = 0; k < 4; ++k) {
+                if (i + k < WPT) d.wa[w][i + k] = q[k];
+                else d.wb[w][i + k - WPT] = q[k];
               }
             }
-            take_quad<SDT, true>(sq + w * int(tstride) + g * kQuadGroupBytes<SDT>, d, w);
           }
-          group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
+          take_quad<SDT, true>(sq + w * int(tstride) + g * kQuadGroupBytes<SDT>, d, w);
         }
+        group_mma<BITS, G, 1, NW, SDT>(d, frag + g * frag_words(G), sums + g, 0, 1, T.gq, T.tq, acc);
+      };
+      // A whole slot has no per-group branch, so the compiler can interleave its groups' mma chains (one chain per
+      // basic block left each group's loads, unpacking and four dependent mma steps to run back to back).
+      if (cnt == C) {
+#pragma unroll
+        for (int u = 0; u < C; ++u) take(u);
+      } else {
+#pragma unroll
+        for (int u = 0; u < C; ++u)
+          if (u < cnt) take(u);
       }
       __syncwarp();  // every lane has read the slot
       if (issuer && c + R < nch) {
@@ -1081,11 +1090,27 @@ int64_t gemv_max() {
   return v;
 }
 
+// Whether a one-row launch of at most one block per multiprocessor asks for more than half a multiprocessor's shared
+// memory, so that no two of its blocks share one (RAPID_CUDA_MM_SPREAD, read once; default 1; scheduling only). The
+// block scheduler otherwise pairs them up while other multiprocessors get none: in the H200 decode chain at batch 1
+// about 9 in 10 of the Qwen2.5-3B down projection's 128 blocks shared a multiprocessor, and these launches are bound by
+// their multiprocessors' work. Spread: 3B +4.4%, 0.5B +0.5% at batch 1 (same run). A block of the next launch still fits
+// beside one (its loads still start early).
+bool spread_blocks() {
+  static const bool v = env_long("RAPID_CUDA_MM_SPREAD", 1) != 0;
+  return v;
+}
+
 // Launches a one-row kernel (gemv or bulk: a block per row tile, `smem` dynamic bytes on top of their static
 // partial-sum tree and norm reduction); false, with nothing launched, when that exceeds the device's shared memory.
 bool launch_one_row(void (*kernel)(MmaParams), bool glu, const MmaParams& P, cudaStream_t s, int64_t row_tiles,
                     size_t smem) {
   const size_t stat = sizeof(float) * size_t(kWarps) * (glu ? 2 : 1) * 32 * 4 + sizeof(double) * kWarps + 16;
+  if (spread_blocks() && row_tiles <= sm_count()) {
+    // Two blocks of (dynamic + static + the 1 KB the driver reserves) bytes each then exceed one multiprocessor.
+    const size_t half = smem_per_sm() / 2 + 16;
+    if (smem + stat + 1024 < half) smem = half - stat - 1024;
+  }
   if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, stat)) return false;
   launch(kernel, dim3{unsigned(row_tiles)}, dim3{unsigned(kThreads)}, smem, s, "cuda::matmul (fast) launch", P);
   return true;
