@@ -1094,8 +1094,8 @@ int64_t gemv_max() {
 // memory, so that no two of its blocks share one (RAPID_CUDA_MM_SPREAD, read once; default 1; scheduling only). The
 // block scheduler otherwise pairs them up while other multiprocessors get none: in the H200 decode chain at batch 1
 // about 9 in 10 of the Qwen2.5-3B down projection's 128 blocks shared a multiprocessor, and these launches are bound by
-// their multiprocessors' work. Spread: 3B +4.4%, 0.5B +0.5% at batch 1 (same run). A block of the next launch still fits
-// beside one (its loads still start early).
+// their multiprocessors' work. Spread: 3B +4.4%, 0.5B +0.5% at batch 1 (same run). In those shapes a block of the next
+// launch still fits beside one, so its loads still start early; a larger next block would wait for this one to end.
 bool spread_blocks() {
   static const bool v = env_long("RAPID_CUDA_MM_SPREAD", 1) != 0;
   return v;
