@@ -551,6 +551,27 @@ void test_bulk(std::mt19937& rng) {
     }
     report(all, "fast bulk n=1 " + f.name(), all ? "bitwise equal to the row-major gemv kernel (in 512, 11008)" : "differs:" + where);
   }
+  // A GLU of more 8-warp blocks than an H200 has multiprocessors (689 tiles at a K split of 2: 173), so the bulk
+  // launch takes blocks of 4 warps (RAPID_CUDA_MM_GLU_WARPS, default 4), its last block with a tile without rows.
+  {
+    const Format f{WeightKind::Affine, 4, 64, DType::BF16};
+    const int64_t in = 2048, ffn = 689 * 16;
+    TestWeight G = make_weight(f, ffn, in, rng), U = make_weight(f, ffn, in, rng);
+    std::vector<DevBuf> keep;
+    const cuda::DevWeight Gt = tiled_copy(G, keep), Ut = tiled_copy(U, keep);
+    const std::vector<float> nw = random_vec(size_t(in), rng, 0.5f), x = random_vec(size_t(in), rng);
+    DevBuf d_nw(nw.data(), nw.size() * 4), d_x(x.data(), x.size() * 4);
+    const cuda::RowNorm norm{d_nw.f(), 1e-6f};
+    DevBuf g[2] = {DevBuf(size_t(ffn) * 4), DevBuf(size_t(ffn) * 4)}, h[2] = {DevBuf(size_t(ffn) * 4), DevBuf(size_t(ffn) * 4)};
+    for (int v = 0; v < 2; ++v) {
+      cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 0, g[v].f(), s, cuda::MathMode::Fast);
+      cuda::matmul_glu(d_x.f(), 1, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), s, cuda::MathMode::Fast, &norm);
+    }
+    ck(cudaStreamSynchronize(s), "bulk glu");
+    const bool gs = same_bits(g[0], g[1], ffn), hs = same_bits(h[0], h[1], ffn);
+    report(gs && hs, "fast bulk n=1 glu " + std::to_string(ffn) + "x" + std::to_string(in) + " " + f.name(),
+           gs && hs ? "bitwise equal to the row-major gemv kernel" : std::string("differs:") + (gs ? "" : " glu") + (hs ? "" : " glu+norm"));
+  }
   ck(cudaStreamDestroy(s), "stream");
 }
 
