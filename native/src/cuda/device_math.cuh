@@ -64,14 +64,20 @@ __device__ __forceinline__ void warp_best(float& bv, int32_t& bi) {
 // Threads of a block that reduces one row with row_inv_rms.
 constexpr int kNormThreads = 256;
 
-// 1 / sqrt(mean(x^2) + eps) of a row, as norm.cpp: float(ss / dim) + eps, IEEE sqrt and division; ss is this
-// thread's f64 sum of squares over elements threadIdx.x, +kNormThreads, ... . Call with all kNormThreads threads
-// of the block (fixed shuffle tree, then warps in order); every thread gets the result.
-__device__ __forceinline__ float row_inv_rms(double ss, int64_t dim, float eps) {
+// 1 / sqrt(mean(x^2) + eps) of a row, as norm.cpp: float(ss / dim) + eps, IEEE sqrt and division; ss[v] is the f64
+// sum of squares over elements t, t + kNormThreads, ... of thread t = threadIdx.x + v·KT (a block of KT threads holds
+// V = kNormThreads / KT of them each). Call with all KT threads of the block (fixed shuffle tree, then the
+// kNormThreads / 32 warp sums in order, so any KT gives the same bits); every thread gets the result.
+template <int KT, int V>
+__device__ __forceinline__ float row_inv_rms_parts(const double (&ss)[V], int64_t dim, float eps) {
+  static_assert(KT * V == kNormThreads, "the partial sums cover kNormThreads threads");
   __shared__ double part[kNormThreads / 32];
   __shared__ float inv_s;
-  ss = warp_sum_f64(ss);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = ss;
+#pragma unroll
+  for (int v = 0; v < V; ++v) {
+    const double w = warp_sum_f64(ss[v]);
+    if ((threadIdx.x & 31) == 0) part[(threadIdx.x >> 5) + v * (KT / 32)] = w;
+  }
   __syncthreads();
   if (threadIdx.x == 0) {
     double tot = 0;
@@ -80,6 +86,12 @@ __device__ __forceinline__ float row_inv_rms(double ss, int64_t dim, float eps) 
   }
   __syncthreads();
   return inv_s;
+}
+
+// row_inv_rms_parts with kNormThreads threads, ss this thread's sum.
+__device__ __forceinline__ float row_inv_rms(double ss, int64_t dim, float eps) {
+  const double parts[1] = {ss};
+  return row_inv_rms_parts<kNormThreads, 1>(parts, dim, eps);
 }
 
 // row_inv_rms of the row xr [dim]: each thread's f64 sum of squares over its elements, in order (the CPU's

@@ -675,28 +675,6 @@ __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm)
 
 // The gemv kernels' activations: all of x (or rms_norm(x)·w) converted once per block into shared memory at smem
 // (gemv_smem bytes): frag [ng][4][2S] u32, sums [ng]. Ends with a block barrier (every thread must call it).
-// A fused norm's 1/rms from the sums of squares of V of rms_norm_kernel's kNormThreads threads per thread (thread t
-// holds threads t + v·KT): the same warp sums and the same order over them as row_inv_rms, so bitwise the same.
-template <int KT, int V>
-__device__ __forceinline__ float row_inv_rms_parts(const double (&ss)[V], int64_t dim, float eps) {
-  static_assert(KT * V == kNormThreads, "the partial sums cover rms_norm_kernel's threads");
-  __shared__ double part[kNormThreads / 32];
-  __shared__ float inv_s;
-#pragma unroll
-  for (int v = 0; v < V; ++v) {
-    const double w = warp_sum_f64(ss[v]);
-    if ((threadIdx.x & 31) == 0) part[(threadIdx.x >> 5) + v * (KT / 32)] = w;
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double tot = 0;
-    for (int w = 0; w < kNormThreads / 32; ++w) tot += part[w];
-    inv_s = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(float(tot / double(dim)), eps)));
-  }
-  __syncthreads();
-  return inv_s;
-}
-
 // KT: the block's threads (kThreads, or fewer for the bulk kernel's 4-warp GLU blocks).
 template <int BITS, int G, int A, int KT = kThreads>
 __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums) {
@@ -758,8 +736,7 @@ __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_
           }
         }
     }
-    if constexpr (V == 1) inv = row_inv_rms(ss[0], K, P.eps);  // its barriers also publish xf
-    else inv = row_inv_rms_parts<KT, V>(ss, K, P.eps);
+    inv = row_inv_rms_parts<KT, V>(ss, K, P.eps);  // its barriers also publish xf
     stage(std::true_type{});
   } else {
     stage(std::false_type{});
@@ -1153,7 +1130,7 @@ bool launch_one_row(void (*kernel)(MmaParams), bool glu, const MmaParams& P, cud
 // Warps per block of a one-row GLU bulk launch whose kWarps-warp blocks outnumber the multiprocessors
 // (RAPID_CUDA_MM_GLU_WARPS: 4, the default, or 8; read once). Scheduling only: the K split, so the arithmetic, stays.
 // Twice the blocks of half the warps let the scheduler even out the warps per multiprocessor: on the H200 the
-// Qwen2.5-3B GLU (172 blocks of 8 warps over 132) measured +0.5% and +0.6% at batch 1 in two same-run A/Bs.
+// Qwen2.5-3B GLU (172 blocks of 8 warps over 132) measured +0.4% to +0.6% at batch 1 in three same-run A/Bs.
 int glu_block_warps() {
   static const int v = env_long("RAPID_CUDA_MM_GLU_WARPS", 4) == 8 ? kWarps : 4;
   return v;
