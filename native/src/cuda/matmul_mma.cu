@@ -708,10 +708,9 @@ __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_
   };
   if (P.norm_w) {
     // One read of x: each thread's strided elements (rms_norm_kernel's order, so 1/rms is bitwise the same) go to
-    // shared memory as they are summed; the staging then reads them there. NL loads go out before any is used, so
-    // x of up to NL·kThreads elements waits on L2 once.
-    // With fewer threads (KT < kNormThreads) each sums V of rms_norm_kernel's threads: element i belongs to thread
-    // i % kNormThreads, summed in order of i.
+    // shared memory as they are summed; the staging then reads them there. NL·V loads go out before any is used, so
+    // x of up to NL·kNormThreads elements waits on L2 once. With fewer threads (KT < kNormThreads) each sums V of
+    // rms_norm_kernel's threads: element i belongs to thread i % kNormThreads, summed in order of i.
     constexpr int NL = 8, V = kNormThreads / KT;
     double ss[V];
 #pragma unroll
