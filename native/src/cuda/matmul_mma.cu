@@ -1013,6 +1013,12 @@ int choose_ks(int64_t tiles16, int64_t ng) {
   return ks;
 }
 
+// Blocks of a one-job launch of `out` rows: kw / ks 16-row tiles per block.
+int64_t row_blocks(int64_t out, int ks, int kw = kWarps) {
+  const int64_t rows = int64_t(16) * (kw / ks);
+  return (out + rows - 1) / rows;
+}
+
 // A GLU launch's K split: choose_ks, halved while the launch has more blocks than multiprocessors and a warp's K part
 // would still fit its bulk ring (every code prefetched before pdl_wait). Then no multiprocessor holds two GLU blocks,
 // so each has room for a block of the down projection after it to start its prefetch early (H200, Qwen2.5-0.5B
@@ -1020,7 +1026,7 @@ int choose_ks(int64_t tiles16, int64_t ng) {
 int choose_glu_ks(int64_t rows, int64_t ng, int bits, int group) {
   const int64_t tiles16 = (rows + 15) / 16, ring = int64_t(kBulkSlots) * bulk_chunk(bits, group, true);
   int ks = choose_ks(2 * tiles16, ng);
-  while (ks > 1 && (tiles16 * ks + kWarps - 1) / kWarps > sm_count() && (ng + ks / 2 - 1) / (ks / 2) <= ring) ks /= 2;
+  while (ks > 1 && row_blocks(rows, ks) > sm_count() && (ng + ks / 2 - 1) / (ks / 2) <= ring) ks /= 2;
   return ks;
 }
 
@@ -1163,7 +1169,7 @@ bool launch_bulk_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   if constexpr (GLU) {
     constexpr int KW = 4;
     if (glu_block_warps() == KW && P.ks <= KW && row_tiles > sm_count()) {
-      const int64_t per = KW / P.ks, blocks = ((P.job[0].out + 15) / 16 + per - 1) / per;  // tiles per block: per
+      const int64_t blocks = row_blocks(P.job[0].out, P.ks, KW);
       const BulkLayout L4 = bulk_layout(BITS, G, P.ng, P.norm_w != nullptr, GLU, P.ks, SDT == 0 ? 4 : 2, KW);
       if (launch_one_row(mma_bulk_kernel<BITS, G, GLU, SDT, KW>, GLU, P, s, blocks, L4.total, KW)) return true;
     }
@@ -1311,7 +1317,6 @@ void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, i
     tiles16 += (jobs[i].w.out + 15) / 16;
   }
   P.ks = choose_ks(tiles16, P.ng);
-  const int64_t rows_per_tile = int64_t(16) * (kWarps / P.ks);
   int64_t tiles = 0;
   for (int i = 0; i < count; ++i) {
     const MatmulJob& J = jobs[i];
@@ -1323,7 +1328,7 @@ void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, i
     P.job[i].accumulate = J.accumulate ? (J.y_settled && settled_reads() ? 2 : 1) : 0;
     P.job[i].rope = J.rope;
     P.job[i].tile0 = tiles;
-    tiles += (J.w.out + rows_per_tile - 1) / rows_per_tile;
+    tiles += row_blocks(J.w.out, P.ks);
   }
   launch<false>(P, w0.bits, w0.group, tiles, s);
 }
@@ -1341,9 +1346,7 @@ void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& 
   P.job[0].ldy = gate.out;
   P.job[1] = job_of(up);
   P.ks = choose_glu_ks(gate.out, P.ng, gate.bits, gate.group);
-  const int64_t rows_per_tile = int64_t(16) * (kWarps / P.ks);
-  const int64_t tiles = (gate.out + rows_per_tile - 1) / rows_per_tile;
-  launch<true>(P, gate.bits, gate.group, tiles, s);
+  launch<true>(P, gate.bits, gate.group, row_blocks(gate.out, P.ks), s);
 }
 
 void matmul_reserve(cudaStream_t s, int64_t rows, int64_t in) {
