@@ -191,11 +191,18 @@ __host__ __device__ constexpr size_t stage_bytes(int group, int64_t groups) {  /
   return size_t(groups) * (size_t(frag_words(group)) * 4 + 4);
 }
 
+// The fused norm's weights of one quarter (E = G / 4 floats), as float4s.
+template <int G>
+struct NormQuarter {
+  float4 w[G / 16];
+};
+
 // The inputs of one quarter (E of a group's inputs) of one token, as floats: x, or rms_norm(x)·w (bitwise as
-// rms_norm_kernel writes it: (x · inv) · w); zeros when !live. SMEM: x is a shared-memory copy.
+// rms_norm_kernel writes it: (x · inv) · w); zeros when !live. SMEM: x is a shared-memory copy. ahead: the quarter's
+// norm weights when use_ahead (loaded by norm_ahead), else read here.
 template <int G, bool SMEM = false>
 __device__ __forceinline__ void load_quarter(const float* x, const float* norm_w, float inv, int64_t col, bool live,
-                                             float (&v)[G / 4]) {
+                                             float (&v)[G / 4], const NormQuarter<G>& ahead = {}, bool use_ahead = false) {
   constexpr int E = G / 4;
   if (!live) {
 #pragma unroll
@@ -212,13 +219,23 @@ __device__ __forceinline__ void load_quarter(const float* x, const float* norm_w
     const float4* wp = reinterpret_cast<const float4*>(norm_w + col);
 #pragma unroll
     for (int i = 0; i < E / 4; ++i) {
-      const float4 w = __ldg(wp + i);
+      const float4 w = use_ahead ? ahead.w[i] : __ldg(wp + i);
       v[4 * i] = __fmul_rn(__fmul_rn(v[4 * i], inv), w.x);
       v[4 * i + 1] = __fmul_rn(__fmul_rn(v[4 * i + 1], inv), w.y);
       v[4 * i + 2] = __fmul_rn(__fmul_rn(v[4 * i + 2], inv), w.z);
       v[4 * i + 3] = __fmul_rn(__fmul_rn(v[4 * i + 3], inv), w.w);
     }
   }
+}
+
+// The fused norm's weights of the thread's first staged item (item threadIdx.x of stage_x), read before pdl_wait
+// (weights are never written): otherwise their L2 read follows the x reduction on every launch's critical path.
+template <int G>
+__device__ __forceinline__ void norm_ahead(const MmaParams& P, NormQuarter<G>& a) {
+  if (!P.norm_w || int64_t(threadIdx.x) >= P.ng * 4) return;
+  const float4* wp = reinterpret_cast<const float4*>(P.norm_w + int64_t(threadIdx.x) * (G / 4));
+#pragma unroll
+  for (int i = 0; i < G / 16; ++i) a.w[i] = __ldg(wp + i);
 }
 
 // Rounds a quarter to bf16 and writes its fragments to frag[0..2S) (16-byte aligned); returns the group sum,
@@ -677,7 +694,8 @@ __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm)
 // (gemv_smem bytes): frag [ng][4][2S] u32, sums [ng]. Ends with a block barrier (every thread must call it).
 // KT: the block's threads (kThreads, or fewer for the bulk kernel's 4-warp GLU blocks).
 template <int BITS, int G, int A, int KT = kThreads>
-__device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums) {
+__device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums,
+                                        const NormQuarter<G>& ahead = {}, bool use_ahead = false) {
   constexpr int E = G / 4;
   const int64_t ng = P.ng, K = ng * G;
   float* xf = reinterpret_cast<float*>(smem);                                  // [K] with a norm, else empty
@@ -695,7 +713,9 @@ __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_
 #pragma unroll
       for (int a = 0; a < NA; ++a) {
         const int64_t it = base + a * KT + threadIdx.x;
-        load_quarter<G, SMEM>(SMEM ? xf : P.x, P.norm_w, inv, it * E, it < items, v[a]);
+        // The first pass's first item is threadIdx.x: its norm weights may have been read ahead (norm_ahead).
+        load_quarter<G, SMEM>(SMEM ? xf : P.x, P.norm_w, inv, it * E, it < items, v[a], ahead,
+                              use_ahead && base == 0 && a == 0);
       }
 #pragma unroll
       for (int a = 0; a < NA; ++a) {
@@ -861,12 +881,15 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
     for (int c = 0; c < min(R, nch); ++c) issue(c);
   }
   const EpiIn epi = GLU ? EpiIn{} : epilogue_inputs(P, T, *J[0]);
+  NormQuarter<G> ahead{};
+  norm_ahead<G>(P, ahead);
   pdl_wait();
   pdl_trigger();
 
   uint32_t* frag = nullptr;
   float* sums = nullptr;
-  stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums);  // its closing barrier also publishes the barrier initializations
+  // Its closing barrier also publishes the barrier initializations.
+  stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums, ahead, P.norm_w != nullptr);
 
   float acc[NW][1][4];
 #pragma unroll
