@@ -4,9 +4,10 @@
 // ns) and the launch's shape. A kernel's cost is its release to the next kernel's release; steps are cut at the
 // boundary kernel (by default the widest grid, the LM head of a decode step), and the figures are medians over the
 // last steps that have the usual number of kernels.
-import { readFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { median } from './median.js';
+import { formatBlockMarks, parseBlockMarks, summarizeBlockMarks } from './timeline-blocks.js';
 
 export interface TimelineRecord {
   enter: number; // ns, relative to the earliest record
@@ -136,5 +137,7 @@ export async function main(args: string[]): Promise<number> {
     throw new Error(`--boundary: "${values.boundary}" is not a hex kernel id`);
   const boundary = values.boundary === undefined ? undefined : BigInt(values.boundary.startsWith('0x') ? values.boundary : `0x${values.boundary}`);
   process.stdout.write(`${formatTimeline(summarizeTimeline(parseTimeline(readFileSync(file, 'utf8')), steps, boundary))}\n`);
+  const blocks = `${file}.blocks`;
+  if (existsSync(blocks)) process.stdout.write(`${formatBlockMarks(summarizeBlockMarks(parseBlockMarks(readFileSync(blocks, 'utf8'))))}\n`);
   return 0;
 }

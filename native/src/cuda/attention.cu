@@ -164,6 +164,8 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
   const int g0 = (int(blockIdx.y) % p.n_hgroups) * p.heads_per_block;  // first head of this block in the group
   const int Gb = min(p.heads_per_block, p.group - g0);                  // heads handled here
 
+  TL_MARKS
+  TL_MARK(0);
   // Positions and block tables are uploaded before the step's first kernel and no kernel writes them: read before
   // waiting on the previous kernel, so a block without a partition of this token (most of a one-token launch's
   // blocks: Z is sized for the longest context the launch allows) leaves at once.
@@ -250,6 +252,7 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
   }
   pdl_wait();  // q and this layer's newest keys come from the kernels before
   pdl_trigger();
+  TL_MARK(1);
   for (int i = tid; i < Gb * hd4; i += kThreads) reinterpret_cast<float4*>(Qs)[i] = q4[i];
   if (early) {
     // The newest key into its place in the early chunks (its copy was left out), visible after the chunk's barrier.
@@ -403,7 +406,12 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
       }
     }
   }
-  if (split.parts == 1) return;
+  TL_MARK(2);
+  if (split.parts == 1) {
+    TL_MARK(4);
+    TL_FLUSH(3, 0);
+    return;
+  }
   // The block that finishes the token's last partition merges its heads (no second launch): the count's release
   // publishes the block's partials, its acquire makes the others' visible, and the merge reads them in partition
   // order, whichever block runs it.
@@ -417,8 +425,17 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
     if (last) *ctr = 0;  // every block of this (token, row) has counted: ready for the next launch
   }
   __syncthreads();
-  if (!last) return;
+  TL_MARK(3);
+  if (!last) {
+    TL_FLUSH(3, 0);
+    return;
+  }
   for (int g = warp; g < Gb; g += kWarps) merge_head(p, tl, t, hq0 + g, split.parts, lane);
+#ifdef RAPID_CUDA_TIMELINE
+  __syncthreads();  // every warp's merge done
+#endif
+  TL_MARK(4);
+  TL_FLUSH(4, 0);
 }
 
 using AttnKernel = void (*)(AttnParams);

@@ -848,6 +848,8 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
   constexpr uint32_t GB = 32 * 2 * WPT * 4;  // bytes of one group of one weight's tile
   extern __shared__ uint4 smem4[];
   __shared__ float red[KW][NW][32][4];
+  TL_MARKS
+  TL_MARK(0);
   const MmaJob* J[NW];
   const Tile T = tile_jobs<GLU, NW, KW>(P, int64_t(blockIdx.x), J);
   const int ng = int(P.ng), rsub = T.warp / P.ks, gbeg = int(T.gbeg), gend = int(T.gend);
@@ -889,11 +891,13 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
   norm_ahead<G>(P, ahead);
   pdl_wait();
   pdl_trigger();
+  TL_MARK(1);
 
   uint32_t* frag = nullptr;
   float* sums = nullptr;
   // Its closing barrier also publishes the barrier initializations.
   stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums, ahead, P.norm_w != nullptr);
+  TL_MARK(2);
 
   float acc[NW][1][4];
 #pragma unroll
@@ -951,7 +955,10 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
       }
     }
   }
+  TL_MARK(3);
   epilogue<1, NW, GLU, true>(P, T, *J[0], 0, acc, red, epi);
+  TL_MARK(4);
+  TL_FLUSH(GLU ? 2 : 1, P.ng);
 }
 
 // Prepares x [n, ldx] (optionally rms_norm(x)·w) in mma form for the direct kernel: one block per token,
