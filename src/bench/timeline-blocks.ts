@@ -62,9 +62,10 @@ export interface LaunchKind {
   phases: PhaseTimes[];
 }
 
-// Blocks of one launch pass their wait within a few microseconds of each other; launches of one kind and grid are a
-// layer or a sub-block apart. A gap this long in the sorted release marks starts a new launch.
-const LAUNCH_GAP_NS = 5000;
+// Blocks of one launch pass their wait within a few microseconds of each other (the H200's 3B head, in waves: gaps up to
+// 5.4 us); launches of one kind, grid and K are a layer apart (20 us and more). A longer gap in the sorted release
+// marks starts a new launch.
+const LAUNCH_GAP_NS = 10000;
 
 /** Groups the records into launches (per tag and grid) and summarizes the last `lastLaunches` of each. */
 export function summarizeBlockMarks(records: readonly BlockRecord[], lastLaunches = 200): LaunchKind[] {
