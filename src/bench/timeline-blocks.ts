@@ -97,7 +97,7 @@ export function summarizeBlockMarks(records: readonly BlockRecord[], lastLaunche
     const phases = names.map((mark, k) => {
       const p50: number[] = [], max: number[] = [];
       for (const l of kept) {
-        const release = Math.min(...l.map((r) => r.marks[1]!));
+        const release = l[0]!.marks[1]!; // a launch's records are in release order (list was sorted)
         const at = l.flatMap((r) => (r.marks[k] === undefined ? [] : [r.marks[k]! - release]));
         if (at.length === 0) continue;
         p50.push(median(at));
