@@ -797,16 +797,25 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   epilogue<1, NW, GLU>(P, T, *J[0], 0, acc, red);  // y read here: holding it across the walk cost spills
 }
 
-// The bulk kernel's ring: R slots per warp of C groups each, C chosen so a slot holds about 2 KB of codes; GLU slots
-// 4 KB, two of them: the same bytes in flight in half the copies (a copy per weight and slot). A one-token GLU launch
-// issues its multiprocessors' many small copies fastest that way (H200, 3B shape at batch 1: +2%, same-run A/B);
-// 4 KB slots for every launch cost the 0.5B shape 1.5%.
-__host__ __device__ constexpr int bulk_slots(bool glu) { return glu ? 2 : 4; }
+// The bulk kernel's ring: R slots per warp of C groups each. A slot holds about 2 KB of codes and a warp has 4 slots;
+// GLU slots hold about 4 KB, as many fewer as keeps the same groups in flight (2 where a group is at most 2 KB): the
+// same bytes in half the copies (a copy per weight and slot). A one-token GLU launch issues its multiprocessors' many
+// small copies fastest that way (H200, 3B shape at batch 1: +2%, same-run A/B); 4 KB slots for every launch cost the
+// 0.5B shape 1.5%.
+__host__ __device__ constexpr int bulk_group_bytes(int bits, int group, bool glu) {
+  return 32 * 2 * (group * bits / 128) * 4 * (glu ? 2 : 1);  // one group of the warp's tile(s)
+}
 __host__ __device__ constexpr int bulk_chunk(int bits, int group, bool glu) {
-  const int bytes = 32 * 2 * (group * bits / 128) * 4 * (glu ? 2 : 1);  // one group of the warp's tile(s)
-  const int target = glu ? 4096 : 2048;
+  const int bytes = bulk_group_bytes(bits, group, glu), target = glu ? 4096 : 2048;
   return bytes >= target ? 1 : target / bytes;
 }
+__host__ __device__ constexpr int bulk_slots(int bits, int group, bool glu) {
+  const int bytes = bulk_group_bytes(bits, group, glu), ring = 4 * (bytes >= 2048 ? 1 : 2048 / bytes);  // groups
+  return ring / bulk_chunk(bits, group, glu);
+}
+static_assert(bulk_slots(4, 64, true) == 2 && bulk_chunk(4, 64, true) == 4, "4-bit g64 GLU: two 4 KB slots");
+static_assert(bulk_slots(4, 64, false) == 4 && bulk_chunk(4, 64, false) == 4, "4-bit g64: four 2 KB slots");
+static_assert(bulk_slots(8, 128, true) == 4 && bulk_chunk(8, 128, true) == 1, "a 4 KB GLU group: four one-group slots");
 
 // The bulk kernel's shared memory after the staged activations (gemv_smem bytes, rounded to 128): the barriers
 // (kWarps·R ring slots, then one per tile of the block), each tile's scale/bias quadruples ([NW][ng][8][4] of the
@@ -829,9 +838,9 @@ __host__ __device__ inline BulkLayout bulk_layout(int bits, int group, int64_t n
   L.group_bytes = size_t(32) * 2 * size_t(group * bits / 128) * 4;
   L.slot_bytes = size_t(nw) * size_t(bulk_chunk(bits, group, glu)) * L.group_bytes;
   L.bars = round_up(gemv_smem(group, ng, norm), 128);
-  L.scales = round_up(L.bars + sizeof(uint64_t) * size_t(kw * bulk_slots(glu) + tiles), 128);
+  L.scales = round_up(L.bars + sizeof(uint64_t) * size_t(kw * bulk_slots(bits, group, glu) + tiles), 128);
   L.ring = round_up(L.scales + size_t(tiles) * size_t(nw) * L.tile_stride, 128);
-  L.total = L.ring + size_t(kw) * bulk_slots(glu) * L.slot_bytes;
+  L.total = L.ring + size_t(kw) * bulk_slots(bits, group, glu) * L.slot_bytes;
   return L;
 }
 
@@ -843,7 +852,7 @@ __host__ __device__ inline BulkLayout bulk_layout(int bits, int group, int64_t n
 // KW: warps per block (kWarps; 4 for a GLU launch whose kWarps-warp blocks outnumber the multiprocessors).
 template <int BITS, int G, bool GLU, int SDT, int KW>
 __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid_constant__ MmaParams P) {
-  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, R = bulk_slots(GLU), C = bulk_chunk(BITS, G, GLU);
+  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, R = bulk_slots(BITS, G, GLU), C = bulk_chunk(BITS, G, GLU);
   constexpr int ESZ = SDT == 0 ? 4 : 2;
   constexpr uint32_t GB = 32 * 2 * WPT * 4;  // bytes of one group of one weight's tile
   extern __shared__ uint4 smem4[];
@@ -1058,7 +1067,7 @@ int64_t row_blocks(int64_t out, int ks, int kw = kWarps) {
 // so each has room for a block of the down projection after it to start its prefetch early (H200, Qwen2.5-0.5B
 // shape: 76 blocks from 152, +2% at batch 1 and 64). A function of the weight's shape and the device (never of n).
 int choose_glu_ks(int64_t rows, int64_t ng, int bits, int group) {
-  const int64_t tiles16 = (rows + 15) / 16, ring = int64_t(bulk_slots(true)) * bulk_chunk(bits, group, true);
+  const int64_t tiles16 = (rows + 15) / 16, ring = int64_t(bulk_slots(bits, group, true)) * bulk_chunk(bits, group, true);
   int ks = choose_ks(2 * tiles16, ng);
   while (ks > 1 && row_blocks(rows, ks) > sm_count() && (ng + ks / 2 - 1) / (ks / 2) <= ring) ks /= 2;
   return ks;
