@@ -2,7 +2,7 @@
 // a profiling build (`node scripts/build-cuda.mjs --timeline`, run with RAPID_CUDA_TIMELINE=FILE). A record is
 // "enter release id": when block (0,0,0) reached its wait on the previous kernel, when the wait released (globaltimer
 // ns) and the launch's shape. A kernel's cost is its release to the next kernel's release; steps are cut at the
-// boundary kernel (by default the widest grid, the LM head of a decode step), and the figures are medians over the
+// boundary kernel (by default the widest grid launched once per step, the LM head), and the figures are medians over the
 // last steps that have the usual number of kernels.
 import { existsSync, readFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
@@ -56,14 +56,29 @@ export function kernelName(id: bigint): string {
   return `grid ${gx}x${gy}x${gz} block ${block} smem ${smem}`;
 }
 
-/** Per-kernel costs over the last `lastSteps` whole steps, cut at `boundary` (default: the widest grid seen 10+ times). */
+/**
+ * The kernel that ends each decode step: among kernels seen 10+ times, those launched once per step (the median
+ * number of records between two of their launches is at least half the largest such median), the widest grid: the
+ * LM head. A prefill in the trace launches its kernels once per layer, so its wider grids never qualify.
+ */
+export function stepBoundary(records: readonly TimelineRecord[]): bigint | undefined {
+  const at = new Map<bigint, number[]>();
+  records.forEach((r, i) => {
+    const a = at.get(r.id);
+    if (a) a.push(i);
+    else at.set(r.id, [i]);
+  });
+  const gaps = new Map<bigint, number>();
+  for (const [id, idx] of at) if (idx.length >= 10) gaps.set(id, median(idx.slice(1).map((v, k) => v - idx[k]!)));
+  const widest = Math.max(0, ...gaps.values());
+  let cut: bigint | undefined;
+  for (const [id, gap] of gaps) if (2 * gap >= widest && (cut === undefined || id >> 48n > cut >> 48n)) cut = id;
+  return cut;
+}
+
+/** Per-kernel costs over the last `lastSteps` whole steps, cut at `boundary` (default: stepBoundary). */
 export function summarizeTimeline(records: readonly TimelineRecord[], lastSteps = 60, boundary?: bigint): TimelineSummary {
-  const counts = new Map<bigint, number>();
-  for (const r of records) counts.set(r.id, (counts.get(r.id) ?? 0) + 1);
-  let cut = boundary;
-  if (cut === undefined) {
-    for (const [id, n] of counts) if (n >= 10 && (cut === undefined || id >> 48n > cut >> 48n)) cut = id;
-  }
+  const cut = boundary ?? stepBoundary(records);
   if (cut === undefined) throw new Error('timeline: no kernel ran 10 times; nothing repeats like a decode step');
   const at = records.flatMap((r, i) => (r.id === cut ? [i] : []));
   const segments: TimelineRecord[][] = [];

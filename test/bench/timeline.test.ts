@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { kernelName, parseTimeline, summarizeTimeline } from '../../src/bench/timeline.js';
+import { kernelName, parseTimeline, stepBoundary, summarizeTimeline } from '../../src/bench/timeline.js';
 
 // A kernel id as timeline.cuh packs it.
 const id = (gx: number, block: number, smem: number): bigint => (BigInt(gx) << 48n) | (BigInt(block) << 20n) | BigInt(smem / 16);
@@ -53,6 +53,17 @@ describe('timeline', () => {
     const t = summarizeTimeline(parseTimeline(lines.join('\n')), 60);
     expect(t.steps).toBe(10); // 11 steps between 12 heads, less the short one
     expect(summarizeTimeline(parseTimeline(lines.join('\n')), 4).steps).toBe(4);
+  });
+
+  it('cuts steps at the head even when a prefill in the trace launched wider grids once per layer', () => {
+    const prefill = id(32768, 256, 0);
+    const base = 1_763_000_000_000_000_000n;
+    const pre = Array.from({ length: 24 }, (_, k) => `${base + BigInt(k) * 1000n} ${base + BigInt(k) * 1000n + 50n} ${(k % 2 ? id(64, 256, 0) : prefill).toString(16)}`);
+    const records = parseTimeline([...pre, synthetic(20)].join('\n'));
+    expect(stepBoundary(records)).toBe(id(1187, 256, 12416));
+    const t = summarizeTimeline(records, 10);
+    expect(t.kernelsPerStep).toBe(6);
+    expect(t.kernels.some((k) => k.id === prefill)).toBe(false);
   });
 
   it('says what is wrong with a malformed line', () => {
