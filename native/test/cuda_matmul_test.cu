@@ -507,6 +507,82 @@ void test_tiled(std::mt19937& rng) {
   report(refused, "exact refuses tiled codes", refused ? "refused" : "ran");
 }
 
+// The cluster kernel (n > 1, tiled weights, sm_90: a block's warps share their token tile's activations, streamed into
+// shared memory in batches; the K parts of a cluster of blocks added through distributed shared memory): bitwise the
+// row-major direct kernel's outputs, for a fused two-job launch with bias and accumulate (the 72-row job leaves most of
+// its 128-row block without rows), GLU and GLU with a fused norm, a K whose parts take several batches, a launch of
+// one K part (no cluster reduction), and n across every token tiling (1, 2, 4 and 8 subtiles, partial last tiles); on
+// a created stream (PDL and clusters together, as in the decoder), each launch twice back to back.
+void test_cluster(std::mt19937& rng) {
+  cudaStream_t s = nullptr;
+  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 4, 32, DType::F16},
+                          Format{WeightKind::Affine, 8, 128, DType::F32}}) {
+    bool all = true;
+    std::string where;
+    for (const int64_t in : {int64_t(512), int64_t(6144)}) {
+      TestWeight A = make_weight(f, 200, in, rng), B = make_weight(f, 72, in, rng), G = make_weight(f, 333, in, rng),
+                 U = make_weight(f, 333, in, rng);
+      std::vector<DevBuf> keep;
+      const cuda::DevWeight At = tiled_copy(A, keep), Bt = tiled_copy(B, keep), Gt = tiled_copy(G, keep),
+                            Ut = tiled_copy(U, keep);
+      const std::vector<float> bias = random_vec(200, rng), nw = random_vec(size_t(in), rng, 0.5f);
+      DevBuf d_bias(bias.data(), bias.size() * 4), d_nw(nw.data(), nw.size() * 4);
+      const cuda::RowNorm norm{d_nw.f(), 1e-6f};
+      for (int n : {2, 9, 17, 40, 64, 65, 130}) {
+        cuda::matmul_reserve(s, n, in);
+        const std::vector<float> x = random_vec(size_t(n * in), rng), y0 = random_vec(size_t(n * 272), rng);
+        DevBuf d_x(x.data(), x.size() * 4);
+        DevBuf y[2] = {DevBuf(y0.data(), y0.size() * 4), DevBuf(y0.data(), y0.size() * 4)};
+        DevBuf g[2] = {DevBuf(size_t(n * 333) * 4), DevBuf(size_t(n * 333) * 4)};
+        DevBuf h[2] = {DevBuf(size_t(n * 333) * 4), DevBuf(size_t(n * 333) * 4)};
+        for (int v = 0; v < 2; ++v) {
+          const cuda::MatmulJob jobs[2] = {{v ? At : A.dev, d_bias.f(), y[v].f(), 272, false},
+                                           {v ? Bt : B.dev, nullptr, y[v].f() + 200, 272, true}};
+          for (int rep = 0; rep < 2; ++rep) {
+            cuda::matmul(d_x.f(), in, n, jobs, 2, s, cuda::MathMode::Fast);
+            cuda::matmul_glu(d_x.f(), n, v ? Gt : G.dev, v ? Ut : U.dev, 0, g[v].f(), s, cuda::MathMode::Fast);
+            cuda::matmul_glu(d_x.f(), n, v ? Gt : G.dev, v ? Ut : U.dev, 1, h[v].f(), s, cuda::MathMode::Fast, &norm);
+          }
+        }
+        ck(cudaStreamSynchronize(s), "cluster");
+        const bool ys = same_bits(y[0], y[1], size_t(n * 272)), gs = same_bits(g[0], g[1], size_t(n * 333)),
+                   hs = same_bits(h[0], h[1], size_t(n * 333));
+        if (!(ys && gs && hs)) {
+          all = false;
+          where += " in=" + std::to_string(in) + " n=" + std::to_string(n) + (ys ? "" : " matmul") + (gs ? "" : " glu") +
+                   (hs ? "" : " glu+norm");
+        }
+      }
+    }
+    // 2048 16-row tiles take one K part: each block writes its outputs itself.
+    {
+      const int64_t out = 32768, in = 256;
+      TestWeight W = make_weight(f, out, in, rng);
+      std::vector<DevBuf> keep;
+      const cuda::DevWeight Wt = tiled_copy(W, keep);
+      for (int n : {3, 64}) {
+        cuda::matmul_reserve(s, n, in);
+        const std::vector<float> x = random_vec(size_t(n * in), rng);
+        DevBuf d_x(x.data(), x.size() * 4);
+        DevBuf y[2] = {DevBuf(size_t(n * out) * 4), DevBuf(size_t(n * out) * 4)};
+        for (int v = 0; v < 2; ++v) {
+          const cuda::MatmulJob j{v ? Wt : W.dev, nullptr, y[v].f(), out, false};
+          cuda::matmul(d_x.f(), in, n, &j, 1, s, cuda::MathMode::Fast);
+        }
+        ck(cudaStreamSynchronize(s), "cluster ks 1");
+        if (!same_bits(y[0], y[1], size_t(n * out))) {
+          all = false;
+          where += " one part n=" + std::to_string(n);
+        }
+      }
+    }
+    report(all, "fast cluster n>1 " + f.name(), all ? "bitwise equal to the row-major direct kernel" : "differs:" + where);
+  }
+  cuda::matmul_release(s);
+  ck(cudaStreamDestroy(s), "stream destroy");
+}
+
 // The bulk kernel (n = 1, tiled weights, sm_90: codes and scales through bulk copies into shared memory): bitwise the
 // row-major gemv kernel's outputs, for a fused multi-job launch with bias and accumulate, GLU and GLU with a fused
 // norm, with K long enough that each warp's ring of chunks wraps several times; on a created stream (PDL on where the
@@ -763,6 +839,7 @@ int main() {
     test_fused_norm(rng);
     test_tiled(rng);
     test_bulk(rng);
+    test_cluster(rng);
     test_rope_epilogue(rng);
     for (const auto& sh : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}, {1152, 896}, {151936, 896},
                            {22016, 2048}, {2048, 11008}})

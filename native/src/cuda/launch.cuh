@@ -50,21 +50,40 @@ size_t smem_per_sm();
 // False, with nothing changed, when bytes plus the kernel's static shared memory exceed the device's opt-in limit.
 bool allow_dynamic_smem(const void* kernel, size_t bytes, size_t static_bytes);
 
-// kernel<<<grid, block, smem, s>>>(args...) with PDL where enabled (created streams only); throws "<what>: <error>" on a launch error.
+// kernel<<<grid, block, smem, s>>>(args...) with PDL where enabled (created streams only), in thread-block clusters of
+// cluster_x blocks along x when cluster_x > 0 (sm_90 or newer; grid.x a multiple of it); throws "<what>: <error>" on a
+// launch error.
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
-            Args&&... args) {
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
+void launch_in(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, unsigned cluster_x,
+               const char* what, Args&&... args) {
+  cudaLaunchAttribute attr[2];
+  unsigned n = 0;
+  if (cluster_x > 0) {
+    attr[n].id = cudaLaunchAttributeClusterDimension;
+    attr[n].val.clusterDim.x = cluster_x;
+    attr[n].val.clusterDim.y = 1;
+    attr[n].val.clusterDim.z = 1;
+    ++n;
+  }
+  if (s != nullptr && pdl_enabled()) {  // the legacy default stream keeps plain ordering
+    attr[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = s;
   cfg.attrs = attr;
-  cfg.numAttrs = s != nullptr && pdl_enabled() ? 1 : 0;  // the legacy default stream keeps plain ordering
+  cfg.numAttrs = n;
   check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), what);
+}
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, const char* what,
+            Args&&... args) {
+  launch_in(kernel, grid, block, smem, s, 0, what, std::forward<Args>(args)...);
 }
 
 }  // namespace rapid::cuda

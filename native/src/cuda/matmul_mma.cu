@@ -27,7 +27,9 @@
 // warp reads a group of its 16 rows as contiguous words and a thread its group's scale terms in one load; the group
 // walk then only advances pointers (GroupCursor). One row on sm_90 with tiled weights may instead take the bulk
 // kernel: the gemv kernel's warps and arithmetic, with the codes and scales streamed into shared memory by bulk (TMA)
-// copies, most of them issued before pdl_wait.
+// copies, most of them issued before pdl_wait. Many rows (17 or more) on sm_90 with tiled weights take the cluster
+// kernel instead of the direct one: the same arithmetic, with a block's warps sharing their token tile's activations
+// in shared memory and the K parts of a thread-block cluster added through distributed shared memory.
 //
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
 // through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_BULK (0, 1, 2: when one row
@@ -35,7 +37,9 @@
 // process-wide constant, so every n of a weight still gets the same split), RAPID_CUDA_MM_NT (most token subtiles of
 // 8 per direct-kernel block), RAPID_CUDA_MM_SETTLED (0: a bulk launch reads the y it accumulates into after pdl_wait
 // even when the job says no launch just before writes it), RAPID_CUDA_MM_SPREAD (0: one-row launches of at most one
-// block per multiprocessor let the block scheduler pair their blocks up, see spread_blocks).
+// block per multiprocessor let the block scheduler pair their blocks up, see spread_blocks), RAPID_CUDA_MM_CLUSTER,
+// RAPID_CUDA_MM_CLUSTER_MIN, RAPID_CUDA_MM_CLUSTER_NT and RAPID_CUDA_MM_CLUSTER_GLU_NT (the cluster kernel: off, from
+// how many rows, most token subtiles per block; see cluster_min_rows and cluster_subtiles).
 #include <cuda_bf16.h>
 #include <algorithm>
 #include <cstdlib>
@@ -45,6 +49,7 @@
 #include <type_traits>
 #include <vector>
 #include "cuda/bulk_copy.cuh"
+#include "cuda/cluster.cuh"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
@@ -267,6 +272,25 @@ __device__ __forceinline__ float store_quarter(const float (&v)[G / 4], bool sto
   return xs;
 }
 
+// Weight w of group d: the A registers of each mma step (afr[s]) and the affine terms of rows g and g + 8 (scale, and
+// bias less the code offset: Σ (s·q + b)·x = s·Σ (off + q)·x + (b - off·s)·Σ x). ONE_LOP: see a_pairs.
+template <int BITS, int G, int NW, int SDT, bool ONE_LOP>
+__device__ __forceinline__ void group_terms(const GroupData<G * BITS / 128, NW>& d, int w, uint32_t (&afr)[G / 16][4],
+                                            float& sa, float& sb, float& ba, float& bb) {
+  constexpr int WPT = G * BITS / 128;
+  constexpr float kOff = BITS == 4 ? 128.0f : 0.0f;
+  constexpr bool PACKED = SDT != 0;
+#pragma unroll
+  for (int s = 0; s < G / 16; ++s) {
+    a_pairs<BITS, WPT, ONE_LOP>(d.wa[w], s, afr[s][0], afr[s][2]);
+    a_pairs<BITS, WPT, ONE_LOP>(d.wb[w], s, afr[s][1], afr[s][3]);
+  }
+  sa = raw_to_float<SDT>(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w]);
+  sb = raw_to_float<SDT>(PACKED ? d.sb[w] & 0xFFFFu : d.sb[w]);
+  ba = __fmaf_rn(-kOff, sa, raw_to_float<SDT>(PACKED ? d.sa[w] >> 16 : d.ba[w]));
+  bb = __fmaf_rn(-kOff, sb, raw_to_float<SDT>(PACKED ? d.sb[w] >> 16 : d.bb[w]));
+}
+
 // acc[w][nt] += one group of the warp's tiles against NT token subtiles. fg: the group's fragment rows
 // [tokens][4][2S] u32, sg: its sums [tokens]; the subtile nt reads rows tr0 + 8·nt + (0..7), clamped to rows
 // < rmax when CLAMP (a clamped column is a token past n: its outputs are never stored, and columns never mix;
@@ -276,8 +300,7 @@ template <int BITS, int G, int NT, int NW, int SDT, bool CLAMP = true>
 __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d, const uint32_t* fg,
                                           const float* sg, int64_t tr0, int64_t rmax, int gq, int tq,
                                           float (&acc)[NW][NT][4]) {
-  constexpr int S = G / 16, WPT = G * BITS / 128;
-  constexpr float kOff = BITS == 4 ? 128.0f : 0.0f;
+  constexpr int S = G / 16;
   uint32_t bfr[NT][2 * S];
   float2 X[NT];
 #pragma unroll
@@ -295,17 +318,8 @@ __device__ __forceinline__ void group_mma(const GroupData<G * BITS / 128, NW>& d
 #pragma unroll
   for (int w = 0; w < NW; ++w) {
     uint32_t afr[S][4];
-#pragma unroll
-    for (int s = 0; s < S; ++s) {
-      a_pairs<BITS, WPT, NT <= 4>(d.wa[w], s, afr[s][0], afr[s][2]);
-      a_pairs<BITS, WPT, NT <= 4>(d.wb[w], s, afr[s][1], afr[s][3]);
-    }
-    constexpr bool PACKED = SDT != 0;
-    const float sa = raw_to_float<SDT>(PACKED ? d.sa[w] & 0xFFFFu : d.sa[w]);
-    const float sb = raw_to_float<SDT>(PACKED ? d.sb[w] & 0xFFFFu : d.sb[w]);
-    // The code offset folds into the bias: Σ (s·q + b)·x = s·Σ (off + q)·x + (b - off·s)·Σ x.
-    const float ba = __fmaf_rn(-kOff, sa, raw_to_float<SDT>(PACKED ? d.sa[w] >> 16 : d.ba[w]));
-    const float bb = __fmaf_rn(-kOff, sb, raw_to_float<SDT>(PACKED ? d.sb[w] >> 16 : d.bb[w]));
+    float sa, sb, ba, bb;
+    group_terms<BITS, G, NW, SDT, NT <= 4>(d, w, afr, sa, sb, ba, bb);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
       float p[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -441,6 +455,44 @@ __device__ __forceinline__ void rope_epilogue(const MmaParams& P, const Tile& T,
   }
 }
 
+// Writes one token subtile's summed outputs of the thread (rows g and g + 8 of its tile, tokens tA and tA + 1): the bias,
+// the RoPE epilogue, accumulation into y or the GLU product. PRE (the bulk kernel, n = 1): epi holds the inputs.
+template <int NW, bool GLU, bool PRE>
+__device__ __forceinline__ void store_subtile(const MmaParams& P, const Tile& T, const MmaJob& Y, int64_t tA,
+                                              const float (&v)[NW][4], const EpiIn& epi) {
+  if constexpr (!GLU) {
+    if (Y.rope) {
+      rope_epilogue<PRE>(P, T, Y, tA, v[0], epi);
+      return;
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const int64_t r = i < 2 ? T.row0 + T.gq : T.row0 + T.gq + 8, t = tA + (i & 1);
+    if (r >= T.out || t >= P.n) continue;
+    float* yp = Y.y + t * Y.ldy + r;
+    if constexpr (GLU) {
+      *yp = __fmul_rn(glu_act(v[0][i], P.act), v[NW - 1][i]);
+    } else {
+      float val = v[0][i];
+      if (Y.bias) val = __fadd_rn(val, PRE ? (i == 0 ? epi.ba : epi.bb) : __ldg(Y.bias + r));
+      // A settled job's y was read before pdl_wait (one row: only token 0, i = 0 and 2, is written).
+      const float base = PRE && Y.accumulate == 2 ? (i == 0 ? epi.ya : epi.yb) : Y.accumulate ? *yp : 0.0f;
+      *yp = Y.accumulate ? __fadd_rn(base, val) : val;
+    }
+  }
+}
+
+// The sum of the K parts part[0..ks) as the fixed pairwise tree every kernel uses (ks a power of two <= kWarps).
+__device__ __forceinline__ float pairwise_parts(float (&part)[kWarps], int ks) {
+#pragma unroll
+  for (int step = 1; step < kWarps; step *= 2)
+#pragma unroll
+    for (int k = 0; k + step < kWarps; k += 2 * step)
+      if (k + step < ks) part[k] = __fadd_rn(part[k], part[k + step]);
+  return part[0];
+}
+
 // Adds the K parts (fixed pairwise tree, by the part-0 warp) and writes token subtile nt's outputs. PRE (the bulk
 // kernel, n = 1): epi holds the epilogue inputs, read before pdl_wait.
 template <int NT, int NW, bool GLU, bool PRE = false>
@@ -470,36 +522,10 @@ __device__ __forceinline__ void epilogue(const MmaParams& P, const Tile& T, cons
         for (int i = 0; i < 4; ++i) {
 #pragma unroll
           for (int k = 0; k < kWarps; ++k) part[k] = k < ks ? red[T.warp + k][w][T.lane][i] : 0.0f;
-#pragma unroll
-          for (int step = 1; step < kWarps; step *= 2)
-#pragma unroll
-            for (int k = 0; k + step < kWarps; k += 2 * step)
-              if (k + step < ks) part[k] = __fadd_rn(part[k], part[k + step]);
-          v[w][i] = part[0];
+          v[w][i] = pairwise_parts(part, ks);
         }
     }
-    const int64_t tA = tok0 + nt * 8 + 2 * T.tq;
-    if constexpr (!GLU) {
-      if (Y.rope) {
-        rope_epilogue<PRE>(P, T, Y, tA, v[0], epi);
-        continue;
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int64_t r = i < 2 ? T.row0 + T.gq : T.row0 + T.gq + 8, t = tA + (i & 1);
-      if (r >= T.out || t >= P.n) continue;
-      float* yp = Y.y + t * Y.ldy + r;
-      if constexpr (GLU) {
-        *yp = __fmul_rn(glu_act(v[0][i], P.act), v[NW - 1][i]);
-      } else {
-        float val = v[0][i];
-        if (Y.bias) val = __fadd_rn(val, PRE ? (i == 0 ? epi.ba : epi.bb) : __ldg(Y.bias + r));
-        // A settled job's y was read before pdl_wait (one row: only token 0, i = 0 and 2, is written).
-        const float base = PRE && Y.accumulate == 2 ? (i == 0 ? epi.ya : epi.yb) : Y.accumulate ? *yp : 0.0f;
-        *yp = Y.accumulate ? __fadd_rn(base, val) : val;
-      }
-    }
+    store_subtile<NW, GLU, PRE>(P, T, Y, tok0 + nt * 8 + 2 * T.tq, v, epi);
   }
 }
 
@@ -1028,6 +1054,226 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
   epilogue<NT, NW, GLU>(P, T, *J[0], tok0, acc, red);
 }
 
+// acc[w][nt] += one group of the warp's tiles against NT token subtiles whose fragments are in shared memory (the
+// cluster kernel's slot: fg [8·NT tokens][4][2S] u32, sg [8·NT] sums): group_mma's arithmetic (bitwise the same
+// sums: each (weight, subtile) chain still adds its k-steps in order from zero), but step s of four chains is issued
+// before step s + 1 of any, each B pair loaded from shared memory just before its mma, so independent mma hide each
+// other's latency within 128 registers.
+template <int BITS, int G, int NT, int NW, int SDT>
+__device__ __forceinline__ void group_mma_staged(const GroupData<G * BITS / 128, NW>& d, const uint32_t* fg,
+                                                 const float* sg, int gq, int tq, float (&acc)[NW][NT][4]) {
+  constexpr int S = G / 16;
+  uint32_t afr[NW][S][4];
+  float sa[NW], sb[NW], ba[NW], bb[NW];
+#pragma unroll
+  for (int w = 0; w < NW; ++w) group_terms<BITS, G, NW, SDT, NT <= 4>(d, w, afr[w], sa[w], sb[w], ba[w], bb[w]);
+  const uint32_t* fq = fg + (gq * 4 + tq) * (2 * S);  // this thread's row of subtile 0; subtile nt is 8·4·2S further
+  // CH subtiles at a time: NW·CH chains in flight (four), their partial products in 16 registers.
+  constexpr int CH = NT < 4 / NW ? NT : 4 / NW;
+#pragma unroll
+  for (int c0 = 0; c0 < NT; c0 += CH) {
+    float p[NW][CH][4];
+#pragma unroll
+    for (int w = 0; w < NW; ++w)
+#pragma unroll
+      for (int c = 0; c < CH; ++c)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) p[w][c][i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < S; ++s)
+#pragma unroll
+      for (int c = 0; c < CH; ++c) {
+        const uint2 b = *reinterpret_cast<const uint2*>(fq + (c0 + c) * (8 * 4 * 2 * S) + 2 * s);
+#pragma unroll
+        for (int w = 0; w < NW; ++w) mma_bf16(p[w][c], afr[w][s], b.x, b.y);
+      }
+#pragma unroll
+    for (int c = 0; c < CH; ++c) {
+      const float2 X = *reinterpret_cast<const float2*>(sg + (c0 + c) * 8 + 2 * tq);
+#pragma unroll
+      for (int w = 0; w < NW; ++w) {
+        float* a = acc[w][c0 + c];
+        a[0] = __fmaf_rn(ba[w], X.x, __fmaf_rn(sa[w], p[w][c][0], a[0]));
+        a[1] = __fmaf_rn(ba[w], X.y, __fmaf_rn(sa[w], p[w][c][1], a[1]));
+        a[2] = __fmaf_rn(bb[w], X.x, __fmaf_rn(sb[w], p[w][c][2], a[2]));
+        a[3] = __fmaf_rn(bb[w], X.y, __fmaf_rn(sb[w], p[w][c][3], a[3]));
+      }
+    }
+  }
+}
+
+// The cluster kernel's activation batches: groups per batch (a multiple of the register ring's MAXU, about 8 KB of
+// fragments) and the shared memory of its two batch slots or, after the walk, of the block's partial sums.
+__host__ __device__ constexpr int cluster_batch(int bits, int group, int nt, bool glu) {
+  const int maxu = reg_units(bits, group, glu, false), per = 16 * nt * group;  // fragment bytes per group
+  return maxu * (8192 / (maxu * per) > 1 ? 8192 / (maxu * per) : 1);
+}
+__host__ __device__ constexpr size_t cluster_slot_bytes(int bits, int group, int nt, bool glu) {
+  return size_t(cluster_batch(bits, group, nt, glu)) * size_t(8 * nt) * size_t(frag_words(group) * 4 + 4);
+}
+__host__ __device__ constexpr size_t cluster_smem(int bits, int group, int nt, bool glu) {
+  const size_t ring = 2 * cluster_slot_bytes(bits, group, nt, glu);
+  const size_t parts = size_t(kWarps) * (glu ? 2 : 1) * size_t(nt) * 32 * 16;
+  return ring > parts ? ring : parts;
+}
+
+// n > 1 on sm_90 with tiled weights: the direct kernel's arithmetic (bitwise the same outputs), but a block is 8 row
+// subtiles (128 rows; GLU: 128 of gate and of up) of ONE K part and one token tile, so its warps share the tile's
+// activations, which bulk copies stream into shared memory in batches (the direct kernel's warps each read their own
+// from L2: at 64 tokens 8x the weight bytes, and its 8 K-part warps per block left 1 block per multiprocessor
+// registers). The ks blocks of a cluster (blockIdx.x = ((row block)·ntt + token tile)·ks + rank) are the ks K parts
+// of the same rows and tokens; each writes its partial sums to shared memory and they are added through
+// distributed shared memory in the fixed pairwise tree, each (warp, subtile) by one of the blocks. Two blocks per
+// multiprocessor (128 registers) except for eight-subtile GLU launches.
+template <int BITS, int G, int NT, bool GLU, int SDT>
+__global__ void __launch_bounds__(kThreads, GLU && NT >= 8 ? 1 : 2) mma_cluster_kernel(const __grid_constant__ MmaParams P) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, FW = frag_words(G), TOK = 8 * NT;
+  constexpr int MAXU = reg_units(BITS, G, GLU, false), AB = cluster_batch(BITS, G, NT, GLU);
+  constexpr uint32_t FB = TOK * FW * 4, SB = TOK * 4;  // bytes of one group's fragments / sums in a slot
+  constexpr size_t SLOT = cluster_slot_bytes(BITS, G, NT, GLU);
+  extern __shared__ uint4 smem4[];
+  __shared__ uint64_t full[2];
+  char* base = reinterpret_cast<char*>(smem4);
+  const int ks = P.ks, rank = int(cluster_rank());
+  const int64_t cb = int64_t(blockIdx.x) / ks, bt = cb / P.ntt, tt = cb % P.ntt, tok0 = tt * TOK;
+  // This warp's tile: row subtile = warp, K part = rank (tile0 of each job counts 128-row blocks).
+  Tile T;
+  T.warp = int(threadIdx.x) >> 5;
+  T.lane = int(threadIdx.x) & 31;
+  T.gq = T.lane >> 2;
+  T.tq = T.lane & 3;
+  T.kpart = rank;
+  int j = 0;
+  if constexpr (!GLU)
+    while (j + 1 < P.njobs && bt >= P.job[j + 1].tile0) ++j;
+  const MmaJob* J[NW];
+  J[0] = &P.job[j];
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  T.out = J[0]->out;
+  T.row0 = ((bt - J[0]->tile0) * kWarps + T.warp) * 16;
+  T.rows_live = T.row0 < T.out;
+  T.ra = min(T.row0 + T.gq, T.out - 1);
+  T.rb = min(T.row0 + T.gq + 8, T.out - 1);
+  T.gbeg = P.ng * rank / ks;
+  T.gend = P.ng * (rank + 1) / ks;
+  const int gbeg = int(T.gbeg), gend = int(T.gend), nb = (gend - gbeg + AB - 1) / AB;
+  const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
+  // Batch b (groups gbeg + b·AB ...) into slot b % 2: per group its token tile's fragments and sums, a copy each,
+  // issued by the lanes of warp 0.
+  auto issue = [&](int b) {
+    const int g0 = gbeg + b * AB, cnt = min(AB, gend - g0);
+    uint64_t* bar = full + (b & 1);
+    char* slot = base + (b & 1) * SLOT;
+    if (T.lane == 0) mbar_expect_tx(bar, uint32_t(cnt) * (FB + SB));
+    __syncwarp();
+    for (int u = T.lane; u < cnt; u += 32) {
+      const int64_t g = g0 + u;
+      bulk_copy(slot + size_t(u) * FB, P.pfrag + (size_t(g) * size_t(P.npad) + size_t(tok0)) * FW, FB, bar);
+      bulk_copy(slot + size_t(AB) * FB + size_t(u) * SB, P.psum + g * P.npad + tok0, SB, bar);
+    }
+  };
+  GroupCursor<BITS, G, NW, SDT, true> C(R, gbeg);
+  GroupData<WPT, NW> cur[MAXU];
+  if (T.rows_live) first_groups<MAXU>(C, gbeg, gend, cur);  // weights are never written: before pdl_wait
+  if (threadIdx.x == 0) {
+    mbar_init(full);
+    mbar_init(full + 1);
+    mbar_init_fence();
+  }
+  __syncthreads();
+  pdl_wait();
+  pdl_trigger();
+  if (T.warp == 0)
+    for (int b = 0; b < min(2, nb); ++b) issue(b);
+  float acc[NW][NT][4];
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
+  for (int b = 0; b < nb; ++b) {
+    mbar_wait(full + (b & 1), uint32_t((b >> 1) & 1));
+    const char* slot = base + (b & 1) * SLOT;
+    const uint32_t* sf = reinterpret_cast<const uint32_t*>(slot);
+    const float* ss = reinterpret_cast<const float*>(slot + size_t(AB) * FB);
+    const int g0 = gbeg + b * AB;
+    if (T.rows_live) {
+      // AB is a multiple of MAXU, so group g0 + i sits in register slot i % MAXU.
+#pragma unroll
+      for (int i0 = 0; i0 < AB; i0 += MAXU) {
+#pragma unroll
+        for (int u = 0; u < MAXU; ++u) {
+          const int g = g0 + i0 + u;
+          if (g < gend) {
+            group_mma_staged<BITS, G, NT, NW, SDT>(cur[u], sf + (i0 + u) * (FB / 4), ss + (i0 + u) * TOK, T.gq, T.tq,
+                                                   acc);
+            if (g + MAXU < gend) C.load(u, cur[u]);
+          }
+        }
+        C.advance(MAXU);
+      }
+    }
+    __syncthreads();  // the slot is read: refill it
+    if (T.warp == 0 && b + 2 < nb) {
+      fence_proxy_async();
+      issue(b + 2);
+    }
+  }
+  const EpiIn none{};
+  if (ks == 1) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      float v[NW][4];
+#pragma unroll
+      for (int w = 0; w < NW; ++w)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[w][i] = acc[w][nt][i];
+      if (T.rows_live) store_subtile<NW, GLU, false>(P, T, *J[0], tok0 + nt * 8 + 2 * T.tq, v, none);
+    }
+    return;
+  }
+  // The slots are free (the last batch's barrier): partial sums [warp][w][nt][lane] float4s.
+  float4* part = reinterpret_cast<float4*>(base);
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      part[((T.warp * NW + w) * NT + nt) * 32 + T.lane] =
+          make_float4(acc[w][nt][0], acc[w][nt][1], acc[w][nt][2], acc[w][nt][3]);
+  cluster_sync();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if ((T.warp * NT + nt) % ks != rank || !T.rows_live) continue;
+    float v[NW][4];
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+      float4 q[kWarps];
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k)
+        q[k] = k < ks ? peer_load4(part + ((T.warp * NW + w) * NT + nt) * 32 + T.lane, uint32_t(k))
+                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      float pa[kWarps];
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].x;
+      v[w][0] = pairwise_parts(pa, ks);
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].y;
+      v[w][1] = pairwise_parts(pa, ks);
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].z;
+      v[w][2] = pairwise_parts(pa, ks);
+#pragma unroll
+      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].w;
+      v[w][3] = pairwise_parts(pa, ks);
+    }
+    store_subtile<NW, GLU, false>(P, T, *J[0], tok0 + nt * 8 + 2 * T.tq, v, none);
+  }
+  cluster_sync();  // no block leaves while a peer still reads its partial sums
+#endif
+}
+
 // ---- host side ----
 
 int sdt_code(DType t) {
@@ -1239,7 +1485,79 @@ void launch_direct(const MmaParams& P, cudaStream_t s, dim3 grid, int nt) {
   }
 }
 
-// One format and scales dtype: the gemv kernel, or the prepare pass and the direct kernel.
+// Whether launches of more than one row take the cluster kernel (RAPID_CUDA_MM_CLUSTER, read once; default 1; 0 sends
+// them to the direct kernel). Scheduling only: both do the same arithmetic.
+bool cluster_mode() {
+  static const bool v = env_long("RAPID_CUDA_MM_CLUSTER", 1) != 0;
+  return v;
+}
+
+// Token subtiles per block of the cluster kernel: up to RAPID_CUDA_MM_CLUSTER_NT, GLU up to
+// RAPID_CUDA_MM_CLUSTER_GLU_NT (1, 2, 4 or 8, read once; defaults 8 and 4: GLU's two accumulator sets). Scheduling only.
+int subtile_cap(const char* name, long fallback) {
+  const long v = env_long(name, fallback);
+  return v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+}
+// Fewer subtiles while the launch (`blocks` row blocks and K parts per token tile) would give fewer than half the
+// multiprocessors a block: H200, 64 tokens, 8 subtiles ran the Qwen2.5-3B shape 8% faster than 4 (its projections make
+// 128 blocks), the 0.5B shape 8% slower (56).
+int cluster_subtiles(int64_t n, bool glu, int64_t blocks) {
+  static const int cap = subtile_cap("RAPID_CUDA_MM_CLUSTER_NT", 8), glu_cap = subtile_cap("RAPID_CUDA_MM_CLUSTER_GLU_NT", 4);
+  int nt = std::min(glu ? glu_cap : cap, n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8);
+  while (nt > 1 && 2 * blocks * ((n + 8 * nt - 1) / (8 * nt)) < sm_count()) nt /= 2;
+  return nt;
+}
+
+// The fewest rows a launch needs to take the cluster kernel (RAPID_CUDA_MM_CLUSTER_MIN, read once; default 17). In the
+// H200 decode chain (Qwen2.5-3B / 0.5B shapes) the direct kernel ran 15% / 13% faster at 8 sequences and about even
+// at 16 (-5% / +2%); the cluster kernel ran +17% / +12% or more at 32 and +19% / +19% at 64 (same-run A/Bs).
+int64_t cluster_min_rows() {
+  static const int64_t v = std::max<long>(env_long("RAPID_CUDA_MM_CLUSTER_MIN", 17), 2);
+  return v;
+}
+
+// Whether a launch of more than one row can take the cluster kernel: sm_90 (clusters and bulk copies), every job
+// tiled (codes and scales), and the prepared activations' fragment rows 16-byte aligned.
+template <bool GLU>
+bool cluster_fits(const MmaParams& P) {
+  if (!cluster_mode() || P.n < cluster_min_rows() || !bulk_copy_supported() || P.ks > kWarps) return false;
+  for (int i = 0; i < (GLU ? 2 : P.njobs); ++i)
+    if (!P.job[i].tiled) return false;
+  return true;
+}
+
+// The cluster kernel's row blocks (kWarps row subtiles of one K part each) over the launch's jobs; with `starts`,
+// each job's tile0 becomes its first block.
+template <bool GLU>
+int64_t cluster_row_blocks(MmaParams& P, bool starts = false) {
+  int64_t blocks = 0;
+  for (int i = 0; i < (GLU ? 1 : P.njobs); ++i) {
+    if (starts) P.job[i].tile0 = blocks;
+    blocks += (P.job[i].out + 16 * kWarps - 1) / (16 * kWarps);
+  }
+  return blocks;
+}
+
+template <int BITS, int G, bool GLU, int SDT>
+void launch_cluster_kernel(MmaParams& P, cudaStream_t s, int nt) {
+  const int64_t blocks = cluster_row_blocks<GLU>(P, true) * P.ntt * P.ks;
+  if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
+  const size_t smem = cluster_smem(BITS, G, nt, GLU);
+  const char* what = "cuda::matmul (fast) cluster launch";
+  auto go = [&](auto kernel) {
+    if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, 2 * sizeof(uint64_t)))
+      throw std::runtime_error("cuda::matmul (fast): the cluster kernel's shared memory exceeds the device's");
+    launch_in(kernel, dim3{unsigned(blocks)}, dim3{unsigned(kThreads)}, smem, s, unsigned(P.ks), what, P);
+  };
+  switch (nt) {
+    case 1: go(mma_cluster_kernel<BITS, G, 1, GLU, SDT>); break;
+    case 2: go(mma_cluster_kernel<BITS, G, 2, GLU, SDT>); break;
+    case 4: go(mma_cluster_kernel<BITS, G, 4, GLU, SDT>); break;
+    default: go(mma_cluster_kernel<BITS, G, 8, GLU, SDT>); break;
+  }
+}
+
+// One format and scales dtype: the gemv kernel, or the prepare pass and the cluster or direct kernel.
 template <int BITS, int G, bool GLU, int SDT>
 void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   const dim3 block{unsigned(kThreads)};
@@ -1248,7 +1566,8 @@ void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
     if (launch_bulk_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
     if (launch_gemv_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
   }
-  const int nt = token_subtiles(P.n, GLU);
+  const bool clustered = cluster_fits<GLU>(P);
+  const int nt = clustered ? cluster_subtiles(P.n, GLU, cluster_row_blocks<GLU>(P) * P.ks) : token_subtiles(P.n, GLU);
   P.ntt = (P.n + 8 * nt - 1) / (8 * nt);
   P.npad = P.ntt * 8 * nt;
   const size_t fbytes = size_t(P.ng) * size_t(P.npad) * size_t(frag_words(G)) * 4;  // then the sums, 256-aligned
@@ -1257,6 +1576,7 @@ void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   P.psum = reinterpret_cast<const float*>(buf + (fbytes + 255) / 256 * 256);
   launch(prep_kernel<BITS, G>, dim3{unsigned(P.n)}, block, 0, s, "cuda::matmul (fast) prepare launch", P.x, P.ldx,
          P.ng, P.npad, P.norm_w, P.eps, const_cast<uint32_t*>(P.pfrag), const_cast<float*>(P.psum));
+  if (clustered) return launch_cluster_kernel<BITS, G, GLU, SDT>(P, s, nt);
   const int64_t blocks = row_tiles * P.ntt;
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
   launch_direct<BITS, G, GLU, SDT>(P, s, dim3{unsigned(blocks)}, nt);
