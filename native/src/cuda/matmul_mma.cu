@@ -272,6 +272,17 @@ __device__ __forceinline__ float store_quarter(const float (&v)[G / 4], bool sto
   return xs;
 }
 
+// Zeroes a warp's accumulators (or partial products) [NW][NT][4].
+template <int NW, int NT>
+__device__ __forceinline__ void zero_acc(float (&a)[NW][NT][4]) {
+#pragma unroll
+  for (int w = 0; w < NW; ++w)
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) a[w][nt][i] = 0.0f;
+}
+
 // Weight w of group d: the A registers of each mma step (afr[s]) and the affine terms of rows g and g + 8 (scale, and
 // bias less the code offset: Σ (s·q + b)·x = s·Σ (off + q)·x + (b - off·s)·Σ x). ONE_LOP: see a_pairs.
 template <int BITS, int G, int NW, int SDT, bool ONE_LOP>
@@ -339,46 +350,45 @@ __host__ __device__ constexpr int reg_units(int bits, int group, bool glu, bool 
   const int words = group * bits / 128 * (glu ? 2 : 1);
   return few ? (words <= 2 ? 8 : words <= 4 ? 4 : 2) : (words <= 2 ? 4 : words <= 4 ? 2 : 1);
 }
-// The block's shared state and its partial-sum tree, common to both kernels. Warp w of a block: row subtile
-// w / ks (16 rows), K part w % ks = groups [ng·k/ks, ng·(k+1)/ks) in order.
+// A warp's place in its launch (tile_at): a 16-row subtile and K part k = groups [ng·k/ks, ng·(k+1)/ks) in order.
 struct Tile {
   int warp, lane, gq, tq, kpart;
   int64_t row0, out, ra, rb, gbeg, gend;
   bool rows_live;  // warp-uniform; a dead warp still meets every barrier
 };
 
-template <bool GLU, int KW = kWarps>
-__device__ __forceinline__ Tile tile_of(const MmaParams& P, int64_t bt, const MmaJob*& J0) {
+// The warp's tile: row subtile rsub of block row bt (per row subtiles to a block row; a job's tile0 counts block
+// rows), K part kpart of P.ks; J[0] the tile's job (GLU: gate), J[1] up under GLU.
+template <bool GLU, int NW>
+__device__ __forceinline__ Tile tile_at(const MmaParams& P, int64_t bt, int per, int rsub, int kpart,
+                                        const MmaJob* (&J)[NW]) {
   Tile T;
   T.warp = int(threadIdx.x) >> 5;
   T.lane = int(threadIdx.x) & 31;
   T.gq = T.lane >> 2;
   T.tq = T.lane & 3;
-  const int ks = P.ks, rsub = T.warp / ks;
-  T.kpart = T.warp % ks;
+  T.kpart = kpart;
   int j = 0;
   if constexpr (!GLU)
     while (j + 1 < P.njobs && bt >= P.job[j + 1].tile0) ++j;
-  J0 = &P.job[j];
-  T.out = J0->out;
-  T.row0 = ((bt - J0->tile0) * (KW / ks) + rsub) * 16;
+  J[0] = &P.job[j];
+  if constexpr (GLU) J[NW - 1] = &P.job[1];
+  T.out = J[0]->out;
+  T.row0 = ((bt - J[0]->tile0) * per + rsub) * 16;
   T.rows_live = T.row0 < T.out;
   // Rows past the end load a valid row (never written): no branch in the loads.
   T.ra = min(T.row0 + T.gq, T.out - 1);
   T.rb = min(T.row0 + T.gq + 8, T.out - 1);
-  T.gbeg = P.ng * T.kpart / ks;
-  T.gend = P.ng * (T.kpart + 1) / ks;
+  T.gbeg = P.ng * kpart / P.ks;
+  T.gend = P.ng * (kpart + 1) / P.ks;
   return T;
 }
 
-// tile_of, with the warp's weights: J[0] the tile's job (GLU: gate), J[1] up under GLU.
+// Block bt of a KW-warp launch: warp w is row subtile w / ks, K part w % ks.
 template <bool GLU, int NW, int KW = kWarps>
 __device__ __forceinline__ Tile tile_jobs(const MmaParams& P, int64_t bt, const MmaJob* (&J)[NW]) {
-  const MmaJob* J0 = nullptr;
-  const Tile T = tile_of<GLU, KW>(P, bt, J0);
-  J[0] = J0;
-  if constexpr (GLU) J[NW - 1] = &P.job[1];
-  return T;
+  const int warp = int(threadIdx.x) >> 5;
+  return tile_at<GLU, NW>(P, bt, KW / P.ks, warp / P.ks, warp % P.ks, J);
 }
 
 // A one-row launch's epilogue inputs that the launch just before it does not write: the bias of rows g and g + 8,
@@ -806,10 +816,7 @@ __global__ void __launch_bounds__(kThreads, 2) mma_gemv_kernel(const __grid_cons
   uint32_t* frag = nullptr;
   float* sums = nullptr;
   float acc[NW][1][4];
-#pragma unroll
-  for (int w = 0; w < NW; ++w)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
+  zero_acc(acc);
   tile_walk<BITS, G, NW, SDT, MAXU>(
       R, T,
       [&] {
@@ -935,10 +942,7 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
   TL_MARK(2);
 
   float acc[NW][1][4];
-#pragma unroll
-  for (int w = 0; w < NW; ++w)
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[w][0][i] = 0.0f;
+  zero_acc(acc);
   if (T.rows_live) {
     mbar_wait(tile_bar, 0);
     // This thread's scale/bias quadruple (rows gq and gq + 8 of the tile) of group 0, per weight at w·tstride.
@@ -1033,12 +1037,7 @@ __global__ void __launch_bounds__(kThreads) mma_direct_kernel(const __grid_const
   const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
   const int64_t tok0 = tt * (8 * NT);
   float acc[NW][NT][4];
-#pragma unroll
-  for (int w = 0; w < NW; ++w)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
+  zero_acc(acc);
   const size_t gstride = size_t(P.npad) * frag_words(G);  // u32 per group of the prepared buffer
   // The first codes go out before pdl_wait: weights are never written, x is (by the prepare pass).
   tile_walk<BITS, G, NW, SDT, MAXU>(
@@ -1073,12 +1072,7 @@ __device__ __forceinline__ void group_mma_staged(const GroupData<G * BITS / 128,
 #pragma unroll
   for (int c0 = 0; c0 < NT; c0 += CH) {
     float p[NW][CH][4];
-#pragma unroll
-    for (int w = 0; w < NW; ++w)
-#pragma unroll
-      for (int c = 0; c < CH; ++c)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) p[w][c][i] = 0.0f;
+    zero_acc(p);
 #pragma unroll
     for (int s = 0; s < S; ++s)
 #pragma unroll
@@ -1138,25 +1132,8 @@ __global__ void __launch_bounds__(kThreads, GLU && NT >= 8 ? 1 : 2) mma_cluster_
   const int ks = P.ks, rank = int(cluster_rank());
   const int64_t cb = int64_t(blockIdx.x) / ks, bt = cb / P.ntt, tt = cb % P.ntt, tok0 = tt * TOK;
   // This warp's tile: row subtile = warp, K part = rank (tile0 of each job counts 128-row blocks).
-  Tile T;
-  T.warp = int(threadIdx.x) >> 5;
-  T.lane = int(threadIdx.x) & 31;
-  T.gq = T.lane >> 2;
-  T.tq = T.lane & 3;
-  T.kpart = rank;
-  int j = 0;
-  if constexpr (!GLU)
-    while (j + 1 < P.njobs && bt >= P.job[j + 1].tile0) ++j;
   const MmaJob* J[NW];
-  J[0] = &P.job[j];
-  if constexpr (GLU) J[NW - 1] = &P.job[1];
-  T.out = J[0]->out;
-  T.row0 = ((bt - J[0]->tile0) * kWarps + T.warp) * 16;
-  T.rows_live = T.row0 < T.out;
-  T.ra = min(T.row0 + T.gq, T.out - 1);
-  T.rb = min(T.row0 + T.gq + 8, T.out - 1);
-  T.gbeg = P.ng * rank / ks;
-  T.gend = P.ng * (rank + 1) / ks;
+  const Tile T = tile_at<GLU, NW>(P, bt, kWarps, int(threadIdx.x) >> 5, rank, J);
   const int gbeg = int(T.gbeg), gend = int(T.gend), nb = (gend - gbeg + AB - 1) / AB;
   const RowPtrs<NW> R = row_ptrs<BITS, G, NW>(P, T, J);
   // Batch b (groups gbeg + b·AB ...) into slot b % 2: per group its token tile's fragments and sums, a copy each,
@@ -1187,12 +1164,7 @@ __global__ void __launch_bounds__(kThreads, GLU && NT >= 8 ? 1 : 2) mma_cluster_
   if (T.warp == 0)
     for (int b = 0; b < min(2, nb); ++b) issue(b);
   float acc[NW][NT][4];
-#pragma unroll
-  for (int w = 0; w < NW; ++w)
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[w][nt][i] = 0.0f;
+  zero_acc(acc);
   for (int b = 0; b < nb; ++b) {
     mbar_wait(full + (b & 1), uint32_t((b >> 1) & 1));
     const char* slot = base + (b & 1) * SLOT;
@@ -1249,24 +1221,20 @@ __global__ void __launch_bounds__(kThreads, GLU && NT >= 8 ? 1 : 2) mma_cluster_
     float v[NW][4];
 #pragma unroll
     for (int w = 0; w < NW; ++w) {
-      float4 q[kWarps];
+      float q[kWarps][4];  // part k's four outputs, from block k of the cluster
 #pragma unroll
-      for (int k = 0; k < kWarps; ++k)
-        q[k] = k < ks ? peer_load4(part + ((T.warp * NW + w) * NT + nt) * 32 + T.lane, uint32_t(k))
-                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      float pa[kWarps];
+      for (int k = 0; k < kWarps; ++k) {
+        const float4 r = k < ks ? peer_load4(part + ((T.warp * NW + w) * NT + nt) * 32 + T.lane, uint32_t(k))
+                                : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        q[k][0] = r.x, q[k][1] = r.y, q[k][2] = r.z, q[k][3] = r.w;
+      }
 #pragma unroll
-      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].x;
-      v[w][0] = pairwise_parts(pa, ks);
+      for (int i = 0; i < 4; ++i) {
+        float pa[kWarps];
 #pragma unroll
-      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].y;
-      v[w][1] = pairwise_parts(pa, ks);
-#pragma unroll
-      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].z;
-      v[w][2] = pairwise_parts(pa, ks);
-#pragma unroll
-      for (int k = 0; k < kWarps; ++k) pa[k] = q[k].w;
-      v[w][3] = pairwise_parts(pa, ks);
+        for (int k = 0; k < kWarps; ++k) pa[k] = q[k][i];
+        v[w][i] = pairwise_parts(pa, ks);
+      }
     }
     store_subtile<NW, GLU, false>(P, T, *J[0], tok0 + nt * 8 + 2 * T.tq, v, none);
   }
@@ -1326,19 +1294,25 @@ bool settled_reads() {
   return v;
 }
 
+// A token-subtile setting from the environment (`name`, read by the caller once): 1, 2, 4 or 8.
+int subtile_cap(const char* name, long fallback) {
+  const long v = env_long(name, fallback);
+  return v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
+}
+
+// The token subtiles of 8 that cover n tokens, up to 8.
+int subtiles_for(int64_t n) { return n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8; }
+
 // Most token subtiles per block: 4 (8 measured slower at 64 tokens on the H200: fewer blocks, more registers).
 // RAPID_CUDA_MM_NT (1, 2, 4 or 8, read once) overrides it; scheduling only.
 int max_subtiles() {
-  static const int v = [] {
-    const long n = env_long("RAPID_CUDA_MM_NT", 4);
-    return n >= 8 ? 8 : n >= 4 ? 4 : n >= 2 ? 2 : 1;
-  }();
+  static const int v = subtile_cap("RAPID_CUDA_MM_NT", 4);
   return v;
 }
 
 // Token subtiles per block of the direct kernel; GLU's two accumulator sets stop at 4 (registers).
 int token_subtiles(int64_t n, bool glu) {
-  return std::min(max_subtiles(), n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 || glu ? 4 : 8);
+  return std::min({max_subtiles(), glu ? 4 : 8, subtiles_for(n)});
 }
 
 // ---- the per-stream prepared-activation buffer: grown only outside captures (graphs hold its address)
@@ -1494,16 +1468,12 @@ bool cluster_mode() {
 
 // Token subtiles per block of the cluster kernel: up to RAPID_CUDA_MM_CLUSTER_NT, GLU up to
 // RAPID_CUDA_MM_CLUSTER_GLU_NT (1, 2, 4 or 8, read once; defaults 8 and 4: GLU's two accumulator sets). Scheduling only.
-int subtile_cap(const char* name, long fallback) {
-  const long v = env_long(name, fallback);
-  return v >= 8 ? 8 : v >= 4 ? 4 : v >= 2 ? 2 : 1;
-}
 // Fewer subtiles while the launch (`blocks` row blocks and K parts per token tile) would give fewer than half the
 // multiprocessors a block: H200, 64 tokens, 8 subtiles ran the Qwen2.5-3B shape 8% faster than 4 (its projections make
 // 128 blocks), the 0.5B shape 8% slower (56).
 int cluster_subtiles(int64_t n, bool glu, int64_t blocks) {
   static const int cap = subtile_cap("RAPID_CUDA_MM_CLUSTER_NT", 8), glu_cap = subtile_cap("RAPID_CUDA_MM_CLUSTER_GLU_NT", 4);
-  int nt = std::min(glu ? glu_cap : cap, n <= 8 ? 1 : n <= 16 ? 2 : n <= 32 ? 4 : 8);
+  int nt = std::min(glu ? glu_cap : cap, subtiles_for(n));
   while (nt > 1 && 2 * blocks * ((n + 8 * nt - 1) / (8 * nt)) < sm_count()) nt /= 2;
   return nt;
 }
@@ -1516,8 +1486,8 @@ int64_t cluster_min_rows() {
   return v;
 }
 
-// Whether a launch of more than one row can take the cluster kernel: sm_90 (clusters and bulk copies), every job
-// tiled (codes and scales), and the prepared activations' fragment rows 16-byte aligned.
+// Whether a launch of more than one row can take the cluster kernel: enabled, at least cluster_min_rows() rows, sm_90
+// (clusters and bulk copies), a K split that fits a cluster, and every job tiled (codes and scales).
 template <bool GLU>
 bool cluster_fits(const MmaParams& P) {
   if (!cluster_mode() || P.n < cluster_min_rows() || !bulk_copy_supported() || P.ks > kWarps) return false;
@@ -1526,21 +1496,22 @@ bool cluster_fits(const MmaParams& P) {
   return true;
 }
 
-// The cluster kernel's row blocks (kWarps row subtiles of one K part each) over the launch's jobs; with `starts`,
-// each job's tile0 becomes its first block.
+// Lays the launch's jobs out in the cluster kernel's block rows (kWarps row subtiles each): each job's tile0 becomes
+// its first block row. Returns the block rows.
 template <bool GLU>
-int64_t cluster_row_blocks(MmaParams& P, bool starts = false) {
-  int64_t blocks = 0;
+int64_t cluster_block_rows(MmaParams& P) {
+  int64_t rows = 0;
   for (int i = 0; i < (GLU ? 1 : P.njobs); ++i) {
-    if (starts) P.job[i].tile0 = blocks;
-    blocks += (P.job[i].out + 16 * kWarps - 1) / (16 * kWarps);
+    P.job[i].tile0 = rows;
+    rows += (P.job[i].out + 16 * kWarps - 1) / (16 * kWarps);
   }
-  return blocks;
+  return rows;
 }
 
+// The cluster kernel over `block_rows` block rows (cluster_block_rows), nt token subtiles per block.
 template <int BITS, int G, bool GLU, int SDT>
-void launch_cluster_kernel(MmaParams& P, cudaStream_t s, int nt) {
-  const int64_t blocks = cluster_row_blocks<GLU>(P, true) * P.ntt * P.ks;
+void launch_cluster_kernel(const MmaParams& P, cudaStream_t s, int64_t block_rows, int nt) {
+  const int64_t blocks = block_rows * P.ntt * P.ks;
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
   const size_t smem = cluster_smem(BITS, G, nt, GLU);
   const char* what = "cuda::matmul (fast) cluster launch";
@@ -1567,7 +1538,8 @@ void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
     if (launch_gemv_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
   }
   const bool clustered = cluster_fits<GLU>(P);
-  const int nt = clustered ? cluster_subtiles(P.n, GLU, cluster_row_blocks<GLU>(P) * P.ks) : token_subtiles(P.n, GLU);
+  const int64_t block_rows = clustered ? cluster_block_rows<GLU>(P) : 0;
+  const int nt = clustered ? cluster_subtiles(P.n, GLU, block_rows * P.ks) : token_subtiles(P.n, GLU);
   P.ntt = (P.n + 8 * nt - 1) / (8 * nt);
   P.npad = P.ntt * 8 * nt;
   const size_t fbytes = size_t(P.ng) * size_t(P.npad) * size_t(frag_words(G)) * 4;  // then the sums, 256-aligned
@@ -1576,7 +1548,7 @@ void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   P.psum = reinterpret_cast<const float*>(buf + (fbytes + 255) / 256 * 256);
   launch(prep_kernel<BITS, G>, dim3{unsigned(P.n)}, block, 0, s, "cuda::matmul (fast) prepare launch", P.x, P.ldx,
          P.ng, P.npad, P.norm_w, P.eps, const_cast<uint32_t*>(P.pfrag), const_cast<float*>(P.psum));
-  if (clustered) return launch_cluster_kernel<BITS, G, GLU, SDT>(P, s, nt);
+  if (clustered) return launch_cluster_kernel<BITS, G, GLU, SDT>(P, s, block_rows, nt);
   const int64_t blocks = row_tiles * P.ntt;
   if (blocks > int64_t(0x7fffffff)) throw std::runtime_error("cuda::matmul (fast): too many blocks");
   launch_direct<BITS, G, GLU, SDT>(P, s, dim3{unsigned(blocks)}, nt);
