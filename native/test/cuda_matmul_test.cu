@@ -651,6 +651,65 @@ void test_bulk(std::mt19937& rng) {
   ck(cudaStreamDestroy(s), "stream");
 }
 
+// A one-row matmul whose x is the merge of a token's attention partials (AttnPartials: the o projection at batch 1)
+// gives the outputs of the matmul of attention_merge's x (the attention's own merge), bit for bit: the bulk kernel
+// merging while it stages x (tiled weights) and the gemv kernel after attention_merge (row-major), groups of 64 / 32 /
+// 128, heads of 64 and 128, and 1 (x read as it is), 2, 5, 8, 9 and 32 partitions (past the 8 read together); x of a
+// split token is poisoned, so only the merge can give it.
+void test_partials(std::mt19937& rng) {
+  cudaStream_t s = nullptr;
+  ck(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+  std::uniform_real_distribution<float> um(-3.0f, 3.0f), ul(0.5f, 5.0f);
+  for (const Format& f : {Format{WeightKind::Affine, 4, 64, DType::BF16}, Format{WeightKind::Affine, 4, 32, DType::F16},
+                          Format{WeightKind::Affine, 8, 128, DType::F32}}) {
+    bool all = true;
+    std::string where;
+    for (const auto& [n_heads, hd] : {std::pair<int, int>{4, 64}, {16, 128}}) {
+      const int64_t in = int64_t(n_heads) * hd, out = 320;
+      TestWeight W = make_weight(f, out, in, rng);
+      std::vector<DevBuf> keep;
+      const cuda::DevWeight Wt = tiled_copy(W, keep);
+      const std::vector<float> o = random_vec(size_t(n_heads) * 32 * hd, rng), bias = random_vec(size_t(out), rng);
+      std::vector<float> ml(size_t(n_heads) * 32 * 2);
+      for (size_t i = 0; i < ml.size(); i += 2) ml[i] = um(rng), ml[i + 1] = ul(rng);
+      DevBuf d_o(o.data(), o.size() * 4), d_ml(ml.data(), ml.size() * 4), d_b(bias.data(), bias.size() * 4);
+      for (const int parts : {1, 2, 5, 8, 9, 32}) {
+        const int32_t nkeys = parts == 1 ? 20 : 32 * parts - 5, q_pos = nkeys - 1;  // 32-key partitions
+        DevBuf d_pos(&q_pos, 4), d_end(&nkeys, 4);
+        const cuda::AttnPartials ap{d_o.f(), d_ml.f(), static_cast<const int32_t*>(d_pos.p),
+                                    static_cast<const int32_t*>(d_end.p), 32, 0, n_heads, hd};
+        const std::vector<float> x0 = random_vec(size_t(in), rng);
+        DevBuf x_ref(x0.data(), x0.size() * 4), x_split(size_t(in) * 4);
+        cuda::attention_merge(ap, x_ref.f(), s);  // a split token's x; one partition: x as the attention wrote it
+        if (parts == 1) ck(cudaMemcpyAsync(x_split.p, x_ref.p, size_t(in) * 4, cudaMemcpyDeviceToDevice, s), "copy x");
+        else ck(cudaMemsetAsync(x_split.p, 0xff, size_t(in) * 4, s), "poison x");
+        for (int tiled = 0; tiled < 2; ++tiled) {
+          DevBuf y[2] = {DevBuf(size_t(out) * 4), DevBuf(size_t(out) * 4)};
+          for (int v = 0; v < 2; ++v) {
+            const cuda::MatmulJob j{tiled ? Wt : W.dev, d_b.f(), y[v].f(), out, false};
+            cuda::matmul(v ? x_split.f() : x_ref.f(), in, 1, &j, 1, s, cuda::MathMode::Fast, nullptr, nullptr,
+                         v ? &ap : nullptr);
+          }
+          ck(cudaStreamSynchronize(s), "partials");
+          if (!same_bits(y[0], y[1], size_t(out))) {
+            all = false;
+            where += ' ';
+            where += std::to_string(n_heads);
+            where += 'x';
+            where += std::to_string(hd);
+            where += " parts=";
+            where += std::to_string(parts);
+            where += tiled ? " bulk" : " gemv";
+          }
+        }
+      }
+    }
+    report(all, "fast matmul of attention partials " + f.name(),
+           all ? "bitwise the matmul of attention_merge's x (bulk and gemv kernels)" : "differs:" + where);
+  }
+  ck(cudaStreamDestroy(s), "stream");
+}
+
 // The RoPE epilogue (q/k rows in rope_pair_rows order; q rotated into q, k rotated and v as is into the KV pool at
 // each token's slot) stores bitwise what matmul + rope_kv_write store, with and without a fused input norm, for the
 // gemv (n = 1) and the prepared (n > 1) kernels, row-major and tiled codes; a slot of -1 stores nothing.
@@ -839,6 +898,7 @@ int main() {
     test_fused_norm(rng);
     test_tiled(rng);
     test_bulk(rng);
+    test_partials(rng);
     test_cluster(rng);
     test_rope_epilogue(rng);
     for (const auto& sh : {std::pair<int64_t, int64_t>{4864, 896}, {896, 4864}, {1152, 896}, {151936, 896},

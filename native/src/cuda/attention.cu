@@ -9,7 +9,9 @@
 // order), so a token's result is independent of T and of its neighbours. Launches of few tokens (decode) split
 // a KV head's query group over more blocks: parallelism only, a head's arithmetic is the same in any block. A
 // one-token launch copies its older keys before waiting on the previous kernel (only the token's own K/V row is
-// written in its step), so the copies overlap the q/k/v launch; RAPID_CUDA_ATTN_EARLY=0 waits first.
+// written in its step), so the copies overlap the q/k/v launch; RAPID_CUDA_ATTN_EARLY=0 waits first. A one-token
+// launch may also leave its partitions unmerged (AttnPartials): the o projection merges them as it stages its input,
+// with the same arithmetic (attn_partials.cuh), and the counter and the last block's merge leave the chain.
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -19,6 +21,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include "cuda/attn_partials.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
@@ -30,10 +33,10 @@ namespace {
 
 constexpr int kThreads = 128;  // 4 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 32;     // keys per chunk: one key per lane in the score/softmax phase
-constexpr int kMaxH = 8;       // most heads one thread accumulates in the P·V phase
-constexpr int kMaxParts = 32;  // most key partitions of one token (split-K); one warp lane each in the merge
-static_assert(kMaxParts == 32);
+constexpr int kChunk = kAttnChunk;         // keys per chunk: one key per lane in the score/softmax phase
+constexpr int kMaxH = 8;                   // most heads one thread accumulates in the P·V phase
+constexpr int kMaxParts = kAttnMaxParts;  // most key partitions of one token (split-K); one warp lane each in the merge
+static_assert(kChunk == 32 && kMaxParts == 32);
 // Split launches aim for at most this many blocks per multiprocessor: kFillWaves, or kManyFillWaves once the tokens'
 // head rows alone give half the multiprocessors a block. H200, 32-key partitions: 64 sequences ran 1-4% faster with
 // 2 than 8 (prompt 128 and 1024), while 1 and 8 sequences at prompt 1024 ran 5-10% slower.
@@ -64,21 +67,10 @@ struct AttnParams {
   float2* part_ml;     // [tile, n_heads, kMaxParts] (max, sum) of each partition's scores
   int* done;           // [tile, gridDim.y] partitions finished per (token, block row); 0 between launches
   int early;           // 1: the launch's one token is the step's only writer of its sequence's keys (T = 1)
+  int defer;           // 1: a token in several partitions leaves them unmerged (T = 1: AttnPartials)
 };
 
 __host__ __device__ inline int ceil_div(int a, int b) { return (a + b - 1) / b; }
-
-// How a token's nkeys visible keys are cut: `parts` partitions of `len` keys (the last one shorter).
-// Partitions are part_keys long until that would need more than kMaxParts; then they grow (in whole
-// chunks) so that there are at most kMaxParts. A function of (nkeys, part_keys) only.
-struct KeySplit {
-  int len, parts;
-};
-__host__ __device__ inline KeySplit split_keys(int nkeys, int part_keys) {
-  if (part_keys <= 0 || nkeys <= part_keys) return {nkeys, 1};
-  const int len = max(part_keys, ceil_div(ceil_div(nkeys, kMaxParts), kChunk) * kChunk);
-  return {len, ceil_div(nkeys, len)};
-}
 
 // The token's visible key range [lo, kv_end).
 struct KeyRange {
@@ -101,26 +93,24 @@ size_t attn_smem_floats(int hd, int gb, int stages) {
   return 2 * size_t(stages) * size_t(kChunk) * ld + size_t(gb) * size_t(hd) + size_t(gb) * kChunk + 3 * size_t(gb);
 }
 
-// Merges query head hq of token t (tile row tl) from its partitions, by one warp: out = Σ_p e^(m_p - M) o_p /
-// Σ_p e^(m_p - M) l_p with M = max_p m_p, every sum in partition order (lane i holds partition i's weight).
-// Reads the partials through L2: other blocks wrote them.
-__device__ void merge_head(const AttnParams& p, int64_t tl, int64_t t, int hq, int parts, int lane) {
-  const int64_t base = (tl * p.n_heads + hq) * kMaxParts;  // row of partition 0 in [tile, n_heads, kMaxParts]
-  const int hd4 = p.hd / 4;
-  const float4* po = reinterpret_cast<const float4*>(p.part_o) + base * hd4;  // [kMaxParts][hd4]
+// Merges one query head from its partitions, by one warp, into out_row [hd] (attn_partials.cuh's arithmetic; lane i
+// holds partition i's weight): partials po [kMaxParts][hd / 4], pml [kMaxParts], read through L2 (other blocks wrote
+// them).
+__device__ void merge_head(const float4* po, const float2* pml, float* out_row, int hd, int parts, int lane) {
+  const int hd4 = hd / 4;
   // The first kPre partitions' outputs of the lane's first column go out with the (max, sum) reads: one L2 wait.
   constexpr int kPre = 8;
   float4 pre[kPre];
 #pragma unroll
   for (int i = 0; i < kPre; ++i)
     pre[i] = i < parts && lane < hd4 ? __ldcg(po + i * hd4 + lane) : make_float4(0.f, 0.f, 0.f, 0.f);
-  const float2 ml = lane < parts ? __ldcg(p.part_ml + base + lane) : make_float2(-INFINITY, 0.0f);
+  const float2 ml = lane < parts ? __ldcg(pml + lane) : make_float2(-INFINITY, 0.0f);
   const float m = warp_max(ml.x);
   const float w = lane < parts ? expf(ml.x - m) : 0.0f;
   float l = 0.0f;
   for (int j = 0; j < parts; ++j) l = fmaf(__shfl_sync(0xffffffffu, ml.y, j), __shfl_sync(0xffffffffu, w, j), l);
   const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
-  float4* o4 = reinterpret_cast<float4*>(p.out + (t * p.n_heads + hq) * p.hd);
+  float4* o4 = reinterpret_cast<float4*>(out_row);
   for (int c0 = 0; c0 < hd4; c0 += 32) {  // uniform trip counts: every lane joins the shuffles
     const int c = c0 + lane;
     const bool ok = c < hd4;
@@ -407,7 +397,7 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
     }
   }
   TL_MARK(2);
-  if (split.parts == 1) {
+  if (split.parts == 1 || p.defer) {  // written, or left for the o projection to merge
     TL_MARK(4);
     TL_FLUSH(3, 0);
     return;
@@ -430,7 +420,11 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
     TL_FLUSH(3, 0);
     return;
   }
-  for (int g = warp; g < Gb; g += kWarps) merge_head(p, tl, t, hq0 + g, split.parts, lane);
+  for (int g = warp; g < Gb; g += kWarps) {
+    const int64_t base = (tl * p.n_heads + hq0 + g) * kMaxParts;  // row of partition 0 in [tile, n_heads, kMaxParts]
+    merge_head(reinterpret_cast<const float4*>(p.part_o) + base * hd4, p.part_ml + base, p.out + (head0 + g) * hd, hd,
+               split.parts, lane);
+  }
 #ifdef RAPID_CUDA_TIMELINE
   __syncthreads();  // every warp's merge done
 #endif
@@ -538,11 +532,36 @@ __global__ void kv_write_kernel(const float* __restrict__ k, const float* __rest
   }
 }
 
+// Deferred partials (AttnPartials) merged into out [n_heads, hd]: block h merges head h with merge_head, as the
+// attention launch would have; a token in one partition was written by the attention itself.
+__global__ void merge_partials_kernel(const AttnPartials a, float* out) {
+  pdl_wait();
+  pdl_trigger();
+  const int parts = split_keys(visible_keys(a.q_pos[0], a.kv_end[0], a.window), a.part_keys).parts;
+  if (parts <= 1) return;
+  const int64_t base = int64_t(blockIdx.x) * kMaxParts;
+  merge_head(reinterpret_cast<const float4*>(a.o) + base * (a.head_dim / 4), reinterpret_cast<const float2*>(a.ml) + base,
+             out + int64_t(blockIdx.x) * a.head_dim, a.head_dim, parts, int(threadIdx.x));
+}
+
+// Whether one-token split launches leave their partitions for the o projection to merge (RAPID_CUDA_ATTN_DEFER, read
+// once; default 1). Scheduling only: both merges compute the same bits.
+bool attn_defer() {
+  static const bool v = env_long("RAPID_CUDA_ATTN_DEFER", 1) != 0;
+  return v;
+}
+
 }  // namespace
+
+void attention_merge(const AttnPartials& a, float* out, cudaStream_t s) {
+  if (!a.o) return;
+  launch(merge_partials_kernel, dim3(unsigned(a.n_heads)), dim3(32), 0, s, "attention_merge launch", a, out);
+}
 
 void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const float* kpool,
                      const float* vpool, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
-                     cudaStream_t s) {
+                     cudaStream_t s, AttnPartials* defer) {
+  if (defer) *defer = AttnPartials{};
   if (T <= 0) return;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
     throw std::runtime_error("paged_attention: n_heads " + std::to_string(n_heads) + " is not a multiple of n_kv_heads " +
@@ -568,6 +587,7 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   p.scale = scale;
   // One token: its own key is the only one this step writes (a batch of one sequence's tokens writes several).
   p.early = T == 1 && attn_early() ? 1 : 0;
+  p.defer = 0;
   // Heads per block: all of the group when the P·V accumulators fit (MAXH per thread), else split
   // the group over several blocks (each still reads the keys once). Few tokens (decode) split it further,
   // towards kMinBlocks blocks per partition: a head's arithmetic does not depend on the heads beside it.
@@ -622,6 +642,13 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   p.part_o = reinterpret_cast<float*>(scratch);
   p.part_ml = reinterpret_cast<float2*>(scratch + size_t(tile) * n_heads * kMaxParts * head_dim * sizeof(float));
   p.done = reinterpret_cast<int*>(scratch + kScratchBytes - kCounterBytes);
+  // One token, one tile, at most 8 partitions (what the o projection's staging holds in flight): its partials at rows
+  // [h][0..32) of the scratch.
+  if (defer && T == 1 && parts <= 8 && attn_defer()) {
+    p.defer = 1;
+    *defer = AttnPartials{p.part_o, reinterpret_cast<const float*>(p.part_ml), tok.q_pos, tok.kv_end, pk, window, n_heads,
+                          head_dim};
+  }
   for (int64_t t0 = 0; t0 < T; t0 += tile) {
     const unsigned n = unsigned(std::min(tile, T - t0));
     p.t0 = t0;

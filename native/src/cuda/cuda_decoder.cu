@@ -893,16 +893,18 @@ class CudaDecoder final : public Model, public DeviceLogits {
       if (!fused_rope)
         rope_kv_write(q, k, v, T, d.n_heads, d.n_kv_heads, d.head_dim, half, cs, sn, qscale, slot, kpool_[size_t(l)],
                       vpool_[size_t(l)], s);
+      // h += att·Woᵀ (h last written before q/k/v), or o = att·Woᵀ to be normed (sandwich norms).
+      const MatmulJob oj = d.sandwich_norms ? MatmulJob{L.o, L.bo, o, H, false} : MatmulJob{L.o, L.bo, h, H, true, 0, true};
+      // One token: the attention may leave its key partitions unmerged for the o projection to merge as it stages its
+      // input (the same x, bit for bit; the attention's partition counter and merge leave the chain).
+      AttnPartials parts;
+      const bool defer = can_merge_partials(&oj, 1, T, mode, d.head_dim);
       paged_attention(q, att, T, tok, kpool_[size_t(l)], vpool_[size_t(l)], d.n_heads, d.n_kv_heads, d.head_dim,
-                      d.attn_scale, d.window[size_t(l)], s);
+                      d.attn_scale, d.window[size_t(l)], s, defer ? &parts : nullptr);
+      matmul(att, qd, T, &oj, 1, s, mode, nullptr, nullptr, defer ? &parts : nullptr);
       if (d.sandwich_norms) {
-        const MatmulJob oj{L.o, L.bo, o, H, false};
-        matmul(att, qd, T, &oj, 1, s, mode);
         rms_norm(o, o, T, H, L.post_attn_norm, d.rms_eps, s);
         add_rms_norm(h, o, xn, T, H, L.pre_ffn_norm, d.rms_eps, s);
-      } else {
-        const MatmulJob oj{L.o, L.bo, h, H, true, 0, true};  // h += att·Woᵀ (h last written before q/k/v)
-        matmul(att, qd, T, &oj, 1, s, mode);
       }
       const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
       if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);

@@ -95,11 +95,30 @@ bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode);
 // The same for matmul_glu(x, n, gate, up, ...).
 bool can_fuse_glu_norm(const DevWeight& gate, const DevWeight& up, int64_t n, MathMode mode);
 
+// A one-token attention launch's output left as its key partitions' partials (paged_attention with `defer`), for the
+// next matmul to merge as it stages its input (matmul with `partials`): the bits the attention's own merge would have
+// written, without its partition counter and last-block merge in the launch chain. o == nullptr: nothing deferred.
+struct AttnPartials {
+  const float* o = nullptr;        // [n_heads, 32, head_dim] unnormalized partial outputs
+  const float* ml = nullptr;       // [n_heads, 32, 2] each partition's (max, sum) of its scores
+  const int32_t* q_pos = nullptr;  // the token's position and key end (device: the launch's AttnTokens)
+  const int32_t* kv_end = nullptr;
+  int part_keys = 0, window = 0, n_heads = 0, head_dim = 0;
+};
+
+// Whether matmul merges partials of `head_dim`-wide heads while it stages x (the bulk kernel: sm_90 and tiled weights;
+// one row, and what can_fuse_norm needs). Where it does not, matmul still takes partials (one row, as can_fuse_norm),
+// merging them into x by a launch of their own first.
+bool can_merge_partials(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode, int head_dim);
+
 // Up to 4 weights that share x [n, ldx] (q/k/v; gate/up) in ONE launch; all jobs have the same `in`.
 // norm: only where can_fuse_norm says so (throws otherwise).
 // rope: jobs with a RoPE epilogue (one tensor-core launch; weights with rope_rows == rope->head_dim for 1 and 2).
+// partials (one row, no norm, head_dim a multiple of 8; x the attention's out, written where the token has one partition and, on paths that do
+// not merge while staging, by attention_merge first): x is the merge of these partials.
 void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s,
-            MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr, const RopeOut* rope = nullptr);
+            MathMode mode = MathMode::Exact, const RowNorm* norm = nullptr, const RopeOut* rope = nullptr,
+            const AttnPartials* partials = nullptr);
 
 // out[n, ffn] = act(x·Gateᵀ) * (x·Upᵀ); act 0 = silu, 1 = gelu_tanh (PyTorch formulas). One launch.
 // norm: only where can_fuse_glu_norm says so (throws otherwise).
@@ -152,12 +171,18 @@ struct AttnTokens {
 // q [T, n_heads, head_dim] -> out [T, n_heads, head_dim]: softmax(scale · q·kᵀ) · v over the token's
 // visible keys (window > 0 keeps keys k > q_pos - window), GQA (head h reads kv head h / (n_heads/n_kv)).
 // Online softmax in f32; no score matrix is materialized.
+// defer (T = 1): a token in several key partitions leaves them unmerged, described in *defer (out still receives a
+// token in one partition); *defer is empty when the launch does not split (RAPID_CUDA_ATTN_DEFER=0: never deferred).
 void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const float* kpool,
                      const float* vpool, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
-                     cudaStream_t s);
+                     cudaStream_t s, AttnPartials* defer = nullptr);
+
+// Merges deferred partials into out [n_heads, head_dim] (nothing for a token in one partition, which the attention
+// wrote itself): bitwise what paged_attention would have written.
+void attention_merge(const AttnPartials& partials, float* out, cudaStream_t s);
 
 // paged_attention's split-K path: a token with more keys than one partition (RAPID_CUDA_ATTN_SPLIT, read once:
-// unset or "1" = 64 keys, "0" = off, N = N keys) is split into at most 32 partitions over extra blocks,
+// unset or "1" = 32 keys, "0" = off, N = N keys) is split into at most 32 partitions over extra blocks,
 // merged in partition order by the block that finishes the token's last partition (no second launch). A
 // token's partitions depend only on its own key count, the partition size and the layer's window, so results
 // stay batch invariant. Partial results go to a 64 MiB scratch per (device, stream), allocated on the

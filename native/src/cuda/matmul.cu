@@ -478,6 +478,10 @@ bool can_fuse_norm(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode) 
   return true;
 }
 
+bool can_merge_partials(const MatmulJob* jobs, int n_jobs, int64_t n, MathMode mode, int head_dim) {
+  return n == 1 && head_dim > 0 && head_dim % 8 == 0 && can_fuse_norm(jobs, n_jobs, n, mode) && mma_merges_partials(jobs[0].w);
+}
+
 bool can_rope_epilogue(const DevWeight& q, const DevWeight& k, const DevWeight& v, int head_dim, int rot_dim, MathMode mode) {
   return mode == MathMode::Fast && head_dim > 0 && head_dim % 16 == 0 && rot_dim == head_dim && mma_format_supported(q) &&
          mma_same_format(q, k) && mma_same_format(q, v) && q.out % head_dim == 0 && k.out % head_dim == 0 &&
@@ -490,8 +494,9 @@ bool can_fuse_glu_norm(const DevWeight& gate, const DevWeight& up, int64_t n, Ma
 }
 
 void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n_jobs, cudaStream_t s, MathMode mode,
-            const RowNorm* norm, const RopeOut* rope) {
+            const RowNorm* norm, const RopeOut* rope, const AttnPartials* partials) {
   if (n_jobs < 1 || n_jobs > 4) throw std::runtime_error("cuda::matmul: 1..4 jobs");
+  if (partials && !partials->o) partials = nullptr;  // nothing deferred: x is the attention's whole output
   if (n <= 0) return;
   const int64_t in = jobs[0].w.in;
   for (int i = 0; i < n_jobs; ++i)
@@ -499,6 +504,12 @@ void matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int n
   check_x(x, ldx, in, "cuda::matmul");
   for (int i = 0; i < n_jobs; ++i)
     if (jobs[i].rope != 0 && !rope) throw std::runtime_error("cuda::matmul: a RoPE epilogue job without its tables");
+  if (partials) {
+    if (norm || n != 1 || !can_fuse_norm(jobs, n_jobs, n, mode) || partials->head_dim % 8 != 0 ||
+        in != int64_t(partials->n_heads) * partials->head_dim)
+      throw std::runtime_error("cuda::matmul: this launch cannot merge attention partials");
+    return mma_matmul(x, ldx, n, jobs, n_jobs, s, nullptr, rope, partials);
+  }
   if (norm || rope) {
     if (!can_fuse_norm(jobs, n_jobs, n, mode))
       throw std::runtime_error("cuda::matmul: this launch cannot fuse a norm or a RoPE epilogue");

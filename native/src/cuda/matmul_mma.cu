@@ -31,6 +31,10 @@
 // kernel instead of the direct one: the same arithmetic, with a block's warps sharing their token tile's activations
 // in shared memory and the K parts of a thread-block cluster added through distributed shared memory.
 //
+// Attention partials (MmaParams::am, one row: the o projection at batch 1): x is the merge of the token's key partitions,
+// which the attention left unmerged. The bulk kernel's MERGE instance merges them as it stages x (attn_partials.cuh:
+// bitwise the x the attention's own merge writes); other kernels read x, which attention_merge writes first.
+//
 // Tuning knobs (read once; scheduling only, results are bitwise the same): RAPID_CUDA_MM_STAGED (0 sends one row
 // through prepare + direct too; 1, the default, through the gemv kernel), RAPID_CUDA_MM_BULK (0, 1, 2: when one row
 // takes the bulk kernel, see bulk_mode), RAPID_CUDA_MM_WARPS (the warps a launch aims for when choosing KS: a
@@ -48,6 +52,7 @@
 #include <string>
 #include <type_traits>
 #include <vector>
+#include "cuda/attn_partials.cuh"
 #include "cuda/bulk_copy.cuh"
 #include "cuda/cluster.cuh"
 #include "cuda/device_math.cuh"
@@ -95,6 +100,7 @@ struct MmaParams {
   const int32_t* rope_slot = nullptr;  // [n] KV pool rows (< 0: not stored)
   int rope_hd = 0;
   MmaJob job[4];             // GLU: job[0] gate (y = out), job[1] up
+  AttnPartials am;           // am.o set: x (one row) is the merge of these attention partials
 };
 
 // Not volatile: a pure function of its operands, so independent chains (groups of a batch) may interleave.
@@ -799,6 +805,46 @@ __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_
   __syncthreads();
 }
 
+// stage_x for an x that is the merge of a token's attention partials in `parts` > 1 partitions (P.am): each thread
+// merges pairs of float4 columns of one head (8 columns) into x as f32 in shared memory, as many as one L2 wait
+// allows (up to 8 partitions), then the quarters are converted from there as stage_x converts a normed x. Same
+// layout as stage_x with a norm (x [K] first).
+template <int BITS, int G, int KT>
+__device__ __forceinline__ void stage_partials(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums, int parts) {
+  constexpr int E = G / 4;
+  const AttnPartials& a = P.am;
+  const int64_t ng = P.ng, K = ng * G, items = ng * 4;
+  const int hd4 = a.head_dim / 4;
+  float4* xf4 = reinterpret_cast<float4*>(smem);  // [K / 4]
+  frag = reinterpret_cast<uint32_t*>(xf4 + K / 4);
+  sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));
+  const float2* ml = reinterpret_cast<const float2*>(a.ml);
+  const float4* o = reinterpret_cast<const float4*>(a.o);
+  for (int64_t c = 2 * threadIdx.x; c < K / 4; c += 2 * KT) {  // hd4 is even (heads of 8k): a pair lies in one head
+    const int64_t h = c / hd4;
+    float4 v[2];
+    merge_columns4<2>(ml + h * kAttnMaxParts, o + h * kAttnMaxParts * hd4, hd4, int(c - h * hd4), parts, v);
+    xf4[c] = v[0];
+    xf4[c + 1] = v[1];
+  }
+  __syncthreads();
+  const float* xf = reinterpret_cast<const float*>(xf4);
+  for (int64_t base = 0; base < items; base += KT) {  // uniform trip count: the quads' shuffles
+    const int64_t it = base + threadIdx.x;
+    const bool live = it < items;
+    float v[E];
+    load_quarter<G, true>(xf, nullptr, 1.0f, it * E, live, v);
+    const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
+    if (live && (it & 3) == 0) sums[it >> 2] = xs;
+  }
+  __syncthreads();
+}
+
+// The partitions of the token whose attention partials P.am holds (1: the attention wrote x itself).
+__device__ __forceinline__ int partial_parts(const AttnPartials& a) {
+  return split_keys(visible_keys(a.q_pos[0], a.kv_end[0], a.window), a.part_keys).parts;
+}
+
 // n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of
 // codes in flight (a ring: a group's registers are refilled with the group MAXU ahead as soon as it is used).
 // The first loads go out before pdl_wait (weights are never written), so they overlap the previous kernel; then
@@ -882,8 +928,9 @@ __host__ __device__ inline BulkLayout bulk_layout(int bits, int group, int64_t n
 // streams the warp's K part through a ring of R slots of C groups, and lane 0 of each tile's part-0 warp copies the
 // tile's scales and biases; the first R chunks and the scales go out before pdl_wait, so up to R·C groups per warp
 // arrive while the previous kernel finishes. A slot is refilled as soon as its warp has read it.
-// KW: warps per block (kWarps; 4 for a GLU launch whose kWarps-warp blocks outnumber the multiprocessors).
-template <int BITS, int G, bool GLU, int SDT, int KW>
+// KW: warps per block (kWarps; 4 for a GLU launch whose kWarps-warp blocks outnumber the multiprocessors). MERGE: x is
+// the merge of P.am's attention partials (its own instance, so the others keep their registers).
+template <int BITS, int G, bool GLU, int SDT, int KW, bool MERGE = false>
 __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid_constant__ MmaParams P) {
   constexpr int NW = GLU ? 2 : 1, WPT = G * BITS / 128, R = bulk_slots(BITS, G, GLU), C = bulk_chunk(BITS, G, GLU);
   constexpr int ESZ = SDT == 0 ? 4 : 2;
@@ -895,7 +942,7 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
   const MmaJob* J[NW];
   const Tile T = tile_jobs<GLU, NW, KW>(P, int64_t(blockIdx.x), J);
   const int ng = int(P.ng), rsub = T.warp / P.ks, gbeg = int(T.gbeg), gend = int(T.gend);
-  const BulkLayout L = bulk_layout(BITS, G, ng, P.norm_w != nullptr, GLU, P.ks, ESZ, KW);
+  const BulkLayout L = bulk_layout(BITS, G, ng, P.norm_w != nullptr || MERGE, GLU, P.ks, ESZ, KW);
   char* base = reinterpret_cast<char*>(smem4);
   uint64_t* bars = reinterpret_cast<uint64_t*>(base + L.bars);  // [KW][R], then [tiles]
   uint64_t* ring_bar = bars + T.warp * R;
@@ -938,7 +985,13 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
   uint32_t* frag = nullptr;
   float* sums = nullptr;
   // Its closing barrier also publishes the barrier initializations.
-  stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums, ahead, P.norm_w != nullptr);
+  if constexpr (MERGE) {
+    const int parts = partial_parts(P.am);
+    if (parts > 1) stage_partials<BITS, G, KW * 32>(P, smem4, frag, sums, parts);
+    else stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums);
+  } else {
+    stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums, ahead, P.norm_w != nullptr);
+  }
   TL_MARK(2);
 
   float acc[NW][1][4];
@@ -1427,8 +1480,11 @@ bool launch_bulk_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
     const MmaJob& j = P.job[i];
     if (!j.tiled || reinterpret_cast<uintptr_t>(j.scales) % 16 != 0) return false;
   }
-  const BulkLayout L = bulk_layout(BITS, G, P.ng, P.norm_w != nullptr, GLU, P.ks, SDT == 0 ? 4 : 2);
+  const bool merge = !GLU && P.am.o;
+  const BulkLayout L = bulk_layout(BITS, G, P.ng, P.norm_w != nullptr || merge, GLU, P.ks, SDT == 0 ? 4 : 2);
   if (P.ng > (int64_t(1) << 24) || L.tile_bytes * (GLU ? 2 : 1) > 0xfffff) return false;
+  if constexpr (!GLU)
+    if (merge) return launch_one_row(mma_bulk_kernel<BITS, G, GLU, SDT, kWarps, true>, GLU, P, s, row_tiles, L.total);
   if constexpr (GLU) {
     constexpr int KW = 4;
     if (glu_block_warps() == KW && P.ks <= KW && row_tiles > sm_count()) {
@@ -1535,8 +1591,12 @@ void launch_t(MmaParams& P, cudaStream_t s, int64_t row_tiles) {
   if (P.n <= gemv_max()) {
     P.ntt = 1;
     if (launch_bulk_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
-    if (launch_gemv_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
   }
+  if (P.am.o) {  // the gemv kernel and the prepare pass read x: the partials are merged into it first
+    attention_merge(P.am, const_cast<float*>(P.x), s);
+    P.am = AttnPartials{};
+  }
+  if (P.n <= gemv_max() && launch_gemv_t<BITS, G, GLU, SDT>(P, s, row_tiles)) return;
   const bool clustered = cluster_fits<GLU>(P);
   const int64_t block_rows = clustered ? cluster_block_rows<GLU>(P) : 0;
   const int nt = clustered ? cluster_subtiles(P.n, GLU, block_rows * P.ks) : token_subtiles(P.n, GLU);
@@ -1606,6 +1666,10 @@ void set_norm(MmaParams& P, const RowNorm* norm) {
 
 }  // namespace
 
+bool mma_merges_partials(const DevWeight& w) {
+  return bulk_mode() != 0 && bulk_copy_supported() && w.tiled;
+}
+
 bool mma_format_supported(const DevWeight& w) {
   return w.kind == WeightKind::Affine && (w.bits == 4 || w.bits == 8) &&
          (w.group == 32 || w.group == 64 || w.group == 128) && w.in % w.group == 0 &&
@@ -1622,12 +1686,17 @@ bool mma_same_format(const DevWeight& a, const DevWeight& b) {
 
 
 void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int count, cudaStream_t s,
-                const RowNorm* norm, const RopeOut* rope) {
+                const RowNorm* norm, const RopeOut* rope, const AttnPartials* partials) {
   if (count < 1 || count > 4) throw std::runtime_error("cuda::matmul (fast): 1..4 jobs");
   const DevWeight& w0 = jobs[0].w;
   MmaParams P = base(x, ldx, n, w0);
   P.njobs = count;
   set_norm(P, norm);
+  if (partials && partials->o) {
+    if (n != 1 || norm || partials->head_dim % 8 != 0 || int64_t(partials->n_heads) * partials->head_dim != w0.in)
+      throw std::runtime_error("cuda::matmul (fast): attention partials need one row, no norm and whole heads");
+    P.am = *partials;
+  }
   if (rope) {
     if (!rope->cos || !rope->sin || !rope->slot || rope->head_dim <= 0 || rope->head_dim % 16 != 0)
       throw std::runtime_error("cuda::matmul (fast): a RoPE epilogue needs cos, sin, slots and a head_dim multiple of 16");

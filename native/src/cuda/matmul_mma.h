@@ -12,8 +12,12 @@ bool mma_format_supported(const DevWeight& w);
 // Whether two weights can share one launch (same bits, group, scales dtype, input width and code layout).
 bool mma_same_format(const DevWeight& a, const DevWeight& b);
 
+// Whether a one-row launch of w merges attention partials while it stages x (the bulk kernel: sm_90, tiled weights);
+// elsewhere they are merged into x by a launch of their own first.
+bool mma_merges_partials(const DevWeight& w);
+// partials: x is their merge (one row; matmul checked can_merge_partials).
 void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, int count, cudaStream_t s,
-                const RowNorm* norm, const RopeOut* rope);
+                const RowNorm* norm, const RopeOut* rope, const AttnPartials* partials = nullptr);
 void mma_glu(const float* x, int64_t n, const DevWeight& gate, const DevWeight& up, int act, float* out, cudaStream_t s,
              const RowNorm* norm);
 
