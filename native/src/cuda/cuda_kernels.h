@@ -183,7 +183,8 @@ void attention_merge(const AttnPartials& partials, float* out, cudaStream_t s);
 
 // paged_attention's split-K path: a token with more keys than one partition (RAPID_CUDA_ATTN_SPLIT, read once:
 // unset or "1" = 32 keys, "0" = off, N = N keys) is split into at most 32 partitions over extra blocks,
-// merged in partition order by the block that finishes the token's last partition (no second launch). A
+// merged in partition order by the block that finishes the token's last partition (no second launch), or, given
+// `defer`, by the next matmul as it stages its input (AttnPartials). A
 // token's partitions depend only on its own key count, the partition size and the layer's window, so results
 // stay batch invariant. Partial results go to a 64 MiB scratch per (device, stream), allocated on the
 // stream's first split launch (allowed during graph capture) and kept until paged_attention_release.
