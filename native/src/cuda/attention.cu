@@ -537,7 +537,7 @@ __global__ void kv_write_kernel(const float* __restrict__ k, const float* __rest
 __global__ void merge_partials_kernel(const AttnPartials a, float* out) {
   pdl_wait();
   pdl_trigger();
-  const int parts = split_keys(visible_keys(a.q_pos[0], a.kv_end[0], a.window), a.part_keys).parts;
+  const int parts = deferred_parts(a);
   if (parts <= 1) return;
   const int64_t base = int64_t(blockIdx.x) * kMaxParts;
   merge_head(reinterpret_cast<const float4*>(a.o) + base * (a.head_dim / 4), reinterpret_cast<const float2*>(a.ml) + base,

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 #include <cmath>
 #include <cstdint>
+#include "cuda/cuda_kernels.h"
 
 namespace rapid::cuda {
 
@@ -31,6 +32,11 @@ __host__ __device__ inline KeySplit split_keys(int nkeys, int part_keys) {
 __host__ __device__ inline int visible_keys(int q_pos, int kv_end, int window) {
   const int lo = window > 0 ? max(0, q_pos - window + 1) : 0;
   return max(0, kv_end - lo);
+}
+
+// The partitions of the token whose partials `a` holds (1: the attention wrote its output itself).
+__device__ __forceinline__ int deferred_parts(const AttnPartials& a) {
+  return split_keys(visible_keys(a.q_pos[0], a.kv_end[0], a.window), a.part_keys).parts;
 }
 
 // NC adjacent float4 columns of one head from c4, merged by one thread from partials an earlier kernel wrote: ml

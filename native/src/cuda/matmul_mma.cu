@@ -732,16 +732,42 @@ __host__ __device__ constexpr size_t gemv_smem(int group, int64_t ng, bool norm)
   return (norm ? size_t(ng) * size_t(group) * 4 : 0) + stage_bytes(group, ng);
 }
 
+// x [K] (f32, shared memory) as the merge of a token's attention partials in `parts` > 1 partitions (a, whose heads are
+// 8k wide): each thread merges float4 columns of one head (up to 8 partitions' reads in one L2 wait).
+template <int KT>
+__device__ __forceinline__ void merge_into_x(const AttnPartials& a, float4* xf4, int64_t K, int parts) {
+  const int hd4 = a.head_dim / 4;
+  const float2* ml = reinterpret_cast<const float2*>(a.ml);
+  const float4* o = reinterpret_cast<const float4*>(a.o);
+  auto merge = [&](auto nc, int64_t c) {  // nc columns from c, in one head
+    constexpr int NC = decltype(nc)::value;
+    const int64_t h = c / hd4;
+    float4 v[NC];
+    merge_columns4<NC>(ml + h * kAttnMaxParts, o + h * kAttnMaxParts * hd4, hd4, int(c - h * hd4), parts, v);
+#pragma unroll
+    for (int j = 0; j < NC; ++j) xf4[c + j] = v[j];
+  };
+  // More columns than threads: pairs (hd4 is even), one L2 wait for both; else one column per thread, the shortest
+  // walk. H200 at batch 1, deferring vs not (same run): 3B shape (512 columns, pairs) +1.9%, 0.5B shape (224 columns,
+  // single) +2.7%; pairs for both measured 3B +1.7% and 0.5B +0.1%, single columns for both +0.3% and +2.3%.
+  if (K / 4 > KT)
+    for (int64_t c = 2 * threadIdx.x; c < K / 4; c += 2 * KT) merge(std::integral_constant<int, 2>{}, c);
+  else
+    for (int64_t c = threadIdx.x; c < K / 4; c += KT) merge(std::integral_constant<int, 1>{}, c);
+}
+
 // The gemv kernels' activations: all of x (or rms_norm(x)·w) converted once per block into shared memory at smem
 // (gemv_smem bytes): frag [ng][4][2S] u32, sums [ng]. Ends with a block barrier (every thread must call it).
-// KT: the block's threads (kThreads, or fewer for the bulk kernel's 4-warp GLU blocks).
-template <int BITS, int G, int A, int KT = kThreads>
+// KT: the block's threads (kThreads, or fewer for the bulk kernel's 4-warp GLU blocks). MERGE with merge_parts > 1:
+// x is the merge of P.am's attention partials in that many partitions, staged through x [K] as a normed x is.
+template <int BITS, int G, int A, int KT = kThreads, bool MERGE = false>
 __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums,
-                                        const NormQuarter<G>& ahead = {}, bool use_ahead = false) {
+                                        const NormQuarter<G>& ahead = {}, bool use_ahead = false, int merge_parts = 0) {
   constexpr int E = G / 4;
   const int64_t ng = P.ng, K = ng * G;
-  float* xf = reinterpret_cast<float*>(smem);                                  // [K] with a norm, else empty
-  frag = reinterpret_cast<uint32_t*>(xf + (P.norm_w ? K : 0));                // [ng][4][2S]
+  const bool merged = MERGE && merge_parts > 1;
+  float* xf = reinterpret_cast<float*>(smem);                                  // [K] with a norm or merge, else empty
+  frag = reinterpret_cast<uint32_t*>(xf + (P.norm_w || merged ? K : 0));      // [ng][4][2S]
   sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));         // [ng]
   float inv = 1.0f;
   const int64_t items = ng * 4;
@@ -799,58 +825,14 @@ __device__ __forceinline__ void stage_x(const MmaParams& P, uint4* smem, uint32_
     }
     inv = row_inv_rms_parts<KT, V>(ss, K, P.eps);  // its barriers also publish xf
     stage(std::true_type{});
+  } else if (merged) {
+    merge_into_x<KT>(P.am, reinterpret_cast<float4*>(xf), K, merge_parts);
+    __syncthreads();
+    stage(std::true_type{});
   } else {
     stage(std::false_type{});
   }
   __syncthreads();
-}
-
-// stage_x for an x that is the merge of a token's attention partials in `parts` > 1 partitions (P.am): each thread
-// merges float4 columns of one head into x as f32 in shared memory (up to 8 partitions' reads in one L2 wait), then
-// the quarters are converted from there as stage_x converts a normed x. Same layout as stage_x with a norm (x [K]
-// first).
-template <int BITS, int G, int KT>
-__device__ __forceinline__ void stage_partials(const MmaParams& P, uint4* smem, uint32_t*& frag, float*& sums, int parts) {
-  constexpr int E = G / 4;
-  const AttnPartials& a = P.am;
-  const int64_t ng = P.ng, K = ng * G, items = ng * 4;
-  const int hd4 = a.head_dim / 4;
-  float4* xf4 = reinterpret_cast<float4*>(smem);  // [K / 4]
-  frag = reinterpret_cast<uint32_t*>(xf4 + K / 4);
-  sums = reinterpret_cast<float*>(frag + size_t(ng) * frag_words(G));
-  const float2* ml = reinterpret_cast<const float2*>(a.ml);
-  const float4* o = reinterpret_cast<const float4*>(a.o);
-  auto merge = [&](auto nc, int64_t c) {  // nc columns from c, in one head
-    constexpr int NC = decltype(nc)::value;
-    const int64_t h = c / hd4;
-    float4 v[NC];
-    merge_columns4<NC>(ml + h * kAttnMaxParts, o + h * kAttnMaxParts * hd4, hd4, int(c - h * hd4), parts, v);
-#pragma unroll
-    for (int j = 0; j < NC; ++j) xf4[c + j] = v[j];
-  };
-  // More columns than threads: pairs (hd4 is even, heads of 8k), one L2 wait for both; else one column per thread, the
-  // shortest walk. H200 at batch 1, deferring vs not (same run): 3B shape (512 columns, pairs) +1.9%, 0.5B shape (224
-  // columns, single) +2.7%; pairs for both measured 3B +1.7% and 0.5B +0.1%, single columns for both +0.3% and +2.3%.
-  if (K / 4 > KT)
-    for (int64_t c = 2 * threadIdx.x; c < K / 4; c += 2 * KT) merge(std::integral_constant<int, 2>{}, c);
-  else
-    for (int64_t c = threadIdx.x; c < K / 4; c += KT) merge(std::integral_constant<int, 1>{}, c);
-  __syncthreads();
-  const float* xf = reinterpret_cast<const float*>(xf4);
-  for (int64_t base = 0; base < items; base += KT) {  // uniform trip count: the quads' shuffles
-    const int64_t it = base + threadIdx.x;
-    const bool live = it < items;
-    float v[E];
-    load_quarter<G, true>(xf, nullptr, 1.0f, it * E, live, v);
-    const float xs = store_quarter<BITS, G>(v, live, frag + size_t(it) * frag_words(G) / 4);
-    if (live && (it & 3) == 0) sums[it >> 2] = xs;
-  }
-  __syncthreads();
-}
-
-// The partitions of the token whose attention partials P.am holds (1: the attention wrote x itself).
-__device__ __forceinline__ int partial_parts(const AttnPartials& a) {
-  return split_keys(visible_keys(a.q_pos[0], a.kv_end[0], a.window), a.part_keys).parts;
 }
 
 // n = 1 (decode at batch 1). Block b = one row tile of kWarps / ks warp tiles. Each warp keeps MAXU groups of
@@ -993,13 +975,8 @@ __global__ void __launch_bounds__(KW * 32, 16 / KW) mma_bulk_kernel(const __grid
   uint32_t* frag = nullptr;
   float* sums = nullptr;
   // Its closing barrier also publishes the barrier initializations.
-  if constexpr (MERGE) {
-    const int parts = partial_parts(P.am);
-    if (parts > 1) stage_partials<BITS, G, KW * 32>(P, smem4, frag, sums, parts);
-    else stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums);
-  } else {
-    stage_x<BITS, G, 2, KW * 32>(P, smem4, frag, sums, ahead, P.norm_w != nullptr);
-  }
+  stage_x<BITS, G, 2, KW * 32, MERGE>(P, smem4, frag, sums, ahead, P.norm_w != nullptr,
+                                      MERGE ? deferred_parts(P.am) : 0);
   TL_MARK(2);
 
   float acc[NW][1][4];
@@ -1254,17 +1231,8 @@ __global__ void __launch_bounds__(kThreads, GLU && NT >= 8 ? 1 : 2) mma_cluster_
       issue(b + 2);
     }
   }
-  const EpiIn none{};
-  if (ks == 1) {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      float v[NW][4];
-#pragma unroll
-      for (int w = 0; w < NW; ++w)
-#pragma unroll
-        for (int i = 0; i < 4; ++i) v[w][i] = acc[w][nt][i];
-      if (T.rows_live) store_subtile<NW, GLU, false>(P, T, *J[0], tok0 + nt * 8 + 2 * T.tq, v, none);
-    }
+  if (ks == 1) {  // nothing to add: the epilogue stores (rows past the job's, a dead warp's too, are skipped)
+    epilogue<NT, NW, GLU>(P, T, *J[0], tok0, acc, nullptr);
     return;
   }
   // The slots are free (the last batch's barrier): partial sums [warp][w][nt][lane] float4s.
@@ -1297,7 +1265,7 @@ __global__ void __launch_bounds__(kThreads, GLU && NT >= 8 ? 1 : 2) mma_cluster_
         v[w][i] = pairwise_parts(pa, ks);
       }
     }
-    store_subtile<NW, GLU, false>(P, T, *J[0], tok0 + nt * 8 + 2 * T.tq, v, none);
+    store_subtile<NW, GLU, false>(P, T, *J[0], tok0 + nt * 8 + 2 * T.tq, v, EpiIn{});
   }
   cluster_sync();  // no block leaves while a peer still reads its partial sums
 #endif
@@ -1700,11 +1668,7 @@ void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, i
   MmaParams P = base(x, ldx, n, w0);
   P.njobs = count;
   set_norm(P, norm);
-  if (partials && partials->o) {
-    if (n != 1 || norm || partials->head_dim % 8 != 0 || int64_t(partials->n_heads) * partials->head_dim != w0.in)
-      throw std::runtime_error("cuda::matmul (fast): attention partials need one row, no norm and whole heads");
-    P.am = *partials;
-  }
+  if (partials) P.am = *partials;  // matmul checked one row, no norm and whole heads of 8k
   if (rope) {
     if (!rope->cos || !rope->sin || !rope->slot || rope->head_dim <= 0 || rope->head_dim % 16 != 0)
       throw std::runtime_error("cuda::matmul (fast): a RoPE epilogue needs cos, sin, slots and a head_dim multiple of 16");
