@@ -108,11 +108,10 @@ function stops(body: Body): string[] | undefined {
 }
 
 function sampling(body: Body, model: ServedModel, maxTokens: number | undefined, defaultMax: number, logprobs: number): SamplingParams {
-  const topK = int(body, 'top_k');
   const input: SamplingInput = {
     temperature: num(body, 'temperature') ?? model.defaults.temperature ?? 1,
     topP: num(body, 'top_p') ?? model.defaults.topP,
-    topK: topK === -1 ? 0 : (topK ?? model.defaults.topK),
+    topK: int(body, 'top_k') ?? model.defaults.topK, // -1 (vLLM: off) becomes 0 there
     minP: num(body, 'min_p') ?? model.defaults.minP,
     presencePenalty: num(body, 'presence_penalty'),
     frequencyPenalty: num(body, 'frequency_penalty'),
