@@ -1,11 +1,14 @@
 // A bad row fails only its request (issue 38): over real HTTP on a fixture checkpoint, a request with
 // an out-of-range sampling parameter is refused with a 400 naming the field while its concurrent
 // neighbours finish with their solo outputs; and a bad parameter that bypasses the request layer
-// (engine.submit) fails only its own row at the native boundary.
+// (engine.submit) fails only its own row at the native boundary; a step that throws after the
+// forward wrote every row's KV is rerun without the row that broke it, neighbours unchanged.
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { resolveSamplingParams, type SamplingParams } from '../../src/engine/sampling-params.js';
+import { createTextEngine } from '../../src/engine/text-engine.js';
+import type { NativeModel } from '../../src/native/types.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { loadFixture } from '../helpers/fixtures.js';
 import { servedClient } from '../helpers/openai-chat.js';
@@ -76,5 +79,50 @@ describe.skipIf(!nativeAvailable())('a bad row fails only its request (qwen2-f32
     // Each was a row error, not a failed step.
     expect(srv.engine.stats().stepFailures).toBe(failuresBefore);
     expect(srv.engine.health().ok).toBe(true);
+  });
+
+  it('a step that throws after its forward is rerun without the breaking row; neighbours equal their solo runs', async () => {
+    const m = srv.model;
+    const ids = PROMPTS.map((p) => m.encodePrompt({ prompt: p, raw: true }));
+    const params = resolveSamplingParams({ temperature: 0, maxTokens: MAX_TOKENS }, { maxTokens: MAX_TOKENS });
+    const seeded = resolveSamplingParams({ temperature: 0.8, topP: 0.9, seed: 9, maxTokens: MAX_TOKENS }, { maxTokens: MAX_TOKENS });
+    // The real step runs (every row's KV is written, the prefix cache could be fed), then the step throws
+    // whenever r2 decodes its third token or later.
+    let thrown = 0;
+    const native: NativeModel = {
+      info: () => m.native.info(),
+      step: async (plan) => {
+        const res = await m.native.step(plan);
+        if (plan.rows.some((r) => r.requestId === 'r2' && r.contextLen >= ids[2]!.length + 2)) {
+          thrown++;
+          throw new Error('exploded after the forward');
+        }
+        return res;
+      },
+      encodeImage: (img) => m.native.encodeImage(img),
+      close: () => undefined,
+    };
+    const engine = createTextEngine({ ...m, native }, { maxNumSeqs: 16 });
+    const run = async (id: string, promptIds: number[], p: SamplingParams) => {
+      const out: number[] = [];
+      for await (const ev of engine.generate({ id, promptIds, params: p })) if (ev.type === 'done') out.push(...ev.tokenIds);
+      return out;
+    };
+    const paramsOf = (i: number) => (i % 2 === 1 ? seeded : params);
+    const solo: number[][] = [];
+    for (const [i, p] of ids.entries()) if (i !== 2) solo[i] = await run(`solo${i}`, p, paramsOf(i));
+    const all = ids.map((p, i) =>
+      run(`r${i}`, p, paramsOf(i)).then(
+        (t) => t,
+        (err: Error) => err.message,
+      ),
+    );
+    const got = await Promise.all(all);
+    expect(got[2]).toMatch(/exploded after the forward/);
+    for (const [i, t] of got.entries()) if (i !== 2) expect(t, `r${i}`).toEqual(solo[i]);
+    expect(thrown).toBeGreaterThanOrEqual(2); // the whole step, then the reruns that still held r2
+    // The prefix cache holds nothing wrong: a cached rerun of a neighbour equals its cold run.
+    expect(await run('again0', ids[0]!, params)).toEqual(solo[0]);
+    expect(engine.stats().kv.usedBlocks).toBe(0);
   });
 });
