@@ -90,7 +90,7 @@ export function resolveSamplingParams(input: SamplingInput, defaults: { maxToken
     logprobs: input.logprobs ?? -1,
   };
   check(inRange(p.temperature, 0, L.maxTemperature), 'temperature', `must be a number in [0, ${L.maxTemperature}] (0 is greedy)`, p.temperature);
-  check(finite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be a number in (0, 1]', p.topP);
+  check(finite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]', p.topP);
   check(Number.isInteger(p.topK) && p.topK >= -1 && p.topK <= L.maxTopK, 'top_k', `must be an integer in [-1, ${L.maxTopK}] (-1 or 0 turns it off)`, p.topK);
   check(inRange(p.minP, 0, 1), 'min_p', 'must be a number in [0, 1]', p.minP);
   check(inRange(p.repetitionPenalty, L.minRepetitionPenalty, L.maxRepetitionPenalty), 'repetition_penalty',
