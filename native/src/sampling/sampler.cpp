@@ -1,6 +1,7 @@
 #include "sampling/sampler.h"
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include "layers/vec_math.h"
@@ -11,8 +12,11 @@ namespace rapid {
 std::string validate_sample_params(const SampleParams& p, int64_t vocab) {
   if (!std::isfinite(p.temperature) || p.temperature < 0) return "temperature must be a finite number >= 0";
   // 1/T must stay far from float's range: a smaller T would turn the weights into NaN.
-  if (p.temperature > 0 && p.temperature < kMinTemperature)
-    return "temperature must be 0 (greedy) or at least " + std::to_string(kMinTemperature);
+  if (p.temperature > 0 && p.temperature < kMinTemperature) {
+    char floor[32];
+    std::snprintf(floor, sizeof floor, "%g", double(kMinTemperature));
+    return std::string("temperature must be 0 (greedy) or at least ") + floor;
+  }
   if (!(p.top_p > 0 && p.top_p <= 1)) return "topP must be in (0, 1]";
   if (p.top_k < 0) return "topK must be >= 0";
   if (!(p.min_p >= 0 && p.min_p <= 1)) return "minP must be in [0, 1]";
