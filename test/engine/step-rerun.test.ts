@@ -101,6 +101,29 @@ describe('Engine: a step that throws is rerun without its failing rows', () => {
     expect(ok.tokens).toEqual(model.greedy(list[0]!.prompt, 4));
   });
 
+  it('a request aborted while its failed step is rerun leaves it; the rest finish unchanged', async () => {
+    const list = jobs(10, 17);
+    const solo = await soloRuns(list);
+    let aborted = false;
+    const made = faultyEngine((r) => {
+      if (r.requestId !== 'r6' || r.contextLen < list[6]!.prompt.length + 1) return false;
+      if (!aborted) {
+        aborted = true;
+        made.engine.abort('r1'); // mid-failure: its blocks are freed before any rerun
+      }
+      return true;
+    });
+    const results = await Promise.all(list.map((j) => collect(made.engine.submit({ id: j.id, promptIds: j.prompt, params: j.params }))));
+    expect(aborted).toBe(true);
+    results.forEach((r, i) => {
+      const id = list[i]!.id;
+      if (id === 'r6') expect(r.error?.message).toMatch(/injected fault for r6/);
+      else if (id === 'r1') expect(r.done?.finishReason).toBe('abort');
+      else expect(r.tokens, id).toEqual(solo.get(id));
+    });
+    expect(made.engine.stats().kv.usedBlocks).toBe(0);
+  });
+
   it('constrained rows of a rerun get their late masks; their grammars see each token once', async () => {
     const list = jobs(8, 21).map((j) => ({ ...j, params: { ...j.params, temperature: 0 } }));
     const solo = await soloRuns(list);
