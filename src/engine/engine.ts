@@ -1,7 +1,8 @@
 // The continuous-batching engine: schedule -> one native step over the whole mixed batch (on the
-// addon's own thread, awaited through its Promise) -> update each request. A failed step fails
-// exactly its requests and the loop goes on; a step that never returns trips a watchdog. Every
-// request ends with a done event or an error; nothing is retried silently.
+// addon's own thread, awaited through its Promise) -> update each request. A row the native side
+// refuses fails alone; a step that throws is rerun without the rows that make it fail (bounded,
+// logged), so only those fail and the loop goes on; a step that never returns trips a watchdog.
+// Every request ends with a done event or an error.
 import { pollsSteps, pollWhile } from '../native/poll-while.js';
 import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
 import { BlockManager } from './block-manager.js';
@@ -132,6 +133,9 @@ class WatchdogTrip extends Error {}
 const THROUGHPUT_WINDOW_MS = 10_000;
 const NO_MASKS: ReadonlyMap<string, Int32Array> = new Map();
 const NO_ROWS: ReadonlySet<EngineRequest> = new Set();
+/** Native calls that may rerun the rows of a step that threw, to find the rows that make it fail:
+ *  bisection isolates one such row of 128 in 14. */
+const MAX_STEP_RERUNS = 16;
 /** Candidates a speculative row asks the sampler for (its top logprobs, best first). */
 const SPECULATION_CANDIDATES = 16;
 
@@ -414,7 +418,7 @@ export class Engine implements EngineLike {
     let launched!: (ok: boolean) => void;
     const started = new Promise<boolean>((resolve) => (launched = resolve));
     const work = this.runNative(plan, launched);
-    if (late) void this.supplyLateMasks(out, spec, plan.pendingMasks!.stepId, started);
+    const supplying = late ? this.supplyLateMasks(out, spec, plan.pendingMasks!.stepId, started) : undefined;
     try {
       result = await this.withWatchdog(work);
     } catch (err) {
@@ -423,10 +427,9 @@ export class Engine implements EngineLike {
         await this.onWatchdog(`a step of ${out.rows.length} rows`, work);
         return;
       }
-      const msg = (err as Error)?.message ?? String(err);
-      this.log(`step failed (${out.rows.length} rows): ${msg}`);
-      for (const row of out.rows) this.failRequest(row.request, new EngineRequestError(`the step running this request failed: ${msg}`, 'step_failed'));
-      return;
+      const rerun = await this.rerunWithoutFailing(out, { masks, late, spec, supplying }, errorText(err));
+      if (rerun === null) return;
+      result = rerun;
     }
     this.lastStepMs = performance.now() - t0;
     this.counters.steps++;
@@ -451,6 +454,83 @@ export class Engine implements EngineLike {
     for (const req of lengthEnded) {
       const next = await req.grammar!.next().catch(() => ({ kind: 'dead' as const }));
       this.end(req, next.kind === 'complete' ? 'stop' : 'length');
+    }
+  }
+
+  /**
+   * A step that threw for its whole batch: reruns its rows in halves (bisection, at most
+   * MAX_STEP_RERUNS native calls) until the rows that fail are alone, fails only those
+   * ('step_failed', their own error), drops them from `out` and returns the other rows' results,
+   * which equal what one step would have given (batch invariance; counter-based seeds). Safe to
+   * rerun: the failed step committed nothing (completeStep registers prefix-cache blocks, after
+   * this), KV it wrote is rewritten with the same values (same tokens at the same positions), and a
+   * CUDA step enqueued ahead is used only for exactly its batch (cuda_decoder.cu, same_batch), so
+   * a rerun of fewer rows drops it. Null when a rerun hung (the watchdog failed everyone).
+   */
+  private async rerunWithoutFailing(
+    out: SchedulerOutput,
+    step: { masks: ReadonlyMap<string, Int32Array>; late: boolean; spec: ReadonlySet<EngineRequest>; supplying?: Promise<void> },
+    error: string,
+  ): Promise<NativeStepResult | null> {
+    const many = out.rows.length > 1;
+    this.log(`step failed (${out.rows.length} rows): ${error}${many ? '; rerunning its rows without the failing ones' : ''}`);
+    // The failed step's late masks are done before any grammar is asked again.
+    await step.supplying;
+    const merged: NativeStepResult = { rows: [], timings: { forwardMs: 0, sampleMs: 0, tokens: 0 } };
+    const failing: { rows: ScheduledRow[]; error: string }[] = [{ rows: out.rows, error }];
+    let reruns = 0;
+    while (failing.length > 0) {
+      const group = failing.pop()!;
+      const rows = group.rows.filter((r) => r.request.status === 'running');
+      if (rows.length === 0) continue;
+      if (rows.length === 1 || reruns >= MAX_STEP_RERUNS) {
+        if (rows.length > 1) this.log(`step reruns exhausted: failing ${rows.length} rows together`);
+        for (const row of rows) this.failRequest(row.request, new EngineRequestError(`the step running this request failed: ${group.error}`, 'step_failed'));
+        continue;
+      }
+      const half = Math.ceil(rows.length / 2);
+      for (const part of [rows.slice(0, half), rows.slice(half)]) {
+        const live = part.filter((r) => r.request.status === 'running');
+        if (live.length === 0) continue;
+        reruns++;
+        const r = await this.rerunRows(live, step);
+        if (r === null) return null;
+        if (typeof r === 'string') {
+          failing.push({ rows: live, error: r });
+          continue;
+        }
+        merged.rows.push(...r.rows);
+        merged.timings.forwardMs += r.timings.forwardMs;
+        merged.timings.sampleMs += r.timings.sampleMs;
+        merged.timings.tokens += r.timings.tokens;
+      }
+    }
+    dropEndedRows(out);
+    return merged;
+  }
+
+  /** One rerun of some of a failed step's rows: their result, the error it threw, or null after a watchdog trip. */
+  private async rerunRows(
+    rows: ScheduledRow[],
+    step: { masks: ReadonlyMap<string, Int32Array>; late: boolean; spec: ReadonlySet<EngineRequest> },
+  ): Promise<NativeStepResult | string | null> {
+    const sub: SchedulerOutput = { rows, preempted: [], failed: [], numTokens: rows.reduce((n, r) => n + r.numTokens, 0) };
+    const plan = this.buildPlan(sub, step.masks, step.late, step.spec);
+    let launched!: (ok: boolean) => void;
+    const started = new Promise<boolean>((resolve) => (launched = resolve));
+    const work = this.runNative(plan, launched);
+    const supplying = step.late ? this.supplyLateMasks(sub, step.spec, plan.pendingMasks!.stepId, started) : undefined;
+    try {
+      return await this.withWatchdog(work);
+    } catch (err) {
+      this.counters.stepFailures++;
+      if (err instanceof WatchdogTrip) {
+        await this.onWatchdog(`a rerun of ${rows.length} rows of a failed step`, work);
+        return null;
+      }
+      return errorText(err);
+    } finally {
+      await supplying;
     }
   }
 
@@ -788,6 +868,10 @@ function releaseComputed(req: EngineRequest): void {
 
 function pick(b: { numBlocks: number; blockSize: number; usedBlocks: number; cachedBlocks: number; freeBlocks: number }) {
   return { numBlocks: b.numBlocks, blockSize: b.blockSize, usedBlocks: b.usedBlocks, cachedBlocks: b.cachedBlocks, freeBlocks: b.freeBlocks };
+}
+
+function errorText(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }
 
 function sleep(ms: number): Promise<void> {

@@ -19,14 +19,50 @@ export interface SamplingParams {
 
 export type SamplingInput = Partial<SamplingParams>;
 
-const MAX_SEED = Number.MAX_SAFE_INTEGER;
+/**
+ * The accepted range of every sampling parameter: the one source of truth for the request layer
+ * (HTTP, CLI) and the bounds the native sampler can represent (int32 top_k and logprobs, float32
+ * temperature and penalties, seeds below 2^53).
+ */
+export const SAMPLING_LIMITS = {
+  maxTemperature: 100,
+  /** Temperatures in (0, this) are greedy (as vLLM does): 1/T would overflow float32 logits. */
+  greedyBelowTemperature: 1e-5,
+  /** A top_p below the top token's probability keeps only that token; any such value acts the same,
+   *  so tiny values are raised to one float32 holds (top token prob >= 1/vocab > this). */
+  minTopP: 1e-8,
+  /** int32 on the native side; -1 (vLLM) and 0 turn it off; values >= the vocabulary mean all tokens. */
+  maxTopK: 2 ** 31 - 1,
+  /** Below this, logit / penalty overflows float32 (the sampler would see no finite logit). */
+  minRepetitionPenalty: 0.01,
+  maxRepetitionPenalty: 10,
+  maxAbsPresencePenalty: 2,
+  maxAbsFrequencyPenalty: 2,
+  maxSeed: Number.MAX_SAFE_INTEGER,
+  maxStopStrings: 16,
+  /** Output is held back while it may start a stop string: a long one would stall streaming. */
+  maxStopLength: 1024,
+  maxTopLogprobs: 20,
+} as const;
 
-function check(cond: boolean, param: string, message: string): void {
-  if (!cond) throw new InvalidRequestError(`${param}: ${message}`, param);
+const L = SAMPLING_LIMITS;
+
+function check(cond: boolean, param: string, message: string, got?: unknown): void {
+  if (!cond) throw new InvalidRequestError(`${param}: ${message}${got === undefined ? '' : `, got ${show(got)}`}`, param);
+}
+
+/** A value as the user wrote it, shortened: strings and arrays can be megabytes. */
+function show(v: unknown): string {
+  const s = typeof v === 'number' ? String(v) : (JSON.stringify(v) ?? String(v));
+  return s.length > 40 ? `${s.slice(0, 37)}...` : s;
 }
 
 function finite(v: number): boolean {
   return typeof v === 'number' && Number.isFinite(v);
+}
+
+function inRange(v: number, lo: number, hi: number): boolean {
+  return finite(v) && v >= lo && v <= hi;
 }
 
 /** A random seed when the caller gave none, so sampled runs differ unless pinned. */
@@ -34,6 +70,11 @@ export function randomSeed(): number {
   return Math.floor(Math.random() * 2 ** 32);
 }
 
+/**
+ * Fills defaults and checks every parameter against SAMPLING_LIMITS; throws InvalidRequestError
+ * naming the parameter (wire name), its allowed range and the value given. Normalizes what has one
+ * meaning spelled several ways (top_k -1 is 0, tiny temperatures are greedy, tiny top_p is raised).
+ */
 export function resolveSamplingParams(input: SamplingInput, defaults: { maxTokens: number }): SamplingParams {
   const p: SamplingParams = {
     temperature: input.temperature ?? 1,
@@ -48,18 +89,31 @@ export function resolveSamplingParams(input: SamplingInput, defaults: { maxToken
     stop: input.stop ?? [],
     logprobs: input.logprobs ?? -1,
   };
-  check(finite(p.temperature) && p.temperature >= 0 && p.temperature <= 100, 'temperature', 'must be a number in [0, 100]');
-  check(finite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]');
-  check(Number.isInteger(p.topK) && p.topK >= 0, 'top_k', 'must be an integer >= 0 (0 disables it)');
-  check(finite(p.minP) && p.minP >= 0 && p.minP <= 1, 'min_p', 'must be in [0, 1]');
-  check(finite(p.repetitionPenalty) && p.repetitionPenalty > 0 && p.repetitionPenalty <= 10, 'repetition_penalty', 'must be in (0, 10]');
-  check(finite(p.presencePenalty) && Math.abs(p.presencePenalty) <= 2, 'presence_penalty', 'must be in [-2, 2]');
-  check(finite(p.frequencyPenalty) && Math.abs(p.frequencyPenalty) <= 2, 'frequency_penalty', 'must be in [-2, 2]');
-  check(Number.isInteger(p.seed) && p.seed >= 0 && p.seed <= MAX_SEED, 'seed', `must be an integer in [0, ${MAX_SEED}]`);
-  check(Number.isInteger(p.maxTokens) && p.maxTokens >= 1, 'max_tokens', 'must be an integer >= 1');
-  check(Array.isArray(p.stop) && p.stop.length <= 16, 'stop', 'at most 16 stop strings');
-  for (const s of p.stop) check(typeof s === 'string' && s.length > 0, 'stop', 'stop strings must be non-empty strings');
-  check(Number.isInteger(p.logprobs) && p.logprobs >= -1 && p.logprobs <= 20, 'logprobs', 'top logprobs must be an integer in [0, 20]');
+  check(inRange(p.temperature, 0, L.maxTemperature), 'temperature', `must be a number in [0, ${L.maxTemperature}] (0 is greedy)`, p.temperature);
+  check(finite(p.topP) && p.topP > 0 && p.topP <= 1, 'top_p', 'must be in (0, 1]', p.topP);
+  check(Number.isInteger(p.topK) && p.topK >= -1 && p.topK <= L.maxTopK, 'top_k', `must be an integer in [-1, ${L.maxTopK}] (-1 or 0 turns it off)`, p.topK);
+  check(inRange(p.minP, 0, 1), 'min_p', 'must be a number in [0, 1]', p.minP);
+  check(inRange(p.repetitionPenalty, L.minRepetitionPenalty, L.maxRepetitionPenalty), 'repetition_penalty',
+    `must be a number in [${L.minRepetitionPenalty}, ${L.maxRepetitionPenalty}] (1 turns it off)`, p.repetitionPenalty);
+  check(inRange(p.presencePenalty, -L.maxAbsPresencePenalty, L.maxAbsPresencePenalty), 'presence_penalty',
+    `must be a number in [-${L.maxAbsPresencePenalty}, ${L.maxAbsPresencePenalty}]`, p.presencePenalty);
+  check(inRange(p.frequencyPenalty, -L.maxAbsFrequencyPenalty, L.maxAbsFrequencyPenalty), 'frequency_penalty',
+    `must be a number in [-${L.maxAbsFrequencyPenalty}, ${L.maxAbsFrequencyPenalty}]`, p.frequencyPenalty);
+  check(Number.isInteger(p.seed) && p.seed >= 0 && p.seed <= L.maxSeed, 'seed', `must be an integer in [0, ${L.maxSeed}]`, p.seed);
+  // Beyond the context is fine: the engine stops at the context length (finish_reason "length").
+  check(Number.isInteger(p.maxTokens) && p.maxTokens >= 1, 'max_tokens', 'must be an integer >= 1', p.maxTokens);
+  check(Array.isArray(p.stop), 'stop', 'must be a list of strings', p.stop);
+  check(p.stop.length <= L.maxStopStrings, 'stop', `at most ${L.maxStopStrings} stop strings, got ${p.stop.length}`);
+  for (const s of p.stop) {
+    check(typeof s === 'string' && s.length > 0, 'stop', 'stop strings must be non-empty strings', s);
+    check(s.length <= L.maxStopLength, 'stop', `each stop string must be at most ${L.maxStopLength} characters, got one of ${s.length}`);
+  }
+  check(Number.isInteger(p.logprobs) && p.logprobs >= -1 && p.logprobs <= L.maxTopLogprobs, 'logprobs',
+    `top logprobs must be an integer in [0, ${L.maxTopLogprobs}]`, p.logprobs);
+  if (p.topK === -1) p.topK = 0;
+  if (p.temperature < L.greedyBelowTemperature) p.temperature = 0;
+  p.topP = Math.max(p.topP, L.minTopP);
+  if (Object.is(p.seed, -0)) p.seed = 0;
   return p;
 }
 

@@ -1,7 +1,7 @@
 // Request bodies of /v1/chat/completions and /v1/completions: type checks with the field at fault,
 // unknown fields refused (as OpenAI does), then the engine's sampling parameters.
 import { InvalidRequestError } from '../engine/errors.js';
-import { resolveSamplingParams, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
+import { resolveSamplingParams, SAMPLING_LIMITS, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
 import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
 import { badRequest, notFound } from './http-errors.js';
@@ -44,6 +44,7 @@ const CHAT_FIELDS = new Set([
 ]);
 const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'best_of', 'echo', 'suffix', 'response_format']);
 const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
+const MAX_TOP = SAMPLING_LIMITS.maxTopLogprobs;
 
 function present(body: Body, key: string): boolean {
   return body[key] !== undefined && body[key] !== null;
@@ -108,11 +109,10 @@ function stops(body: Body): string[] | undefined {
 }
 
 function sampling(body: Body, model: ServedModel, maxTokens: number | undefined, defaultMax: number, logprobs: number): SamplingParams {
-  const topK = int(body, 'top_k');
   const input: SamplingInput = {
     temperature: num(body, 'temperature') ?? model.defaults.temperature ?? 1,
     topP: num(body, 'top_p') ?? model.defaults.topP,
-    topK: topK === -1 ? 0 : (topK ?? model.defaults.topK),
+    topK: int(body, 'top_k') ?? model.defaults.topK, // -1 (vLLM: off) is 0 once resolved
     minP: num(body, 'min_p') ?? model.defaults.minP,
     presencePenalty: num(body, 'presence_penalty'),
     frequencyPenalty: num(body, 'frequency_penalty'),
@@ -194,7 +194,7 @@ function parseChat(raw: unknown, model: ServedModel, images: RequestImages | und
   const { stream: s, includeUsage } = stream(body);
   const wantLogprobs = bool(body, 'logprobs') ?? false;
   const top = int(body, 'top_logprobs');
-  if (top !== undefined && (top < 0 || top > 20)) throw badRequest('top_logprobs must be an integer in [0, 20]', 'top_logprobs', 'invalid_value');
+  if (top !== undefined && (top < 0 || top > MAX_TOP)) throw badRequest(`top_logprobs must be an integer in [0, ${MAX_TOP}], got ${top}`, 'top_logprobs', 'invalid_value');
   if (top !== undefined && top > 0 && !wantLogprobs) throw badRequest('top_logprobs requires logprobs to be true', 'top_logprobs');
   const maxTokens = maxTokensField(body, 'max_completion_tokens') ?? maxTokensField(body, 'max_tokens');
   const args = tools ? { ...templateArgs, tools: tools.templateTools } : templateArgs;
@@ -238,7 +238,7 @@ export function parseCompletionRequest(raw: unknown, model: ServedModel): Genera
   const promptIds = completionPrompt(body.prompt, model);
   const { stream: s, includeUsage } = stream(body);
   const lp = int(body, 'logprobs');
-  if (lp !== undefined && (lp < 0 || lp > 20)) throw badRequest('logprobs must be an integer in [0, 20]', 'logprobs', 'invalid_value');
+  if (lp !== undefined && (lp < 0 || lp > MAX_TOP)) throw badRequest(`logprobs must be an integer in [0, ${MAX_TOP}], got ${lp}`, 'logprobs', 'invalid_value');
   const maxTokens = maxTokensField(body, 'max_tokens');
   const params = sampling(body, model, maxTokens, 16, lp ?? -1);
   return withFormat(body, { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs });

@@ -1,7 +1,7 @@
 // The engine loop on the fake runner: batch and seeded-sampling invariance, preemption, prefix
 // cache, stops, cancellation, failure semantics (step, sampler, detokenizer, watchdog), shutdown.
 import { describe, expect, it } from 'vitest';
-import { EngineRequestError, EngineUnavailableError } from '../../src/engine/engine-errors.js';
+import { EngineUnavailableError } from '../../src/engine/engine-errors.js';
 import { InvalidRequestError } from '../../src/engine/errors.js';
 import { bytes, collect, makeEngine, params, randomPrompts, sleep, type Collected } from './helpers.js';
 
@@ -167,7 +167,7 @@ describe('Engine: cancellation and failures', () => {
     expect(viaSignal.done!.finishReason).toBe('abort');
   });
 
-  it('a step that throws fails exactly the requests in it; the loop goes on', async () => {
+  it('a step that throws once is rerun without failing anyone; outputs are unchanged and the loop goes on', async () => {
     let stepNo = 0;
     const failed = new Set<string>();
     const { engine, model } = makeEngine({ stepMs: 1 }, {
@@ -184,16 +184,9 @@ describe('Engine: cancellation and failures', () => {
     const prompts = randomPrompts(6, 3, 12, 5);
     const handles = prompts.map((p) => engine.submit({ promptIds: p, params: params({ maxTokens: 6 }) }));
     const results = await Promise.all(handles.map(collect));
-    expect(failed.size).toBeGreaterThan(0);
-    handles.forEach((h, i) => {
-      if (failed.has(h.id)) {
-        expect(results[i]!.error).toBeInstanceOf(EngineRequestError);
-        expect(results[i]!.error!.code).toBe('step_failed');
-        expect(results[i]!.error!.message).toMatch(/injected forward failure/);
-      } else {
-        expect(results[i]!.tokens).toEqual(model.greedy(prompts[i]!, 6));
-      }
-    });
+    expect(failed.size).toBeGreaterThan(1);
+    // The failure did not follow any row: the halves of the step ran, and everyone finished.
+    results.forEach((r, i) => expect(r.tokens).toEqual(model.greedy(prompts[i]!, 6)));
     expect(engine.stats().stepFailures).toBe(1);
     expect(engine.stats().kv.usedBlocks).toBe(0);
     expect(engine.health().ok).toBe(true);

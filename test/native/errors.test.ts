@@ -152,11 +152,52 @@ describe('step plan errors', () => {
   it('malformed plans reject with a TypeError naming the field', async () => {
     const m = addon().loadModel(fx.dir, { threads: 1, kvCacheBytes: 1 << 20 });
     try {
-      await expect(m.step({ rows: [{ ...row({}), tokens: [1, 2] as unknown as Int32Array }] })).rejects.toThrow(/rows\[0\]\.tokens must be an Int32Array/);
       await expect(m.step({} as never)).rejects.toThrow(/plan\.rows must be an array/);
-      await expect(m.step({ rows: [{ ...row({}), sample: { ...GREEDY, seed: -1 } }] })).rejects.toThrow(/seed/);
-      await expect(m.step({ rows: [{ ...row({}), sample: { ...GREEDY, topK: 1e12 } }] })).rejects.toThrow(/topK/);
-      await expect(m.step({ rows: [{ ...row({}), sample: { ...GREEDY, logprobs: 2.5 } }] })).rejects.toThrow(/logprobs/);
+      await expect(m.step({ rows: [5 as never] })).rejects.toThrow(/rows\[0\] must be an object/);
+      await expect(m.step({ rows: [{ ...row({}), requestId: 7 as never }] })).rejects.toThrow(/rows\[0\]\.requestId must be a string/);
+      await expect(m.step({ rows: [row({ sample: { ...GREEDY, bitmask: 'pending' } })] })).rejects.toThrow(/pendingMasks/);
+    } finally {
+      m.close();
+    }
+  });
+
+  it('a row with a malformed or out-of-range value fails alone, with a message naming it; its neighbour runs', async () => {
+    const m = addon().loadModel(fx.dir, { threads: 2, kvCacheBytes: 1 << 20 });
+    try {
+      // Each bad row beside a good one: the step resolves, only the bad row has an error.
+      const cases: [Partial<NativeStepRow>, RegExp][] = [
+        [{ tokens: [1, 2] as unknown as Int32Array }, /rows\[0\]\.tokens must be an Int32Array/],
+        [{ sample: { ...GREEDY, seed: -1 } }, /seed must be an integer in \[0, 2\^53\)/],
+        [{ sample: { ...GREEDY, seed: 2 ** 53 } }, /seed/],
+        [{ sample: { ...GREEDY, counter: 1e300 } }, /counter/],
+        [{ sample: { ...GREEDY, topK: 1e10 } }, /topK must be an integer in \[0, 2147483647\]/],
+        [{ sample: { ...GREEDY, topK: 0.5 } }, /topK/],
+        [{ sample: { ...GREEDY, logprobs: 2.5 } }, /logprobs/],
+        [{ sample: { ...GREEDY, temperature: Number.NaN } }, /temperature/],
+        [{ sample: { ...GREEDY, temperature: 1e308 } }, /temperature/],
+        [{ sample: { ...GREEDY, temperature: 1e-30 } }, /temperature must be 0 \(greedy\) or at least/],
+        [{ sample: { ...GREEDY, topP: 1e-300 } }, /topP/],
+        [{ sample: { ...GREEDY, minP: -0.5 } }, /minP/],
+        [{ sample: { ...GREEDY, repetitionPenalty: 1e-300 } }, /repetitionPenalty/],
+        [{ sample: { ...GREEDY, presencePenalty: -1e308 } }, /penalties must be finite/],
+        [{ sample: { ...GREEDY, temperature: '1' as never } }, /temperature must be a number/],
+        [{ sample: 'greedy' as never }, /sample must be an object/],
+        [{ contextLen: 1e300 }, /contextLen must be an integer/],
+        [{ embeds: 3 as never }, /embeds must be an object/],
+      ];
+      for (const [over, err] of cases) {
+        const res = await m.step({ rows: [row({ requestId: 'bad', blockTable: Int32Array.from([0, 1]), ...over }), row({ requestId: 'ok', blockTable: Int32Array.from([2, 3]) })] });
+        expect(res.rows[0]!.error, JSON.stringify(over)).toMatch(err);
+        expect(res.rows[0]!.token).toBeUndefined();
+        expect(res.rows[1]!.error).toBeUndefined();
+        expect(res.rows[1]!.token).toBe(fx.ref.prompts[0]!.greedy[0]);
+      }
+      // Top-k at or above the vocabulary keeps every token: the same draw as top-k off.
+      const draw = async (topK: number) =>
+        (await m.step({ rows: [row({ sample: { ...GREEDY, temperature: 0.9, seed: 11, topK } })] })).rows[0]!.token;
+      const off = await draw(0);
+      expect(await draw(m.info().vocabSize)).toBe(off);
+      expect(await draw(2 ** 31 - 1)).toBe(off);
     } finally {
       m.close();
     }

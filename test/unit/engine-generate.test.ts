@@ -135,8 +135,27 @@ describe('sampling params', () => {
     [{ maxTokens: 0 }, /max_tokens/],
     [{ stop: [''] }, /stop strings must be non-empty/],
     [{ presencePenalty: 3 }, /presence_penalty/],
+    // What the native side cannot represent is refused here, with the range and the value given.
+    [{ topK: 1e10 }, /top_k: must be an integer in \[-1, 2147483647\].*got 10000000000/],
+    [{ topK: -2 }, /top_k/],
+    [{ seed: 2 ** 53 }, /seed: must be an integer in \[0, 9007199254740991\]/],
+    [{ temperature: 1e308 }, /temperature: must be a number in \[0, 100\]/],
+    [{ repetitionPenalty: 1e-300 }, /repetition_penalty: must be a number in \[0.01, 10\]/],
+    [{ frequencyPenalty: Number.NaN }, /frequency_penalty/],
+    [{ logprobs: 21 }, /logprobs/],
+    [{ stop: new Array(17).fill('x') }, /at most 16 stop strings, got 17/],
+    [{ stop: ['x'.repeat(1025)] }, /at most 1024 characters, got one of 1025/],
   ])('rejects %o with a message naming the parameter', (input, msg) => {
     expect(() => resolveSamplingParams(input, { maxTokens: 16 })).toThrow(msg);
+  });
+
+  it('normalizes what has one meaning spelled several ways', () => {
+    const r = (input: Parameters<typeof resolveSamplingParams>[0]) => resolveSamplingParams({ seed: 1, ...input }, { maxTokens: 16 });
+    expect(r({ topK: -1 }).topK).toBe(0); // vLLM: -1 is off
+    expect(r({ topK: 2 ** 31 - 1 }).topK).toBe(2 ** 31 - 1); // at or above the vocabulary: off natively
+    expect(r({ temperature: 1e-9 }).temperature).toBe(0); // greedy, as vLLM
+    expect(r({ topP: 1e-300 }).topP).toBe(1e-8); // keeps the top token, as any tiny top_p
+    expect(Object.is(r({ seed: -0 }).seed, 0)).toBe(true);
   });
 });
 

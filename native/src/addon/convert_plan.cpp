@@ -1,11 +1,31 @@
 #include "addon/convert_plan.h"
 #include <cmath>
 #include <cstring>
+#include <limits>
+#include <stdexcept>
 #include <string>
 
 namespace rapid {
 
 namespace {
+
+// A malformed value: inside a row it fails that row alone (StepRow::error); elsewhere the whole call (TypeError).
+struct BadField : std::invalid_argument {
+  using std::invalid_argument::invalid_argument;
+};
+
+// 2^53: integers a JS number holds exactly (seeds, counters, ids).
+constexpr double kExactInts = 9007199254740992.0;
+
+bool is_int_in(double v, double lo, double hi) { return v >= lo && v <= hi && std::floor(v) == v; }
+
+// double -> float without the undefined behaviour of converting an out-of-range value: beyond float's range is
+// infinite (NaN stays NaN), which validate_sample_params then refuses for this row.
+float f32(double v) {
+  if (v > double(std::numeric_limits<float>::max())) return std::numeric_limits<float>::infinity();
+  if (v < -double(std::numeric_limits<float>::max())) return -std::numeric_limits<float>::infinity();
+  return float(v);
+}
 
 // A property name, created once per conversion: a lookup by C string creates the JS string anew each time, and a
 // plan looks some 25 names up per row (64 rows: most of a decode step's host time, before this).
@@ -59,7 +79,7 @@ std::vector<int32_t> int32s(const Napi::Object& o, const Key& key, const Where& 
   Napi::Value v = o.Get(key.js);
   if (v.IsUndefined() && !required) return {};
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_int32_array)
-    throw Napi::TypeError::New(o.Env(), where.at(key, " must be an Int32Array"));
+    throw BadField(where.at(key, " must be an Int32Array"));
   Napi::Int32Array a = v.As<Napi::Int32Array>();
   return std::vector<int32_t>(a.Data(), a.Data() + a.ElementLength());
 }
@@ -68,7 +88,7 @@ std::vector<float> floats(const Napi::Object& o, const Key& key, const Where& wh
   Napi::Value v = o.Get(key.js);
   if (v.IsUndefined() && !required) return {};
   if (!v.IsTypedArray() || v.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-    throw Napi::TypeError::New(o.Env(), where.at(key, " must be a Float32Array"));
+    throw BadField(where.at(key, " must be a Float32Array"));
   Napi::Float32Array a = v.As<Napi::Float32Array>();
   return std::vector<float>(a.Data(), a.Data() + a.ElementLength());
 }
@@ -76,35 +96,31 @@ std::vector<float> floats(const Napi::Object& o, const Key& key, const Where& wh
 double number(const Napi::Object& o, const Key& key, const Where& where, double def, bool required) {
   Napi::Value v = o.Get(key.js);
   if (v.IsUndefined()) {
-    if (required) throw Napi::TypeError::New(o.Env(), where.at(key, " is required"));
+    if (required) throw BadField(where.at(key, " is required"));
     return def;
   }
-  if (!v.IsNumber()) throw Napi::TypeError::New(o.Env(), where.at(key, " must be a number"));
+  if (!v.IsNumber()) throw BadField(where.at(key, " must be a number"));
   return v.As<Napi::Number>().DoubleValue();
 }
 
 SampleParams sample_from_js(const Napi::Object& s, const Keys& k, const Where& where, bool& mask_pending) {
   SampleParams p;
-  p.temperature = float(number(s, k.temperature, where, 0, false));
-  p.top_p = float(number(s, k.top_p, where, 1, false));
+  p.temperature = f32(number(s, k.temperature, where, 0, false));
+  p.top_p = f32(number(s, k.top_p, where, 1, false));
   const double top_k = number(s, k.top_k, where, 0, false);
-  if (!(top_k >= 0 && top_k <= 2147483647.0) || std::floor(top_k) != top_k)
-    throw Napi::TypeError::New(s.Env(), where + ".topK must be an integer >= 0");
+  if (!is_int_in(top_k, 0, 2147483647.0)) throw BadField(where + ".topK must be an integer in [0, 2147483647] (0: off)");
   p.top_k = int(top_k);
-  p.min_p = float(number(s, k.min_p, where, 0, false));
-  p.repetition_penalty = float(number(s, k.repetition_penalty, where, 1, false));
-  p.presence_penalty = float(number(s, k.presence_penalty, where, 0, false));
-  p.frequency_penalty = float(number(s, k.frequency_penalty, where, 0, false));
+  p.min_p = f32(number(s, k.min_p, where, 0, false));
+  p.repetition_penalty = f32(number(s, k.repetition_penalty, where, 1, false));
+  p.presence_penalty = f32(number(s, k.presence_penalty, where, 0, false));
+  p.frequency_penalty = f32(number(s, k.frequency_penalty, where, 0, false));
   const double seed = number(s, k.seed, where, 0, false), counter = number(s, k.counter, where, 0, false);
-  if (!(seed >= 0 && seed < 9007199254740992.0) || std::floor(seed) != seed)
-    throw Napi::TypeError::New(s.Env(), where + ".seed must be an integer in [0, 2^53)");
-  if (!(counter >= 0 && counter < 9007199254740992.0) || std::floor(counter) != counter)
-    throw Napi::TypeError::New(s.Env(), where + ".counter must be an integer in [0, 2^53)");
+  if (!is_int_in(seed, 0, kExactInts - 1)) throw BadField(where + ".seed must be an integer in [0, 2^53)");
+  if (!is_int_in(counter, 0, kExactInts - 1)) throw BadField(where + ".counter must be an integer in [0, 2^53)");
   p.seed = uint64_t(seed);
   p.counter = uint64_t(counter);
   const double lp = number(s, k.logprobs, where, -1, false);
-  if (!(lp >= -1 && lp <= 1e6) || std::floor(lp) != lp)
-    throw Napi::TypeError::New(s.Env(), where + ".logprobs must be an integer >= -1");
+  if (!is_int_in(lp, -1, 1e6)) throw BadField(where + ".logprobs must be an integer in [-1, 1000000] (-1: none)");
   p.logprobs = int(lp);
   p.prompt_tokens = int32s(s, k.prompt_tokens, where, false);
   p.output_tokens = int32s(s, k.output_tokens, where, false);
@@ -116,6 +132,37 @@ SampleParams sample_from_js(const Napi::Object& s, const Keys& k, const Where& w
   p.bitmask.resize(mask.size());
   if (!mask.empty()) std::memcpy(p.bitmask.data(), mask.data(), mask.size() * sizeof(int32_t));
   return p;
+}
+
+// Everything of a row after its requestId; throws BadField for the row's first malformed value.
+void row_from_js(const Napi::Object& r, const Keys& k, uint32_t i, StepRow& row) {
+  const Where where{"rows", int64_t(i)};
+  row.tokens = int32s(r, k.tokens, where, true);
+  row.positions = int32s(r, k.positions, where, true);
+  row.block_table = int32s(r, k.block_table, where, true);
+  const double ctx = number(r, k.context_len, where, 0, true);
+  if (!is_int_in(ctx, 0, kExactInts - 1)) throw BadField(where + ".contextLen must be an integer in [0, 2^53)");
+  row.context_len = int64_t(ctx);
+  Napi::Value s = r.Get(k.sample.js);
+  if (!s.IsUndefined() && !s.IsNull()) {
+    if (!s.IsObject()) throw BadField(where + ".sample must be an object");
+    row.sample = sample_from_js(s.As<Napi::Object>(), k, Where{"rows", int64_t(i), "sample"}, row.mask_pending);
+    row.has_sample = true;
+  }
+  Napi::Value wl = r.Get(k.want_logits.js);
+  row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
+  // Copies: the step runs on a worker thread after this call returns.
+  Napi::Value em = r.Get(k.embeds.js);
+  if (!em.IsUndefined() && !em.IsNull()) {
+    if (!em.IsObject()) throw BadField(where + ".embeds must be an object");
+    Napi::Object eo = em.As<Napi::Object>();
+    const Where ew{"rows", int64_t(i), "embeds"};
+    row.has_embeds = true;
+    row.embed_offsets = int32s(eo, k.offsets, ew, true);
+    row.embed_data = floats(eo, k.data, ew, true);
+    row.embed_deepstack = floats(eo, k.deepstack, ew, false);
+  }
+  row.bidirectional = int32s(r, k.bidirectional, where, false);
 }
 
 }  // namespace
@@ -132,39 +179,23 @@ StepPlan plan_from_js(const Napi::Value& v) {
   for (uint32_t i = 0; i < rows.Length(); ++i) {
     const Where where{"rows", int64_t(i)};
     Napi::Value rv = rows.Get(i);
+    // A row without an id cannot be answered on its own: the plan itself is malformed.
     if (!rv.IsObject()) throw Napi::TypeError::New(env, where + " must be an object");
     Napi::Object r = rv.As<Napi::Object>();
     StepRow& row = plan.rows[i];
     Napi::Value id = r.Get(k.request_id.js);
     if (!id.IsString()) throw Napi::TypeError::New(env, where + ".requestId must be a string");
     row.request_id = id.As<Napi::String>().Utf8Value();
-    row.tokens = int32s(r, k.tokens, where, true);
-    row.positions = int32s(r, k.positions, where, true);
-    row.block_table = int32s(r, k.block_table, where, true);
-    const double ctx = number(r, k.context_len, where, 0, true);
-    if (!(ctx >= 0) || std::floor(ctx) != ctx) throw Napi::TypeError::New(env, where + ".contextLen must be an integer >= 0");
-    row.context_len = int64_t(ctx);
-    Napi::Value s = r.Get(k.sample.js);
-    if (!s.IsUndefined() && !s.IsNull()) {
-      if (!s.IsObject()) throw Napi::TypeError::New(env, where + ".sample must be an object");
-      row.has_sample = true;
-      row.sample = sample_from_js(s.As<Napi::Object>(), k, Where{"rows", int64_t(i), "sample"}, row.mask_pending);
-      plan.pending_masks |= row.mask_pending;
+    try {
+      row_from_js(r, k, i, row);
+    } catch (const BadField& e) {
+      // This row fails alone (execute_step reports it); the rest of the step runs.
+      row = StepRow{};
+      row.request_id = id.As<Napi::String>().Utf8Value();
+      row.error = e.what();
+      continue;
     }
-    Napi::Value wl = r.Get(k.want_logits.js);
-    row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
-    // Copies: the step runs on a worker thread after this call returns.
-    Napi::Value em = r.Get(k.embeds.js);
-    if (!em.IsUndefined() && !em.IsNull()) {
-      if (!em.IsObject()) throw Napi::TypeError::New(env, where + ".embeds must be an object");
-      Napi::Object eo = em.As<Napi::Object>();
-      const Where ew{"rows", int64_t(i), "embeds"};
-      row.has_embeds = true;
-      row.embed_offsets = int32s(eo, k.offsets, ew, true);
-      row.embed_data = floats(eo, k.data, ew, true);
-      row.embed_deepstack = floats(eo, k.deepstack, ew, false);
-    }
-    row.bidirectional = int32s(r, k.bidirectional, where, false);
+    plan.pending_masks |= row.mask_pending;
   }
   Napi::Value pm = v.As<Napi::Object>().Get(k.pending_masks.js);
   if (plan.pending_masks) {
@@ -172,10 +203,14 @@ StepPlan plan_from_js(const Napi::Value& v) {
       throw Napi::TypeError::New(env, "plan.pendingMasks { stepId, timeoutMs } is required when a row's bitmask is 'pending'");
     Napi::Object o = pm.As<Napi::Object>();
     const Where pw{"plan.pendingMasks"};
-    const double id = number(o, k.step_id, pw, 0, true);
-    const double ms = number(o, k.timeout_ms, pw, 0, true);
-    if (!(id >= 0 && id < 9007199254740992.0) || std::floor(id) != id)
-      throw Napi::TypeError::New(env, "plan.pendingMasks.stepId must be an integer in [0, 2^53)");
+    double id = 0, ms = 0;
+    try {
+      id = number(o, k.step_id, pw, 0, true);
+      ms = number(o, k.timeout_ms, pw, 0, true);
+    } catch (const BadField& e) {
+      throw Napi::TypeError::New(env, e.what());
+    }
+    if (!is_int_in(id, 0, kExactInts - 1)) throw Napi::TypeError::New(env, "plan.pendingMasks.stepId must be an integer in [0, 2^53)");
     if (!(ms > 0 && ms <= 3.6e6)) throw Napi::TypeError::New(env, "plan.pendingMasks.timeoutMs must be in (0, 3600000]");
     plan.mask_step_id = uint64_t(id);
     plan.mask_timeout_ms = ms;
@@ -198,7 +233,12 @@ std::unordered_map<std::string, std::vector<uint32_t>> masks_from_js(const Napi:
     if (!id.IsString()) throw Napi::TypeError::New(env, where + ".requestId must be a string");
     std::vector<uint32_t> words;
     if (!o.Get(bitmask.js).IsNull()) {
-      std::vector<int32_t> m = int32s(o, bitmask, where, true);
+      std::vector<int32_t> m;
+      try {
+        m = int32s(o, bitmask, where, true);
+      } catch (const BadField& e) {
+        throw Napi::TypeError::New(env, e.what());
+      }
       if (m.empty()) throw Napi::TypeError::New(env, where + ".bitmask is empty (use null to withhold a row's mask)");
       words.resize(m.size());
       std::memcpy(words.data(), m.data(), m.size() * sizeof(int32_t));

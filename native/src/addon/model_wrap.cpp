@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include "addon/convert_plan.h"
+#include "step/error_text.h"
 #include "step/executor.h"
 
 namespace rapid {
@@ -21,7 +22,7 @@ class StepWorker : public Napi::AsyncWorker {
     try {
       result_ = execute_step(*rt_->model, *rt_->kv, *rt_->pool, rt_->precision, plan_, gate_.get());
     } catch (const std::exception& e) {
-      SetError(std::string("step failed: ") + e.what());
+      SetError("step failed: " + error_text(e));
     } catch (...) {
       SetError("step failed: unknown native exception");
     }
@@ -69,9 +70,9 @@ class EncodeWorker : public Napi::AsyncWorker {
     try {
       out_ = rt_->model->vision()->encode(image_, *rt_->pool, rt_->precision);
     } catch (const std::invalid_argument& e) {
-      SetError(std::string("encodeImage: bad image input: ") + e.what());
+      SetError("encodeImage: bad image input: " + error_text(e));
     } catch (const std::exception& e) {
-      SetError(std::string("encodeImage failed: ") + e.what());
+      SetError("encodeImage failed: " + error_text(e));
     } catch (...) {
       SetError("encodeImage failed: unknown native exception");
     }

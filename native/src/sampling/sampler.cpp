@@ -1,6 +1,7 @@
 #include "sampling/sampler.h"
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <stdexcept>
 #include "layers/vec_math.h"
@@ -10,10 +11,16 @@ namespace rapid {
 
 std::string validate_sample_params(const SampleParams& p, int64_t vocab) {
   if (!std::isfinite(p.temperature) || p.temperature < 0) return "temperature must be a finite number >= 0";
+  // 1/T must stay far from float's range: a smaller T would turn the weights into NaN.
+  if (p.temperature > 0 && p.temperature < kMinTemperature) {
+    char floor[32];
+    std::snprintf(floor, sizeof floor, "%g", double(kMinTemperature));
+    return std::string("temperature must be 0 (greedy) or at least ") + floor;
+  }
   if (!(p.top_p > 0 && p.top_p <= 1)) return "topP must be in (0, 1]";
   if (p.top_k < 0) return "topK must be >= 0";
   if (!(p.min_p >= 0 && p.min_p <= 1)) return "minP must be in [0, 1]";
-  if (!(p.repetition_penalty > 0) || !std::isfinite(p.repetition_penalty)) return "repetitionPenalty must be > 0";
+  if (!(p.repetition_penalty > 0) || !std::isfinite(p.repetition_penalty)) return "repetitionPenalty must be a finite number > 0";
   if (!std::isfinite(p.presence_penalty) || !std::isfinite(p.frequency_penalty)) return "penalties must be finite";
   for (const auto* list : {&p.prompt_tokens, &p.output_tokens})
     for (int32_t t : *list)
@@ -233,6 +240,8 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
       int32_t last = -1;
       for (int64_t i = 0; i < vocab; ++i)
         if (candidate(i)) total += w[i], last = int32_t(i);
+      // NaN weights (a temperature below validate_sample_params' floor, extreme penalties) leave no candidate.
+      if (last < 0) throw std::runtime_error("no token has a finite, positive weight at this temperature");
       const double u = u01 * total;
       double acc = 0;
       out.token = last;

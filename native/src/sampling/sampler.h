@@ -52,6 +52,10 @@ struct TokenPenalty {
 // p's penalties as one entry per affected token, ascending ids (empty when p has none).
 std::vector<TokenPenalty> token_penalties(const SampleParams& p);
 
+// The smallest temperature other than 0 (greedy): the request layer maps smaller ones to 0
+// (src/engine/sampling-params.ts, SAMPLING_LIMITS.greedyBelowTemperature).
+inline constexpr float kMinTemperature = 1e-5f;
+
 // Checks ranges (token ids < vocab, bitmask length, finite params); returns "" or an error message.
 std::string validate_sample_params(const SampleParams& p, int64_t vocab);
 

@@ -1,4 +1,5 @@
 #include "step/executor.h"
+#include "step/error_text.h"
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -8,6 +9,7 @@
 namespace rapid {
 
 std::string validate_row(const StepRow& row, const ModelInfo& info, const KvPool& kv) {
+  if (!row.error.empty()) return row.error;
   const int64_t n = int64_t(row.tokens.size());
   if (row.request_id.empty()) return "requestId is empty";
   if (n == 0) return "row has no tokens";
@@ -119,6 +121,8 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
     }
     if (!err.empty()) out.error = err;
     else ok[r] = true;
+    // Top-k over the whole vocabulary keeps every token: it is off, and draws as a row without top-k does.
+    if (ok[r] && row.has_sample && row.sample.top_k >= vocab) plan.rows[r].sample.top_k = 0;
   }
 
   // One batch over every valid row; logits for each sampling row's last token and wantLogits rows.
@@ -256,7 +260,7 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
           out.top_logprobs = std::move(so.top);
         }
       } catch (const std::exception& ex) {
-        out.error = std::string("sampling failed: ") + ex.what();
+        out.error = "sampling failed: " + error_text(ex);
       }
     }
   });

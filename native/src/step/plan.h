@@ -11,6 +11,7 @@ namespace rapid {
 
 struct StepRow {
   std::string request_id;
+  std::string error;                 // set by the plan's conversion: a malformed value; this row fails alone
   std::vector<int32_t> tokens;       // [n] new tokens this step
   std::vector<int32_t> positions;    // [pos_axes * n] axis-major
   std::vector<int32_t> block_table;  // KV blocks of the sequence, in order
