@@ -1,11 +1,13 @@
 // Op test of sample_rows (cuda/sample.cu) against the CPU sampler (sampling/sampler.cpp, the reference):
-// for every vocabulary size, logit distribution (spread, peaked, ties, all equal, masked, NaN/inf) and setting
+// for every vocabulary size, logit distribution (spread, peaked, ties, all equal, masked, flat, NaN/inf) and setting
 // (temperature, top-k, top-p, min-p, repetition/presence/frequency penalties, greedy after penalties), the
 // device's token is the CPU's for the same draw u, or, where the two differ, the CPU itself picks the device's
 // token for a draw within 1e-6 of u (the rounding of the exponentials moves a boundary by that much). Also:
-// one row alone == the same row in the full launch (bitwise), a second launch == the first, rows with nothing
-// allowed give -1, and the launch time for 1 / 8 / 64 rows of a 151,936-token vocabulary, spread logits (N(0, 3))
-// and peaked ones (one dominant token, as trained models' usually are): informational.
+// one row alone == the same row in the full launch (bitwise), and so are launches of 16, 30 and 60 rows (a row
+// split over 8, 4, 2 or 1 blocks), a second launch == the first, rows with nothing allowed give -1, and the launch
+// time for 1 / 8 / 64 rows of a 151,936-token vocabulary, spread logits (N(0, 3)), peaked ones (one dominant token,
+// as trained models' usually are) and flat ones (N(0, 0.6), as random-weight models'), next to argmax_rows':
+// informational.
 // Build: node scripts/build-cuda.mjs --tests (build/cuda/tests/cuda_sample_test).
 #include <algorithm>
 #include <chrono>
@@ -45,6 +47,7 @@ std::vector<float> make_row(int64_t vocab, int kind) {
       for (int64_t i = 0; i < vocab; i += 37) x[size_t(i)] = NAN;
       x[5] = INFINITY;
       break;
+    case 6: for (float& v : x) v *= 0.2f; break;                    // flat (random-weight models' logits)
     default: break;
   }
   return x;
@@ -108,7 +111,7 @@ std::vector<Case> make_cases(int64_t vocab) {
     p.counter = counter++;
     cases.push_back({make_row(vocab, kind), p, name});
   };
-  for (int kind = 0; kind <= 4; ++kind) {
+  for (int kind : {0, 1, 2, 3, 4, 6}) {
     rapid::test::for_each_truncation({0.7f, 1.0f, 1.6f}, {0, 1, 3, 40, int(vocab) + 7}, {1.0f, 0.95f, 0.5f, 0.05f}, {0.0f, 0.1f},
                               [&](const SampleParams& p) { add(kind, p, "kind " + std::to_string(kind)); });
     // Masks: about a third allowed; only five allowed (one of them the row's max when it is not masked).
@@ -216,12 +219,23 @@ void test_vocab(int64_t vocab) {
   bool inv = true;
   for (size_t i = 0; i < cases.size(); i += 7) inv = inv && run_device({cases[i]}, vocab)[0] == got[i];
   report_bool("sample_rows row alone == in batch" + vs, inv);
+  // Every split of a row: launches of 16, 30 and 60 rows take clusters of 8, 4 and 2 blocks per row on an H200
+  // (the full launch one block per row).
+  for (size_t chunk : {size_t(16), size_t(30), size_t(60)}) {
+    bool same = true;
+    for (size_t i = 0; i < cases.size(); i += chunk) {
+      const std::vector<Case> sub(cases.begin() + i, cases.begin() + std::min(cases.size(), i + chunk));
+      const std::vector<int32_t> t = run_device(sub, vocab);
+      for (size_t j = 0; j < t.size(); ++j) same = same && t[j] == got[i + j];
+    }
+    report_bool("sample_rows launches of " + std::to_string(chunk) + " rows == full launch" + vs, same);
+  }
 }
 
 void time_rows() {
   const int64_t vocab = 151936;
-  for (int kind : {0, 1}) {
-    for (int setting = 0; setting < 3; ++setting) {
+  for (int kind : {0, 1, 6}) {
+    for (int setting = 0; setting < 4; ++setting) {
       for (int n : {1, 8, 64}) {
         std::vector<Case> cases;
         for (int i = 0; i < n; ++i) {
@@ -229,15 +243,33 @@ void time_rows() {
           p.temperature = 0.8f;
           if (setting == 1) p.top_p = 0.9f;
           if (setting == 2) p.top_k = 40, p.top_p = 0.95f;
+          if (setting == 3) p.top_p = 0.95f;
           p.seed = uint64_t(i);
           p.counter = 3;
           cases.push_back({make_row(vocab, kind), p, ""});
         }
         float ms = 0;
         run_device(cases, vocab, &ms, 20);
-        const char* what = setting == 0 ? "T 0.8" : setting == 1 ? "T 0.8, top-p 0.9" : "T 0.8, top-k 40, top-p 0.95";
+        if (setting == 0) {  // greedy's pick over the same rows, for comparison
+          std::vector<float> logits;
+          for (const Case& c : cases) logits.insert(logits.end(), c.logits.begin(), c.logits.end());
+          Dev<float> dl(logits);
+          Dev<int32_t> dt{size_t(n)};
+          cu::argmax_rows(dl.p, n, vocab, nullptr, nullptr, dt.p, nullptr);
+          device_sync();
+          const auto t0 = std::chrono::steady_clock::now();
+          for (int i = 0; i < 20; ++i) cu::argmax_rows(dl.p, n, vocab, nullptr, nullptr, dt.p, nullptr);
+          device_sync();
+          const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 20;
+          std::printf("TIME argmax_rows (greedy)                    %-7s vocab %lld rows %2d: %8.1f us per launch\n",
+                      kind == 0 ? "spread" : kind == 1 ? "peaked" : "flat", (long long)vocab, n, us);
+        }
+        const char* what = setting == 0   ? "T 0.8"
+                           : setting == 1 ? "T 0.8, top-p 0.9"
+                           : setting == 2 ? "T 0.8, top-k 40, top-p 0.95"
+                                          : "T 0.8, top-p 0.95";
         std::printf("TIME sample_rows %-28s %-7s vocab %lld rows %2d: %8.1f us per launch\n", what,
-                    kind ? "peaked" : "spread", (long long)vocab, n, ms * 1e3);
+                    kind == 0 ? "spread" : kind == 1 ? "peaked" : "flat", (long long)vocab, n, ms * 1e3);
       }
     }
   }

@@ -37,4 +37,17 @@ __device__ __forceinline__ float4 peer_load4(const void* p, uint32_t rank) {
   return v;
 }
 
+// `p` (a generic address in this block's shared memory) as the generic address of the same variable in the
+// shared memory of the cluster's block `rank`: plain loads, stores and atomics through it reach the peer.
+template <class T>
+__device__ __forceinline__ T* peer_ptr(T* p, uint32_t rank) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  uint64_t r = 0;
+  asm volatile("mapa.u64 %0, %1, %2;" : "=l"(r) : "l"(reinterpret_cast<uint64_t>(p)), "r"(rank));
+  return reinterpret_cast<T*>(r);
+#else
+  return p;
+#endif
+}
+
 }  // namespace rapid::cuda

@@ -243,7 +243,8 @@ SampleRow sample_row_of(const SampleParams& p, int64_t logit_row, int32_t mask, 
 
 // tokens[i] = the token sampling/sampler.cpp's sample_token picks for rows[i] (bitmask, penalties, temperature,
 // top-k, top-p, min-p, the draw u), up to the rounding of the exponentials and of the fixed-point weights; -1
-// when no allowed finite logit. One block per row, so a row's token never depends on the others. rows [n],
+// when no allowed finite logit. One block, or a cluster of up to 8 on sm_90, per row, with exact integer sums: a
+// row's token never depends on the others, nor on how many blocks took it. rows [n],
 // masks [*, ceil(vocab/32)], penalties [*] (token ids < vocab, distinct within a row), scratch [*, vocab]:
 // device memory. Throws if vocab exceeds 524288.
 void sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int64_t n, const uint32_t* masks,

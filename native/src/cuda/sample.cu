@@ -1,17 +1,17 @@
-// Token sampling on the device, one block per row: the host sampler's pipeline (sampling/sampler.cpp) —
-// bitmask → penalties → greedy | temperature → top-k → top-p → min-p → one draw with the row's uniform u —
-// without copying the logits row to the host. Weights are fixed-point integers (w · 2^40), so every sum is
-// exact whatever its order: a row's token is a pure function of its logits, parameters and u, never of the
-// rows that share the launch. Top-k / top-p take the sorted order (logit descending, id ascending): when the
-// candidates are few, a short list sorted in shared memory (sorted_compact); otherwise weighted selects over the
-// whole row, each a radix search over the logits' order-preserving keys plus an id-order scan of the ties.
-// The block is compute-bound (~40 us per pass over a 152k row with exponentials on an H200), so the passes
-// are few: temperature alone takes two, a short list three.
+// Token sampling on the device: the host sampler's pipeline (sampling/sampler.cpp) — bitmask → penalties →
+// greedy | temperature → top-k → top-p → min-p → one draw with the row's uniform u — without copying the logits row
+// to the host. Weights are fixed-point integers (w · 2^40), so every sum is exact whatever its order: a row's token
+// is a pure function of its logits, parameters and u, never of the rows that share the launch nor of how many blocks
+// split the row. A row takes a cluster of up to 8 blocks on sm_90 (the cluster path, below); top-k / top-p take the
+// sorted order (logit descending, id ascending) through a histogram by log-weight distance and a short list of the
+// few bins that matter, sorted in shared memory. The whole-row path (one block: a short sorted list when the
+// candidates are few, else weighted radix selects over the row) decides the rows whose bins are too crowded.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <vector>
+#include "cuda/cluster.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
@@ -21,7 +21,7 @@ namespace rapid::cuda {
 
 namespace {
 
-constexpr int kThreads = 1024;  // one block per row: 512 threads ran 1.4x slower per row on an H200
+constexpr int kThreads = 1024;  // one block per row (whole-row path): 512 threads ran 1.4x slower per row on an H200
 constexpr int kWarps = kThreads / 32;
 constexpr int kGroup = 128;                 // ids a warp reads per step (4 per lane): the id-order scan's unit
 constexpr int kUnroll = 2;                  // groups whose loads a warp has in flight at once (4: no faster)
@@ -37,6 +37,7 @@ struct RowView {
   const uint32_t* mask;  // [ceil(vocab/32)] bit set = allowed, or null
   int64_t vocab;
   bool aligned;          // x is 16-byte aligned: a lane's four logits are one float4
+  bool written;          // x is written by this launch (the penalties' scratch): loads bypass the read-only cache
 
   __device__ float fix(float v, int64_t i) const {
     if (mask && !((mask[i >> 5] >> (i & 31)) & 1u)) return -INFINITY;
@@ -46,7 +47,8 @@ struct RowView {
   // Logits i0 .. i0+3 (i0 a multiple of 4); past the vocabulary -inf.
   __device__ void load4(int64_t i0, float v[4]) const {
     if (aligned && i0 + 3 < vocab) {
-      const float4 q = __ldg(reinterpret_cast<const float4*>(x + i0));
+      const float4* p = reinterpret_cast<const float4*>(x + i0);
+      const float4 q = written ? __ldcg(p) : __ldg(p);
       v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
     } else {
 #pragma unroll
@@ -112,10 +114,10 @@ struct Shared {
 // of kGroup consecutive ids: group g = i0 / kGroup is read by warp g % kWarps). A pass is bound by load latency
 // (one block per row): each warp issues the loads of kUnroll groups before it uses any.
 template <class F>
-__device__ void for_each_group(const RowView& r, F&& f) {
+__device__ void for_each_group(const RowView& r, F&& f, int64_t first = 0, int64_t groups = -1) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t groups = (r.vocab + kGroup - 1) / kGroup;
-  for (int64_t g0 = warp; g0 < groups; g0 += int64_t(kWarps) * kUnroll) {
+  if (groups < 0) groups = (r.vocab + kGroup - 1) / kGroup;
+  for (int64_t g0 = first + warp; g0 < groups; g0 += int64_t(kWarps) * kUnroll) {
     float v[kUnroll][4];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
@@ -312,6 +314,28 @@ __device__ __forceinline__ float value_of(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
+// Sorts entries (key << 32 | ~id) [0, n) of sm (n <= kSmemWords) descending, so key descending, id ascending
+// (bitonic; the padding up to a power of two is 0, below every entry). Ends with a barrier.
+__device__ void sort_entries(uint64_t* sm, int n) {
+  const int tid = threadIdx.x;
+  int np2 = 1;
+  while (np2 < n) np2 <<= 1;
+  __syncthreads();
+  for (int i = n + tid; i < np2; i += kThreads) sm[i] = 0;
+  __syncthreads();
+  for (int k = 2; k <= np2; k <<= 1)
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = tid; i < np2; i += kThreads) {
+        const int o = i ^ j;
+        if (o > i) {
+          const uint64_t a = sm[i], b = sm[o];
+          if (((i & k) == 0) == (a < b)) sm[i] = b, sm[o] = a;  // descending runs where (i & k) == 0
+        }
+      }
+      __syncthreads();
+    }
+}
+
 constexpr int kCuts = 6;           // top-p: log-weight distances from the top at which each thread counts
 constexpr int kBins = 64;          // top-k: a histogram by log-weight distance from the top in steps of
 constexpr float kBinsPerUnit = 4;  // 1/4, up to 16 (weights below e^-16 of the top's are never short-listed)
@@ -413,21 +437,7 @@ __device__ int64_t sorted_compact(const RowView& r, const SampleRow& R, const We
   });
   __syncthreads();
   const int n = int(sh.n_comp);
-  int np2 = 1;
-  while (np2 < n) np2 <<= 1;
-  for (int i = n + tid; i < np2; i += kThreads) sm[i] = 0;  // below every valid entry
-  __syncthreads();
-  for (int k = 2; k <= np2; k <<= 1)
-    for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = tid; i < np2; i += kThreads) {
-        const int o = i ^ j;
-        if (o > i) {
-          const uint64_t a = sm[i], b = sm[o];
-          if (((i & k) == 0) == (a < b)) sm[i] = b, sm[o] = a;  // descending runs where (i & k) == 0
-        }
-      }
-      __syncthreads();
-    }
+  sort_entries(sm, n);
 
   // Each thread owns up to kPer consecutive entries of the sorted list.
   constexpr int kPer = (kSmemWords + kThreads - 1) / kThreads;
@@ -487,39 +497,195 @@ __device__ int64_t sorted_compact(const RowView& r, const SampleRow& R, const We
   return sh.sel_index;
 }
 
-// Grid (rows). logits [m, vocab]; rows [gridDim.x]; masks [*, ceil(vocab/32)]; penalties [*]; scratch
-// [*, vocab] (rows with penalties); tokens [gridDim.x] (-1: no allowed finite logit).
+// Top-k / top-p over the whole row by one block (the path of rows the cluster path cannot finish: a bin of tied or
+// near-tied logits longer than the list, or a top logit whose weights overflow): a short list sorted in shared memory
+// when the candidates are few (sorted_compact), otherwise weighted radix selects.
+__device__ int64_t whole_row_truncate(const RowView& rv, const SampleRow& R, const Weights& W, int32_t n_valid,
+                                      uint64_t* sm, Shared& sh) {
+  const float min_p = R.min_p;
+  const auto draw = [&](uint64_t total) { return draw_target(R.u, total); };
+  const bool cut_k = R.top_k > 0 && R.top_k < n_valid;
+  const int64_t few = sorted_compact(rv, R, W, cut_k, sm, sh);
+  if (few != -2) return few;
+  // Top-k: the k-th element of the sorted order (a count select); the weights beyond it are zero from here on.
+  Pick end_k{0, -1, 0};
+  if (cut_k) {
+    end_k = sorted_select(rv, [](int64_t, float) -> uint64_t { return 1; },
+                          [&](uint64_t) { return uint64_t(R.top_k - 1); }, sm, sh);
+    if (end_k.id < 0) return -1;
+  }
+  auto w_k = [&](int64_t i, float v) -> uint64_t {
+    return valid(v) && (!cut_k || at_or_before(v, i, end_k)) ? W.fixed(W.real(v)) : 0;
+  };
+  Pick end = end_k;
+  bool has_end = cut_k;
+  if (R.top_p < 1.0f) {
+    // The nucleus of the top-k set's weight z: its end is the first element whose running weight passes
+    // nucleus_target - 1.
+    end = sorted_select(rv, w_k, [&](uint64_t z) { return nucleus_target(R.top_p, z) - 1; }, sm, sh);
+    if (end.id < 0) return -1;
+    has_end = true;
+  }
+  // The draw over the candidates (at or before the end), min-p as a weight floor (weights fall along the order).
+  auto w_cand = [&](int64_t i, float v) -> uint64_t {
+    if (!valid(v) || (has_end && !at_or_before(v, i, end))) return 0;
+    const float w = W.real(v);
+    return w >= min_p ? W.fixed(w) : 0;
+  };
+  return sorted_select(rv, w_cand, draw, sm, sh).id;
+}
+
+// ---- The cluster path: a row split over the blocks of a thread-block cluster (sm_90) ----
+// Rank truncation without a sort of the row: one pass histograms the candidates by their log-weight distance from
+// the top, d = max/T - v/T (bins of 1/64 up to 32, beyond which a weight is below 2^-40, fixed-point 0), with each
+// bin's count and fixed-point weight, exact and so the same whatever the split. Bins follow the sorted order (d
+// rises along it), so the top-k cut, the nucleus' end and the draw each fall in a bin found from the bins' sums;
+// only those bins' logits are compacted into one list, sorted in shared memory and walked. The same weights,
+// targets and order as the whole-row path: the same token.
+constexpr int kMaxCluster = 8;                 // blocks per row (portable cluster size)
+constexpr int kDistBins = 2048;
+constexpr float kDistPerUnit = 64.0f;
+constexpr float kDistMax = 32.0f;              // e^-32 < 2^-40: a weight's fixed point is 0 beyond
+constexpr int kList = kSmemWords;              // the compacted list's capacity
+constexpr int kPer = kList / kThreads;         // list entries (and bins) per thread in the block scans
+constexpr size_t kDynBytes = size_t(kDistBins) * 16 + size_t(kList) * 8 + size_t(kDistBins) * 4;
+
+// What a block of a cluster shares with its peers.
+struct Peer {
+  float best_v;       // the slice's best logit and id, and its number of valid logits
+  int32_t best_i;
+  int32_t n_valid;
+  uint64_t total;     // the slice's weight (no rank truncation)
+  int32_t op;         // rank 0's command: 1 compact the bins lo[r]..hi[r] (r < nr) into rank 0's list, 0 done
+  int32_t nr;
+  int32_t lo[2], hi[2];
+  uint32_t list_n;    // rank 0: entries in its list
+};
+
+template <class T>
+__device__ __forceinline__ T* at_rank(T* p, uint32_t rank, int C) { return C > 1 ? peer_ptr(p, rank) : p; }
+__device__ __forceinline__ void csync(int C) {
+  if (C > 1) cluster_sync();
+  else __syncthreads();
+}
+
+// Σ val(i) over i in [0, n), n <= kList; every thread gets it. All threads call.
+template <class V>
+__device__ uint64_t block_sum(int n, V&& val, Shared& sh) {
+  const int e0 = threadIdx.x * kPer;
+  uint64_t s = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (e0 + q < n) s += val(e0 + q);
+  uint64_t total;
+  block_scan(s, sh, total);
+  return total;
+}
+
+// The first i in [0, n) (n <= kList) with base + Σ_{j<i} val(j) <= target < base + Σ_{j<=i} val(j), and that sum
+// before it; -1 when none. All threads call and get it.
+template <class V>
+__device__ int scan_find(int n, V&& val, uint64_t base, uint64_t target, Shared& sh, uint64_t& before) {
+  const int e0 = threadIdx.x * kPer;
+  uint64_t w[kPer], s = 0;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) s += (w[q] = e0 + q < n ? val(e0 + q) : 0);
+  uint64_t total;
+  const uint64_t acc = base + block_scan(s, sh, total);
+  if (target < base || target - base >= total) return -1;  // the same for every thread
+  if (acc <= target && target < acc + s) walk_to(acc, target, 0, kPer, [&](int q) { return w[q]; }, [&](int q) { return e0 + q; }, sh);
+  __syncthreads();
+  const int i = int(sh.sel_index);
+  before = sh.sel_before;
+  __syncthreads();  // sh is written again by the next step
+  return i;
+}
+
+// The bin of a valid logit, kDistBins when beyond kDistMax (or when the distance is not a number).
+__device__ __forceinline__ int dist_bin(const Weights& W, float v) {
+  const float d = __fsub_rn(W.mx_t, __fmul_rn(v, W.inv_t));
+  return d < kDistMax ? min(int(d * kDistPerUnit), kDistBins - 1) : kDistBins;
+}
+
+// The id of the row's first element, in id order, whose running sum of wt passes target (base: the weight of the
+// rows' ids before the slice; target lies in this slice's weight), from the slice's group sums gsum [ng].
+template <class Wt>
+__device__ int64_t select_in_groups(const RowView& r, Wt&& wt, const uint64_t* gsum, int64_t g_begin, int ng,
+                                    uint64_t base, uint64_t target, Shared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int per = (ng + kThreads - 1) / kThreads;
+  const int j0 = tid * per, j1 = min(j0 + per, ng);
+  uint64_t mine = 0;
+  for (int j = j0; j < j1; ++j) mine += gsum[j];
+  uint64_t total;
+  const uint64_t acc = base + block_scan(mine, sh, total);
+  if (acc <= target && target < acc + mine)
+    walk_to(acc, target, j0, j1, [&](int j) { return gsum[j]; }, [](int j) { return int64_t(j); }, sh);
+  __syncthreads();
+  const int64_t g = g_begin + sh.sel_index;
+  const uint64_t gb = sh.sel_before;
+  __syncthreads();
+  if (warp == 0) {  // the id within group g: lanes' four-id sums, scanned
+    const int64_t i0 = g * kGroup + lane * 4;
+    float v[4];
+    r.load4(i0, v);
+    uint64_t w[4], s = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) s += (w[j] = wt(i0 + j, v[j]));
+    const uint64_t incl = warp_inclusive_u64(s, lane);
+    const uint64_t a = gb + incl - s;
+    if (a <= target && target < a + s) walk_to(a, target, 0, 4, [&](int j) { return w[j]; }, [&](int j) { return i0 + j; }, sh);
+  }
+  __syncthreads();
+  const int64_t id = sh.sel_index;
+  __syncthreads();
+  return id;
+}
+
+// Grid (rows · C), clusters of C blocks along x (C = 1: no cluster): block rank q of a row takes its groups
+// [groups·q/C, groups·(q+1)/C). logits [m, vocab]; rows [n]; masks [*, ceil(vocab/32)]; penalties [*]; scratch
+// [*, vocab] (rows with penalties); tokens [n] (-1: no allowed finite logit). Dynamic shared memory: kDynBytes.
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restrict__ logits, int64_t vocab,
                                                           const SampleRow* __restrict__ rows,
                                                           const uint32_t* __restrict__ masks,
                                                           const TokenPenalty* __restrict__ penalties, float* scratch,
-                                                          int32_t* __restrict__ tokens) {
+                                                          int32_t* __restrict__ tokens, int C) {
   pdl_wait();
   pdl_trigger();
-  __shared__ uint64_t sm[kSmemWords];
+  extern __shared__ __align__(16) uint64_t dyn[];
+  uint64_t* mass = dyn;                 // [kDistBins] fixed-point weight per bin
+  uint64_t* massd = dyn + kDistBins;    // [kDistBins] the same over the weights that pass min-p
+  uint64_t* list = dyn + 2 * kDistBins; // [kList] compacted entries; the whole-row path's scratch; group sums
+  uint32_t* cnt = reinterpret_cast<uint32_t*>(list + kList);  // [kDistBins] logits per bin
   __shared__ Shared sh;
+  __shared__ Peer me;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const SampleRow R = rows[blockIdx.x];
-  const int64_t words = (vocab + 31) / 32;
+  const int64_t row = blockIdx.x / C;
+  const uint32_t rank = blockIdx.x % C;
+  const SampleRow R = rows[row];
+  const int64_t words = (vocab + 31) / 32, groups = (vocab + kGroup - 1) / kGroup;
+  const int64_t g_begin = groups * rank / C, g_end = groups * (rank + 1) / C;
   const float* x = logits + R.logit_row * vocab;
   RowView rv{x, R.mask >= 0 ? masks + int64_t(R.mask) * words : nullptr, vocab,
-             (reinterpret_cast<uintptr_t>(x) & 15) == 0};
+             (reinterpret_cast<uintptr_t>(x) & 15) == 0, false};
 
-  if (R.pen_count > 0) {  // the masked row into scratch, then the penalties (each listed token once), in place
+  if (R.pen_count > 0) {  // the slice, masked, into scratch, then the penalties on its ids (each listed token once)
     float* dst = scratch + int64_t(R.scratch) * vocab;  // [vocab]
-    for (int64_t i = tid; i < vocab; i += kThreads) dst[i] = rv.fix(x[i], i);
+    const int64_t i_begin = g_begin * kGroup, i_end = min(g_end * kGroup, vocab);
+    for (int64_t i = i_begin + tid; i < i_end; i += kThreads) dst[i] = rv.fix(x[i], i);
     __syncthreads();
     for (int e = tid; e < R.pen_count; e += kThreads) {
       const TokenPenalty p = penalties[R.pen_begin + e];
+      if (p.token < i_begin || p.token >= i_end) continue;
       float l = dst[p.token];
       if (p.repetition) l = l > 0 ? __fdiv_rn(l, R.repetition) : __fmul_rn(l, R.repetition);
       dst[p.token] = __fsub_rn(l, p.subtract);
     }
     __syncthreads();
-    rv = RowView{dst, nullptr, vocab, (reinterpret_cast<uintptr_t>(dst) & 15) == 0};
+    rv = RowView{dst, nullptr, vocab, (reinterpret_cast<uintptr_t>(dst) & 15) == 0, true};
   }
 
-  // The best (max logit, lowest id) and the number of valid logits.
+  // The best (max logit, lowest id) and the number of valid logits: the slice's, then the row's.
   float bv = 0.0f;
   int32_t bi = -1;
   int32_t n_valid = 0;
@@ -530,7 +696,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       ++n_valid;
       if (better_pair(v[j], int32_t(i0 + j), bv, bi)) bv = v[j], bi = int32_t(i0 + j);
     }
-  });
+  }, g_begin, g_end);
   warp_best(bv, bi);
   for (int o = 16; o > 0; o >>= 1) n_valid += __shfl_xor_sync(0xffffffffu, n_valid, o);
   if (lane == 0) sh.best_v[warp] = bv, sh.best_i[warp] = bi, sh.count[warp] = n_valid;
@@ -540,65 +706,295 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   n_valid = lane < kWarps ? sh.count[lane] : 0;
   warp_best(bv, bi);
   for (int o = 16; o > 0; o >>= 1) n_valid += __shfl_xor_sync(0xffffffffu, n_valid, o);
+  if (tid == 0) me.best_v = bv, me.best_i = bi, me.n_valid = n_valid;
+  csync(C);
+  {
+    const Peer* p = lane < C ? at_rank(&me, uint32_t(lane), C) : nullptr;
+    bv = p ? p->best_v : 0.0f;
+    bi = p ? p->best_i : -1;
+    n_valid = p ? p->n_valid : 0;
+  }
+  warp_best(bv, bi);
+  for (int o = 16; o > 0; o >>= 1) n_valid += __shfl_xor_sync(0xffffffffu, n_valid, o);
   if (bi < 0 || R.inv_temperature == 0.0f) {  // nothing allowed, or greedy (after the mask and penalties)
-    if (tid == 0) tokens[blockIdx.x] = bi;
+    if (rank == 0 && tid == 0) tokens[row] = bi;
+    csync(C);  // the peers may still read `me`
     return;
   }
 
   const Weights W{R.inv_temperature, __fmul_rn(bv, R.inv_temperature)};
   const float min_p = R.min_p;
-  const auto draw = [&](uint64_t total) { return draw_target(R.u, total); };
-  int64_t token;
   if (R.top_k == 0 && R.top_p >= 1.0f) {
-    // No truncation by rank: the candidates in id order (the host's order here), min-p as a weight floor.
+    // No truncation by rank: the candidates in id order (the host's order here), min-p as a weight floor. Each
+    // block sums its slice's groups; the block whose slice holds the draw finds the id.
     auto wt = [&](int64_t, float v) -> uint64_t {
       if (!valid(v)) return 0;
       const float w = W.real(v);
       return w > 0.0f && w >= min_p ? W.fixed(w) : 0;
     };
-    uint64_t before;
-    token = id_select(rv, wt, draw, sm, sh, before);
-  } else {
-    const bool cut_k = R.top_k > 0 && R.top_k < n_valid;
-    const int64_t few = sorted_compact(rv, R, W, cut_k, sm, sh);
-    if (few != -2) {
-      if (tid == 0) tokens[blockIdx.x] = int32_t(few);
-      return;
+    uint64_t* gsum = list;
+    for_each_group(rv, [&](int64_t g, int64_t i0, const float* v) {
+      uint64_t s = 0;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) s += wt(i0 + j, v[j]);
+      s = warp_sum_u64(s);
+      if (lane == 0) gsum[g - g_begin] = s;
+    }, g_begin, g_end);
+    __syncthreads();
+    const int ng = int(g_end - g_begin);
+    const uint64_t mine = block_sum(ng, [&](int j) { return gsum[j]; }, sh);
+    if (tid == 0) me.total = mine;
+    if (rank == 0 && tid == 0) tokens[row] = -1;  // stays if the draw finds nothing (never with a top weight of 1)
+    csync(C);
+    uint64_t t = lane < C ? at_rank(&me, uint32_t(lane), C)->total : 0;
+    const uint64_t total = warp_sum_u64(t);
+    const uint64_t before = warp_sum_u64(lane < int(rank) ? t : 0);
+    const uint64_t target = draw_target(R.u, total);
+    if (total > 0 && before <= target && target < before + mine) {
+      const int64_t id = select_in_groups(rv, wt, gsum, g_begin, ng, before, target, sh);
+      if (tid == 0) tokens[row] = int32_t(id);
     }
-    // Top-k: the k-th element of the sorted order (a count select); the weights beyond it are zero from here on.
-    Pick end_k{0, -1, 0};
-    if (cut_k) {
-      end_k = sorted_select(rv, [](int64_t, float) -> uint64_t { return 1; },
-                            [&](uint64_t) { return uint64_t(R.top_k - 1); }, sm, sh);
-      if (end_k.id < 0) {
-        if (tid == 0) tokens[blockIdx.x] = -1;
-        return;
+    csync(C);
+    return;
+  }
+
+  // Rank truncation. The histogram of the slice, then each block sums its share of the bins over the cluster.
+  const bool mp = min_p > 0.0f;
+  for (int i = tid; i < kDistBins; i += kThreads) cnt[i] = 0, mass[i] = 0, massd[i] = 0;
+  __syncthreads();
+  if (isfinite(W.mx_t))
+    for_each_group(rv, [&](int64_t, int64_t, const float* v) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!valid(v[j])) continue;
+        const int b = dist_bin(W, v[j]);
+        if (b == kDistBins) continue;
+        atomicAdd(cnt + b, 1u);
+        const float w = W.real(v[j]);
+        const uint64_t f = W.fixed(w);
+        if (f == 0) continue;
+        atomicAdd(reinterpret_cast<unsigned long long*>(mass + b), (unsigned long long)f);
+        if (mp && w >= min_p) atomicAdd(reinterpret_cast<unsigned long long*>(massd + b), (unsigned long long)f);
       }
+    }, g_begin, g_end);
+  csync(C);
+  const int share = kDistBins / C;
+  for (int b = int(rank) * share + tid; b < int(rank + 1) * share; b += kThreads) {
+    uint32_t c = 0;
+    uint64_t m = 0, md = 0;
+    for (int q = 0; q < C; ++q) {
+      c += at_rank(cnt, uint32_t(q), C)[b];
+      m += at_rank(mass, uint32_t(q), C)[b];
+      if (mp) md += at_rank(massd, uint32_t(q), C)[b];
     }
-    auto w_k = [&](int64_t i, float v) -> uint64_t {
-      return valid(v) && (!cut_k || at_or_before(v, i, end_k)) ? W.fixed(W.real(v)) : 0;
-    };
-    Pick end = end_k;
-    bool has_end = cut_k;
+    cnt[b] = c, mass[b] = m, massd[b] = mp ? md : m;
+  }
+  if (tid == 0) me.list_n = 0;
+  csync(C);
+
+  // Compacts this slice's logits of bins lo[r]..hi[r] (r < nr, as `me` says) into rank 0's list.
+  const auto compact = [&]() {
+    const int nr = me.nr;
+    const int lo0 = me.lo[0], hi0 = me.hi[0], lo1 = nr > 1 ? me.lo[1] : 1, hi1 = nr > 1 ? me.hi[1] : 0;
+    uint32_t* n0 = at_rank(&me.list_n, 0, C);
+    uint64_t* list0 = at_rank(list, 0, C);
+    for_each_group(rv, [&](int64_t, int64_t i0, const float* v) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        if (!valid(v[j])) continue;
+        const int b = dist_bin(W, v[j]);
+        if (!((lo0 <= b && b <= hi0) || (lo1 <= b && b <= hi1))) continue;
+        const uint32_t slot = atomicAdd(n0, 1u);
+        list0[slot] = (uint64_t(key_of(v[j])) << 32) | uint32_t(~uint32_t(i0 + j));
+      }
+    }, g_begin, g_end);
+  };
+  if (rank != 0) {  // rank 0 decides; the peers compact what it asks for until it is done
+    for (;;) {
+      csync(C);
+      if (me.op == 0) return;
+      compact();
+      csync(C);
+    }
+  }
+  for (int b = share + tid; C > 1 && b < kDistBins; b += kThreads) {  // gather the peers' shares
+    const uint32_t q = uint32_t(b / share);
+    cnt[b] = at_rank(cnt, q, C)[b];
+    mass[b] = at_rank(mass, q, C)[b];
+    massd[b] = at_rank(massd, q, C)[b];
+  }
+  __syncthreads();
+
+  // Rank 0: the bins' inclusive prefix sums, in place (thread t owns bins 2t and 2t+1); from here on, bin lookups
+  // are binary searches every thread makes alike.
+  static_assert(kDistBins == 2 * kThreads, "two bins per thread");
+  {
+    const int b0 = 2 * tid;
+    uint64_t total;
+    const uint64_t c0 = cnt[b0], c1 = cnt[b0 + 1];
+    const uint64_t ca = block_scan(c0 + c1, sh, total);
+    cnt[b0] = uint32_t(ca + c0), cnt[b0 + 1] = uint32_t(ca + c0 + c1);
+    const uint64_t m0 = mass[b0], m1 = mass[b0 + 1];
+    const uint64_t ma = block_scan(m0 + m1, sh, total);
+    mass[b0] = ma + m0, mass[b0 + 1] = ma + m0 + m1;
+    const uint64_t d0 = massd[b0], d1 = massd[b0 + 1];
+    const uint64_t da = block_scan(d0 + d1, sh, total);
+    massd[b0] = da + d0, massd[b0 + 1] = da + d0 + d1;
+    __syncthreads();
+  }
+  const auto cum = [&](const auto* a, int b) -> uint64_t { return b < 0 ? 0 : uint64_t(a[b]); };
+  const auto find = [&](const auto* a, uint64_t target) -> int {  // the first bin whose prefix passes target, or -1
+    if (uint64_t(a[kDistBins - 1]) <= target) return -1;
+    int lo = 0, hi = kDistBins - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (uint64_t(a[mid]) > target) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+  const auto bins_count = [&](int lo, int hi) { return cum(cnt, hi) - cum(cnt, lo - 1); };
+
+  // A compaction round adds bins to the sorted list.
+  int list_n = 0, n_had = 0;
+  int had_lo[6], had_hi[6];
+  bool peers_live = true;
+  const auto finish_peers = [&]() {
+    if (!peers_live) return;
+    peers_live = false;
+    if (tid > 0 && tid < C) at_rank(&me, uint32_t(tid), C)->op = 0;
+    csync(C);
+  };
+  // One round over bins lo[r]..hi[r] (none already listed); false, with nothing done, when they would overflow.
+  const auto request = [&](int nr, const int* lo, const int* hi) -> bool {
+    uint64_t c = 0;
+    for (int r = 0; r < nr; ++r) c += bins_count(lo[r], hi[r]);
+    if (uint64_t(list_n) + c > uint64_t(kList) || n_had + nr > 6) return false;
+    if (tid < C) {
+      Peer* p = at_rank(&me, uint32_t(tid), C);
+      p->op = 1, p->nr = nr;
+      for (int r = 0; r < nr; ++r) p->lo[r] = lo[r], p->hi[r] = hi[r];
+    }
+    for (int r = 0; r < nr; ++r) had_lo[n_had] = lo[r], had_hi[n_had++] = hi[r];
+    csync(C);
+    compact();
+    csync(C);
+    list_n = int(me.list_n);
+    sort_entries(list, list_n);
+    return true;
+  };
+  const auto ensure = [&](int b) -> bool {
+    for (int r = 0; r < n_had; ++r)
+      if (had_lo[r] <= b && b <= had_hi[r]) return true;
+    const int lo[1] = {b};
+    return request(1, lo, lo);
+  };
+  const auto value = [&](int i) { return value_of(uint32_t(list[i] >> 32)); };
+  const auto fixed_at = [&](int i) { return W.fixed(W.real(value(i))); };
+  const auto seg_begin = [&](int b) {  // the list's first entry of bin b or later (entries ascend in bin)
+    int lo = 0, hi = list_n;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (dist_bin(W, value(mid)) >= b) hi = mid;
+      else lo = mid + 1;
+    }
+    return lo;
+  };
+
+  int64_t token = -2;  // -2: the whole-row path decides
+  do {
+    if (!isfinite(W.mx_t)) break;
+    const uint64_t tot_mass = mass[kDistBins - 1];
+    uint64_t tmp = 0;
+    // The top-k cut: in bin bk, its first kk logits (none: the cut lies beyond the bins, among weights of 0).
+    int bk = -1;
+    int64_t kk = 0;
+    if (R.top_k > 0 && R.top_k < n_valid) {
+      bk = find(cnt, uint64_t(R.top_k - 1));
+      kk = int64_t(R.top_k) - int64_t(cum(cnt, bk - 1));
+    }
+    const bool cut = bk >= 0;
+    // The first round: every bin up to the last one needed when they fit, else the bins the cut, the nucleus and
+    // the draw fall in as far as the bins' sums tell.
+    {
+      int upper = bk, be0 = -1;
+      if (!cut && R.top_p < 1.0f) upper = be0 = find(mass, nucleus_target(R.top_p, tot_mass) - 1);
+      int lo[2] = {0, 0}, hi[2] = {upper, upper}, nr = 1;
+      if (!(upper >= 0 && bins_count(0, upper) <= uint64_t(kList))) {
+        if (cut) {
+          lo[0] = bk;
+        } else {
+          const uint64_t d_lo = be0 >= 0 ? cum(massd, be0 - 1) : massd[kDistBins - 1];
+          const uint64_t d_hi = be0 >= 0 ? cum(massd, be0) : d_lo;
+          const int bd_lo = d_lo > 0 ? find(massd, draw_target(R.u, d_lo)) : 0;
+          const int bd_hi = find(massd, draw_target(R.u, d_hi));
+          if (bd_lo < 0 || bd_hi < 0) break;
+          lo[0] = bd_lo, hi[0] = bd_hi;
+          if (be0 > bd_hi) {
+            lo[1] = hi[1] = be0, nr = 2;
+            if (bins_count(bd_lo, bd_hi) + bins_count(be0, be0) > uint64_t(kList)) lo[0] = hi[0] = be0, nr = 1;
+          } else if (be0 >= 0) {
+            hi[0] = be0;
+            if (bins_count(bd_lo, be0) > uint64_t(kList)) lo[0] = be0;
+          }
+        }
+      }
+      if (!request(nr, lo, hi)) break;
+    }
+    // The top-k set's weight z: the bins before bk and bk's first kk logits.
+    uint64_t z = tot_mass, z_bk = 0;
+    int k_end = -1;
+    if (cut) {
+      if (!ensure(bk)) break;
+      const int s = seg_begin(bk);
+      k_end = s + int(kk) - 1;
+      z_bk = block_sum(list_n, [&](int i) -> uint64_t { return i >= s && i <= k_end ? fixed_at(i) : 0; }, sh);
+      z = cum(mass, bk - 1) + z_bk;
+    }
+    // The nucleus' end: the first logit whose running weight reaches nucleus_target (entry e_end of bin be).
+    bool has_end = cut;
+    int be = bk, e_end = k_end;
     if (R.top_p < 1.0f) {
-      // The nucleus of the top-k set's weight z: its end is the first element whose running weight passes
-      // nucleus_target - 1.
-      end = sorted_select(rv, w_k, [&](uint64_t z) { return nucleus_target(R.top_p, z) - 1; }, sm, sh);
-      if (end.id < 0) {
-        if (tid == 0) tokens[blockIdx.x] = -1;
-        return;
-      }
+      const uint64_t t = nucleus_target(R.top_p, z) - 1;  // < z
+      be = cut && t >= cum(mass, bk - 1) ? bk : find(mass, t);
+      if (be < 0 || !ensure(be)) break;
+      const int s = seg_begin(be), e = cut && be == bk ? k_end + 1 : seg_begin(be + 1);
+      const int j = scan_find(e - s, [&](int q) { return fixed_at(s + q); }, cum(mass, be - 1), t, sh, tmp);
+      if (j < 0) break;
+      e_end = s + j;
       has_end = true;
     }
-    // The draw over the candidates (at or before the end), min-p as a weight floor (weights fall along the order).
-    auto w_cand = [&](int64_t i, float v) -> uint64_t {
-      if (!valid(v) || (has_end && !at_or_before(v, i, end))) return 0;
-      const float w = W.real(v);
-      return w >= min_p ? W.fixed(w) : 0;
-    };
-    token = sorted_select(rv, w_cand, draw, sm, sh).id;
-  }
-  if (tid == 0) tokens[blockIdx.x] = int32_t(token);
+    // The draw over the logits up to the end whose weight passes min-p.
+    const auto draw_w = [&](int i) -> uint64_t { return W.real(value(i)) >= min_p ? fixed_at(i) : 0; };
+    uint64_t d_be = 0, total;
+    if (has_end) {
+      const int s = seg_begin(be);
+      d_be = block_sum(list_n, [&](int i) -> uint64_t { return i >= s && i <= e_end ? draw_w(i) : 0; }, sh);
+      total = cum(massd, be - 1) + d_be;
+    } else {
+      total = massd[kDistBins - 1];
+    }
+    const uint64_t target = draw_target(R.u, total);
+    const int bd = has_end && target >= cum(massd, be - 1) ? be : find(massd, target);
+    if (bd < 0 || !ensure(bd)) break;
+    const int s = seg_begin(bd), e = has_end && bd == be ? e_end + 1 : seg_begin(bd + 1);
+    const int j = scan_find(e - s, [&](int q) { return draw_w(s + q); }, cum(massd, bd - 1), target, sh, tmp);
+    if (j >= 0) token = int64_t(~uint32_t(list[s + j]));
+  } while (false);
+  finish_peers();
+  if (token == -2) token = whole_row_truncate(rv, R, W, n_valid, list, sh);
+  if (tid == 0) tokens[row] = int32_t(token);
+}
+
+// Blocks per row: up to kMaxCluster on sm_90 (clusters), fewer as rows fill the multiprocessors; any count gives
+// the same tokens. RAPID_CUDA_SAMPLE_CLUSTER=1|2|4|8 forces it (tests, measurements).
+int sample_cluster(int64_t n) {
+  if (!bulk_copy_supported()) return 1;
+  static const long forced = env_long("RAPID_CUDA_SAMPLE_CLUSTER", 0);
+  if (forced == 1 || forced == 2 || forced == 4 || forced == 8) return int(forced);
+  int c = kMaxCluster;
+  while (c > 1 && n * c > sm_count()) c >>= 1;
+  return c;
 }
 
 }  // namespace
@@ -630,8 +1026,11 @@ void sample_rows(const float* logits, int64_t vocab, const SampleRow* rows, int6
   if (vocab > kMaxVocab)
     throw std::runtime_error("sample_rows: vocabulary of " + std::to_string(vocab) + " exceeds the device sampler's " +
                              std::to_string(kMaxVocab));
-  launch(sample_kernel, dim3(unsigned(n)), dim3(kThreads), 0, s, "sample_rows launch", logits, vocab, rows, masks,
-         penalties, scratch, tokens);
+  if (!allow_dynamic_smem(reinterpret_cast<const void*>(sample_kernel), kDynBytes, sizeof(Shared) + sizeof(Peer)))
+    throw std::runtime_error("sample_rows: " + std::to_string(kDynBytes) + " bytes of shared memory exceed this GPU's limit");
+  const int c = sample_cluster(n);
+  launch_in(sample_kernel, dim3(unsigned(n * c)), dim3(kThreads), kDynBytes, s, c > 1 ? unsigned(c) : 0u,
+            "sample_rows launch", logits, vocab, rows, masks, penalties, scratch, tokens, c);
 }
 
 }  // namespace rapid::cuda
