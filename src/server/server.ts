@@ -11,6 +11,8 @@ import type { ServedModel } from './served-model.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
 import { loadRequestImages } from './images.js';
+import { jsonShapeProblem } from './json-shape.js';
+import { REQUEST_LIMITS } from './request-limits.js';
 
 export interface ServerOptions {
   engine: EngineLike;
@@ -85,9 +87,18 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
-/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default). */
+/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default).
+ * Its shape is checked first, without recursion or parsing (json-shape.ts). */
 async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
   const body = await readBody(req, limit);
+  const { maxJsonDepth, maxJsonObjects } = REQUEST_LIMITS;
+  const shape = jsonShapeProblem(body, maxJsonDepth, maxJsonObjects);
+  if (shape?.kind === 'depth') {
+    throw badRequest(`the request body nests arrays/objects more than ${maxJsonDepth} deep (at byte ${shape.at}); flatten it (maxJsonDepth = ${maxJsonDepth})`, null, 'json_too_deep');
+  }
+  if (shape?.kind === 'objects') {
+    throw badRequest(`the request body has more than ${maxJsonObjects} JSON objects (at byte ${shape.at}); send fewer messages or parts (maxJsonObjects = ${maxJsonObjects})`, null, 'json_too_large');
+  }
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {
@@ -161,7 +172,7 @@ export function createServer(options: ServerOptions): RapidServer {
         const body = await readJson(req, maxBody);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
-        const g = path === '/v1/chat/completions' ? parseChatRequest(body, model, await loadRequestImages(body, model)) : parseCompletionRequest(body, model);
+        const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
         await handleGeneration(ctx, res, g);
         return;
       }
