@@ -70,6 +70,14 @@ function withoutImageData(m: ChatMessage): ChatMessage {
   return { ...m, content: m.content.map((p) => (p.type === 'image' ? { type: 'image' } : p)) };
 }
 
+/** The worker's first message: it has loaded the model's text side, or failed to. */
+function readyOf(slot: Slot): Promise<PromptEncoderReady> {
+  return new Promise<PromptEncoderReady>((resolve) => {
+    slot.worker.once('message', (m: PromptEncoderReady) => resolve(m));
+    slot.worker.once('error', (err) => resolve({ type: 'ready', ok: false, message: err.message }));
+  });
+}
+
 const SMOKE_CHAT: ChatMessage[] = [{ role: 'user', content: 'Hello' }];
 
 export class PromptEncoderPool {
@@ -102,11 +110,7 @@ export class PromptEncoderPool {
   /** Starts one worker and renders a one-message chat on it; throws a message naming what is wrong. */
   static async start(dir: string, options: PromptEncoderOptions): Promise<PromptEncoderPool> {
     const pool = new PromptEncoderPool(dir, options);
-    const slot = pool.spawn();
-    const ready = await new Promise<PromptEncoderReady>((resolve) => {
-      slot.worker.once('message', (m: PromptEncoderReady) => resolve(m));
-      slot.worker.once('error', (err) => resolve({ type: 'ready', ok: false, message: err.message }));
-    });
+    const ready = await readyOf(pool.spawn());
     if (!ready.ok) {
       await pool.close();
       throw new Error(`cannot load the tokenizer or chat template of ${dir}: ${ready.message}`);
@@ -124,8 +128,10 @@ export class PromptEncoderPool {
         throw new Error(`the chat template of ${dir} ${why}; fix chat_template in tokenizer_config.json (or chat_template.jinja)`);
       }
     }
-    // The others load now, not on the first busy moment (a tokenizer takes 0.1-0.5 s to load).
-    while (pool.slots.length < pool.threads) pool.spawn();
+    // The others load now, not in the first busy moment (a tokenizer takes 0.1-0.5 s to load).
+    const more: Promise<PromptEncoderReady>[] = [];
+    while (pool.slots.length < pool.threads) more.push(readyOf(pool.spawn()));
+    await Promise.all(more);
     return pool;
   }
 

@@ -12,7 +12,7 @@ import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokeni
 import { maxBytesPerToken } from '../tokenizer/max-token-bytes.js';
 import type { TokenizerJson } from '../tokenizer/tokenizer-json.js';
 import type { PreparedImage } from '../vision/prepare-image.js';
-import { VisionProcessor } from '../vision/processor.js';
+import type { VisionProcessor } from '../vision/processor.js';
 import type { ImageLayout, ImageShape, PromptEncoderInit, PromptEncoderReady, PromptReply, PromptTask } from './prompt-encoder-protocol.js';
 
 const port = parentPort;
@@ -27,18 +27,26 @@ interface Loaded {
   bytesPerToken: number | null;
 }
 
-function load(): Loaded {
+async function load(): Promise<Loaded> {
   const text = loadTokenizerDir(init.dir);
   const picked = selectChatTemplate(text.chatTemplates);
   const template = picked ? new ChatTemplate(picked.source, picked.name) : null;
-  const vision = init.vision ? VisionProcessor.load(init.dir, text) : null;
+  // Imported only for vision models: it loads the image decoder (sharp) too.
+  const vision = init.vision ? (await import('../vision/processor.js')).VisionProcessor.load(init.dir, text) : null;
   const json = JSON.parse(readFileSync(join(init.dir, 'tokenizer.json'), 'utf8')) as TokenizerJson;
   const bytesPerToken = maxBytesPerToken(json);
   return { text, template, vision, bytesPerToken, maxBytes: bytesPerToken === null ? null : bytesPerToken * init.contextLength };
 }
 
+/** An InvalidRequestError with the error code the client sees. */
+class CodedError extends InvalidRequestError {
+  constructor(message: string, param: string, readonly code: string) {
+    super(message, param);
+  }
+}
+
 function tooLong(what: string, param: string): InvalidRequestError {
-  return new InvalidRequestError(`${what}; this model's context is ${init.contextLength} tokens (including at least one generated token). Shorten the prompt.`, param);
+  return new CodedError(`${what}; this model's context is ${init.contextLength} tokens (including at least one generated token). Shorten the prompt.`, param, 'context_length_exceeded');
 }
 
 /** The byte check first: a text no context could hold is refused before it is tokenized. */
@@ -70,7 +78,13 @@ function encode(m: Loaded, task: PromptTask): { ids: number[]; layout?: ImageLay
     return { ids };
   }
   if (m.vision === null) throw new InvalidRequestError('this model does not accept images (it has no vision tower)', 'messages');
-  const vp = m.vision.buildPrompt(rendered, task.images.map(shapeAsImage));
+  let vp;
+  try {
+    vp = m.vision.buildPrompt(rendered, task.images.map(shapeAsImage));
+  } catch (err) {
+    if (err instanceof InvalidRequestError) throw new CodedError(err.message, 'messages', 'invalid_image');
+    throw err;
+  }
   checkTokens(vp.promptIds, 'messages');
   const layout: ImageLayout = {
     offsets: vp.images.map((im) => im.offset),
@@ -91,7 +105,7 @@ function shapeAsImage(s: ImageShape): PreparedImage {
 function errorReply(id: number, err: unknown): PromptReply {
   const message = err instanceof Error ? err.message : String(err);
   if (err instanceof InvalidRequestError) {
-    const code = message.includes("this model's context is") ? 'context_length_exceeded' : undefined;
+    const code = err instanceof CodedError ? err.code : undefined;
     return { type: 'result', id, ok: false, error: { kind: 'invalid', message, param: err.param, code } };
   }
   if (err instanceof ChatTemplateError) return { type: 'result', id, ok: false, error: { kind: 'template', message } };
@@ -102,7 +116,7 @@ function errorReply(id: number, err: unknown): PromptReply {
 
 let model: Loaded;
 try {
-  model = load();
+  model = await load();
   const ready: PromptEncoderReady = { type: 'ready', ok: true, maxBytesPerToken: model.bytesPerToken, hasTemplate: model.template !== null };
   port.postMessage(ready);
 } catch (err) {
