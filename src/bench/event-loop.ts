@@ -13,38 +13,47 @@ interface Case {
 
 function cases(): Case[] {
   const chat = (messages: unknown[]) => JSON.stringify({ messages, max_tokens: 1, temperature: 0 });
-  const words = 'lorem ipsum dolor sit amet consectetur adipiscing elit '.repeat(1_000);
+  const words = 'lorem ipsum dolor sit amet consectetur adipiscing elit '.repeat(200);
   return [
     { name: 'short chat (baseline)', path: '/v1/chat/completions', body: chat([{ role: 'user', content: 'Hello there' }]) },
     { name: '100,000 messages', path: '/v1/chat/completions', body: chat(Array.from({ length: 100_000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `message ${i}` }))) },
     { name: '5,000 messages', path: '/v1/chat/completions', body: chat(Array.from({ length: 5_000 }, (_, i) => ({ role: i % 2 ? 'assistant' : 'user', content: `message ${i}` }))) },
     { name: '7 MB of content (chat)', path: '/v1/chat/completions', body: chat([{ role: 'user', content: 'lorem ipsum dolor sit amet '.repeat(260_000) }]) },
     { name: '7 MB prompt (completions)', path: '/v1/completions', body: JSON.stringify({ prompt: 'lorem ipsum dolor sit amet '.repeat(260_000), max_tokens: 1 }) },
-    { name: '56 KB prompt (tokenized)', path: '/v1/completions', body: JSON.stringify({ prompt: words, max_tokens: 1 }) },
+    { name: '11 KB prompt (tokenized)', path: '/v1/completions', body: JSON.stringify({ prompt: words, max_tokens: 1 }) },
     { name: '10,000-deep prompt array', path: '/v1/completions', body: `{"prompt": ${'['.repeat(10_000)}1${']'.repeat(10_000)}, "max_tokens": 1}` },
   ];
 }
 
-/** Sends `c` while GET /health is polled back to back; the slowest and p99 /health answers, ms. */
-async function measure(url: string, c: Case): Promise<{ status: number; requestMs: number; healthMaxMs: number; healthP99Ms: number | null; polls: number }> {
+interface Measured {
+  status: number | string;
+  requestMs: number;
+  health: ReturnType<typeof summarize>;
+}
+
+/** Polls GET /health back to back until `stop` resolves; the answer times, ms. */
+async function pollHealth(url: string, stop: Promise<unknown>): Promise<number[]> {
   const samples: number[] = [];
   let done = false;
-  const poll = (async () => {
-    while (!done) {
-      const t0 = performance.now();
-      await (await fetch(`${url}/health`)).text();
-      samples.push(performance.now() - t0);
-      await new Promise((r) => setTimeout(r, 2));
-    }
-  })();
+  void stop.finally(() => (done = true));
+  while (!done) {
+    const t0 = performance.now();
+    await (await fetch(`${url}/health`)).text();
+    samples.push(performance.now() - t0);
+    await new Promise((r) => setTimeout(r, 2));
+  }
+  return samples;
+}
+
+/** Sends `c` while /health is polled. */
+async function measure(url: string, c: Case): Promise<Measured> {
   const t0 = performance.now();
-  const res = await fetch(`${url}${c.path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: c.body });
-  await res.text();
-  const requestMs = performance.now() - t0;
-  done = true;
-  await poll;
-  const s = summarize(samples);
-  return { status: res.status, requestMs, healthMaxMs: s.max ?? 0, healthP99Ms: s.p99, polls: s.count };
+  const request = fetch(`${url}${c.path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: c.body }).then(
+    async (res) => (await res.text(), res.status),
+    (err: unknown) => `error: ${(err as Error).message}`,
+  );
+  const samples = await pollHealth(url, request);
+  return { status: await request, requestMs: performance.now() - t0, health: summarize(samples) };
 }
 
 /** Per-request cost of a short chat: the pool's round trip vs rendering + tokenizing in this thread. */
@@ -90,10 +99,14 @@ export async function main(argv: string[]): Promise<number> {
   }
   if (values.url !== undefined) {
     const url = values.url.replace(/\/+$/, '');
-    process.stdout.write(`${'request'.padEnd(28)} ${'status'.padStart(6)} ${'request ms'.padStart(11)} ${'/health max'.padStart(12)} ${'p99'.padStart(8)} ${'polls'.padStart(6)}\n`);
+    const line = (name: string, status: string, ms: string, h: ReturnType<typeof summarize>) =>
+      `${name.padEnd(28)} ${status.padStart(6)} ${ms.padStart(11)} ${(h.max ?? 0).toFixed(1).padStart(12)} ${(h.p50 ?? 0).toFixed(1).padStart(8)} ${String(h.count).padStart(6)}\n`;
+    process.stdout.write(`${'request'.padEnd(28)} ${'status'.padStart(6)} ${'request ms'.padStart(11)} ${'/health max'.padStart(12)} ${'p50'.padStart(8)} ${'polls'.padStart(6)}\n`);
+    // The floor: /health with nothing else in flight (client, loopback and a loaded machine).
+    process.stdout.write(line('(idle)', '-', '-', summarize(await pollHealth(url, new Promise((r) => setTimeout(r, 1_000))))));
     for (const c of cases()) {
       const r = await measure(url, c);
-      process.stdout.write(`${c.name.padEnd(28)} ${String(r.status).padStart(6)} ${r.requestMs.toFixed(0).padStart(11)} ${r.healthMaxMs.toFixed(1).padStart(12)} ${(r.healthP99Ms ?? 0).toFixed(1).padStart(8)} ${String(r.polls).padStart(6)}\n`);
+      process.stdout.write(line(c.name, String(r.status), r.requestMs.toFixed(0), r.health));
     }
   }
   if (values['model-dir'] !== undefined) {
