@@ -6,6 +6,9 @@ export const REQUEST_LIMITS = {
   maxJsonDepth: 128,
   /** JSON objects in a request body (4096 messages with their parts and tools stay far below). */
   maxJsonObjects: 32_768,
+  /** JSON values (array elements, object members) in a request body; a prompt of token ids may
+   * have up to the model's context length of them, so the server takes the larger of the two. */
+  maxJsonValues: 262_144,
   /** Messages of one chat request. */
   maxMessages: 4096,
   /** Content parts (text and image) of one chat request, over all its messages. */

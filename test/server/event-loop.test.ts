@@ -127,6 +127,15 @@ describe.skipIf(!nativeAvailable())('no request blocks others (qwen2-f32 over HT
     expect(res.json.error?.message).toMatch(/the prompt is \d+ tokens; this model's context is 32768 tokens/);
   });
 
+  it('refuses 7 MB of token ids (3.5M values) before parsing them', async () => {
+    const body = Buffer.from(`{"prompt": [${'1,'.repeat(3_500_000)}1], "max_tokens": 1}`);
+    const { result, worstHealthMs } = await whileHealthPolled(srv.url, () => post(srv.url, '/v1/completions', body));
+    expect(result.status).toBe(400);
+    expect(result.json.error?.code).toBe('json_too_large');
+    expect(result.json.error?.message).toMatch(/maxJsonValues/);
+    expect(worstHealthMs).toBeLessThan(HEALTH_BOUND_MS);
+  });
+
   it('refuses a prompt array nested 10,000 deep with a 400 (not a stack overflow)', async () => {
     const body = `{"prompt": ${'['.repeat(10_000)}1${']'.repeat(10_000)}, "max_tokens": 1}`;
     const { result, worstHealthMs } = await whileHealthPolled(srv.url, () => post(srv.url, '/v1/completions', body));
