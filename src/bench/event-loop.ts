@@ -21,6 +21,7 @@ function cases(): Case[] {
     { name: '7 MB of content (chat)', path: '/v1/chat/completions', body: chat([{ role: 'user', content: 'lorem ipsum dolor sit amet '.repeat(260_000) }]) },
     { name: '7 MB prompt (completions)', path: '/v1/completions', body: JSON.stringify({ prompt: 'lorem ipsum dolor sit amet '.repeat(260_000), max_tokens: 1 }) },
     { name: '11 KB prompt (tokenized)', path: '/v1/completions', body: JSON.stringify({ prompt: words, max_tokens: 1 }) },
+    { name: '7 MB of token ids', path: '/v1/completions', body: `{"prompt": [${'1,'.repeat(3_500_000)}1], "max_tokens": 1}` },
     { name: '10,000-deep prompt array', path: '/v1/completions', body: `{"prompt": ${'['.repeat(10_000)}1${']'.repeat(10_000)}, "max_tokens": 1}` },
   ];
 }
