@@ -1,8 +1,11 @@
 // Continuous batching as plain data. There is no prefill or decode phase: each step, every running
 // request's computed tokens catch up with its known tokens under one token budget. Decodes go
-// first, then unfinished prefill chunks, then new requests in arrival order (FCFS). When the KV pool
-// is full the newest running request is preempted: its blocks are freed and it is recomputed later.
-// A prefill chunk never splits an image's placeholder span (it is encoded and spliced whole).
+// first, then unfinished prefill chunks, then new requests in arrival order (FCFS). What decodes
+// leave is shared: each prefilling or admitted request first gets at most an equal share, then the
+// rest goes out in the same order, so a 32k-token prompt cannot hold back a short request's first
+// token for its whole prefill. When the KV pool is full the newest running request is preempted:
+// its blocks are freed and it is recomputed later. A prefill chunk never splits an image's
+// placeholder span (it is encoded and spliced whole).
 import { BlockManager } from './block-manager.js';
 import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
 import { chunkEnd } from './multimodal.js';
@@ -75,11 +78,16 @@ export class Scheduler {
     const scheduled = new Set<EngineRequest>();
     const decodes = this.running.filter((r) => r.tokens.length - r.numComputed === 1);
     const prefills = this.running.filter((r) => r.tokens.length - r.numComputed > 1);
+    // Each prefill's first pass is capped at an equal share of what the decodes leave, among the
+    // running prefills and the requests that could be admitted this step.
+    const admissible = Math.max(0, Math.min(this.waiting.length, this.config.maxNumSeqs - this.running.length));
+    const contenders = prefills.length + admissible;
+    const share = contenders > 1 ? Math.max(1, Math.floor((budget - decodes.length) / contenders)) : Infinity;
 
     for (const req of [...decodes, ...prefills]) {
       if (budget <= 0) break;
       if (req.status !== 'running') continue; // preempted earlier in this loop
-      const n = this.chunkSize(req, req.numComputed, budget);
+      const n = this.sharedChunk(req, req.numComputed, budget, share);
       if (n === 0) continue; // an image span waits for a step with room for it
       let ok = this.blocks.allocate(req, [], req.numComputed + n);
       while (!ok) {
@@ -106,7 +114,7 @@ export class Scheduler {
       const req = this.waiting[0]!;
       const prefix = req.numComputed === 0 && req.blockTable.length === 0 ? this.blocks.lookupPrefix(req) : [];
       const start = prefix.length * this.blocks.blockSize;
-      const n = this.chunkSize(req, start, budget);
+      const n = this.sharedChunk(req, start, budget, share);
       if (n === 0) break; // FCFS: the head's image span waits for the next step
       if (!this.blocks.allocate(req, prefix, start + n)) {
         if (this.running.length === 0 && out.rows.length === 0 && this.blocks.freeBlocks === this.blocks.numBlocks) {
@@ -125,7 +133,29 @@ export class Scheduler {
       this.addRow(out, req, n, scheduled);
       budget -= n;
     }
+    if (share !== Infinity) this.topUp(out, budget);
     return out;
+  }
+
+  /**
+   * Hands what the shares left of the budget to this step's prefill rows, in order (a lone long
+   * prompt among short ones still prefills at full speed). Only grows rows whose blocks fit without
+   * preempting anyone; a chunk still never ends inside an image span.
+   */
+  private topUp(out: SchedulerOutput, budget: number): void {
+    for (const row of out.rows) {
+      if (budget <= 0) return;
+      const req = row.request;
+      const end = row.contextLen + row.numTokens;
+      if (req.status !== 'running' || end >= req.tokens.length) continue;
+      const grown = chunkEnd(req.imageSpans, row.contextLen, req.tokens.length, row.numTokens + budget, this.config.maxBatchedTokens, false);
+      const n = Math.min(grown, row.contextLen + row.numTokens + budget) - row.contextLen;
+      if (n <= row.numTokens || !this.blocks.allocate(req, [], row.contextLen + n)) continue;
+      budget -= n - row.numTokens;
+      out.numTokens += n - row.numTokens;
+      row.numTokens = n;
+      row.sample = row.contextLen + n === req.tokens.length;
+    }
   }
 
   /** Advances each scheduled row that is still running by its computed tokens; caches full blocks. */
@@ -149,6 +179,20 @@ export class Scheduler {
       throw new Error(`${req.id}: only a running request whose tokens are all computed can redo its last token`);
     }
     req.numComputed--;
+  }
+
+  /**
+   * chunkSize within this request's share of the step. An image span at `start` larger than the
+   * share is atomic: it is sized against the whole remaining budget, as without sharing (otherwise
+   * every contender could defer its span and the step would be empty).
+   */
+  private sharedChunk(req: EngineRequest, start: number, budget: number, share: number): number {
+    if (share >= budget) return this.chunkSize(req, start, budget);
+    if (req.imageSpans.length > 0) {
+      const capped = chunkEnd(req.imageSpans, start, req.tokens.length, share, this.config.maxBatchedTokens, false);
+      if (capped - start > share) return this.chunkSize(req, start, budget);
+    }
+    return this.chunkSize(req, start, share);
   }
 
   /**

@@ -5,6 +5,7 @@ import { samplingDefaults, type RecommendedSampling } from '../models/catalog.js
 import type { ChatMessage } from '../template/chat-template.js';
 import { detectToolFormat } from './tool-parsers/registry.js';
 import { modelDevice, type DeviceInfo, type ModelDevice } from '../engine/model-device.js';
+import type { PromptEncoderPool } from './prompt-encoder-pool.js';
 
 export type SamplingDefaults = RecommendedSampling;
 
@@ -17,10 +18,11 @@ export interface ServedModel {
   readonly vocabSize: number;
   /** Sampling defaults for fields a request leaves out (generation_config, else the catalog's). */
   readonly defaults: SamplingDefaults;
-  /** Renders messages with the chat template (generation prompt appended) and encodes them. */
-  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>): number[];
+  /** Renders messages with the chat template (generation prompt appended) and encodes them; the
+   * served model does it on a worker thread (a prompt too long for the context is a 400). */
+  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>): number[] | Promise<number[]>;
   /** Encodes raw text as a completion prompt (special tokens as the tokenizer adds them). */
-  encodeText(text: string): number[];
+  encodeText(text: string): number[] | Promise<number[]>;
   /** The text of one token, for logprobs. */
   tokenText(id: number): string;
   /** A thinking model (its chat template knows <think>): reasoning goes to reasoning_content. */
@@ -42,6 +44,11 @@ export interface LoadedImage {
   readonly tokens: number;
 }
 
+export interface ChatWithImages {
+  promptIds: number[];
+  multimodal: MultimodalInput;
+}
+
 /** What the server needs of a vision model: image loading and chat prompts with images. */
 export interface ServedVision {
   /** Images one request may carry at most. */
@@ -52,7 +59,7 @@ export interface ServedVision {
   loadImage(url: string, detail: ImageDetail): Promise<LoadedImage>;
   /** The chat prompt with each image part's placeholders expanded, and the engine's image data.
    * `images` are the messages' image parts in order; InvalidRequestError when they do not match. */
-  encodeChat(messages: ChatMessage[], images: LoadedImage[], templateArgs?: Record<string, unknown>): { promptIds: number[]; multimodal: MultimodalInput };
+  encodeChat(messages: ChatMessage[], images: LoadedImage[], templateArgs?: Record<string, unknown>): ChatWithImages | Promise<ChatWithImages>;
 }
 
 /** The parts of a loaded TextModel (src/engine/text-model.ts) this adapter reads. */
@@ -64,15 +71,18 @@ export interface TextModelLike {
   template?: { source: string } | null;
 }
 
-export function servedModelFrom(model: TextModelLike, id: string, recommended: SamplingDefaults = {}): ServedModel {
+/** `prompts`: the worker pool that renders and tokenizes (the server's); without it, in this thread. */
+export function servedModelFrom(model: TextModelLike, id: string, recommended: SamplingDefaults = {}, prompts?: PromptEncoderPool): ServedModel {
   return {
     id,
     created: Math.floor(Date.now() / 1000),
     contextLength: model.info.contextLength,
     vocabSize: model.info.vocabSize,
     defaults: samplingDefaults(model.defaults, recommended),
-    encodeChat: (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }),
-    encodeText: (text) => model.encodePrompt({ prompt: text, raw: true }),
+    encodeChat: prompts
+      ? async (messages, templateArgs) => (await prompts.encodeChat(messages, templateArgs)).promptIds
+      : (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }),
+    encodeText: prompts ? (text) => prompts.encodeText(text) : (text) => model.encodePrompt({ prompt: text, raw: true }),
     tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),
     reasoning: model.template?.source.includes('<think>') ?? false,
     toolFormat: detectToolFormat(model.template?.source, model.info.family, (t) => model.text.tokenizer.tokenToId?.(t) !== undefined),

@@ -11,6 +11,8 @@ import type { ServedModel } from './served-model.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
 import { loadRequestImages } from './images.js';
+import { jsonShapeProblem } from './json-shape.js';
+import { REQUEST_LIMITS } from './request-limits.js';
 
 export interface ServerOptions {
   engine: EngineLike;
@@ -85,9 +87,21 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   });
 }
 
-/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default). */
-async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
+/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default).
+ * Its shape is checked first, without recursion or parsing (json-shape.ts). */
+async function readJson(req: IncomingMessage, limit: number, maxJsonValues: number): Promise<unknown> {
   const body = await readBody(req, limit);
+  const { maxJsonDepth, maxJsonObjects } = REQUEST_LIMITS;
+  const shape = jsonShapeProblem(body, { maxDepth: maxJsonDepth, maxObjects: maxJsonObjects, maxValues: maxJsonValues });
+  if (shape?.kind === 'depth') {
+    throw badRequest(`the request body nests arrays/objects more than ${maxJsonDepth} deep (at byte ${shape.at}); flatten it (maxJsonDepth = ${maxJsonDepth})`, null, 'json_too_deep');
+  }
+  if (shape?.kind === 'objects') {
+    throw badRequest(`the request body has more than ${maxJsonObjects} JSON objects (at byte ${shape.at}); send fewer messages or parts (maxJsonObjects = ${maxJsonObjects})`, null, 'json_too_large');
+  }
+  if (shape?.kind === 'values') {
+    throw badRequest(`the request body has more than ${maxJsonValues} JSON values (array elements and members, at byte ${shape.at}); send fewer (maxJsonValues = ${maxJsonValues})`, null, 'json_too_large');
+  }
   try {
     return JSON.parse(body.toString('utf8'));
   } catch (err) {
@@ -98,6 +112,8 @@ async function readJson(req: IncomingMessage, limit: number): Promise<unknown> {
 export function createServer(options: ServerOptions): RapidServer {
   const { engine, model } = options;
   const maxBody = options.maxBodyBytes ?? 8 * 1024 * 1024;
+  // A prompt of token ids has up to a context's worth of values.
+  const maxJsonValues = Math.max(REQUEST_LIMITS.maxJsonValues, 2 * model.contextLength);
   const keyDigest = options.apiKey ? digest(options.apiKey) : null;
   const metrics = new ServerMetrics();
   const log = options.log ?? (() => undefined);
@@ -158,10 +174,10 @@ export function createServer(options: ServerOptions): RapidServer {
       }
       case '/v1/chat/completions':
       case '/v1/completions': {
-        const body = await readJson(req, maxBody);
+        const body = await readJson(req, maxBody, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
-        const g = path === '/v1/chat/completions' ? parseChatRequest(body, model, await loadRequestImages(body, model)) : parseCompletionRequest(body, model);
+        const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
         await handleGeneration(ctx, res, g);
         return;
       }

@@ -11,6 +11,7 @@ import type { LoadedImage } from './served-model.js';
 import type { ServedModel } from './served-model.js';
 import { parseToolRequest, prepareToolMessages, type ToolRequest } from './tools.js';
 import { isObject } from '../engine/is-object.js';
+import { REQUEST_LIMITS } from './request-limits.js';
 
 export interface GenerationRequest {
   kind: 'chat' | 'text';
@@ -159,6 +160,7 @@ function contentText(content: unknown, where: string, images?: RequestImages): s
 function messages(body: Body, images?: RequestImages): ChatMessage[] {
   const msgs = body.messages;
   if (!Array.isArray(msgs) || msgs.length === 0) throw badRequest('messages must be a non-empty array', 'messages', 'invalid_type');
+  checkCounts(msgs);
   return msgs.map((m, i) => {
     const where = `messages[${i}]`;
     if (!isObject(m)) throw badRequest(`${where} must be an object`, where, 'invalid_type');
@@ -172,14 +174,28 @@ function messages(body: Body, images?: RequestImages): ChatMessage[] {
   });
 }
 
-/** `images`: the request's image parts, loaded by loadRequestImages (images.ts). */
-export function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages): GenerationRequest {
+/** The named count limits (request-limits.ts), checked before anything walks the messages. */
+function checkCounts(msgs: unknown[]): void {
+  const { maxMessages, maxContentParts } = REQUEST_LIMITS;
+  if (msgs.length > maxMessages) {
+    throw badRequest(`messages has ${msgs.length} entries; at most ${maxMessages} are accepted (maxMessages)`, 'messages', 'too_many_messages');
+  }
+  let parts = 0;
+  for (const m of msgs) if (isObject(m) && Array.isArray(m.content)) parts += m.content.length;
+  if (parts > maxContentParts) {
+    throw badRequest(`the messages have ${parts} content parts; at most ${maxContentParts} are accepted (maxContentParts)`, 'messages', 'too_many_content_parts');
+  }
+}
+
+/** `images`: the request's image parts, loaded by loadRequestImages (images.ts). The prompt is
+ * rendered and tokenized by the served model (off the event loop), hence async. */
+export async function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages): Promise<GenerationRequest> {
   const out: { multimodal?: MultimodalInput } = {};
-  const g = parseChat(raw, model, images, out);
+  const g = await parseChat(raw, model, images, out);
   return out.multimodal ? { ...g, multimodal: out.multimodal } : g;
 }
 
-function parseChat(raw: unknown, model: ServedModel, images: RequestImages | undefined, mm: { multimodal?: MultimodalInput }): GenerationRequest {
+async function parseChat(raw: unknown, model: ServedModel, images: RequestImages | undefined, mm: { multimodal?: MultimodalInput }): Promise<GenerationRequest> {
   const body = checkCommon(raw, CHAT_FIELDS, model);
   const msgs = prepareToolMessages(messages(body, images));
   const tools = parseToolRequest(body.tools, body.tool_choice, { parallelToolCalls: body.parallel_tool_calls, formatName: model.toolFormat });
@@ -198,8 +214,8 @@ function parseChat(raw: unknown, model: ServedModel, images: RequestImages | und
   if (top !== undefined && top > 0 && !wantLogprobs) throw badRequest('top_logprobs requires logprobs to be true', 'top_logprobs');
   const maxTokens = maxTokensField(body, 'max_completion_tokens') ?? maxTokensField(body, 'max_tokens');
   const args = tools ? { ...templateArgs, tools: tools.templateTools } : templateArgs;
-  const withImages = images !== undefined && images.size > 0 ? chatWithImages(model, msgs, args) : undefined;
-  const promptIds = withImages?.promptIds ?? model.encodeChat(msgs, args);
+  const withImages = images !== undefined && images.size > 0 ? await chatWithImages(model, msgs, args) : undefined;
+  const promptIds = withImages?.promptIds ?? (await model.encodeChat(msgs, args));
   mm.multimodal = withImages?.multimodal;
   const defaultMax = Math.max(1, model.contextLength - promptIds.length);
   const params = sampling(body, model, maxTokens, defaultMax, wantLogprobs ? (top ?? 0) : -1);
@@ -215,27 +231,27 @@ function parseChat(raw: unknown, model: ServedModel, images: RequestImages | und
 }
 
 /** The prompt of messages with image parts: placeholders expanded, the engine's image data. */
-function chatWithImages(model: ServedModel, msgs: ChatMessage[], args: Record<string, unknown> | undefined) {
+async function chatWithImages(model: ServedModel, msgs: ChatMessage[], args: Record<string, unknown> | undefined) {
   const ordered: LoadedImage[] = [];
   for (const m of msgs) {
     if (!Array.isArray(m.content)) continue;
     for (const p of m.content) if (p.type === 'image') ordered.push(p.image as LoadedImage);
   }
   try {
-    return model.vision!.encodeChat(msgs, ordered, args);
+    return await model.vision!.encodeChat(msgs, ordered, args);
   } catch (err) {
     if (err instanceof InvalidRequestError) throw badRequest(err.message, 'messages', 'invalid_image');
     throw err;
   }
 }
 
-export function parseCompletionRequest(raw: unknown, model: ServedModel): GenerationRequest {
+export async function parseCompletionRequest(raw: unknown, model: ServedModel): Promise<GenerationRequest> {
   const body = checkCommon(raw, COMPLETION_FIELDS, model);
   if (bool(body, 'echo')) throw badRequest('echo is not supported', 'echo', 'unsupported');
   const bestOf = int(body, 'best_of');
   if (bestOf !== undefined && bestOf !== 1) throw badRequest('only best_of=1 is supported', 'best_of', 'unsupported');
   if (present(body, 'suffix')) throw badRequest('suffix is not supported', 'suffix', 'unsupported');
-  const promptIds = completionPrompt(body.prompt, model);
+  const promptIds = await completionPrompt(body.prompt, model);
   const { stream: s, includeUsage } = stream(body);
   const lp = int(body, 'logprobs');
   if (lp !== undefined && (lp < 0 || lp > MAX_TOP)) throw badRequest(`logprobs must be an integer in [0, ${MAX_TOP}], got ${lp}`, 'logprobs', 'invalid_value');
@@ -260,7 +276,7 @@ function withFormat(body: Body, g: GenerationRequest): GenerationRequest {
 }
 
 /** prompt: a string, a token id array, or a one-element list of either (n=1, one prompt). */
-function completionPrompt(prompt: unknown, model: ServedModel): number[] {
+async function completionPrompt(prompt: unknown, model: ServedModel): Promise<number[]> {
   if (prompt === undefined || prompt === null) throw badRequest('prompt is required', 'prompt', 'missing_field');
   let p = prompt;
   if (Array.isArray(p) && p.length > 0 && (typeof p[0] === 'string' || Array.isArray(p[0]))) {
@@ -273,6 +289,9 @@ function completionPrompt(prompt: unknown, model: ServedModel): number[] {
   }
   if (Array.isArray(p)) {
     if (p.length === 0) throw badRequest('prompt must not be empty', 'prompt', 'invalid_value');
+    if (p.length >= model.contextLength) {
+      throw badRequest(`the prompt is ${p.length} tokens; this model's context is ${model.contextLength} tokens (including at least one generated token). Shorten the prompt.`, 'prompt', 'context_length_exceeded');
+    }
     for (const t of p) {
       if (typeof t !== 'number' || !Number.isInteger(t) || t < 0 || t >= model.vocabSize) {
         throw badRequest(`prompt token ids must be integers in [0, ${model.vocabSize}); got ${JSON.stringify(t)}`, 'prompt', 'invalid_value');

@@ -5,10 +5,12 @@ import { BlockManager } from '../../src/engine/block-manager.js';
 import { EngineUnavailableError } from '../../src/engine/engine-errors.js';
 import { EngineRequest } from '../../src/engine/request.js';
 import { Scheduler, type SchedulerOutput } from '../../src/engine/scheduler.js';
+import type { ImageSpan } from '../../src/engine/multimodal.js';
 import { byteTextStream, params } from './helpers.js';
 
-function req(id: string, len: number, maxTokens = 100): EngineRequest {
+function req(id: string, len: number, maxTokens = 100, imageSpans?: ImageSpan[]): EngineRequest {
   return new EngineRequest({
+    ...(imageSpans !== undefined ? { imageSpans } : {}),
     id,
     promptIds: Array.from({ length: len }, (_, i) => (i * 7 + id.charCodeAt(0)) % 250),
     params: params({ maxTokens }),
@@ -33,14 +35,15 @@ describe('Scheduler', () => {
     s.add(req('b', 10));
     s.add(req('c', 4));
     let out = s.schedule();
-    expect(summary(out)).toEqual(['a:0+3*', 'b:0+5']);
+    // Three contenders: a share of 2 each first, then what is left in arrival order.
+    expect(summary(out)).toEqual(['a:0+3*', 'b:0+3', 'c:0+2']);
     finishStep(s, out);
     out = s.schedule();
-    // a decodes first, b continues its prefill, c gets what is left.
-    expect(summary(out)).toEqual(['a:3+1*', 'b:5+5*', 'c:0+2']);
+    // a decodes first; b and c share the other 7 (3 each), b takes the last 2.
+    expect(summary(out)).toEqual(['a:3+1*', 'b:3+5', 'c:2+2*']);
     finishStep(s, out);
     out = s.schedule();
-    expect(summary(out)).toEqual(['a:4+1*', 'b:10+1*', 'c:2+2*']);
+    expect(summary(out)).toEqual(['a:4+1*', 'c:4+1*', 'b:8+2*']);
     expect(out.numTokens).toBe(4);
   });
 
@@ -103,5 +106,107 @@ describe('Scheduler', () => {
     expect(out.failed.map((f) => f.request.id)).toEqual(['a']);
     expect(out.failed[0]!.error.code).toBe('kv_cache_full');
     expect(s.hasWork).toBe(false);
+  });
+
+  describe('prefill fairness', () => {
+    /** Runs steps until `done` holds; returns the steps taken. */
+    function stepUntil(s: Scheduler, done: () => boolean, max = 1000): SchedulerOutput[] {
+      const outs: SchedulerOutput[] = [];
+      while (!done() && outs.length < max) {
+        const out = s.schedule();
+        outs.push(out);
+        finishStep(s, out);
+      }
+      return outs;
+    }
+
+    it('gives a lone long prompt the whole budget', () => {
+      const s = new Scheduler({ maxNumSeqs: 8, maxBatchedTokens: 64, maxWaiting: 8 }, new BlockManager({ numBlocks: 256, blockSize: 16 }));
+      s.add(req('L', 1000));
+      for (let i = 0; i < 3; i++) {
+        const out = s.schedule();
+        expect(summary(out)).toEqual([`L:${64 * i}+64`]);
+        finishStep(s, out);
+      }
+    });
+
+    it('prefills short requests that arrive during a long prefill in the next step', () => {
+      const s = new Scheduler({ maxNumSeqs: 8, maxBatchedTokens: 64, maxWaiting: 8 }, new BlockManager({ numBlocks: 256, blockSize: 16 }));
+      s.add(req('L', 1000));
+      finishStep(s, s.schedule());
+      const shorts = ['a', 'b', 'c', 'd', 'e'].map((id) => req(id, 10));
+      for (const r of shorts) s.add(r);
+      const out = s.schedule();
+      // A share of 64/6 = 10 each: every short prompt whole (and sampled), the long one the rest.
+      expect(summary(out)).toEqual(['L:64+14', 'a:0+10*', 'b:0+10*', 'c:0+10*', 'd:0+10*', 'e:0+10*']);
+      expect(out.numTokens).toBe(64);
+    });
+
+    it('bounds the first token of short requests and keeps running decodes going while a long prompt prefills', () => {
+      const s = new Scheduler({ maxNumSeqs: 16, maxBatchedTokens: 32, maxWaiting: 16 }, new BlockManager({ numBlocks: 1024, blockSize: 16 }));
+      const running = [req('r1', 4), req('r2', 4)];
+      for (const r of running) s.add(r);
+      stepUntil(s, () => running.every((r) => r.numComputed === r.tokens.length && r.tokens.length > 4));
+      const long = req('L', 4000);
+      s.add(long);
+      finishStep(s, s.schedule());
+      const shorts = Array.from({ length: 5 }, (_, i) => req(`s${i}`, 20 + i, 1));
+      for (const r of shorts) s.add(r);
+      let steps = 0;
+      let decodeGaps = 0;
+      while (shorts.some((r) => r.tokens.length === r.promptIds.length)) {
+        const out = s.schedule();
+        for (const r of running) if (!out.rows.some((row) => row.request === r && row.sample)) decodeGaps++;
+        finishStep(s, out);
+        steps++;
+      }
+      // Before: the shorts waited for all 4000 tokens (125 steps of 32). Now: about one share each.
+      expect(steps).toBeLessThanOrEqual(6);
+      expect(decodeGaps).toBe(0);
+      expect(long.numComputed).toBeLessThan(long.tokens.length);
+    });
+
+    it('shares the budget between two long prompts', () => {
+      const s = new Scheduler({ maxNumSeqs: 8, maxBatchedTokens: 64, maxWaiting: 8 }, new BlockManager({ numBlocks: 256, blockSize: 16 }));
+      s.add(req('A', 1000));
+      s.add(req('B', 1000));
+      let out = s.schedule();
+      expect(summary(out)).toEqual(['A:0+32', 'B:0+32']);
+      finishStep(s, out);
+      out = s.schedule();
+      expect(summary(out)).toEqual(['A:32+32', 'B:32+32']);
+    });
+
+    it('never splits an image span when the budget is shared', () => {
+      const s = new Scheduler({ maxNumSeqs: 8, maxBatchedTokens: 64, maxWaiting: 8 }, new BlockManager({ numBlocks: 256, blockSize: 16 }));
+      const span = { start: 20, end: 60, key: 'img', image: {} } as unknown as ImageSpan;
+      const img = req('I', 200, 100, [span]);
+      s.add(req('L', 1000));
+      s.add(img);
+      s.add(req('x', 10));
+      const outs = stepUntil(s, () => img.numComputed >= 100, 20);
+      for (const out of outs) {
+        for (const row of out.rows) {
+          if (row.request !== img) continue;
+          const a = row.contextLen;
+          const b = row.contextLen + row.numTokens;
+          // The chunk either holds the span whole or stays clear of it.
+          expect(b <= span.start || a >= span.end || (a <= span.start && b >= span.end)).toBe(true);
+        }
+      }
+      expect(img.numComputed).toBeGreaterThanOrEqual(100);
+    });
+
+    it('treats an image span larger than the share as atomic (the step is never empty)', () => {
+      const s = new Scheduler({ maxNumSeqs: 8, maxBatchedTokens: 16, maxWaiting: 8 }, new BlockManager({ numBlocks: 256, blockSize: 4 }));
+      const spanAt = (start: number) => [{ start, end: start + 12, key: 'img', image: {} } as unknown as ImageSpan];
+      const a = req('a', 18, 100, spanAt(0));
+      const b = req('b', 19, 100, spanAt(0));
+      s.add(a);
+      s.add(b);
+      const out = s.schedule();
+      expect(out.rows.length).toBeGreaterThan(0);
+      expect(summary(out)).toEqual(['a:0+16']); // the span whole, then text up to the budget
+    });
   });
 });

@@ -12,6 +12,7 @@ import { plainProgress } from './plain-progress.js';
 import { resultsTable } from './results-table.js';
 import { loadSchemaCheck, type SchemaCheck } from './schema-validator.js';
 import { runSweep, validateSweep, type SweepListener } from './sweep.js';
+import { longPromptMixTable, runLongPromptMix } from './long-prompt-mix.js';
 import { validateWorkload, type WorkloadKind, type WorkloadOptions } from './workload.js';
 import type { NativeDevice } from '../../native/types.js';
 
@@ -47,6 +48,8 @@ export interface BenchOptions {
   kvCacheMemory?: number;
   /** auto: the ink view on a terminal, plain lines otherwise. */
   progress?: 'auto' | 'live' | 'plain' | 'none';
+  /** Instead of the sweep: a long prompt of this many words among short and running requests. */
+  longPrompt?: number;
 }
 
 export interface BenchIo {
@@ -99,6 +102,16 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
     o.url !== undefined
       ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs)
       : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
+  if (o.longPrompt !== undefined) {
+    try {
+      const mix = await runLongPromptMix({ target: opened.target, longWords: o.longPrompt, timeoutMs: o.timeoutMs, seed: o.seed });
+      io.stdout.write(`${longPromptMixTable(mix)}\n`);
+      if (o.json) writeFile(o.json, `${JSON.stringify({ tool: 'rapid bench --long-prompt', version: io.version, longPromptWords: o.longPrompt, ...mix }, null, 2)}\n`);
+      return { tool: 'rapid bench', version: io.version, startedAt: new Date().toISOString(), wallMs: 0, target: { endpoint: opened.target.endpoint, model: opened.target.model ?? null, inProcessModel: opened.inProcessModel }, settings: {} as BenchReport['settings'], levels: [] };
+    } finally {
+      await opened.close();
+    }
+  }
   let report: BenchReport;
   try {
     const mode = o.progress ?? 'auto';

@@ -8,6 +8,7 @@ import { openTextModel, type TextModel } from '../../engine/text-model.js';
 import { createServer, type RapidServer } from '../../server/server.js';
 import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
 import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
+import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
@@ -72,6 +73,14 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     blockSize: opts.blockSize,
     device: opts.device,
   });
+  // Prompts are rendered and tokenized on worker threads; a template that throws or hangs fails the load.
+  let prompts: PromptEncoderPool;
+  try {
+    prompts = await PromptEncoderPool.start(model.dir, { contextLength: model.info.contextLength, vision: model.vision !== null });
+  } catch (err) {
+    model.close();
+    throw err;
+  }
   const engine = createTextEngine(model, {
     maxNumSeqs: opts.maxNumSeqs ?? 16,
     maxBatchedTokens: opts.maxBatchedTokens ?? 512,
@@ -87,13 +96,13 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
   const server = createServer({
     engine,
     model: {
-      ...servedModelFrom(model, id, opts.recommended),
+      ...servedModelFrom(model, id, opts.recommended, prompts),
       vision: servedVisionFrom(model, {
         allowRemote: opts.allowRemoteImages ?? false,
         maxImageBytes: opts.maxImageBytes,
         maxImagesPerRequest: opts.maxImagesPerRequest,
         fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
-      }),
+      }, prompts),
     },
     apiKey: opts.apiKey,
     maxBodyBytes,
@@ -105,6 +114,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     addr = await server.listen(opts.port ?? 8000, opts.host ?? '127.0.0.1');
   } catch (err) {
     model.close();
+    void prompts.close();
     throw err;
   }
   let closing: Promise<void> | undefined;
@@ -114,7 +124,10 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     engine,
     model,
     close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
-      closing ??= server.close(graceMs).finally(() => model.close());
+      closing ??= server.close(graceMs).finally(() => {
+        model.close();
+        return prompts.close();
+      });
       return closing;
     },
   };
