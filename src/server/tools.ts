@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { ResponseFormat } from '../engine/grammar/response-format.js';
+import { checkSchemaLimits } from '../engine/grammar/schema-limits.js';
 import { checkSchemaSupported } from '../engine/grammar/schema-support.js';
 import { badRequest } from './http-errors.js';
 import type { ChatMessage } from '../template/chat-template.js';
@@ -52,6 +53,13 @@ function parseTools(raw: unknown): (ToolFunction & { index: number })[] {
     if (typeof f.name !== 'string' || !/^[a-zA-Z0-9_-]{1,64}$/.test(f.name)) throw badRequest(`${at}.function.name must match ^[a-zA-Z0-9_-]{1,64}$`, `${at}.function.name`, 'invalid_value');
     const parameters = f.parameters ?? { type: 'object', properties: {} };
     if (!isObject(parameters)) throw badRequest(`${at}.function.parameters must be a JSON Schema object`, `${at}.function.parameters`, 'invalid_type');
+    // Every tool's, forced or not: the chat template and the grammar walk them recursively.
+    try {
+      checkSchemaLimits(parameters, `${at}.function.parameters`);
+    } catch (err) {
+      if (err instanceof InvalidRequestError) throw badRequest(err.message, `${at}.function.parameters`, 'schema_limit');
+      throw err;
+    }
     return { name: f.name, description: typeof f.description === 'string' ? f.description : undefined, parameters, index: i };
   });
 }
