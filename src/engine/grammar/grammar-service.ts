@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { InvalidRequestError } from '../errors.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
 import type { ResponseFormat } from './response-format.js';
-import { checkSchemaLimits } from './schema-limits.js';
+import { checkSchemaLimits, type WorkerLimits } from './schema-limits.js';
 import { XgrammarHost, type MatcherRecord } from './xgrammar-host.js';
 
 /** The parts of a tokenizer the grammar needs. */
@@ -25,6 +25,10 @@ export interface GrammarServiceOptions {
   stopTokenIds: Iterable<number>;
   /** Compiled grammars kept (by schema hash). */
   cacheSize?: number;
+  /** Tests only: lower time limits for the worker (default GRAMMAR_WORKER_LIMITS). */
+  workerLimits?: Partial<WorkerLimits>;
+  /** Tests only: false sends schemas to xgrammar unchecked (to meet its real traps). */
+  checkLimits?: boolean;
 }
 
 export type GrammarHealth = { status: 'ok' } | { status: 'degraded'; reason: string };
@@ -78,7 +82,7 @@ export class GrammarService implements GrammarProvider {
     this.opts = opts;
     this.stopIds = [...opts.stopTokenIds].filter((t) => t >= 0 && t < opts.vocabSize);
     this.cacheSize = opts.cacheSize ?? 256;
-    this.host = new XgrammarHost(() => {
+    this.host = new XgrammarHost(opts.workerLimits ?? {}, () => {
       const { tokenizer, vocabSize } = this.opts;
       const banned = controlTokenMask(tokenizer, vocabSize);
       const tables = speculationTables(tokenizer, vocabSize, banned, this.stopIds);
@@ -106,7 +110,7 @@ export class GrammarService implements GrammarProvider {
     // json_object is "any object": the schema {"type":"object"} in non-strict mode, compact.
     const schema = format.type === 'json_object' ? { type: 'object' } : format.schema;
     const strict = format.type === 'json_schema' && format.strict;
-    checkSchemaLimits(schema); // callers may not have parsed it (tool calls wrap parameters)
+    if (this.opts.checkLimits !== false) checkSchemaLimits(schema); // callers may not have parsed it (tool calls wrap parameters)
     const text = JSON.stringify(schema);
     const key = createHash('sha256').update(`${strict ? 1 : 0}:${text}`).digest('hex');
     return { text, strict, key };

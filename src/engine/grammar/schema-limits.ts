@@ -31,11 +31,14 @@ export const GRAMMAR_WORKER_LIMITS = {
   compileTimeoutMs: 10_000,
   /** Any other batch of matcher work (masks of a step, accepts) running longer: the same. */
   opTimeoutMs: 10_000,
+  /** A new instance must be ready (tokenizer info built) within this. */
+  startTimeoutMs: 60_000,
   /** Instances replaced in a row while replaying live matchers before the rest are failed too. */
   maxRebuildsInARow: 4,
 } as const;
 
 export type SchemaLimitName = keyof typeof SCHEMA_LIMITS;
+export type WorkerLimits = { [K in keyof typeof GRAMMAR_WORKER_LIMITS]: number };
 
 const MAX_PATH_CHARS = 160;
 

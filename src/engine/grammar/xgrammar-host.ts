@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { InvalidRequestError } from '../errors.js';
 import { grammarFaults } from './grammar-faults.js';
-import { GRAMMAR_WORKER_LIMITS } from './schema-limits.js';
+import { GRAMMAR_WORKER_LIMITS, type WorkerLimits } from './schema-limits.js';
 import type { XgInit, XgOp, XgReply, XgResult } from './xgrammar-protocol.js';
 
 export type XgInitData = Omit<XgInit, 'type' | 'progress'>;
@@ -76,7 +76,10 @@ export class XgrammarHost {
   /** Instances replaced so far (for logs and tests). */
   rebuilds = 0;
 
-  constructor(initData: () => XgInitData) {
+  private readonly limits: WorkerLimits;
+
+  constructor(limits: Partial<WorkerLimits>, initData: () => XgInitData) {
+    this.limits = { ...GRAMMAR_WORKER_LIMITS, ...limits };
     this.initData = initData;
   }
 
@@ -154,10 +157,12 @@ export class XgrammarHost {
     if (!this.ready || this.inflight !== null || this.queue.length === 0) return;
     const ops: Pending[] = [];
     let compiles = 0;
+    let alone = false;
     while (this.queue.length > 0) {
       const p = this.queue[0]!;
-      // One compile per batch (each has its own time limit), but a replay goes whole.
-      if (p.op.op === 'compile' && !p.replay && compiles > 0) break;
+      // A compile goes alone (its time limit is its own), but a replay goes whole.
+      if (alone || (p.op.op === 'compile' && !p.replay && ops.length > 0)) break;
+      alone = p.op.op === 'compile' && !p.replay;
       this.queue.shift();
       if (p.record?.dead && !p.replay) {
         p.reject(new Error(p.record.dead));
@@ -167,7 +172,7 @@ export class XgrammarHost {
       ops.push(p);
     }
     if (ops.length === 0) return;
-    const limitMs = GRAMMAR_WORKER_LIMITS.opTimeoutMs + compiles * GRAMMAR_WORKER_LIMITS.compileTimeoutMs;
+    const limitMs = alone ? this.limits.compileTimeoutMs : this.limits.opTimeoutMs + compiles * this.limits.compileTimeoutMs;
     const seq = ++this.seq;
     const timer = setTimeout(() => this.onTimeout(seq), limitMs);
     this.inflight = { seq, ops, timer, limitMs };
@@ -202,8 +207,8 @@ export class XgrammarHost {
     const init: XgInit = { type: 'init', ...this.init, progress: this.progress };
     worker.postMessage(init);
     const timer = setTimeout(() => {
-      if (gen === this.generation && !this.ready) this.discard(`the grammar engine did not start within opTimeoutMs = ${GRAMMAR_WORKER_LIMITS.opTimeoutMs} ms`, null);
-    }, GRAMMAR_WORKER_LIMITS.opTimeoutMs);
+      if (gen === this.generation && !this.ready) this.discard(`the grammar engine did not start within startTimeoutMs = ${this.limits.startTimeoutMs} ms`, null);
+    }, this.limits.startTimeoutMs);
     timer.unref();
     this.startTimer = timer;
   }
@@ -253,7 +258,7 @@ export class XgrammarHost {
     if (batch === null || batch.seq !== seq) return;
     const index = this.culprit()!;
     const op = batch.ops[index]?.op;
-    const limit = op?.op === 'compile' ? `compileTimeoutMs = ${GRAMMAR_WORKER_LIMITS.compileTimeoutMs}` : `opTimeoutMs = ${GRAMMAR_WORKER_LIMITS.opTimeoutMs}`;
+    const limit = op?.op === 'compile' ? `compileTimeoutMs = ${this.limits.compileTimeoutMs}` : `opTimeoutMs = ${this.limits.opTimeoutMs}`;
     this.discard(`it ran past the limit ${limit} ms`, index);
   }
 
@@ -284,7 +289,7 @@ export class XgrammarHost {
         } else if (index === null || i > index || !answeredBefore) again.push(p);
       });
     }
-    if (++this.rebuildsInARow > GRAMMAR_WORKER_LIMITS.maxRebuildsInARow) {
+    if (++this.rebuildsInARow > this.limits.maxRebuildsInARow) {
       // Replays keep failing: give up on everything live, start clean.
       for (const r of this.live.values()) r.dead = `the grammar failed: ${why}`;
       this.live.clear();
