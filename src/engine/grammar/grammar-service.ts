@@ -211,9 +211,9 @@ class WorkerRequestGrammar implements RequestGrammar {
   accept(token: number): boolean {
     if (this.disposed || this.record.dead !== null) return false;
     if (this.mask !== null && this.maskAt === this.record.history.length && !isSet(this.mask, token)) return false;
-    this.record.history.push(token);
+    const at = this.record.history.push(token) - 1;
     this.mask = null;
-    this.host.call({ op: 'accept', id: this.record.id, token }, this.record).catch(() => undefined);
+    this.host.call({ op: 'accept', id: this.record.id, token, at }, this.record).catch(() => undefined);
     return true;
   }
 

@@ -26,7 +26,8 @@ export type XgOp =
   | { op: 'evict'; key: string }
   | { op: 'create'; id: number; key: string; history: number[] }
   | { op: 'next'; id: number; trap?: boolean }
-  | { op: 'accept'; id: number; token: number }
+  /** `at`: the token's index in the request's output; one a replay already accepted is skipped. */
+  | { op: 'accept'; id: number; token: number; at: number }
   | { op: 'acceptBest'; id: number; candidates: number[] }
   | { op: 'speculate'; id: number }
   | { op: 'dispose'; id: number };

@@ -24,6 +24,8 @@ interface Matcher {
   rejected: boolean;
   /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
   seed: number;
+  /** Tokens accepted (replayed ones included). */
+  count: number;
 }
 
 let init: XgInit | null = null;
@@ -153,7 +155,7 @@ async function run(op: XgOp, transfer: ArrayBuffer[]): Promise<XgResult> {
       const c = compiled.get(op.key);
       if (c === undefined) return { ok: false, error: 'its grammar is not compiled in this instance' };
       const m = await xgrammar().GrammarMatcher.createGrammarMatcher(c, init!.stopIds, false);
-      const g: Matcher = { m, rejected: false, seed: 0x9e3779b9 };
+      const g: Matcher = { m, rejected: false, seed: 0x9e3779b9, count: op.history.length };
       matchers.get(op.id)?.m.dispose();
       matchers.set(op.id, g);
       for (const t of op.history) {
@@ -169,12 +171,19 @@ async function run(op: XgOp, transfer: ArrayBuffer[]): Promise<XgResult> {
     }
     case 'accept': {
       const g = matcher(op.id);
+      if (op.at < g.count) return { ok: true, accepted: true }; // a replay accepted it already
+      if (op.at > g.count) throw new Error(`token ${op.at} of the output came before token ${g.count}`);
       const accepted = !g.rejected && g.m.acceptToken(op.token);
       if (!accepted) g.rejected = true;
+      g.count++;
       return { ok: true, accepted };
     }
-    case 'acceptBest':
-      return { ok: true, pick: await acceptBest(matcher(op.id), op.candidates) };
+    case 'acceptBest': {
+      const g = matcher(op.id);
+      const pick = await acceptBest(g, op.candidates);
+      if (pick.kind === 'token') g.count++;
+      return { ok: true, pick };
+    }
     case 'speculate':
       return { ok: true, wide: speculate(matcher(op.id)) };
     case 'dispose':
