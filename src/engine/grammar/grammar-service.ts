@@ -3,6 +3,7 @@
 // worker thread (xgrammar-host.ts), started on the first constrained request only, so free-text
 // serving never pays for it; its limits are checked here first (schema-limits.ts).
 import { createHash } from 'node:crypto';
+import { EngineUnavailableError } from '../engine-errors.js';
 import { InvalidRequestError } from '../errors.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
 import type { ResponseFormat } from './response-format.js';
@@ -144,7 +145,12 @@ export class GrammarService implements GrammarProvider {
     const key = await this.compile(format);
     const { text, strict } = this.prepare(format);
     const record: MatcherRecord = { id: ++this.nextId, key, schema: text, strict, history: [], dead: null };
-    await this.host.create(record);
+    try {
+      await this.host.create(record);
+    } catch (err) {
+      // Not the request's fault: the instance failed under it (503, retry).
+      throw new EngineUnavailableError(`the grammar engine could not start this request: ${(err as Error).message}`, 'unhealthy', 1);
+    }
     return new WorkerRequestGrammar(this.host, record);
   }
 }

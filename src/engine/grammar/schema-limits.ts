@@ -169,7 +169,10 @@ function resolveRefs(schema: unknown, nodes: Map<Record<string, unknown>, string
   for (const [node, path] of nodes) {
     const ref = node.$ref;
     if (ref === undefined) continue;
-    const target = typeof ref === 'string' ? resolvePointer(schema, ref) : undefined;
+    if (typeof ref !== 'string' || !(ref === '#' || ref.startsWith('#/'))) {
+      throw new SchemaLimitError('ref', `${path}.$ref`, 'only local references ("#/$defs/...") are supported');
+    }
+    const target = resolvePointer(schema, ref);
     if (!isObject(target) && typeof target !== 'boolean') throw new SchemaLimitError('ref', `${path}.$ref`, `${JSON.stringify(ref)} does not point to a schema in this document`);
     if (isObject(target) && !nodes.has(target)) throw new SchemaLimitError('ref', `${path}.$ref`, `${JSON.stringify(ref)} points inside a value, not to a schema`);
     targets.set(node, target);

@@ -139,6 +139,15 @@ export class XgrammarHost {
     this.worker = null;
     this.ready = false;
     this.generation++;
+    const batch = this.inflight;
+    this.inflight = null;
+    if (batch !== null) clearTimeout(batch.timer);
+    clearTimeout(this.startTimer);
+    const left = [...(batch?.ops ?? []), ...this.queue];
+    this.queue = [];
+    for (const p of left) p.reject(opError(p, 'the grammar engine was stopped'));
+    for (const r of this.live.values()) r.dead = 'the grammar engine was stopped';
+    this.live.clear();
     if (w !== null) await w.terminate();
   }
 
@@ -153,7 +162,17 @@ export class XgrammarHost {
   }
 
   private flush(): void {
-    if (this.worker === null) this.startInstance();
+    if (this.worker === null) {
+      try {
+        this.startInstance();
+      } catch (err) {
+        // No worker can start (its file is missing): every queued op fails, nothing hangs.
+        const queued = this.queue;
+        this.queue = [];
+        for (const p of queued) p.reject(opError(p, (err as Error).message));
+        return;
+      }
+    }
     if (!this.ready || this.inflight !== null || this.queue.length === 0) return;
     const ops: Pending[] = [];
     let compiles = 0;
