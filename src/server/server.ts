@@ -208,6 +208,7 @@ export function createServer(options: ServerOptions): RapidServer {
       await new Promise((r) => setTimeout(r, 50));
       http.closeAllConnections();
       await closed;
+      await options.grammar?.close?.(); // the grammar worker thread
     },
   };
 }

@@ -39,6 +39,8 @@ export interface GrammarProvider {
   matcher(format: ResponseFormat): Promise<RequestGrammar>;
   /** Degraded while the grammar engine is being rebuilt (requests still run; they wait for it). */
   health?(): GrammarHealth;
+  /** Stops its worker (server shutdown). */
+  close?(): Promise<void>;
 }
 
 /** The token strings xgrammar decodes: special and unknown ids become "" (never allowed). */
