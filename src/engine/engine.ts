@@ -478,8 +478,7 @@ export class Engine implements EngineLike {
     for (const row of out.rows) {
       const req = row.request;
       if (!needsMask(row, spec) || req.grammar === null || req.status !== 'running') continue;
-      const next = req.grammar.next();
-      next.catch(() => undefined); // handled below, in order
+      const next = ask(() => req.grammar!.next());
       asked.push([req, next]);
     }
     for (const [req, pending] of asked) {
@@ -562,8 +561,7 @@ export class Engine implements EngineLike {
       const req = row.request;
       const r = byId.get(req.id);
       if (!spec.has(req) || req.status !== 'running' || r?.token === undefined) continue; // applyResult fails a missing token
-      const pending = req.grammar!.acceptBest!(rankedCandidates(r));
-      pending.catch(() => undefined); // handled below, in order
+      const pending = ask(() => req.grammar!.acceptBest!(rankedCandidates(r)));
       asked.push([req, pending]);
     }
     for (const [req, pending] of asked) {
@@ -775,6 +773,18 @@ function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number
 /** Whether a row samples with a grammar mask: constrained and not speculative. */
 function needsMask(row: ScheduledRow, spec: ReadonlySet<EngineRequest>): boolean {
   return row.sample && row.request.grammar !== null && !spec.has(row.request);
+}
+
+/** Starts a grammar call whose result is awaited later, in row order: a throw becomes its rejection. */
+function ask<T>(call: () => Promise<T>): Promise<T> {
+  let p: Promise<T>;
+  try {
+    p = call();
+  } catch (err) {
+    p = Promise.reject(err as Error);
+  }
+  p.catch(() => undefined); // handled where it is awaited
+  return p;
 }
 
 /** A speculative row's candidates as the sampler ranked them (best first, ties lower id first). */
