@@ -6,7 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { ResponseFormat } from '../engine/grammar/response-format.js';
-import { checkSchemaLimits } from '../engine/grammar/schema-limits.js';
+import { checkJsonDepth, checkSchemaLimits } from '../engine/grammar/schema-limits.js';
 import { checkSchemaSupported } from '../engine/grammar/schema-support.js';
 import { badRequest } from './http-errors.js';
 import type { ChatMessage } from '../template/chat-template.js';
@@ -147,6 +147,12 @@ export function prepareToolMessages(messages: ChatMessage[]): ChatMessage[] {
           }
         }
         if (!isObject(args)) throw badRequest(`${at}.function.arguments must encode a JSON object`, `${at}.function.arguments`, 'invalid_value');
+        try {
+          checkJsonDepth(args, `${at}.function.arguments`); // the template's tojson recurses over it
+        } catch (err) {
+          if (err instanceof InvalidRequestError) throw badRequest(err.message, `${at}.function.arguments`, 'invalid_value');
+          throw err;
+        }
         if (c.id !== undefined && typeof c.id !== 'string') throw badRequest(`${at}.id must be a string`, `${at}.id`, 'invalid_type');
         const id = typeof c.id === 'string' ? c.id : `call_${i}_${j}`;
         open.set(id, f.name);

@@ -95,6 +95,19 @@ describe.skipIf(!nativeAvailable())('grammar containment on qwen2-q4', () => {
       [schemaBody({ enum: Array.from({ length: 100_000 }, (_, i) => i) }), /maxEnumValues/],
       [withRaw({ model, messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f', parameters: '@HOLE@' } }], tool_choice: 'required' }, deepSchema(10_000)), /tools\[0\]\.function\.parameters/],
       [withRaw({ model, messages: [{ role: 'user', content: 'x' }], tools: [{ type: 'function', function: { name: 'f', parameters: '@HOLE@' } }] }, deepSchema(10_000)), /tools\[0\]\.function\.parameters/],
+      // Tool-call arguments come as a string: JSON.parse takes any depth, the chat template would not.
+      [
+        {
+          model,
+          messages: [
+            { role: 'user', content: 'x' },
+            { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'ping', arguments: deepValue(10_000) } }] },
+            { role: 'tool', tool_call_id: 'c1', content: 'ok' },
+          ],
+          tools: [TOOL],
+        },
+        /messages\[1\]\.tool_calls\[0\]\.function\.arguments: .*maxJsonDepth/,
+      ],
     ];
     for (const [body, msg] of cases) {
       const r = await post(body);

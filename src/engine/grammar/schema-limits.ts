@@ -81,6 +81,20 @@ export function checkSchemaLimits(schema: unknown, root = 'response_format.json_
   checkFinite(schema, nodes, targets, root);
 }
 
+/**
+ * JSON nesting of any request value the grammar or the chat template walks recursively (tool-call
+ * arguments arrive as strings, past the body's own depth check): at most maxJsonDepth.
+ */
+export function checkJsonDepth(value: unknown, path: string): void {
+  const stack: { v: unknown; depth: number }[] = [{ v: value, depth: 0 }];
+  while (stack.length > 0) {
+    const { v, depth } = stack.pop()!;
+    if (typeof v !== 'object' || v === null) continue;
+    if (depth >= SCHEMA_LIMITS.maxJsonDepth) over('maxJsonDepth', path, `JSON nested ${depth + 1} levels deep`);
+    for (const sub of Array.isArray(v) ? v : Object.values(v)) stack.push({ v: sub, depth: depth + 1 });
+  }
+}
+
 /** Depth, size and value limits over the raw JSON, iteratively (the document may be 10,000 deep). */
 function checkJsonShape(schema: unknown, root: string): void {
   const stack: { v: unknown; path: string; depth: number; inValue: boolean }[] = [{ v: schema, path: root, depth: 0, inValue: false }];
