@@ -74,7 +74,7 @@ describe('schema limits', () => {
   it('sizes: properties, enum values, value bytes, subschemas, bytes', () => {
     const props = (n: number) => Object.fromEntries(Array.from({ length: n }, (_, i) => [`k${i}`, { type: 'integer' }]));
     expect(refusal({ type: 'object', properties: props(10_000) }).message).toMatch(/maxBytes|maxNodes|maxProperties/);
-    expect(refusal({ type: 'object', properties: props(2_500) }).message).toMatch(/schema\.properties: 2500 properties exceeds the limit maxProperties = 2000/);
+    expect(refusal({ type: 'object', properties: props(1_500) }).message).toMatch(/schema\.properties: 1500 properties exceeds the limit maxProperties = 1000/);
     expect(() => checkSchemaLimits({ type: 'object', properties: props(SCHEMA_LIMITS.maxProperties) })).not.toThrow();
     expect(refusal({ enum: Array.from({ length: 100_000 }, (_, i) => i) }).message).toMatch(/maxEnumValues = 1000/);
     expect(refusal({ const: 'x'.repeat(70_000) }).message).toMatch(/maxValueBytes/);

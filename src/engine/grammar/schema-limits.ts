@@ -15,8 +15,8 @@ export const SCHEMA_LIMITS = {
   maxBytes: 256 * 1024,
   /** Subschemas in the whole schema ($defs included). */
   maxNodes: 5_000,
-  /** Properties over all objects of the schema (1,000 compile in ~0.5 s, 3,000 in ~2.6 s). */
-  maxProperties: 2_000,
+  /** Properties over all objects of the schema: optional ones cost most (1,000 compile in 0.6-1.2 s, 2,000 in 1.7-2.2 s, 10,000 in 38 s). */
+  maxProperties: 1_000,
   /** enum values over the whole schema. */
   maxEnumValues: 1_000,
   /** const and enum values together, serialized. */
@@ -27,10 +27,13 @@ export const SCHEMA_LIMITS = {
 
 /** Limits of the grammar worker (xgrammar's wasm instance, off the event loop). */
 export const GRAMMAR_WORKER_LIMITS = {
-  /** A compile running longer is stopped (its worker terminated) and the request refused. */
-  compileTimeoutMs: 10_000,
+  /**
+   * A compile running longer is stopped (its worker terminated) and the request refused. Other
+   * requests' masks wait behind a compile, so this stays well under the engine's mask timeout (10 s).
+   */
+  compileTimeoutMs: 5_000,
   /** Any other batch of matcher work (masks of a step, accepts) running longer: the same. */
-  opTimeoutMs: 10_000,
+  opTimeoutMs: 5_000,
   /** A new instance must be ready (tokenizer info built) within this. */
   startTimeoutMs: 60_000,
   /** Instances replaced in a row while replaying live matchers before the rest are failed too. */
