@@ -121,7 +121,12 @@ export class GrammarService implements GrammarProvider {
 
   /** Compiles a response format in the worker, cached by the hash of its schema. */
   async compile(format: ResponseFormat): Promise<string> {
-    const { text, strict, key } = this.prepare(format);
+    return (await this.prepareAndCompile(format)).key;
+  }
+
+  private async prepareAndCompile(format: ResponseFormat): Promise<{ text: string; strict: boolean; key: string }> {
+    const prepared = this.prepare(format);
+    const { text, strict, key } = prepared;
     const refusal = this.refused.get(key);
     if (refusal !== undefined) throw refusal;
     try {
@@ -140,12 +145,11 @@ export class GrammarService implements GrammarProvider {
       this.compiled.delete(old);
       this.host.evict(old);
     }
-    return key;
+    return prepared;
   }
 
   async matcher(format: ResponseFormat): Promise<RequestGrammar> {
-    const key = await this.compile(format);
-    const { text, strict } = this.prepare(format);
+    const { text, strict, key } = await this.prepareAndCompile(format);
     const record: MatcherRecord = { id: ++this.nextId, key, schema: text, strict, history: [], dead: null };
     try {
       await this.host.create(record);

@@ -77,12 +77,18 @@ const VALUES = new Set(['const', 'enum', 'default', 'examples']);
  * root can produce a finite value. `root` names the schema in messages. Throws SchemaLimitError.
  */
 export function checkSchemaLimits(schema: unknown, root = 'response_format.json_schema.schema'): void {
+  if (isObject(schema) && passed.has(schema)) return;
   checkJsonShape(schema, root); // first: it bounds the depth every later walk (and stringify) sees
   const nodes = collectSchemas(schema, root);
+  checkSizes(schema, root);
   const targets = resolveRefs(schema, nodes);
   checkNesting(schema, root, targets);
   checkFinite(schema, nodes, targets, root);
+  if (isObject(schema)) passed.add(schema);
 }
+
+/** Schemas (by identity) that passed: a request's schema is checked once on its way to the grammar. */
+const passed = new WeakSet<object>();
 
 /**
  * JSON nesting of any request value the grammar or the chat template walks recursively (tool-call
@@ -98,48 +104,67 @@ export function checkJsonDepth(value: unknown, path: string): void {
   }
 }
 
-/** Depth, size and value limits over the raw JSON, iteratively (the document may be 10,000 deep). */
+/** A value in an iterative walk; its path is built only for a message (a body holds millions of values). */
+interface At {
+  v: unknown;
+  depth: number;
+  parent: At | null;
+  key: string | number;
+}
+
+function pathOf(root: string, at: At): string {
+  const keys: (string | number)[] = [];
+  for (let a: At | null = at; a !== null && a.parent !== null; a = a.parent) keys.push(a.key);
+  return root + keys.reverse().map((k) => (typeof k === 'number' ? `[${k}]` : `.${k}`)).join('');
+}
+
+const nested = (v: unknown): v is object => typeof v === 'object' && v !== null;
+
+/** Depth and enum counts over the raw JSON, iteratively (the document may be 10,000 deep). */
 function checkJsonShape(schema: unknown, root: string): void {
-  const stack: { v: unknown; path: string; depth: number; inValue: boolean }[] = [{ v: schema, path: root, depth: 0, inValue: false }];
+  const stack: (At & { inValue: boolean })[] = [{ v: schema, depth: 0, parent: null, key: '', inValue: false }];
   let enumValues = 0;
-  let valueBytes = 0;
+  // Every value takes 2 bytes of JSON at least: past maxBytes / 2 of them the size check would fail,
+  // so it fails here, before a multi-megabyte value is walked and serialized.
+  let values = 0;
+  const tooMany = () => over('maxBytes', root, `more than ${SCHEMA_LIMITS.maxBytes / 2} values (2 bytes of JSON each at least)`);
   while (stack.length > 0) {
-    const { v, path, depth, inValue } = stack.pop()!;
-    if (typeof v !== 'object' || v === null) continue;
-    if (depth >= SCHEMA_LIMITS.maxJsonDepth) over('maxJsonDepth', path, `JSON nested ${depth + 1} levels deep`);
+    const at = stack.pop()!;
+    const { v, depth, inValue } = at;
+    if (!nested(v)) continue;
+    if (depth >= SCHEMA_LIMITS.maxJsonDepth) over('maxJsonDepth', pathOf(root, at), `JSON nested ${depth + 1} levels deep`);
+    values += Array.isArray(v) ? v.length : Object.keys(v).length;
+    if (values > SCHEMA_LIMITS.maxBytes / 2) tooMany();
     if (Array.isArray(v)) {
-      for (let i = v.length - 1; i >= 0; i--) stack.push({ v: v[i], path: `${path}[${i}]`, depth: depth + 1, inValue });
+      for (let i = v.length - 1; i >= 0; i--) if (nested(v[i])) stack.push({ v: v[i], depth: depth + 1, parent: at, key: i, inValue });
       continue;
     }
     for (const [k, sub] of Object.entries(v)) {
-      const at = `${path}.${k}`;
-      if (!inValue && (k === 'enum' || k === 'const')) {
-        if (k === 'enum' && Array.isArray(sub)) {
-          enumValues += sub.length;
-          if (enumValues > SCHEMA_LIMITS.maxEnumValues) over('maxEnumValues', at, `${enumValues} enum values`);
-        }
-        // Depth first (stringify recurses); the values are walked below before being measured.
-        stack.push({ v: sub, path: at, depth: depth + 1, inValue: true });
-        continue;
+      if (!inValue && k === 'enum' && Array.isArray(sub)) {
+        enumValues += sub.length;
+        if (enumValues > SCHEMA_LIMITS.maxEnumValues) over('maxEnumValues', `${pathOf(root, at)}.${k}`, `${enumValues} enum values`);
       }
-      stack.push({ v: sub, path: at, depth: depth + 1, inValue: inValue || VALUES.has(k) });
+      if (nested(sub)) stack.push({ v: sub, depth: depth + 1, parent: at, key: k, inValue: inValue || VALUES.has(k) });
     }
   }
-  // Depth is bounded now, so stringify cannot overflow the stack.
+}
+
+/** Serialized sizes (after the counts, which name what to cut more precisely). Depth is bounded by now. */
+function checkSizes(schema: unknown, root: string): void {
   const bytes = Buffer.byteLength(JSON.stringify(schema) ?? '');
   if (bytes > SCHEMA_LIMITS.maxBytes) over('maxBytes', root, `the schema's ${bytes} bytes of JSON`);
-  const valueStack: { v: unknown; path: string }[] = [{ v: schema, path: root }];
-  while (valueStack.length > 0) {
-    const { v, path } = valueStack.pop()!;
-    if (!isObject(v)) {
-      if (Array.isArray(v)) v.forEach((x, i) => valueStack.push({ v: x, path: `${path}[${i}]` }));
-      continue;
-    }
+  // Within maxBytes from here: a plain walk is cheap.
+  let valueBytes = 0;
+  const stack: { v: unknown; path: string }[] = [{ v: schema, path: root }];
+  while (stack.length > 0) {
+    const { v, path } = stack.pop()!;
+    if (Array.isArray(v)) v.forEach((x, i) => nested(x) && stack.push({ v: x, path: `${path}[${i}]` }));
+    if (!isObject(v)) continue;
     for (const [k, sub] of Object.entries(v)) {
       if (k === 'const' || k === 'enum') {
         valueBytes += Buffer.byteLength(JSON.stringify(sub) ?? '');
         if (valueBytes > SCHEMA_LIMITS.maxValueBytes) over('maxValueBytes', `${path}.${k}`, `${valueBytes} bytes of const and enum values`);
-      } else if (!VALUES.has(k)) valueStack.push({ v: sub, path: `${path}.${k}` });
+      } else if (!VALUES.has(k) && nested(sub)) stack.push({ v: sub, path: `${path}.${k}` });
     }
   }
 }
