@@ -130,6 +130,24 @@ describe('the grammar worker', () => {
     expect(performance.now() - t).toBeLessThan(100);
   }, 30_000);
 
+  it('an instance whose wasm memory grew past maxWasmBytes is replaced between batches, failing nothing', async () => {
+    const ref = await walk(await refService.matcher(PERSON), 24);
+    const svc = make({ workerLimits: { maxWasmBytes: 4 << 20 } }); // this fixture's instance starts at 16 MiB
+    services.push(svc);
+    const g = await svc.matcher(PERSON);
+    const compiled: string[] = [];
+    const got = await walk(g, 24, async (step) => {
+      if (step >= 8) return;
+      // Large grammars, each new: the instance's memory grows by a few MiB.
+      const schema = { type: 'object', properties: Object.fromEntries(Array.from({ length: 1000 }, (_, i) => [`s${step}_${i}`, { type: 'integer' }])) };
+      compiled.push(await svc.compile(fmt(schema)));
+    });
+    expect(compiled).toHaveLength(8);
+    expect(svc.rebuilds).toBeGreaterThanOrEqual(1);
+    expect(got).toEqual(ref);
+    expect(svc.health().status).toBe('ok');
+  }, 60_000);
+
   it('the event loop keeps turning while the largest allowed schema compiles', async () => {
     const svc = make();
     services.push(svc);

@@ -34,6 +34,12 @@ export const GRAMMAR_WORKER_LIMITS = {
   compileTimeoutMs: 5_000,
   /** Any other batch of matcher work (masks of a step, accepts) running longer: the same. */
   opTimeoutMs: 5_000,
+  /**
+   * An instance whose wasm memory passed this (and grew by half of it since it started: replayed
+   * grammars alone never trigger it) is replaced between batches, like after a trap but failing
+   * nothing: wasm memory never shrinks, and many large grammars would keep it at its peak.
+   */
+  maxWasmBytes: 1024 * 1024 * 1024,
   /** A new instance must be ready (tokenizer info built) within this. */
   startTimeoutMs: 60_000,
   /** Instances replaced in a row while replaying live matchers before the rest are failed too. */

@@ -73,6 +73,8 @@ export class XgrammarHost {
   private rebuildsInARow = 0;
   private init: XgInitData | null = null;
   private startTimer: NodeJS.Timeout | undefined;
+  /** The instance's wasm memory after its first batch (its replay, if any). */
+  private baselineBytes: number | null = null;
   /** Instances replaced so far (for logs and tests). */
   rebuilds = 0;
 
@@ -210,6 +212,7 @@ export class XgrammarHost {
   private startInstance(): void {
     const gen = ++this.generation;
     this.ready = false;
+    this.baselineBytes = null;
     this.compiles = new Map();
     const worker = new Worker(workerFile(), { execArgv: [] });
     this.worker = worker;
@@ -263,6 +266,12 @@ export class XgrammarHost {
     if (this.rebuilding !== null && !this.queue.some((p) => p.replay)) {
       this.rebuilding = null;
       this.rebuildsInARow = 0;
+    }
+    this.baselineBytes ??= msg.memoryBytes;
+    if (msg.memoryBytes > this.limits.maxWasmBytes && msg.memoryBytes - this.baselineBytes > this.limits.maxWasmBytes / 2) {
+      const mb = (b: number) => `${Math.round(b / 2 ** 20)} MiB`;
+      this.discard(`its wasm memory grew to ${mb(msg.memoryBytes)} (maxWasmBytes = ${this.limits.maxWasmBytes}); replaced to release it`, null);
+      return;
     }
     this.flush();
   }

@@ -46,6 +46,7 @@ export type XgReply =
   | { type: 'ready' }
   /** The instance could not start. */
   | { type: 'fatal'; message: string }
-  | { type: 'done'; seq: number; results: XgResult[] }
+  /** `memoryBytes`: the wasm instance's memory after the batch. */
+  | { type: 'done'; seq: number; results: XgResult[]; memoryBytes: number }
   /** The instance trapped at op `index` (results of the ops before it included); it is unusable now. */
   | { type: 'trap'; seq: number; index: number; message: string; results: XgResult[] };

@@ -10,6 +10,17 @@ import type { XgBatch, XgInit, XgOp, XgReply, XgResult } from './xgrammar-protoc
 const port = parentPort;
 if (port === null) throw new Error('xgrammar-worker.js must run as a worker thread');
 
+// The instance's memory, seen as xgrammar instantiates its wasm (the bundle does not expose it):
+// the host replaces an instance that grew too large (wasm memory never shrinks).
+let memory: WebAssembly.Memory | null = null;
+const instantiate = WebAssembly.instantiate.bind(WebAssembly) as (...args: unknown[]) => Promise<WebAssembly.WebAssemblyInstantiatedSource | WebAssembly.Instance>;
+(WebAssembly as { instantiate: unknown }).instantiate = async (...args: unknown[]) => {
+  const r = await instantiate(...args);
+  const instance = r instanceof WebAssembly.Instance ? r : r.instance;
+  for (const e of Object.values(instance.exports)) if (e instanceof WebAssembly.Memory) memory = e;
+  return r;
+};
+
 /**
  * Tokens speculate() tries on a state (each accepted one is rolled back) and how many must fit: a
  * state that allows about a tenth of the vocabulary or more usually speculates. Its mask is the
@@ -209,7 +220,7 @@ async function batch(msg: XgBatch): Promise<void> {
       results.push({ ok: false, error: (err as Error).message });
     }
   }
-  const reply: XgReply = { type: 'done', seq: msg.seq, results };
+  const reply: XgReply = { type: 'done', seq: msg.seq, results, memoryBytes: memory?.buffer.byteLength ?? 0 };
   port!.postMessage(reply, transfer);
 }
 
