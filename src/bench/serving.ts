@@ -82,9 +82,9 @@ class TimedGrammar implements RequestGrammar {
     return ok;
   }
   // Speculation (the engine skips the mask in wide states) is forwarded and timed like the mask.
-  speculate(): boolean {
+  async speculate(): Promise<boolean> {
     const t = performance.now();
-    const wide = this.inner.speculate?.() ?? false;
+    const wide = (await this.inner.speculate?.()) ?? false;
     this.clock.ms += performance.now() - t;
     return wide;
   }

@@ -10,7 +10,7 @@ import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
 import { EngineRequestError, EngineUnavailableError, grammarDeadEnd } from './engine-errors.js';
 import { InvalidRequestError } from './errors.js';
 import type { TextStream } from './generate.js';
-import type { GrammarPick, RequestGrammar } from './grammar/request-grammar.js';
+import type { GrammarNext, GrammarPick, RequestGrammar } from './grammar/request-grammar.js';
 import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type MultimodalInput } from './multimodal.js';
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
@@ -405,7 +405,9 @@ export class Engine implements EngineLike {
       if (!(await this.encodeImages(out))) return; // the watchdog tripped
       if (out.rows.length === 0) return;
     }
-    const spec = this.speculativeRows(out);
+    const spec = await this.speculativeRows(out);
+    dropEndedRows(out); // aborted while the grammars were asked
+    if (out.rows.length === 0) return;
     const constrained = out.rows.some((r) => needsMask(r, spec));
     // Two-phase: the forward starts now and the masks follow while it runs (the model waits for
     // them right before sampling). Otherwise they are computed first; unconstrained steps skip both.
@@ -551,11 +553,17 @@ export class Engine implements EngineLike {
    */
   private async computeMasks(out: SchedulerOutput, spec: ReadonlySet<EngineRequest>): Promise<Map<string, Int32Array>> {
     const masks = new Map<string, Int32Array>();
+    // Asked all at once (a grammar in a worker answers them in one round trip), handled in row order.
+    const asked: [EngineRequest, Promise<GrammarNext>][] = [];
     for (const row of out.rows) {
       const req = row.request;
       if (!needsMask(row, spec) || req.grammar === null || req.status !== 'running') continue;
+      const next = ask(() => req.grammar!.next());
+      asked.push([req, next]);
+    }
+    for (const [req, pending] of asked) {
       try {
-        const next = await req.grammar.next();
+        const next = await pending;
         if (req.status !== 'running') continue;
         if (next.kind === 'mask') masks.set(req.id, next.bitmask);
         else if (next.kind === 'complete') {
@@ -597,24 +605,22 @@ export class Engine implements EngineLike {
    * which must stay a text token), and in a state the grammar judges wide. Penalties are fine: the
    * sampler masks first and penalizes after, so the ranking of allowed tokens is the same.
    */
-  private speculativeRows(out: SchedulerOutput): ReadonlySet<EngineRequest> {
+  private async speculativeRows(out: SchedulerOutput): Promise<ReadonlySet<EngineRequest>> {
     if (!this.speculativeGrammar) return NO_ROWS;
-    let spec: Set<EngineRequest> | null = null;
+    const asks: Promise<EngineRequest | null>[] = [];
     for (const row of out.rows) {
       const req = row.request;
       const g = req.grammar;
       if (!row.sample || g === null || g.speculate === undefined || g.acceptBest === undefined) continue;
       // A redo after a miss takes the mask, so every token is sampled at most twice.
       if (req.redoWithMask || req.params.temperature !== 0 || req.params.logprobs >= 0 || reachesImages(row)) continue;
-      let wide = false;
-      try {
-        wide = g.speculate();
-      } catch {
-        // The mask path meets the same failure and fails the request with it.
-      }
-      if (wide) (spec ??= new Set()).add(req);
+      // All rows at once: a grammar in a worker answers them in one round trip. A failure is left
+      // to the mask path, which meets it and fails the request with it.
+      asks.push((async () => ((await g.speculate!()) ? req : null))().catch(() => null));
     }
-    return spec ?? NO_ROWS;
+    if (asks.length === 0) return NO_ROWS;
+    const wide = (await Promise.all(asks)).filter((r): r is EngineRequest => r !== null && r.status === 'running');
+    return wide.length > 0 ? new Set(wide) : NO_ROWS;
   }
 
   /**
@@ -629,13 +635,19 @@ export class Engine implements EngineLike {
     spec: ReadonlySet<EngineRequest>,
   ): Promise<Map<string, number>> {
     const picked = new Map<string, number>();
+    // Asked all at once (one round trip to a grammar worker), handled in row order.
+    const asked: [EngineRequest, Promise<GrammarPick>][] = [];
     for (const row of out.rows) {
       const req = row.request;
       const r = byId.get(req.id);
       if (!spec.has(req) || req.status !== 'running' || r?.token === undefined) continue; // applyResult fails a missing token
+      const pending = ask(() => req.grammar!.acceptBest!(rankedCandidates(r)));
+      asked.push([req, pending]);
+    }
+    for (const [req, pending] of asked) {
       let pick: GrammarPick;
       try {
-        pick = await req.grammar!.acceptBest!(rankedCandidates(r));
+        pick = await pending;
       } catch (err) {
         this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
         continue;
@@ -841,6 +853,18 @@ function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number
 /** Whether a row samples with a grammar mask: constrained and not speculative. */
 function needsMask(row: ScheduledRow, spec: ReadonlySet<EngineRequest>): boolean {
   return row.sample && row.request.grammar !== null && !spec.has(row.request);
+}
+
+/** Starts a grammar call whose result is awaited later, in row order: a throw becomes its rejection. */
+function ask<T>(call: () => Promise<T>): Promise<T> {
+  let p: Promise<T>;
+  try {
+    p = call();
+  } catch (err) {
+    p = Promise.reject(err as Error);
+  }
+  p.catch(() => undefined); // handled where it is awaited
+  return p;
 }
 
 /** A speculative row's candidates as the sampler ranked them (best first, ties lower id first). */

@@ -135,7 +135,10 @@ export function createServer(options: ServerOptions): RapidServer {
     const method = req.method ?? 'GET';
     if (path === '/health' && method === 'GET') {
       const h = engine.health();
-      sendJson(res, h.ok ? 200 : 503, h.ok ? { status: 'ok' } : { status: 'unhealthy', reason: h.reason });
+      // A grammar engine being rebuilt still serves (requests wait for it): 200, but said.
+      const g = options.grammar?.health?.();
+      if (h.ok && g?.status === 'degraded') sendJson(res, 200, { status: 'degraded', serving: true, component: 'grammar', reason: g.reason });
+      else sendJson(res, h.ok ? 200 : 503, h.ok ? { status: 'ok' } : { status: 'unhealthy', reason: h.reason });
       return;
     }
     if (path === '/health/ready' && method === 'GET') {
@@ -221,6 +224,7 @@ export function createServer(options: ServerOptions): RapidServer {
       await new Promise((r) => setTimeout(r, 50));
       http.closeAllConnections();
       await closed;
+      await options.grammar?.close?.(); // the grammar worker thread
     },
   };
 }

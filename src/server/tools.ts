@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import { InvalidRequestError } from '../engine/errors.js';
 import type { ResponseFormat } from '../engine/grammar/response-format.js';
+import { checkJsonDepth, checkSchemaLimits } from '../engine/grammar/schema-limits.js';
 import { checkSchemaSupported } from '../engine/grammar/schema-support.js';
 import { badRequest } from './http-errors.js';
 import type { ChatMessage } from '../template/chat-template.js';
@@ -52,6 +53,13 @@ function parseTools(raw: unknown): (ToolFunction & { index: number })[] {
     if (typeof f.name !== 'string' || !/^[a-zA-Z0-9_-]{1,64}$/.test(f.name)) throw badRequest(`${at}.function.name must match ^[a-zA-Z0-9_-]{1,64}$`, `${at}.function.name`, 'invalid_value');
     const parameters = f.parameters ?? { type: 'object', properties: {} };
     if (!isObject(parameters)) throw badRequest(`${at}.function.parameters must be a JSON Schema object`, `${at}.function.parameters`, 'invalid_type');
+    // Every tool's, forced or not: the chat template and the grammar walk them recursively.
+    try {
+      checkSchemaLimits(parameters, `${at}.function.parameters`);
+    } catch (err) {
+      if (err instanceof InvalidRequestError) throw badRequest(err.message, `${at}.function.parameters`, 'schema_limit');
+      throw err;
+    }
     return { name: f.name, description: typeof f.description === 'string' ? f.description : undefined, parameters, index: i };
   });
 }
@@ -139,6 +147,12 @@ export function prepareToolMessages(messages: ChatMessage[]): ChatMessage[] {
           }
         }
         if (!isObject(args)) throw badRequest(`${at}.function.arguments must encode a JSON object`, `${at}.function.arguments`, 'invalid_value');
+        try {
+          checkJsonDepth(args, `${at}.function.arguments`); // the template's tojson recurses over it
+        } catch (err) {
+          if (err instanceof InvalidRequestError) throw badRequest(err.message, `${at}.function.arguments`, 'invalid_value');
+          throw err;
+        }
         if (c.id !== undefined && typeof c.id !== 'string') throw badRequest(`${at}.id must be a string`, `${at}.id`, 'invalid_type');
         const id = typeof c.id === 'string' ? c.id : `call_${i}_${j}`;
         open.set(id, f.name);

@@ -70,7 +70,7 @@ describe.each(['qwen2-q4', 'gemma3-q8'])('grammar service over the %s tokenizer'
   it('json_object allows only objects and caches the compiled grammar', async () => {
     const a = service.compile({ type: 'json_object' });
     const b = service.compile({ type: 'json_object' });
-    expect(a).toBe(b);
+    expect(await a).toBe(await b); // the same compiled grammar (by key), compiled once in the worker
     const g = await service.matcher({ type: 'json_object' });
     const first = await g.next();
     if (first.kind !== 'mask') throw new Error('expected a mask');

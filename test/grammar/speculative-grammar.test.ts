@@ -149,8 +149,8 @@ class Counting implements RequestGrammar {
     this.disposed++;
     this.inner.dispose();
   }
-  speculate(): boolean {
-    const wide = this.inner.speculate!();
+  async speculate(): Promise<boolean> {
+    const wide = await this.inner.speculate!();
     return this.force || wide;
   }
   async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
@@ -239,7 +239,7 @@ describe('the matcher: acceptBest is the masked argmax', () => {
         order.splice(rnd(24), 0, stop);
         const k = 1 + rnd(20);
         const candidates = order.slice(0, k);
-        const wasWide = spec.speculate!(); // probes roll back: the state must not change
+        const wasWide = await spec.speculate!(); // probes roll back: the state must not change
         expect(typeof wasWide).toBe('boolean');
         const pick = await spec.acceptBest!(candidates);
         if (next.kind !== 'mask') {
@@ -281,7 +281,7 @@ describe('the matcher: acceptBest is the masked argmax', () => {
     for (const piece of ['{"', 'title', '":"', 'ab', 'c', '","', 'words', '":["']) {
       const before = await g.next();
       expect(before.kind).toBe('mask');
-      if (g.speculate!()) wide++;
+      if (await g.speculate!()) wide++;
       for (let t = 0; t < VOCAB; t += 37) {
         if (before.kind === 'mask' && !isSet(before.bitmask, t) && !text.stopTokenIds.has(t)) expect(await g.acceptBest!([t])).toEqual({ kind: 'miss' });
       }

@@ -1,12 +1,14 @@
 // The grammar service of one model: compiles response formats with xgrammar against the model's
-// vocabulary (cached by schema hash) and hands out one matcher per request. xgrammar is loaded on
-// the first constrained request only, so free-text serving never pays for it.
+// vocabulary (cached by schema hash) and hands out one matcher per request. xgrammar runs in a
+// worker thread (xgrammar-host.ts), started on the first constrained request only, so free-text
+// serving never pays for it; its limits are checked here first (schema-limits.ts).
 import { createHash } from 'node:crypto';
+import { EngineUnavailableError } from '../engine-errors.js';
 import { InvalidRequestError } from '../errors.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
-import { extractNumberRanges, substituteNumberRules } from './number-range.js';
 import type { ResponseFormat } from './response-format.js';
-import { capturing, initWithErrorSink, xgrammar, type XgCompiledGrammar, type XgGrammarCompiler, type XgGrammarMatcher } from './xgrammar.js';
+import { checkSchemaLimits, type WorkerLimits } from './schema-limits.js';
+import { XgrammarHost, type MatcherRecord } from './xgrammar-host.js';
 
 /** The parts of a tokenizer the grammar needs. */
 export interface GrammarTokenizer {
@@ -24,11 +26,21 @@ export interface GrammarServiceOptions {
   stopTokenIds: Iterable<number>;
   /** Compiled grammars kept (by schema hash). */
   cacheSize?: number;
+  /** Tests only: lower time limits for the worker (default GRAMMAR_WORKER_LIMITS). */
+  workerLimits?: Partial<WorkerLimits>;
+  /** Tests only: false sends schemas to xgrammar unchecked (to meet its real traps). */
+  checkLimits?: boolean;
 }
+
+export type GrammarHealth = { status: 'ok' } | { status: 'degraded'; reason: string };
 
 export interface GrammarProvider {
   /** Compiles (or finds cached) and returns a fresh matcher; InvalidRequestError when unsupported. */
   matcher(format: ResponseFormat): Promise<RequestGrammar>;
+  /** Degraded while the grammar engine is being rebuilt (requests still run; they wait for it). */
+  health?(): GrammarHealth;
+  /** Stops its worker (server shutdown). */
+  close?(): Promise<void>;
 }
 
 /** The token strings xgrammar decodes: special and unknown ids become "" (never allowed). */
@@ -61,69 +73,91 @@ function vocabType(tok: GrammarTokenizer): string {
 export class GrammarService implements GrammarProvider {
   private readonly opts: GrammarServiceOptions;
   private readonly stopIds: number[];
-  private compiler: Promise<XgGrammarCompiler> | null = null;
-  private readonly cache = new Map<string, Promise<XgCompiledGrammar>>();
+  private readonly host: XgrammarHost;
+  /** Keys compiled in the worker, least recently used first. */
+  private readonly compiled = new Map<string, true>();
+  /** Schemas refused (unsupported, trapped, too slow), by key: refused again at once. */
+  private readonly refused = new Map<string, Error>();
   private readonly cacheSize: number;
-  private banned: Int32Array | null = null;
-  private speculation: SpeculationTables | null = null;
+  private nextId = 0;
 
   constructor(opts: GrammarServiceOptions) {
     this.opts = opts;
     this.stopIds = [...opts.stopTokenIds].filter((t) => t >= 0 && t < opts.vocabSize);
     this.cacheSize = opts.cacheSize ?? 256;
-  }
-
-  private getCompiler(): Promise<XgGrammarCompiler> {
-    this.compiler ??= initWithErrorSink(async () => {
-      const xg = xgrammar();
+    this.host = new XgrammarHost(opts.workerLimits ?? {}, () => {
       const { tokenizer, vocabSize } = this.opts;
-      const info = await xg.TokenizerInfo.createTokenizerInfo(encodedVocab(tokenizer, vocabSize), vocabType(tokenizer), false, vocabSize, this.stopIds);
-      // Our own cache only: xgrammar's would keep a never-finished entry for a schema it aborted on,
-      // and the next compile of that schema would wait on it forever.
-      return xg.GrammarCompiler.createGrammarCompiler(info, false);
+      const banned = controlTokenMask(tokenizer, vocabSize);
+      const tables = speculationTables(tokenizer, vocabSize, banned, this.stopIds);
+      return { vocab: encodedVocab(tokenizer, vocabSize), vocabType: vocabType(tokenizer), vocabSize, stopIds: this.stopIds, banned, never: tables.never, probes: tables.probes };
     });
-    return this.compiler;
   }
 
-  /** Compiles a response format, cached by the hash of its schema. */
-  compile(format: ResponseFormat): Promise<XgCompiledGrammar> {
+  health(): GrammarHealth {
+    const h = this.host.health();
+    return h.ok ? { status: 'ok' } : { status: 'degraded', reason: h.reason };
+  }
+
+  /** Instances of the grammar engine replaced after a trap or a timeout. */
+  get rebuilds(): number {
+    return this.host.rebuilds;
+  }
+
+  /** Stops the grammar worker; live matchers die with it. */
+  close(): Promise<void> {
+    return this.host.close();
+  }
+
+  /** The schema a format compiles, its JSON, and its cache key. */
+  private prepare(format: ResponseFormat): { text: string; strict: boolean; key: string } {
     // json_object is "any object": the schema {"type":"object"} in non-strict mode, compact.
     const schema = format.type === 'json_object' ? { type: 'object' } : format.schema;
     const strict = format.type === 'json_schema' && format.strict;
+    if (this.opts.checkLimits !== false) checkSchemaLimits(schema); // callers may not have parsed it (tool calls wrap parameters)
     const text = JSON.stringify(schema);
     const key = createHash('sha256').update(`${strict ? 1 : 0}:${text}`).digest('hex');
-    const hit = this.cache.get(key);
-    if (hit) {
-      this.cache.delete(key); // most recently used last
-      this.cache.set(key, hit);
-      return hit;
-    }
-    const compiled = (async () => {
-      const compiler = await this.getCompiler();
-      try {
-        // Compact output: no whitespace anywhere (indent -1, any_whitespace false, tight separators).
-        const ranges = extractNumberRanges(schema);
-        if (ranges.rules.length === 0) return await capturing(() => compiler.compileJSONSchema(text, false, -1, [',', ':'], strict));
-        // Bounded numbers get exact rules of our own (xgrammar's float ranges are unsound).
-        const ebnf = await capturing(() => xgrammar().Testings._jsonSchemaToEBNF(JSON.stringify(ranges.schema), false, -1, [',', ':'], strict));
-        return await capturing(() => compiler.compileGrammar(substituteNumberRules(ebnf, ranges.rules), 'root'));
-      } catch (err) {
-        throw new InvalidRequestError(`response_format: the schema is not supported: ${(err as Error).message}`, 'response_format');
+    return { text, strict, key };
+  }
+
+  /** Compiles a response format in the worker, cached by the hash of its schema. */
+  async compile(format: ResponseFormat): Promise<string> {
+    return (await this.prepareAndCompile(format)).key;
+  }
+
+  private async prepareAndCompile(format: ResponseFormat): Promise<{ text: string; strict: boolean; key: string }> {
+    const prepared = this.prepare(format);
+    const { text, strict, key } = prepared;
+    const refusal = this.refused.get(key);
+    if (refusal !== undefined) throw refusal;
+    try {
+      await this.host.compile(key, text, strict);
+    } catch (err) {
+      if (err instanceof InvalidRequestError) {
+        this.refused.set(key, err);
+        while (this.refused.size > this.cacheSize) this.refused.delete(this.refused.keys().next().value as string);
       }
-    })();
-    this.cache.set(key, compiled);
-    compiled.catch(() => undefined); // a refused schema stays cached: it is refused again at once
-    while (this.cache.size > this.cacheSize) this.cache.delete(this.cache.keys().next().value as string);
-    return compiled;
+      throw err;
+    }
+    this.compiled.delete(key); // most recently used last
+    this.compiled.set(key, true);
+    while (this.compiled.size > this.cacheSize) {
+      const old = this.compiled.keys().next().value as string;
+      this.compiled.delete(old);
+      this.host.evict(old);
+    }
+    return prepared;
   }
 
   async matcher(format: ResponseFormat): Promise<RequestGrammar> {
-    const compiled = await this.compile(format);
-    const xg = xgrammar();
-    const m = await xg.GrammarMatcher.createGrammarMatcher(compiled, this.stopIds, false);
-    this.banned ??= controlTokenMask(this.opts.tokenizer, this.opts.vocabSize);
-    this.speculation ??= speculationTables(this.opts.tokenizer, this.opts.vocabSize, this.banned, this.stopIds);
-    return new XgRequestGrammar(m, this.stopIds, this.banned, this.speculation);
+    const { text, strict, key } = await this.prepareAndCompile(format);
+    const record: MatcherRecord = { id: ++this.nextId, key, schema: text, strict, history: [], dead: null };
+    try {
+      await this.host.create(record);
+    } catch (err) {
+      // Not the request's fault: the instance failed under it (503, retry).
+      throw new EngineUnavailableError(`the grammar engine could not start this request: ${(err as Error).message}`, 'unhealthy', 1);
+    }
+    return new WorkerRequestGrammar(this.host, record);
   }
 }
 
@@ -132,8 +166,6 @@ interface SpeculationTables {
   never: Int32Array;
   /** The ordinary tokens (all the others but stop tokens): the sample speculate() probes a state with. */
   probes: Int32Array;
-  /** The stop tokens, which acceptBest() leaves to the mask. */
-  stops: ReadonlySet<number>;
 }
 
 function speculationTables(tok: GrammarTokenizer, vocabSize: number, banned: Int32Array, stopIds: readonly number[]): SpeculationTables {
@@ -147,7 +179,7 @@ function speculationTables(tok: GrammarTokenizer, vocabSize: number, banned: Int
     if (i >= n || tok.isSpecialId(i)) never[i >> 5]! |= 1 << (i & 31);
     else if (!isSet(banned, i)) probes.push(i);
   }
-  return { never, probes: Int32Array.from(probes), stops };
+  return { never, probes: Int32Array.from(probes) };
 }
 
 function isSet(mask: Int32Array, token: number): boolean {
@@ -155,98 +187,67 @@ function isSet(mask: Int32Array, token: number): boolean {
 }
 
 /**
- * Tokens speculate() tries on a state (each accepted one is rolled back) and how many must fit: a
- * state that allows about a tenth of the vocabulary or more usually speculates. Its mask is the
- * costly kind (many tokens to check), and the model's top 16 usually hold an allowed token.
+ * One request's matcher, living in the worker. accept() stays synchronous: after next() the mask
+ * already says whether the token is allowed (the engine's use), and the worker accepts it in order
+ * with the next op. A token accepted without a fresh mask is checked there; if refused, the
+ * grammar's next verdict is "dead".
  */
-const PROBES = 24;
-const PROBES_TO_SPECULATE = 2;
-
-/** One request's matcher. */
-class XgRequestGrammar implements RequestGrammar {
+class WorkerRequestGrammar implements RequestGrammar {
   private disposed = false;
-  /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
-  private seed = 0x9e3779b9;
+  /** The mask of the state after `maskAt` accepted tokens. */
+  private mask: Int32Array | null = null;
+  private maskAt = -1;
 
   constructor(
-    private readonly m: XgGrammarMatcher,
-    private readonly stopIds: readonly number[],
-    private readonly banned: Int32Array,
-    private readonly tables: SpeculationTables,
+    private readonly host: XgrammarHost,
+    private readonly record: MatcherRecord,
   ) {}
+
+  private async call(op: Parameters<XgrammarHost['call']>[0]) {
+    const r = await this.host.call(op, this.record);
+    if (!r.ok) throw new Error(r.error);
+    return r;
+  }
 
   async next(): Promise<GrammarNext> {
     if (this.disposed) return { kind: 'dead' };
-    if (this.m.isTerminated()) return { kind: 'complete' };
-    const bitmask = await this.m.getNextTokenBitmask();
-    let any = false;
-    let nonStop = false;
-    const stopWords = new Map<number, number>();
-    for (const t of this.stopIds) stopWords.set(t >> 5, (stopWords.get(t >> 5) ?? 0) | (1 << (t & 31)));
-    for (let w = 0; w < bitmask.length; w++) {
-      const v = (bitmask[w]! &= ~(this.banned[w] ?? 0));
-      if (v === 0) continue;
-      any = true;
-      if ((v & ~(stopWords.get(w) ?? 0)) !== 0) nonStop = true;
+    const at = this.record.history.length;
+    const n = (await this.call({ op: 'next', id: this.record.id })).next!;
+    if (n.kind === 'mask' && this.record.history.length === at) {
+      this.mask = n.bitmask;
+      this.maskAt = at;
     }
-    if (!any) return { kind: 'dead' };
-    if (!nonStop) return { kind: 'complete' };
-    return { kind: 'mask', bitmask };
+    return n;
   }
 
   accept(token: number): boolean {
-    if (this.disposed) return false;
-    return this.m.acceptToken(token);
+    if (this.disposed || this.record.dead !== null) return false;
+    if (this.mask !== null && this.maskAt === this.record.history.length && !isSet(this.mask, token)) return false;
+    const at = this.record.history.push(token) - 1;
+    this.mask = null;
+    this.host.call({ op: 'accept', id: this.record.id, token, at }, this.record).catch(() => undefined);
+    return true;
   }
 
-  speculate(): boolean {
-    if (this.disposed || this.m.isTerminated()) return false;
-    // Forced characters ahead (a key, a separator): one or two tokens fit, a ranked guess would miss.
-    if (this.m.findJumpForwardString() !== '') return false;
-    // The share of the vocabulary the state allows, estimated from a few ordinary tokens (each
-    // accepted one is rolled back): narrow states (numbers, enums, string ends) keep their mask.
-    let fit = 0;
-    for (let i = 0; i < PROBES && fit < PROBES_TO_SPECULATE; i++) {
-      this.seed = (Math.imul(this.seed, 1664525) + 1013904223) >>> 0;
-      if (this.m.acceptToken(this.tables.probes[this.seed % this.tables.probes.length]!)) {
-        this.m.rollBack(1);
-        fit++;
-      }
-    }
-    return fit >= PROBES_TO_SPECULATE;
+  async speculate(): Promise<boolean> {
+    if (this.disposed) return false;
+    return (await this.call({ op: 'speculate', id: this.record.id })).wide === true;
   }
 
   async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
     if (this.disposed) return { kind: 'dead' };
-    for (let i = 0; i < candidates.length; i++) {
-      const t = candidates[i]!;
-      // Accepting a stop token cannot be undone, and a state that allows only stop tokens ends without
-      // one: the mask tells these apart (this happens at the end of the output only).
-      if (this.tables.stops.has(t)) return this.pickWithMask(candidates.slice(i));
-      if (isSet(this.tables.never, t)) continue; // no mask allows these (next() clears banned ones)
-      // A rejected token leaves the matcher as it was.
-      if (this.m.acceptToken(t)) return { kind: 'token', token: t };
+    const pick = (await this.call({ op: 'acceptBest', id: this.record.id, candidates: [...candidates] })).pick!;
+    if (pick.kind === 'token') {
+      this.record.history.push(pick.token);
+      this.mask = null;
     }
-    return { kind: 'miss' };
-  }
-
-  /** The first of `candidates` the mask allows, accepted; or what next() says of the state. */
-  private async pickWithMask(candidates: readonly number[]): Promise<GrammarPick> {
-    const next = await this.next();
-    if (next.kind !== 'mask') return next;
-    if (this.disposed) return { kind: 'dead' }; // the request ended while the mask was computed
-    for (const t of candidates) {
-      if (!isSet(next.bitmask, t)) continue;
-      if (!this.m.acceptToken(t)) throw new Error(`the grammar's mask allows token ${t} but its matcher rejects it`);
-      return { kind: 'token', token: t };
-    }
-    return { kind: 'miss' };
+    return pick;
   }
 
   dispose(): void {
     if (this.disposed) return;
     this.disposed = true;
-    this.m.dispose();
+    this.host.release(this.record);
   }
 }
 

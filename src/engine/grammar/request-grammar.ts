@@ -24,9 +24,10 @@ export interface RequestGrammar {
    * Exact speculation for greedy rows (optional): true when the next state looks wide enough that
    * the model's top unmasked candidates probably include an allowed token, so the engine may skip
    * the mask this step and call acceptBest. (After a miss the engine redoes the token with the mask
-   * without asking.)
+   * without asking.) A promise when the matcher lives in another thread (the engine awaits all
+   * rows' together).
    */
-  speculate?(): boolean;
+  speculate?(): boolean | Promise<boolean>;
   /**
    * Takes the first allowed token of `candidates` (the sampler's ranking of the unmasked logits, best
    * first, ties lower id first): every better-ranked token is disallowed, so it is the masked argmax.

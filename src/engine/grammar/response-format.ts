@@ -1,6 +1,7 @@
 // response_format of a request, checked: json_object, or json_schema with the schema subset the
 // grammar enforces. Shared by the server (request bodies) and the CLI (--schema, --json-object).
 import { InvalidRequestError } from '../errors.js';
+import { checkSchemaLimits } from './schema-limits.js';
 import { checkSchemaSupported } from './schema-support.js';
 import { isObject } from '../is-object.js';
 
@@ -19,6 +20,7 @@ export function parseResponseFormat(raw: unknown): ResponseFormat | null {
   if (js.name !== undefined && typeof js.name !== 'string') throw bad('response_format.json_schema.name must be a string');
   if (js.strict !== undefined && js.strict !== null && typeof js.strict !== 'boolean') throw bad('response_format.json_schema.strict must be a boolean');
   const schema = js.schema ?? {};
+  checkSchemaLimits(schema); // first: the walks after it recurse
   checkSchemaSupported(schema);
   return { type: 'json_schema', name: typeof js.name === 'string' ? js.name : 'schema', schema, strict: js.strict === true };
 }

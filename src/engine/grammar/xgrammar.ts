@@ -85,7 +85,31 @@ export async function initWithErrorSink<T>(fn: () => Promise<T>): Promise<T> {
   }
 }
 
-/** Runs fn; when it throws, the error carries what xgrammar printed (its real reason). */
+/**
+ * A WebAssembly trap (out-of-bounds access, unreachable, a stack overflow inside wasm, an abort
+ * with no reason printed): the instance's memory can no longer be trusted and it must be replaced.
+ */
+export class XgrammarTrap extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'XgrammarTrap';
+  }
+}
+
+const TRAP_TEXT = /memory access out of bounds|unreachable|table index|call stack|out of memory|null function/i;
+
+/** Whether an error thrown by a call into xgrammar (that printed nothing) is a trap. */
+export function isTrap(err: unknown): boolean {
+  if (err instanceof XgrammarTrap) return true;
+  const message = err instanceof Error ? err.message : String(err);
+  return err instanceof WebAssembly.RuntimeError || err instanceof RangeError || TRAP_TEXT.test(message);
+}
+
+/**
+ * Runs fn; when it throws, the error carries what xgrammar printed (its real reason). A failure with
+ * nothing printed that looks like a trap is thrown as XgrammarTrap; one xgrammar explained (its C++
+ * checks print, then abort) leaves the instance usable.
+ */
 export async function capturing<T>(fn: () => Promise<T>): Promise<T> {
   const prev = capture;
   const lines: string[] = [];
@@ -97,7 +121,9 @@ export async function capturing<T>(fn: () => Promise<T>): Promise<T> {
       .filter((l) => !l.startsWith('Aborted('))
       .map((l) => l.replace(/^\[FATAL\]\s*\S*:\d+:\s*/, ''))
       .join('; ');
-    throw new Error(printed || (err instanceof Error ? err.message : String(err)));
+    const message = err instanceof Error ? err.message : String(err);
+    if (printed === '' && (isTrap(err) || message.startsWith('Aborted('))) throw new XgrammarTrap(message);
+    throw new Error(printed || message);
   } finally {
     capture = prev;
   }
