@@ -65,7 +65,10 @@ export class ConnectionGuard {
   private open = 0;
   private rejecting = 0;
   private readonly overLimit = new WeakSet<Socket>();
-  private readonly busy = new WeakSet<Socket>();
+  /** Responses in flight per socket (pipelined requests can overlap). */
+  private readonly busy = new WeakMap<Socket, number>();
+  /** Sockets to close once their responses are out (garbage arrived behind a request). */
+  private readonly closeWhenIdle = new WeakSet<Socket>();
 
   constructor(
     private readonly http: Server,
@@ -74,6 +77,10 @@ export class ConnectionGuard {
     http.keepAliveTimeout = limits.keepAliveTimeoutMs;
     http.prependListener('connection', (socket: Socket) => this.onConnection(socket));
     http.on('clientError', (err: NodeJS.ErrnoException, socket: Socket) => this.onClientError(err, socket));
+    // Without listeners node drops CONNECT and Upgrade sockets with no answer.
+    const refuse = (_req: unknown, socket: Socket) => this.answerAndClose(socket, rawJsonResponse(405, 'Method Not Allowed', 'method_not_allowed', 'CONNECT and protocol upgrades are not supported'));
+    http.on('connect', refuse);
+    http.on('upgrade', refuse);
   }
 
   get connections(): number {
@@ -86,8 +93,12 @@ export class ConnectionGuard {
 
   /** Marks a socket as writing a response until `done` fires. */
   responding(socket: Socket, done: (cb: () => void) => void): void {
-    this.busy.add(socket);
-    done(() => this.busy.delete(socket));
+    this.busy.set(socket, (this.busy.get(socket) ?? 0) + 1);
+    done(() => {
+      const left = (this.busy.get(socket) ?? 1) - 1;
+      this.busy.set(socket, left);
+      if (left === 0 && this.closeWhenIdle.has(socket)) socket.destroySoon();
+    });
   }
 
   private onConnection(socket: Socket): void {
@@ -106,8 +117,13 @@ export class ConnectionGuard {
   }
 
   private onClientError(err: NodeJS.ErrnoException, socket: Socket): void {
-    if (!socket.writable || this.busy.has(socket) || err.code === 'ECONNRESET') {
+    if (!socket.writable || err.code === 'ECONNRESET') {
       socket.destroy();
+      return;
+    }
+    if ((this.busy.get(socket) ?? 0) > 0) {
+      // Let the answer in flight finish; the bytes after it are not a request worth answering.
+      this.closeWhenIdle.add(socket);
       return;
     }
     const timeout = err.code === 'ERR_HTTP_REQUEST_TIMEOUT';
@@ -121,6 +137,10 @@ export class ConnectionGuard {
       : err.code === 'HPE_HEADER_OVERFLOW'
         ? rawJsonResponse(431, 'Request Header Fields Too Large', 'headers_too_large', 'the request headers are too large')
         : rawJsonResponse(400, 'Bad Request', 'bad_http_request', `the request is not valid HTTP/1.1 (${err.code ?? err.message})`);
+    this.answerAndClose(socket, response);
+  }
+
+  private answerAndClose(socket: Socket, response: string): void {
     socket.end(response);
     // Do not wait on a client that never reads: the answer is best-effort.
     setTimeout(() => socket.destroy(), 1_000).unref();

@@ -44,6 +44,22 @@ describe('hostile HTTP', () => {
     expect((await raw(s.url, '/health')).status).toBe(200);
   });
 
+  it('answers the request in front of garbage, CONNECT and upgrades, instead of dropping the socket', async () => {
+    // Content-Length short by 5: the rest parses as a broken second request behind the first.
+    const body = JSON.stringify({ prompt: 'hello', max_tokens: 2 });
+    const short = await exchange(s.url, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length - 5}\r\n\r\n${body}`);
+    expect(statusOf(short)).toBe(400);
+    expect(codeOf(short)).toBe('invalid_json');
+    // A GET with a body and no Content-Length: the body is the garbage.
+    const get = await exchange(s.url, `GET /nope HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n${body}`);
+    expect(statusOf(get)).toBe(404);
+    const connectReply = await exchange(s.url, 'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n');
+    expect(statusOf(connectReply)).toBe(405);
+    const upgrade = await exchange(s.url, 'GET /v1/models HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    expect(statusOf(upgrade)).toBe(405);
+    expect((await raw(s.url, '/health')).status).toBe(200);
+  });
+
   it('answers malformed HTTP with a JSON 400 and closes', async () => {
     for (const bytes of ['GARBAGE\r\n\r\n', 'GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n', 'GET / HTTP/1.1\r\nBad Header\r\n\r\n']) {
       const reply = await exchange(s.url, bytes);
