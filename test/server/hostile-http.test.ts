@@ -60,6 +60,16 @@ describe('hostile HTTP', () => {
     expect((await raw(s.url, '/health')).status).toBe(200);
   });
 
+  it('closes a stream socket when its client asked for Connection: close', async () => {
+    const body = JSON.stringify({ prompt: 'hello', max_tokens: 3, stream: true });
+    const t0 = Date.now();
+    const reply = await exchange(s.url, `POST /v1/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+    expect(statusOf(reply)).toBe(200);
+    expect(reply).toContain('data: [DONE]');
+    // Not held for the keep-alive timeout (5 s): closed as soon as the stream ends.
+    expect(Date.now() - t0).toBeLessThan(2500);
+  });
+
   it('answers malformed HTTP with a JSON 400 and closes', async () => {
     for (const bytes of ['GARBAGE\r\n\r\n', 'GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n', 'GET / HTTP/1.1\r\nBad Header\r\n\r\n']) {
       const reply = await exchange(s.url, bytes);
