@@ -2,6 +2,7 @@
 // the qwen2-q4 fixture through the native addon, real xgrammar: no 5xx (but "busy" 503s), none
 // unanswered, and afterwards /health, a json_schema request and a forced tool call still work.
 // Long runs: `npm run bench:fuzz -- --requests 5000 --seed 7` (src/bench/fuzz.ts).
+import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { formatReport, runFuzz } from '../../src/bench/fuzz/fuzz-run.js';
@@ -35,6 +36,19 @@ describe.skipIf(!nativeAvailable())('fuzz: hostile requests against a real serve
   afterAll(async () => {
     await srv?.close(2000);
     model?.remove();
+  });
+
+  it('takes its connection limits from the serve options (a silent socket closes within --headers-timeout 1)', async () => {
+    const { hostname, port } = new URL(srv.url);
+    const t0 = Date.now();
+    const closedAfter = await new Promise<number>((resolve) => {
+      const sock = connect(Number(port), hostname);
+      sock.resume(); // read the 408 and the FIN: a paused socket never sees the close
+      sock.on('close', () => resolve(Date.now() - t0));
+      sock.on('error', () => undefined);
+      setTimeout(() => sock.destroy(), 10_000).unref();
+    });
+    expect(closedAfter).toBeLessThan(1000 + 1500);
   });
 
   it(`seed ${SEED}, ${REQUESTS} requests at concurrency 8: no 5xx, none unanswered, grammar working after`, { timeout: 110_000 }, async () => {
