@@ -26,6 +26,9 @@ export interface Failure {
 
 export interface FuzzReport {
   seed: number;
+  /** The generator's sizes: a replay needs the same ones to rebuild the same request. */
+  maxBodyBytes: number;
+  hugeBytes: number;
   sent: number;
   byStatus: Record<string, number>;
   failures: Failure[];
@@ -129,7 +132,7 @@ export async function runFuzz(o: FuzzOptions, onProgress: (done: number, total: 
   const after = await checkAfter(o.url, o.model);
   failures.sort((a, b) => a.index - b.index);
   const slowest = timed.sort((a, b) => b.ms - a.ms).slice(0, 10);
-  return { seed: o.seed, sent: indices.length, byStatus, failures, slowest, after, seconds: Math.round((performance.now() - t0) / 100) / 10 };
+  return { seed: o.seed, maxBodyBytes: o.maxBodyBytes, hugeBytes: o.hugeBytes, sent: indices.length, byStatus, failures, slowest, after, seconds: Math.round((performance.now() - t0) / 100) / 10 };
 }
 
 /** The report as text: counts by status, then each failure with its replay command. */
@@ -143,8 +146,10 @@ export function formatReport(r: FuzzReport): string {
         .join(' '),
   );
   lines.push(`  failures: ${r.failures.length}`);
+  const replay = `node bench/run.js fuzz --seed ${r.seed} --max-body-bytes ${r.maxBodyBytes} --huge-bytes ${r.hugeBytes} --only`;
+  if (r.failures.length > 0) lines.push(`  replay one: ${replay} INDEX`);
   for (const f of r.failures.slice(0, 50)) {
-    lines.push(`  #${f.index} ${f.kind}: ${f.why} (${f.outcome.ms} ms) -- replay: node bench/run.js fuzz --seed ${r.seed} --only ${f.index}`);
+    lines.push(`  #${f.index} ${f.kind}: ${f.why} (${f.outcome.ms} ms)`);
     lines.push(`      response: ${f.outcome.excerpt.replace(/\s+/g, ' ').slice(0, 200)}`);
     lines.push(`      request: ${f.request.replace(/\r\n/g, ' | ').slice(0, 200)}`);
   }
