@@ -42,12 +42,14 @@ export async function main(argv: string[]): Promise<number> {
   const dir = values.model ?? (existsSync(fixture) ? fixture : join(packageRoot(), 'models', 'tiny-vlm'));
   const served = values['served-model'] ?? 'fuzz';
   const copy = values.url ? null : shortContextCopy(dir, intOption(values.context, 'context', 4096));
-  const running = copy === null
-    ? null
-    : await startServer(copy.dir, { port: 0, threads: 2, kvCacheMemory: 64 << 20, maxNumSeqs: 16, servedModelName: served, maxBodyBytes, shutdownGrace: 5, headersTimeout: 5, bodyIdleTimeout: 5 });
-  const url = values.url ?? running!.url;
-  process.stderr.write(`fuzzing ${url} (${values.url ? 'external' : dir})\n`);
+  let running: Awaited<ReturnType<typeof startServer>> | null = null;
   try {
+    if (copy !== null) {
+      const limits = { headersTimeout: 5, bodyIdleTimeout: 5 };
+      running = await startServer(copy.dir, { port: 0, threads: 2, kvCacheMemory: 64 << 20, maxNumSeqs: 16, servedModelName: served, maxBodyBytes, shutdownGrace: 5, ...limits });
+    }
+    const url = values.url ?? running!.url;
+    process.stderr.write(`fuzzing ${url} (${values.url ? 'external' : dir})\n`);
     const report = await runFuzz(
       {
         url,
