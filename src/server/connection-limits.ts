@@ -14,6 +14,8 @@ export interface ConnectionLimits {
   keepAliveTimeoutMs: number;
   /** Open connections at most; past it a new connection's request gets 503 and the socket is closed. */
   maxConnections: number;
+  /** Longest time a response may sit unsent because its client stopped reading (slow-read attack). */
+  sendStallTimeoutMs: number;
 }
 
 export const CONNECTION_DEFAULTS: Readonly<ConnectionLimits> = {
@@ -22,7 +24,11 @@ export const CONNECTION_DEFAULTS: Readonly<ConnectionLimits> = {
   bodyTimeoutMs: 60_000,
   keepAliveTimeoutMs: 5_000,
   maxConnections: 1024,
+  sendStallTimeoutMs: 60_000,
 };
+
+/** Bytes the kernel took (bytesWritten counts what is still queued in node too). */
+const sent = (s: Socket) => s.bytesWritten - s.writableLength;
 
 /** Sockets past the limit waiting for their 503, at most; beyond, new ones are dropped at once. */
 const REJECT_BACKLOG = 64;
@@ -69,6 +75,9 @@ export class ConnectionGuard {
   private readonly busy = new WeakMap<Socket, number>();
   /** Sockets to close once their responses are out (garbage arrived behind a request). */
   private readonly closeWhenIdle = new WeakSet<Socket>();
+  /** Sockets with a response in flight -> when their output last moved (or had nothing queued). */
+  private readonly sending = new Map<Socket, { at: number; bytes: number }>();
+  private stallTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly http: Server,
@@ -94,11 +103,43 @@ export class ConnectionGuard {
   /** Marks a socket as writing a response until `done` fires. */
   responding(socket: Socket, done: (cb: () => void) => void): void {
     this.busy.set(socket, (this.busy.get(socket) ?? 0) + 1);
+    this.watchSends(socket);
     done(() => {
       const left = (this.busy.get(socket) ?? 1) - 1;
       this.busy.set(socket, left);
+      if (left === 0) this.sending.delete(socket);
       if (left === 0 && this.closeWhenIdle.has(socket)) socket.destroySoon();
     });
+  }
+
+  /** Stops the stall check (server closing). */
+  stop(): void {
+    clearInterval(this.stallTimer);
+    this.stallTimer = undefined;
+  }
+
+  /**
+   * A client that stops reading leaves output queued in node (once the kernel buffers are full) and
+   * its socket held forever: nothing times out while a response is in flight. One timer checks
+   * every responding socket and closes those whose queued output has not moved for the limit.
+   */
+  private watchSends(socket: Socket): void {
+    this.sending.set(socket, { at: performance.now(), bytes: sent(socket) });
+    socket.once('close', () => this.sending.delete(socket));
+    if (this.stallTimer) return;
+    const every = Math.max(10, Math.min(1_000, Math.floor(this.limits.sendStallTimeoutMs / 4)));
+    this.stallTimer = setInterval(() => {
+      const now = performance.now();
+      for (const [s, last] of this.sending) {
+        if (s.writableLength === 0 || sent(s) !== last.bytes) this.sending.set(s, { at: now, bytes: sent(s) });
+        else if (now - last.at >= this.limits.sendStallTimeoutMs) {
+          this.sending.delete(s);
+          s.destroy();
+        }
+      }
+      if (this.sending.size === 0) this.stop();
+    }, every);
+    this.stallTimer.unref();
   }
 
   private onConnection(socket: Socket): void {

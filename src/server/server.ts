@@ -262,6 +262,7 @@ export function createServer(options: ServerOptions): RapidServer {
       // Give the last responses a moment to flush, then drop whatever is left.
       await new Promise((r) => setTimeout(r, 50));
       http.closeAllConnections();
+      guard.stop();
       await closed;
     },
   };

@@ -183,3 +183,33 @@ describe('cross-site requests on a keyless server', () => {
     }
   });
 });
+
+describe('a client that stops reading', () => {
+  it('has its socket closed once its queued output has not moved for the send-stall limit', { timeout: 60_000 }, async () => {
+    // A long stream (about 10 MB of SSE) fills the loopback buffers of a client that reads nothing.
+    const s = await startFakeServer({ contextLength: 40_000, blockSize: 64, numBlocks: 700 }, {}, { limits: { sendStallTimeoutMs: 500 } });
+    try {
+      const body = JSON.stringify({ prompt: 'go', max_tokens: 39_000, stream: true, logprobs: 5 });
+      const sock = await open(s.url);
+      const t0 = Date.now();
+      sock.pause();
+      sock.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${body.length}\r\n\r\n${body}`);
+      sock.on('error', () => undefined);
+      // A paused client never sees its close: watch the server's side of the connection instead.
+      const serverSockets = () => new Promise<number>((r) => s.server.http.getConnections((_, n) => r(n)));
+      await sleep(200);
+      expect(await serverSockets()).toBe(1);
+      let closedAt: number | null = null;
+      while (closedAt === null && Date.now() - t0 < 40_000) {
+        await sleep(100);
+        if ((await serverSockets()) === 0) closedAt = Date.now() - t0;
+      }
+      sock.destroy();
+      expect(closedAt).not.toBeNull();
+      const st = (await raw(s.url, '/v1/status')).json();
+      expect(st.running).toBe(0);
+    } finally {
+      await s.server.close(100);
+    }
+  });
+});

@@ -43,6 +43,7 @@ export interface ServeOptions {
   bodyTimeout?: number; // seconds
   bodyIdleTimeout?: number; // seconds
   keepAliveTimeout?: number; // seconds
+  sendStallTimeout?: number; // seconds
   maxConnections?: number;
   corsOrigin?: string[];
   requireJsonContentType?: boolean;
@@ -98,6 +99,7 @@ function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLi
     bodyTimeoutMs: ms(opts.bodyTimeout),
     bodyIdleTimeoutMs: ms(opts.bodyIdleTimeout),
     keepAliveTimeoutMs: ms(opts.keepAliveTimeout),
+    sendStallTimeoutMs: ms(opts.sendStallTimeout),
     maxConnections: opts.maxConnections,
   };
   return Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined));
@@ -192,6 +194,7 @@ export function registerServe(program: Command): void {
     .option('--body-timeout <s>', 'seconds a client gets to send the whole request body', parseSecondsOption('--body-timeout'), CONNECTION_DEFAULTS.bodyTimeoutMs / 1000)
     .option('--body-idle-timeout <s>', 'seconds a request body may stall before a 408', parseSecondsOption('--body-idle-timeout'), CONNECTION_DEFAULTS.bodyIdleTimeoutMs / 1000)
     .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection is kept', parseSecondsOption('--keep-alive-timeout'), CONNECTION_DEFAULTS.keepAliveTimeoutMs / 1000)
+    .option('--send-stall-timeout <s>', 'seconds a response may wait on a client that stopped reading before its connection is closed', parseSecondsOption('--send-stall-timeout'), CONNECTION_DEFAULTS.sendStallTimeoutMs / 1000)
     .option('--max-connections <n>', 'open connections at most; past it requests get 503 and the connection is closed', parsePositiveInt('--max-connections'), CONNECTION_DEFAULTS.maxConnections)
     .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may POST to a server without --api-key; repeatable, * for any', collect)
     .option('--require-json-content-type', 'without --api-key, refuse POSTs that do not send Content-Type: application/json (curl -d without -H included)', false)
