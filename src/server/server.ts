@@ -90,7 +90,7 @@ function digest(s: string): Buffer {
 
 /**
  * Reads the whole body; past the limit it keeps draining (so the client sees the 413) but keeps
- * nothing. A body that goes quiet for idleMs, or is not all in after totalMs, is a 408.
+ * nothing. A body that goes quiet for bodyIdleTimeoutMs, or is not all in after bodyTimeoutMs, is a 408.
  */
 function readBody(req: IncomingMessage, limit: number, l: ConnectionLimits): Promise<Buffer> {
   return new Promise((resolve, reject) => {
@@ -102,16 +102,17 @@ function readBody(req: IncomingMessage, limit: number, l: ConnectionLimits): Pro
       reject(tooLarge());
       return;
     }
-    const timedOut = (why: string) => () => {
-      reject(new HttpError(408, `the request body ${why}; send the whole body promptly`, 'invalid_request_error', null, 'body_timeout'));
+    const timedOut = (why: () => string) => () => {
+      reject(new HttpError(408, `the request body ${why()} (${size} bytes received); send the whole body promptly`, 'invalid_request_error', null, 'body_timeout'));
       req.pause();
     };
-    const total = setTimeout(timedOut(`was not complete after ${l.bodyTimeoutMs} ms (${size} bytes received)`), l.bodyTimeoutMs);
-    let idle = setTimeout(timedOut(`stalled: no bytes for ${l.bodyIdleTimeoutMs} ms`), l.bodyIdleTimeoutMs);
+    const stalled = timedOut(() => `stalled: no bytes for ${l.bodyIdleTimeoutMs} ms`);
+    const total = setTimeout(timedOut(() => `was not complete after ${l.bodyTimeoutMs} ms`), l.bodyTimeoutMs);
+    let idle = setTimeout(stalled, l.bodyIdleTimeoutMs);
     const settle = () => (clearTimeout(total), clearTimeout(idle));
     req.on('data', (c: Buffer) => {
       clearTimeout(idle);
-      idle = setTimeout(timedOut(`stalled: no bytes for ${l.bodyIdleTimeoutMs} ms`), l.bodyIdleTimeoutMs);
+      idle = setTimeout(stalled, l.bodyIdleTimeoutMs);
       size += c.length;
       if (size <= limit) chunks.push(c);
       else if (size > HARD_BODY_LIMIT) req.destroy();

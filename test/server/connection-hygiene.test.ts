@@ -97,6 +97,7 @@ describe('connection limits over real sockets', () => {
     expect(o.closedAfterMs!).toBeLessThan(1200 + 1500);
     expect(o.data).toMatch(/^HTTP\/1\.1 408/);
     expect(jsonBody(o.data).error.code).toBe('body_timeout');
+    expect(jsonBody(o.data).error.message).toMatch(/not complete after 1200 ms \([1-9]\d* bytes received\)/);
   });
 
   it('closes an idle keep-alive connection after its limit', async () => {
