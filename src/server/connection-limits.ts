@@ -125,7 +125,6 @@ export class ConnectionGuard {
    */
   private watchSends(socket: Socket): void {
     this.sending.set(socket, { at: performance.now(), bytes: sent(socket) });
-    socket.once('close', () => this.sending.delete(socket));
     if (this.stallTimer) return;
     const every = Math.max(10, Math.min(1_000, Math.floor(this.limits.sendStallTimeoutMs / 4)));
     this.stallTimer = setInterval(() => {
@@ -143,6 +142,7 @@ export class ConnectionGuard {
   }
 
   private onConnection(socket: Socket): void {
+    socket.once('close', () => this.sending.delete(socket));
     if (this.open < this.limits.maxConnections) {
       this.open++;
       socket.once('close', () => this.open--);

@@ -70,6 +70,21 @@ describe('hostile HTTP', () => {
     expect(Date.now() - t0).toBeLessThan(2500);
   });
 
+  it('serves 30 requests on one keep-alive socket without piling up listeners', async () => {
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on('warning', onWarning);
+    try {
+      const requests = Array.from({ length: 30 }, () => 'GET /health HTTP/1.1\r\nHost: x\r\n\r\n').join('');
+      const reply = await exchange(s.url, requests + 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n');
+      expect(reply.match(/HTTP\/1\.1 200/g)?.length).toBe(31);
+      await new Promise((r) => setImmediate(r));
+      expect(warnings).not.toContain('MaxListenersExceededWarning');
+    } finally {
+      process.off('warning', onWarning);
+    }
+  });
+
   it('answers malformed HTTP with a JSON 400 and closes', async () => {
     for (const bytes of ['GARBAGE\r\n\r\n', 'GET / HTTP/1.1\r\nHost: x\r\nContent-Length: -5\r\n\r\n', 'GET / HTTP/1.1\r\nBad Header\r\n\r\n']) {
       const reply = await exchange(s.url, bytes);
