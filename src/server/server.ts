@@ -13,6 +13,8 @@ import { parseChatRequest, parseCompletionRequest } from './validate.js';
 import { loadRequestImages } from './images.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
+import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
+import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
 
 export interface ServerOptions {
   engine: EngineLike;
@@ -26,6 +28,12 @@ export interface ServerOptions {
   log?: (line: string) => void;
   /** Structured output (response_format json_object / json_schema). */
   grammar?: GrammarProvider;
+  /** Header/body/keep-alive timeouts and the connection limit (defaults in connection-limits.ts). */
+  limits?: Partial<ConnectionLimits>;
+  /** Origins a keyless server accepts POSTs from (see cross-site.ts). */
+  corsOrigins?: readonly string[];
+  /** A keyless server refuses POSTs without a JSON content type (curl -d's form type included). */
+  requireJsonContentType?: boolean;
 }
 
 export interface RapidServer {
@@ -59,12 +67,34 @@ function sendJson(res: ServerResponse, status: number, body: unknown, headers: R
   res.end(text);
 }
 
+const invalidUrl = (url: string) => badRequest(`the request URL is not valid: ${JSON.stringify(url.slice(0, 200))}`, null, 'invalid_url');
+
+/** The route path of a request target (trailing slashes dropped); null when it does not parse. */
+function routePath(url: string): string | null {
+  try {
+    return new URL(url, 'http://localhost').pathname.replace(/\/+$/, '') || '/';
+  } catch {
+    return null;
+  }
+}
+
+function decodePath(segment: string): string {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    throw invalidUrl(segment);
+  }
+}
+
 function digest(s: string): Buffer {
   return createHash('sha256').update(s).digest();
 }
 
-/** Reads the whole body; past the limit it keeps draining (so the client sees the 413) but keeps nothing. */
-function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
+/**
+ * Reads the whole body; past the limit it keeps draining (so the client sees the 413) but keeps
+ * nothing. A body that goes quiet for bodyIdleTimeoutMs, or is not all in after bodyTimeoutMs, is a 408.
+ */
+function readBody(req: IncomingMessage, limit: number, l: ConnectionLimits): Promise<Buffer> {
   return new Promise((resolve, reject) => {
     const declared = Number(req.headers['content-length'] ?? NaN);
     const chunks: Buffer[] = [];
@@ -74,23 +104,34 @@ function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
       reject(tooLarge());
       return;
     }
+    const timedOut = (why: () => string) => () => {
+      reject(new HttpError(408, `the request body ${why()} (${size} bytes received); send the whole body promptly`, 'invalid_request_error', null, 'body_timeout'));
+      req.pause();
+    };
+    const stalled = timedOut(() => `stalled: no bytes for ${l.bodyIdleTimeoutMs} ms`);
+    const total = setTimeout(timedOut(() => `was not complete after ${l.bodyTimeoutMs} ms`), l.bodyTimeoutMs);
+    let idle = setTimeout(stalled, l.bodyIdleTimeoutMs);
+    const settle = () => (clearTimeout(total), clearTimeout(idle));
     req.on('data', (c: Buffer) => {
+      clearTimeout(idle);
+      idle = setTimeout(stalled, l.bodyIdleTimeoutMs);
       size += c.length;
       if (size <= limit) chunks.push(c);
       else if (size > HARD_BODY_LIMIT) req.destroy();
     });
-    req.on('end', () => (size > limit ? reject(tooLarge()) : resolve(Buffer.concat(chunks))));
-    req.on('error', reject);
+    req.on('end', () => (settle(), size > limit ? reject(tooLarge()) : resolve(Buffer.concat(chunks))));
+    req.on('error', (err) => (settle(), reject(err)));
     req.on('close', () => {
+      settle();
       if (!req.complete) reject(size > limit ? tooLarge() : new HttpError(400, 'the request body was cut off', 'invalid_request_error', null, 'incomplete_body'));
     });
   });
 }
 
-/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default).
- * Its shape is checked first, without recursion or parsing (json-shape.ts). */
-async function readJson(req: IncomingMessage, limit: number, maxJsonValues: number): Promise<unknown> {
-  const body = await readBody(req, limit);
+/** Parses the body as JSON whatever its Content-Type (curl -d sends form-urlencoded by default; cross-site.ts
+ * decides who may). Its shape is checked first, without recursion or parsing (json-shape.ts). */
+async function readJson(req: IncomingMessage, limit: number, l: ConnectionLimits, maxJsonValues: number): Promise<unknown> {
+  const body = await readBody(req, limit, l);
   const { maxJsonDepth, maxJsonObjects } = REQUEST_LIMITS;
   const shape = jsonShapeProblem(body, { maxDepth: maxJsonDepth, maxObjects: maxJsonObjects, maxValues: maxJsonValues });
   if (shape?.kind === 'depth') {
@@ -114,6 +155,8 @@ export function createServer(options: ServerOptions): RapidServer {
   const maxBody = options.maxBodyBytes ?? 8 * 1024 * 1024;
   // A prompt of token ids has up to a context's worth of values.
   const maxJsonValues = Math.max(REQUEST_LIMITS.maxJsonValues, 2 * model.contextLength);
+  const limits = resolveConnectionLimits(options.limits);
+  const crossSite: CrossSitePolicy = { allowedOrigins: options.corsOrigins ?? [], requireJsonContentType: options.requireJsonContentType ?? false };
   const keyDigest = options.apiKey ? digest(options.apiKey) : null;
   const metrics = new ServerMetrics();
   const log = options.log ?? (() => undefined);
@@ -152,10 +195,14 @@ export function createServer(options: ServerOptions): RapidServer {
       });
     }
     if (path.startsWith('/v1/models/') && method === 'GET') {
-      const id = decodeURIComponent(path.slice('/v1/models/'.length));
+      const id = decodePath(path.slice('/v1/models/'.length));
       if (id !== model.id) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
       sendJson(res, 200, modelCard());
       return;
+    }
+    if (!keyDigest) {
+      const refusal = crossSiteRefusal(req, crossSite);
+      if (refusal) throw refusal;
     }
     const allowed = ROUTES[path];
     if (!allowed) throw notFound(`no route ${method} ${path}`);
@@ -177,7 +224,7 @@ export function createServer(options: ServerOptions): RapidServer {
       }
       case '/v1/chat/completions':
       case '/v1/completions': {
-        const body = await readJson(req, maxBody, maxJsonValues);
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
         const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
@@ -187,18 +234,30 @@ export function createServer(options: ServerOptions): RapidServer {
     }
   }
 
-  const http = createHttpServer((req, res) => {
-    const path = (new URL(req.url ?? '/', 'http://localhost').pathname.replace(/\/+$/, '') || '/');
+  const http = createHttpServer(httpServerOptions(limits), (req, res) => {
+    guard.responding(req.socket, (done) => res.once('close', done));
+    if (guard.isOverLimit(req.socket)) {
+      const e = new HttpError(503, `the server is at its limit of ${limits.maxConnections} connections; retry shortly`, 'server_error', null, 'too_many_connections', { 'retry-after': '1' });
+      metrics.countHttp('other', 503);
+      sendJson(res, 503, e.body(), { ...e.headers, connection: 'close' });
+      return;
+    }
+    const path = routePath(req.url ?? '/');
+    if (path === null) {
+      metrics.countHttp('other', 400);
+      sendJson(res, 400, invalidUrl(req.url ?? '').body(), req.complete ? {} : { connection: 'close' });
+      return;
+    }
     const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : 'other';
     res.on('finish', () => metrics.countHttp(label, res.statusCode));
     route(req, res, path).catch((err: unknown) => {
       const e = toHttpError(err);
       if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path}: ${(err as Error)?.stack ?? String(err)}`);
-      // A 413 leaves the rest of an oversized body unread: close rather than reuse the socket.
-      sendJson(res, e.status, e.body(), e.status === 413 ? { ...e.headers, connection: 'close' } : { ...e.headers });
+      // An answer before the body is all in (413, 408, a refusal) leaves it unread: close rather than reuse the socket.
+      sendJson(res, e.status, e.body(), e.status === 413 || !req.complete ? { ...e.headers, connection: 'close' } : { ...e.headers });
     });
   });
-  http.keepAliveTimeout = 5_000;
+  const guard = new ConnectionGuard(http, limits);
 
   return {
     http,
@@ -223,6 +282,7 @@ export function createServer(options: ServerOptions): RapidServer {
       // Give the last responses a moment to flush, then drop whatever is left.
       await new Promise((r) => setTimeout(r, 50));
       http.closeAllConnections();
+      guard.stop();
       await closed;
       await options.grammar?.close?.(); // the grammar worker thread
     },

@@ -14,8 +14,8 @@ export class SseWriter {
   open(): void {
     this.res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
+      // No explicit connection header: it would override a client's Connection: close and hold its socket.
       'cache-control': 'no-cache',
-      connection: 'keep-alive',
       'x-accel-buffering': 'no',
     });
     this.res.flushHeaders();

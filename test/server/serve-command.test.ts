@@ -19,11 +19,13 @@ describe('rapid serve', () => {
     registerServe(program);
     const serve = program.commands.find((c) => c.name() === 'serve')!;
     const flags = serve.options.map((o) => o.long);
-    for (const f of ['--host', '--port', '--api-key', '--max-num-seqs', '--max-batched-tokens', '--kv-cache-memory', '--max-waiting', '--step-timeout', '--no-prefix-cache']) {
+    for (const f of ['--host', '--port', '--api-key', '--max-num-seqs', '--max-batched-tokens', '--kv-cache-memory', '--max-waiting', '--step-timeout', '--no-prefix-cache', '--headers-timeout', '--body-timeout', '--body-idle-timeout', '--keep-alive-timeout', '--send-stall-timeout', '--max-connections', '--cors-origin', '--require-json-content-type']) {
       expect(flags).toContain(f);
     }
     await expect(program.parseAsync(['node', 'rapid', 'serve', 'x', '--port', 'abc'])).rejects.toThrow(/--port expects an integer/);
     await expect(program.parseAsync(['node', 'rapid', 'serve', 'x', '--kv-cache-memory', 'huge'])).rejects.toThrow(/expected a size/);
+    await expect(program.parseAsync(['node', 'rapid', 'serve', 'x', '--headers-timeout', '0'])).rejects.toThrow(/--headers-timeout expects a positive number of seconds/);
+    await expect(program.parseAsync(['node', 'rapid', 'serve', 'x', '--max-connections', '0'])).rejects.toThrow(/--max-connections must be at least 1/);
   });
 
   it('says what is wrong with a bad model directory', async () => {

@@ -16,6 +16,7 @@ import type { NativeDevice } from '../../native/types.js';
 import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
+import { CONNECTION_DEFAULTS, type ConnectionLimits } from '../../server/connection-limits.js';
 
 export interface ServeOptions {
   host: string;
@@ -39,6 +40,14 @@ export interface ServeOptions {
   maxImagesPerRequest: number;
   imageFetchTimeout: number; // seconds
   encoderCacheMemory: number; // bytes
+  headersTimeout?: number; // seconds
+  bodyTimeout?: number; // seconds
+  bodyIdleTimeout?: number; // seconds
+  keepAliveTimeout?: number; // seconds
+  sendStallTimeout?: number; // seconds
+  maxConnections?: number;
+  corsOrigin?: string[];
+  requireJsonContentType?: boolean;
   /** Sampling defaults below the model's generation_config (e.g. the catalog's recommendation). */
   recommended?: SamplingDefaults;
 }
@@ -62,6 +71,39 @@ export function parseByteSize(value: string): number {
   const bytes = Math.floor(Number(m[1]) * unit);
   if (bytes <= 0) throw new InvalidArgumentError(`size must be positive, got "${value}"`);
   return bytes;
+}
+
+/** Seconds, fractions allowed (tests use short limits), > 0. */
+function parseSecondsOption(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} expects a positive number of seconds, got "${value}"`);
+    return n;
+  };
+}
+
+function parsePositiveInt(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = parseIntOption(flag)(value);
+    if (n <= 0) throw new InvalidArgumentError(`${flag} must be at least 1, got "${value}"`);
+    return n;
+  };
+}
+
+const collect = (value: string, previous: string[] = []) => [...previous, value];
+
+/** The serve options in seconds -> the server's limits in ms; unset ones keep their defaults. */
+function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLimits> {
+  const ms = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1000));
+  const given: Partial<ConnectionLimits> = {
+    headersTimeoutMs: ms(opts.headersTimeout),
+    bodyTimeoutMs: ms(opts.bodyTimeout),
+    bodyIdleTimeoutMs: ms(opts.bodyIdleTimeout),
+    keepAliveTimeoutMs: ms(opts.keepAliveTimeout),
+    sendStallTimeoutMs: ms(opts.sendStallTimeout),
+    maxConnections: opts.maxConnections,
+  };
+  return Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined));
 }
 
 /** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
@@ -106,6 +148,9 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     },
     apiKey: opts.apiKey,
     maxBodyBytes,
+    limits: connectionLimitsFrom(opts),
+    corsOrigins: opts.corsOrigin,
+    requireJsonContentType: opts.requireJsonContentType,
     log,
     grammar: grammarServiceFor(model.text, model.info.vocabSize),
   });
@@ -158,6 +203,14 @@ export function registerServe(program: Command): void {
     .option('--max-images-per-request <n>', 'images one request may carry', parseIntOption('--max-images-per-request'), IMAGE_DEFAULTS.maxImagesPerRequest)
     .option('--image-fetch-timeout <s>', 'seconds a remote image fetch may take', parseIntOption('--image-fetch-timeout'), IMAGE_DEFAULTS.fetchTimeoutMs / 1000)
     .option('--encoder-cache-memory <size>', 'image embeddings kept for reuse, by content hash', parseByteSize, 256 * 1024 * 1024)
+    .option('--headers-timeout <s>', 'seconds a client gets to send the request headers; slower sockets get 408 and are closed', parseSecondsOption('--headers-timeout'), CONNECTION_DEFAULTS.headersTimeoutMs / 1000)
+    .option('--body-timeout <s>', 'seconds a client gets to send the whole request body', parseSecondsOption('--body-timeout'), CONNECTION_DEFAULTS.bodyTimeoutMs / 1000)
+    .option('--body-idle-timeout <s>', 'seconds a request body may stall before a 408', parseSecondsOption('--body-idle-timeout'), CONNECTION_DEFAULTS.bodyIdleTimeoutMs / 1000)
+    .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection is kept', parseSecondsOption('--keep-alive-timeout'), CONNECTION_DEFAULTS.keepAliveTimeoutMs / 1000)
+    .option('--send-stall-timeout <s>', 'seconds a response may wait on a client that stopped reading before its connection is closed', parseSecondsOption('--send-stall-timeout'), CONNECTION_DEFAULTS.sendStallTimeoutMs / 1000)
+    .option('--max-connections <n>', 'open connections at most; past it requests get 503 and the connection is closed', parsePositiveInt('--max-connections'), CONNECTION_DEFAULTS.maxConnections)
+    .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may POST to a server without --api-key; repeatable, * for any', collect)
+    .option('--require-json-content-type', 'without --api-key, refuse POSTs that do not send Content-Type: application/json (curl -d without -H included)', false)
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
       checkPrecision(opts.precision);
