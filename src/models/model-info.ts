@@ -1,7 +1,7 @@
 // `models info`: what a model is (architecture, parameters, quantization, context, modalities,
 // files), read from a downloaded snapshot's config.json and safetensors headers, else from the
 // hub's file list and config.json, else from the catalog alone.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CatalogEntry, Modality, RecommendedSampling } from './catalog.js';
 import { ModelError, OfflineError } from './errors.js';
@@ -11,6 +11,7 @@ import { HubClient } from './hub-client.js';
 import { hubEnv, type Env, type HubEnv } from './hub-env.js';
 import { resolveSpec } from './resolve-spec.js';
 import { readSafetensorsHeader } from './safetensors-header.js';
+import { readConfigJson, validateCheckpoint } from './validate-checkpoint.js';
 
 export interface ModelInfo {
   spec: string;
@@ -155,7 +156,9 @@ export function inspectModelDir(dir: string, spec = dir): ModelInfo {
   info.sizeBytes = info.files.reduce((a, f) => a + f.sizeBytes, 0);
   const cfgPath = join(dir, 'config.json');
   if (existsSync(cfgPath)) {
-    const config = JSON.parse(readFileSync(cfgPath, 'utf8')) as Json;
+    const config = readConfigJson(dir) as Json;
+    // A checkpoint whose config and tensors disagree is reported, not described with wrong numbers.
+    if (info.files.some((f) => f.name.endsWith('.safetensors'))) validateCheckpoint(dir);
     fromConfig(info, config);
     const counted = countParams(dir, config);
     if (counted) {

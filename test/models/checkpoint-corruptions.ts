@@ -164,8 +164,8 @@ export function corruptionsOf(fixture: string, fixtureDir: string): Corruption[]
     );
     add('tensor-dtype', name, (dir) =>
       rewriteTensors(at(dir), (m) => {
-        // Same byte count under another dtype of the same width, so only the dtype is wrong.
-        const swap: Record<string, string> = { F32: 'I32', BF16: 'F16', F16: 'BF16', U32: 'F32', I32: 'F32', U8: 'I8' };
+        // Same byte count under a dtype of the same width the loader must refuse here (codes as floats, floats as ints).
+        const swap: Record<string, string> = { F32: 'I32', BF16: 'I16', F16: 'I16', U32: 'F32', I32: 'F32', U8: 'I8' };
         m.set(name, { ...t, dtype: swap[t.dtype] ?? 'U8' });
       }),
     );

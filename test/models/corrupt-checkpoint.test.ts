@@ -53,25 +53,62 @@ export const UNUSED_CONFIG_KEYS: Record<string, string> = {
   bos_token_id: 'special tokens come from the tokenizer files',
   eos_token_id: 'stop tokens come from generation_config.json and the tokenizer',
   pad_token_id: 'padding is never used (rows are ragged)',
+  boi_token_id: 'image markers come from the tokenizer (src/vision/processor.ts)',
+  eoi_token_id: 'image markers come from the tokenizer',
+  boi_token_index: 'image markers come from the tokenizer',
+  eoi_token_index: 'image markers come from the tokenizer',
+  vision_start_token_id: 'image markers come from the tokenizer',
+  vision_end_token_id: 'image markers come from the tokenizer',
 };
 
-/** Missing keys with a default the runtime shares with transformers: the config stays valid. */
-export const OPTIONAL_CONFIG_KEYS: Record<string, string> = {};
+/** Absent keys with a default the runtime shares with transformers: the config is still what it was meant to be. */
+export const OPTIONAL_CONFIG_KEYS: Record<string, string> = {
+  image_token_id: "the image token comes from the tokenizer; config.json's id is only cross-checked when present",
+  image_token_index: "the image token comes from the tokenizer; config.json's id is only cross-checked when present",
+  partial_rotary_factor: 'absent: the whole head rotates, as in transformers',
+  llama_4_scaling_beta: 'absent: no Llama-4 query scaling, as in transformers',
+  layer_norm_eps: 'absent: 1e-6, the SigLIP default',
+  in_channels: 'absent: 3 (RGB), the class default',
+  num_channels: 'absent: 3 (RGB), the class default',
+  rms_norm_eps: 'absent: 1e-6, the transformers default of every supported class',
+  head_dim: 'absent: hidden_size / num_attention_heads, as transformers (a mismatch then fails on the tensor shapes)',
+  max_window_layers: 'read only with use_sliding_window, false in every fixture',
+  sliding_window: 'absent: unused (use_sliding_window false / layer_types) or the Gemma class default',
+  window_size: 'absent: 112 pixels, the Qwen2.5-VL class default',
+};
+
+/** Keys whose values are floats: x + 0.5 is another valid setting, not a corruption. */
+const FLOAT_KEYS = new Set(['rope_theta', 'factor', 'rope_local_base_freq', 'partial_rotary_factor', 'beta_fast', 'beta_slow', 'mscale', 'mscale_all_dim', 'llama_4_scaling_beta', 'query_pre_attn_scalar', 'final_logit_softcapping', 'low_freq_factor', 'high_freq_factor', 'rms_norm_eps', 'layer_norm_eps']);
 
 export function harmless(r: Result): string | undefined {
   const c = r.c;
+  const key = leaf(c.target);
   if (c.cls.startsWith('config-')) {
-    const why = UNUSED_CONFIG_KEYS[leaf(c.target)];
+    const why = UNUSED_CONFIG_KEYS[key];
     if (why) return why;
-    if (c.cls === 'config-missing' && OPTIONAL_CONFIG_KEYS[leaf(c.target)]) return OPTIONAL_CONFIG_KEYS[leaf(c.target)];
+    if (c.cls === 'config-missing' && OPTIONAL_CONFIG_KEYS[key]) return OPTIONAL_CONFIG_KEYS[key];
+    // Gemma's per-layer-type RoPE objects default to theta 1e6 (full) and 1e4 (sliding), as transformers does.
+    if (c.cls === 'config-missing' && key === 'rope_theta' && /(full|sliding)_attention/.test(c.target)) return 'Gemma per-layer-type RoPE default';
+    if (c.cls === 'config-missing' && key === 'rope_theta' && c.target.startsWith('vision_config.')) return 'absent: 10000, the vision towers\' class default';
+    if (c.cls === 'config-missing' && key === 'max_position_embeddings' && c.fixture.includes('gemma')) return 'absent: 131072, the Gemma class default';
+    if (c.cls === 'config-fraction' && FLOAT_KEYS.has(key)) return 'a float field: x + 0.5 is a valid value';
+    // Every fixture has use_sliding_window false, so max_window_layers is not read; 0 is still a valid value.
+    if (c.cls === 'config-zero' && key === 'max_window_layers') return 'max_window_layers applies only with use_sliding_window';
   }
+  // A one-element tensor (gemma4's clip bounds) holds the same value in any shape.
+  if (c.cls === 'tensor-reshaped' && /_(min|max)$/.test(c.target)) return 'one-element tensor: any shape holds the same value';
   return undefined;
 }
 
 /** The error must name what is wrong: the config key, the tensor, or the file. */
 export function namesTarget(c: Corruption, message: string): boolean {
-  if (c.cls.startsWith('tensor-') || c.cls.startsWith('file-') || c.cls === 'offsets-past-end' || c.cls === 'header-length-huge')
-    return message.includes(c.target) || (c.cls === 'tensor-renamed' && message.includes(c.target.replace(/(\.[a-z_]+)$/, '_x$1')));
+  if (c.cls.startsWith('tensor-')) {
+    // The tensor, its renamed copy, or its module (native names modules: "vision_tower.blocks.1.attn.proj: ...").
+    const module = c.target.replace(/\.(weight|bias|scales|biases)$/, '');
+    const named = (m: string): boolean => new RegExp(`${m.replace(/\./g, '\\.')}(\\.weight)?[: ]`).test(message);
+    return message.includes(c.target) || message.includes(c.target.replace(/(\.[a-z_]+)$/, '_x$1')) || named(module) || named(module.replace(/\.linear$/, ''));
+  }
+  if (c.cls.startsWith('file-') || c.cls === 'offsets-past-end' || c.cls === 'header-length-huge') return message.includes(c.target);
   if (c.cls === 'family-unknown') return message.includes('FooBarForCausalLM');
   if (c.cls.startsWith('config-garbage') || c.cls === 'config-not-object') return message.includes('config.json');
   return message.includes(leaf(c.target));
