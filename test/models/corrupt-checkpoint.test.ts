@@ -127,11 +127,15 @@ function summarize(results: Result[]): string {
   return [...byClass].map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join('\n');
 }
 
+function pick(): Corruption[] {
+  const all = FIXTURES.flatMap((f) => corruptionsOf(f, join(ROOT, f)));
+  return PER_CLASS > 0 ? FIXTURES.flatMap((f, i) => sample(all.filter((c) => c.fixture === f), PER_CLASS, SEED + i)) : all;
+}
+
 describe('corrupted model directories', () => {
   it('never signal, hang or load silently; errors name the field or tensor', { timeout: 600_000 }, async () => {
     expect(existsSync(resolve(import.meta.dirname, '..', '..', 'dist', 'engine', 'text-model.js')), 'run npm run compile first').toBe(true);
-    const all = FIXTURES.flatMap((f) => corruptionsOf(f, join(ROOT, f)));
-    const picked = PER_CLASS > 0 ? FIXTURES.flatMap((f, i) => sample(all.filter((c) => c.fixture === f), PER_CLASS, SEED + i)) : all;
+    const picked = pick();
     const results = await runCorruptions(picked, (f) => join(ROOT, f));
     const classes = new Set(picked.map((c) => c.cls));
     console.log(`${picked.length} corruptions, ${classes.size} classes, ${FIXTURES.length} fixtures (seed ${SEED})\n${summarize(results)}`);
@@ -143,6 +147,17 @@ describe('corrupted model directories', () => {
         (r.outcome === 'loaded' && !harmless(r)) ||
         (r.outcome === 'error' && (!namesTarget(r.c, r.message ?? '') || LEAKS.test(r.message ?? ''))),
     );
+    expect(bad.map((r) => `${r.c.id}: ${r.outcome} ${r.signal ?? ''} ${r.message ?? ''}`.slice(0, 400))).toEqual([]);
+  });
+
+  // Defence in depth: the same corruptions straight into the addon, no TypeScript validation in front.
+  // Loads are allowed here (validation is the gate); signals, hangs and C++ library messages are not.
+  it('the bare addon never signals, hangs or leaks C++ library messages', { timeout: 600_000 }, async () => {
+    const results = await runCorruptions(pick(), (f) => join(ROOT, f), 'native');
+    const counts: Record<string, number> = {};
+    for (const r of results) counts[r.outcome] = (counts[r.outcome] ?? 0) + 1;
+    console.log(`bare addon: ${results.length} corruptions ${JSON.stringify(counts)}`);
+    const bad = results.filter((r) => r.outcome === 'signal' || r.outcome === 'hang' || r.outcome === 'generator' || (r.outcome === 'error' && LEAKS.test(r.message ?? '')));
     expect(bad.map((r) => `${r.c.id}: ${r.outcome} ${r.signal ?? ''} ${r.message ?? ''}`.slice(0, 400))).toEqual([]);
   });
 });

@@ -6,6 +6,9 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { copyDir, type Corruption } from './checkpoint-corruptions.js';
 
+/** 'library': openTextModel (validation + native); 'native': the addon alone. */
+export type LoadMode = 'library' | 'native';
+
 export type Outcome = 'error' | 'loaded' | 'signal' | 'hang' | 'generator';
 
 export interface Result {
@@ -27,9 +30,9 @@ interface Line {
 }
 
 /** Runs dirs[from..] in one child; resolves with the per-index lines seen and how the child ended. */
-function runChild(listFile: string, perLoadMs: number): Promise<{ lines: Line[]; signal?: string; hung: boolean }> {
+function runChild(listFile: string, perLoadMs: number, mode: LoadMode): Promise<{ lines: Line[]; signal?: string; hung: boolean }> {
   return new Promise((done) => {
-    const child = spawn(process.execPath, [CHILD, listFile], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [CHILD, listFile, mode], { stdio: ['ignore', 'pipe', 'pipe'] });
     const lines: Line[] = [];
     let buf = '';
     let hung = false;
@@ -57,7 +60,7 @@ function runChild(listFile: string, perLoadMs: number): Promise<{ lines: Line[];
   });
 }
 
-export async function runCorruptions(corruptions: Corruption[], fixtureDir: (fixture: string) => string, perLoadMs = 20_000): Promise<Result[]> {
+export async function runCorruptions(corruptions: Corruption[], fixtureDir: (fixture: string) => string, mode: LoadMode = 'library', perLoadMs = 20_000): Promise<Result[]> {
   const root = mkdtempSync(join(tmpdir(), 'rapid-corrupt-'));
   try {
     const results: (Result | undefined)[] = new Array(corruptions.length);
@@ -78,7 +81,7 @@ export async function runCorruptions(corruptions: Corruption[], fixtureDir: (fix
       if (!pending.length) break;
       const listFile = join(root, `list-${from}.json`);
       writeFileSync(listFile, JSON.stringify(pending.map((p) => p.d)));
-      const run = await runChild(listFile, perLoadMs);
+      const run = await runChild(listFile, perLoadMs, mode);
       let last = -1;
       for (const l of run.lines) {
         if (l.start !== undefined) {
