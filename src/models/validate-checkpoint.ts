@@ -209,13 +209,14 @@ function checkDecoder(c: CheckedConfig, e: Expect, m: string, head: string | und
         for (const n of experts) e.seen.add(n);
       }
     } else {
-      const fw = `${w}intermediate_size ${t.ffn}, ${hiddenWhy}`;
+      const dense = x ? `; layer ${i} is dense (${w}decoder_sparse_step, ${w}mlp_only_layers)` : '';
+      const fw = `${w}intermediate_size ${t.ffn}, ${hiddenWhy}${dense}`;
       expectModule(e, `${p}.mlp.gate_proj`, [t.ffn, t.hidden], fw);
       expectModule(e, `${p}.mlp.up_proj`, [t.ffn, t.hidden], fw);
       expectModule(e, `${p}.mlp.down_proj`, [t.hidden, t.ffn], fw);
     }
   }
-  checkNoExtras(c, e, m);
+  checkNoExtras(c, e, m, `${w}attention_bias, ${w}num_hidden_layers${t.experts ? `, ${t.experts.countKey}, ${w}decoder_sparse_step, ${w}mlp_only_layers` : ''}`);
 }
 
 /** Gemma 4's decoder (native/src/models/gemma4.cpp): per-layer head_dim / KV heads (sliding vs full layers,
@@ -300,14 +301,14 @@ function checkGemma4(c: CheckedConfig, e: Expect, m: string): void {
     }
     if (anyScalar) expectVector(e, `${p}.layer_scalar`, 1, 'the other layers have one');
   }
-  checkNoExtras(c, e, m);
+  checkNoExtras(c, e, m, `${w}hidden_size_per_layer_input, ${w}num_kv_shared_layers, ${w}enable_moe_block`);
 }
 
-function checkNoExtras(c: CheckedConfig, e: Expect, m: string): void {
-  const w = c.text.where;
+/** Tensors under the decoder's layers that no expectation claimed: the config describes another model. */
+function checkNoExtras(c: CheckedConfig, e: Expect, m: string, fields: string): void {
   for (const name of e.tensors.keys())
     if (name.startsWith(`${m}.layers.`) && !e.seen.has(name))
-      fail(`unexpected tensor ${name}: the ${c.arch} decoder does not read it with this config.json (check attention_bias, ${w}num_hidden_layers and the expert settings)`);
+      fail(`unexpected tensor ${name}: the ${c.arch} decoder does not read it with this config.json (check ${fields})`);
 }
 
 /** The tower's layer prefix (e.g. "vision_tower.blocks.", "vision_tower.vision_model.encoder.layers."), if any. */
@@ -329,7 +330,7 @@ export function validateCheckpoint(dir: string): CheckedConfig {
   if (!m) fail(`missing tensor model.embed_tokens.weight (no text decoder found: tried prefixes ${DECODER_PREFIXES.map((p) => `${p}.`).join(', ')})`);
   checkLayerCount(tensors, `${m}.layers.`, t.layers, `${t.where}num_hidden_layers`);
   const head = t.tie ? undefined : HEAD_PREFIXES.find((h) => tensors.has(`${h}.weight`) || tensors.has(`${h}.scales`));
-  if (!t.tie && t.tieExplicit && !head) fail(`missing tensor lm_head.weight: config.json says tie_word_embeddings is false`);
+  if (!t.tie && t.tieExplicit && !head) fail(`missing tensor ${HEAD_PREFIXES.map((h) => `${h}.weight`).join(' or ')}: config.json says tie_word_embeddings is false`);
   if (checked.spec.decoder === 'generic') checkDecoder(checked, { tensors, quant: checked.quant, seen: new Set() }, m, head);
   else checkGemma4(checked, { tensors, quant: checked.quant, seen: new Set() }, m);
   if (checked.vision) {

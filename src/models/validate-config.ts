@@ -133,9 +133,13 @@ function checkRope(rp: unknown, path: string, spec: FamilySpec, headDim: number,
   // Gemma nests one object per layer type.
   for (const sub of ['full_attention', 'sliding_attention']) if (rp[sub] !== undefined) checkRope(rp[sub], `${path}.${sub}`, spec, headDim, headDimWhy);
   const f = new Fields(rp, `${path}.`);
+  const type = rp.rope_type ?? rp.type;
+  // Scaled RoPE types have no meaningful default factor (transformers refuses them without one).
+  if (typeof type === 'string' && ['linear', 'llama3', 'yarn', 'dynamic'].includes(type) && !f.has('factor')) fail(`${path}.factor is missing (rope_type "${type}" needs it)`);
   if (f.has('rope_theta')) f.float('rope_theta', { min: 0, max: LIM.maxRopeTheta, openMin: true });
+  // mscale 0 is valid (no attention scaling); the others divide or bound frequencies and must be positive.
   for (const k of ['factor', 'low_freq_factor', 'high_freq_factor', 'beta_fast', 'beta_slow', 'mscale', 'mscale_all_dim'])
-    if (f.has(k)) f.float(k, { min: 0, max: LIM.maxRopeFactor, openMin: k === 'factor' || k === 'low_freq_factor' || k === 'high_freq_factor' });
+    if (f.has(k)) f.float(k, { min: 0, max: LIM.maxRopeFactor, openMin: !k.startsWith('mscale') });
   if (f.has('partial_rotary_factor')) f.float('partial_rotary_factor', { min: 0, max: 1, openMin: true });
   if (f.has('llama_4_scaling_beta')) f.float('llama_4_scaling_beta', { min: 0, max: LIM.maxRopeFactor });
   if (f.has('original_max_position_embeddings')) f.int('original_max_position_embeddings', { min: 1, max: LIM.maxPositions });
@@ -169,7 +173,9 @@ function checkText(config: Json, spec: FamilySpec): TextDims {
   f.int('max_position_embeddings', { min: 1, max: LIM.maxPositions, def: spec.textDefaults?.max_position_embeddings });
   // transformers' rope_theta defaults differ by class and version: a config that omits it is ambiguous.
   const ropeObjs = [text.rope_parameters, text.rope_scaling, config.rope_parameters].filter(isObject);
-  if (spec.decoder === 'generic' && !spec.textDefaults && !f.has('rope_theta') && !ropeObjs.some((r) => typeof r.rope_theta === 'number'))
+  if (nested && typeof config.rope_theta !== 'undefined') new Fields(config, '').float('rope_theta', { min: 0, max: LIM.maxRopeTheta, openMin: true });
+  const thetaAnywhere = f.has('rope_theta') || typeof config.rope_theta === 'number' || ropeObjs.some((r) => typeof r.rope_theta === 'number');
+  if (spec.decoder === 'generic' && !spec.textDefaults && !thetaAnywhere)
     fail(`${where}rope_theta is missing (expected a number in (0, ${LIM.maxRopeTheta}], at the top level or in rope_parameters)`);
   for (const k of ['rms_norm_eps', 'layer_norm_eps']) if (f.has(k)) f.float(k, { min: 0, max: LIM.maxEps, openMin: true });
   for (const k of ['rope_theta', 'rope_local_base_freq']) if (f.has(k)) f.float(k, { min: 0, max: LIM.maxRopeTheta, openMin: true });
@@ -219,6 +225,8 @@ function checkExperts(text: Json, f: Fields, where: string, layers: number): Tex
 }
 
 function checkGemma4Text(text: Json, f: Fields, where: string, layers: number, heads: number, vocab: number): void {
+  // Absent means "no cap" to the loader but Gemma's class default is a cap: the config must say which (null = none).
+  if (!('final_logit_softcapping' in text)) fail(`${where}final_logit_softcapping is missing (a number, or null for no soft-capping)`);
   if (f.has('hidden_size_per_layer_input')) f.int('hidden_size_per_layer_input', { min: 0, max: LIM.maxHidden });
   if (f.has('vocab_size_per_layer_input')) f.int('vocab_size_per_layer_input', { min: 1, max: LIM.maxVocab });
   if (f.has('num_kv_shared_layers')) f.int('num_kv_shared_layers', { min: 0, max: layers - 1 });

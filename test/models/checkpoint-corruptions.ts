@@ -118,6 +118,7 @@ export function corruptionsOf(fixture: string, fixtureDir: string): Corruption[]
     const v = getPath(config, keys) as number;
     for (const cls of CONFIG_VALUE_CLASSES) {
       if (cls === 'fraction' && !Number.isInteger(v)) continue;
+      if (cls !== 'missing' && badValue(cls, v) === v) continue; // e.g. zero of a 0: no corruption at all
       add(`config-${cls}`, keys.join('.'), (dir) => editConfig(dir, keys, badValue(cls, v), cls === 'missing'));
     }
   }

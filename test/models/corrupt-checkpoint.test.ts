@@ -8,6 +8,7 @@ import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { corruptionsOf, sample, type Corruption } from './checkpoint-corruptions.js';
 import { runCorruptions, type Result } from './run-corruptions.js';
+import { FAMILIES } from '../../src/models/family-table.js';
 
 const ROOT = resolve(import.meta.dirname, '..', 'fixtures');
 // One fixture per family; the quantized ones so codes/scales/biases and quantization config are covered.
@@ -75,6 +76,35 @@ export const OPTIONAL_CONFIG_KEYS: Record<string, string> = {
   max_window_layers: 'read only with use_sliding_window, false in every fixture',
   sliding_window: 'absent: unused (use_sliding_window false / layer_types) or the Gemma class default',
   window_size: 'absent: 112 pixels, the Qwen2.5-VL class default',
+  beta_fast: 'absent: 32, the YaRN default in transformers',
+  beta_slow: 'absent: 1, the YaRN default in transformers',
+  mscale: 'absent: 1, the YaRN default in transformers',
+  mscale_all_dim: 'absent: 0, the YaRN default in transformers',
+  spatial_merge_size: 'absent: 2, the Mistral 3 class default (Qwen towers require it)',
+  image_size: 'absent: derived from the position-embedding table',
+  num_position_embeddings: 'absent: read from the position-embedding table',
+  vision_feature_layer: 'absent: -1 (the last layer), the class default',
+  pooling_kernel_size: 'absent: 3, the Gemma 4 vision default',
+  position_embedding_size: 'absent: read from the position-embedding table',
+  num_key_value_heads: 'absent: num_attention_heads (no grouping), as transformers; a mismatch fails on the k/v shapes',
+  decoder_sparse_step: 'absent: 1 (every layer MoE), the class default',
+  num_experts_per_tok: 'absent: 8, the class default (checked against the expert count)',
+  vocab_size_per_layer_input: 'read only with hidden_size_per_layer_input > 0 (0 in the MoE fixture)',
+  num_kv_shared_layers: 'absent: 0, the class default; a mismatch fails on the k/v tensors',
+  bits: 'absent per module: the global bits; a different width fails the codes/scales shape check',
+  group_size: 'absent per module: the global group size; a different one fails the codes/scales shape check',
+};
+
+/** Valid values among the generated ones: they change the model the way a user might, not corrupt it. */
+const VALID_VALUES: Record<string, (cls: string) => boolean> = {
+  fullatt_block_indexes: (cls) => cls === 'config-zero', // layer 0 is a valid index
+  deepstack_visual_indexes: (cls) => cls === 'config-zero',
+  image_token_index: (cls) => cls === 'config-zero', // a valid token id; the image token comes from the tokenizer
+  image_token_id: (cls) => cls === 'config-zero',
+  mscale: (cls) => cls === 'config-zero', // no attention scaling
+  mscale_all_dim: (cls) => cls === 'config-zero',
+  llama_4_scaling_beta: (cls) => cls === 'config-zero', // scaling off
+  _sliding_window_pattern: () => true, // private transformers bookkeeping next to layer_types: never read
 };
 
 /** Keys whose values are floats: x + 0.5 is another valid setting, not a corruption. */
@@ -87,6 +117,10 @@ export function harmless(r: Result): string | undefined {
     const why = UNUSED_CONFIG_KEYS[key];
     if (why) return why;
     if (c.cls === 'config-missing' && OPTIONAL_CONFIG_KEYS[key]) return OPTIONAL_CONFIG_KEYS[key];
+    if (VALID_VALUES[key]?.(c.cls)) return 'a valid value';
+    const defaults = Object.values(FAMILIES).find((f) => f.textDefaults && c.fixture.includes(f.family))?.textDefaults;
+    if (c.cls === 'config-missing' && defaults?.[key] !== undefined) return 'absent: the class default (transformers writes config.json as a diff against it)';
+    if (c.cls === 'config-missing' && key === 'rope_local_base_freq' && c.fixture.includes('gemma3')) return 'absent: 10000, the Gemma 3 class default';
     // Gemma's per-layer-type RoPE objects default to theta 1e6 (full) and 1e4 (sliding), as transformers does.
     if (c.cls === 'config-missing' && key === 'rope_theta' && /(full|sliding)_attention/.test(c.target)) return 'Gemma per-layer-type RoPE default';
     if (c.cls === 'config-missing' && key === 'rope_theta' && c.target.startsWith('vision_config.')) return 'absent: 10000, the vision towers\' class default';
