@@ -127,11 +127,11 @@ export function configFamily(config: Json): { arch: string; spec: FamilySpec } {
   return { arch: hit[0], spec: hit[1] };
 }
 
-function checkRope(rp: unknown, path: string, spec: FamilySpec, headDim: number, headDimWhy = `head_dim ${headDim}`): void {
+function checkRope(rp: unknown, path: string, headDim: number, headDimWhy = `head_dim ${headDim}`): void {
   if (rp === undefined || rp === null) return;
   if (!isObject(rp)) fail(`${path} is ${JSON.stringify(rp)}: expected an object`);
   // Gemma nests one object per layer type.
-  for (const sub of ['full_attention', 'sliding_attention']) if (rp[sub] !== undefined) checkRope(rp[sub], `${path}.${sub}`, spec, headDim, headDimWhy);
+  for (const sub of ['full_attention', 'sliding_attention']) if (rp[sub] !== undefined) checkRope(rp[sub], `${path}.${sub}`, headDim, headDimWhy);
   const f = new Fields(rp, `${path}.`);
   const type = rp.rope_type ?? rp.type;
   // Scaled RoPE types have no meaningful default factor (transformers refuses them without one).
@@ -184,11 +184,11 @@ function checkText(config: Json, spec: FamilySpec): TextDims {
   if (f.has('sliding_window')) f.int('sliding_window', { min: 1, max: LIM.maxPositions });
   if (f.has('sliding_window_pattern')) f.int('sliding_window_pattern', { min: 1, max: LIM.maxLayers });
   if (f.has('max_window_layers')) f.int('max_window_layers', { min: 0, max: LIM.maxLayers });
-  for (const k of ['rope_parameters', 'rope_scaling']) checkRope(text[k], `${where}${k}`, spec, headDim, headDimWhy);
+  for (const k of ['rope_parameters', 'rope_scaling']) checkRope(text[k], `${where}${k}`, headDim, headDimWhy);
   if (spec.mrope) {
     const has = [text, config].some((c) => ['rope_parameters', 'rope_scaling'].some((k) => isObject(c[k]) && (c[k] as Json).mrope_section !== undefined));
     if (!has) fail(`${where}rope_parameters.mrope_section is missing (this architecture uses 3-axis mRoPE)`);
-    if (nested) for (const k of ['rope_parameters', 'rope_scaling']) checkRope(config[k], k, spec, headDim, headDimWhy);
+    if (nested) for (const k of ['rope_parameters', 'rope_scaling']) checkRope(config[k], k, headDim, headDimWhy);
   }
   const lt = text.layer_types;
   if (lt !== undefined && lt !== null) {
@@ -308,7 +308,7 @@ function checkVision(config: Json, family: VisionFamily, textHidden: number, voc
   for (const k of ['num_channels', 'in_channels', 'in_chans']) if (f.has(k)) f.int(k, { min: 1, max: LIM.maxChannels });
   for (const k of ['layer_norm_eps', 'rms_norm_eps']) if (f.has(k)) f.float(k, { min: 0, max: LIM.maxEps, openMin: true });
   if (f.has('rope_theta')) f.float('rope_theta', { min: 0, max: LIM.maxRopeTheta, openMin: true });
-  if (vc.rope_parameters !== undefined) checkRope(vc.rope_parameters, 'vision_config.rope_parameters', FAMILIES.Qwen2ForCausalLM as FamilySpec, 0);
+  if (vc.rope_parameters !== undefined) checkRope(vc.rope_parameters, 'vision_config.rope_parameters', 0); // no mrope_section in towers
   if (f.has('image_size')) {
     const image = f.int('image_size', { min: 1, max: LIM.maxImageSize });
     if (image % patch !== 0) fail(`vision_config.image_size ${image} is not a multiple of vision_config.patch_size ${patch}`);
