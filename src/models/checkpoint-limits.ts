@@ -18,6 +18,7 @@ export const CHECKPOINT_LIMITS = {
   maxMergeSize: 64,
   maxChannels: 16,
   maxHeaderBytes: 100 * 1024 * 1024, // safetensors JSON header
+  maxConfigDepth: 64, // config.json nests a few levels; the native JSON parser stops at 512
   quantBits: [2, 3, 4, 5, 6, 8],
   quantGroupSizes: [32, 64, 128],
   quantModes: ['affine'],

@@ -5,6 +5,7 @@
 // Every failure is an InvalidCheckpointError naming the config field or tensor.
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { CHECKPOINT_LIMITS } from './checkpoint-limits.js';
 import { InvalidCheckpointError } from './errors.js';
 import { DECODER_PREFIXES, HEAD_PREFIXES } from './family-table.js';
 import { readSafetensorsHeader, type TensorHeader } from './safetensors-header.js';
@@ -22,11 +23,20 @@ const shapeStr = (s: readonly number[]): string => `[${s.join(', ')}]`;
 export function readConfigJson(dir: string): unknown {
   const path = join(dir, 'config.json');
   if (!existsSync(path)) fail(`no config.json in ${dir}: is this a model directory?`);
+  let config: unknown;
   try {
-    return JSON.parse(readFileSync(path, 'utf8')) as unknown;
+    config = JSON.parse(readFileSync(path, 'utf8')) as unknown;
   } catch (err) {
     return fail(`config.json is not valid JSON (${(err as Error).message})`);
   }
+  // Iterative, so hostile nesting cannot overflow this stack either.
+  const stack: [unknown, number][] = [[config, 0]];
+  while (stack.length) {
+    const [v, d] = stack.pop() as [unknown, number];
+    if (d > CHECKPOINT_LIMITS.maxConfigDepth) fail(`config.json nests deeper than ${CHECKPOINT_LIMITS.maxConfigDepth} levels`);
+    if (v && typeof v === 'object') for (const x of Object.values(v)) stack.push([x, d + 1]);
+  }
+  return config;
 }
 
 /** Every tensor header of the checkpoint, chosen as native/src/format/safetensors.cpp does. */

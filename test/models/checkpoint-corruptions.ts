@@ -206,6 +206,11 @@ export function corruptionsOf(fixture: string, fixtureDir: string): Corruption[]
   });
   add('config-garbage', 'config.json', (dir) => writeFresh(join(dir, 'config.json'), '{"architectures": ["Qwen'));
   add('config-not-object', 'config.json', (dir) => writeFresh(join(dir, 'config.json'), '[1, 2, 3]'));
+  // Hostile nesting where no key is read: must not overflow a recursive parser's stack.
+  add('config-deep-nesting', 'config.json', (dir) => {
+    const text = readFileSync(join(dir, 'config.json'), 'utf8').trimEnd();
+    writeFresh(join(dir, 'config.json'), `${text.slice(0, -1)}, "x": ${'['.repeat(100_000)}${']'.repeat(100_000)}}`);
+  });
   return out;
 }
 

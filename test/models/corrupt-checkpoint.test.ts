@@ -144,7 +144,7 @@ export function namesTarget(c: Corruption, message: string): boolean {
   }
   if (c.cls.startsWith('file-') || c.cls === 'offsets-past-end' || c.cls === 'header-length-huge') return message.includes(c.target);
   if (c.cls === 'family-unknown') return message.includes('FooBarForCausalLM');
-  if (c.cls.startsWith('config-garbage') || c.cls === 'config-not-object') return message.includes('config.json');
+  if (c.cls === 'config-garbage' || c.cls === 'config-not-object' || c.cls === 'config-deep-nesting') return message.includes('config.json');
   return message.includes(leaf(c.target));
 }
 
