@@ -8,6 +8,8 @@ export { InvalidRequestError, StepError } from './engine/errors.js';
 export { Engine } from './engine/engine.js';
 export { createTextEngine } from './engine/text-engine.js';
 export { openTextModel } from './engine/text-model.js';
+export { InvalidCheckpointError } from './models/errors.js';
+export { validateCheckpoint } from './models/validate-checkpoint.js';
 export { createServer } from './server/server.js';
 
 /** Which native binary this process loaded (CPU or CUDA variant), from where, and why others were rejected. */

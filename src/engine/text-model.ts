@@ -14,6 +14,7 @@ import { KvBlockAllocator } from './kv-blocks.js';
 import type { SamplingParams } from './sampling-params.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
 import { VisionProcessor } from '../vision/index.js';
+import { validateCheckpoint } from '../models/validate-checkpoint.js';
 
 export interface GenerationDefaults {
   temperature?: number;
@@ -69,6 +70,8 @@ export function checkModelDir(dir: string): string {
 
 export function openTextModel(dir: string, options: NativeLoadOptions = {}): TextModel {
   const abs = checkModelDir(dir);
+  // Config and tensor headers are checked here, so native code never sees a checkpoint that disagrees with itself.
+  validateCheckpoint(abs);
   const text = loadTokenizerDir(abs);
   const picked = selectChatTemplate(text.chatTemplates);
   const template = picked ? new ChatTemplate(picked.source, picked.name) : null;

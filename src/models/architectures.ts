@@ -1,23 +1,10 @@
 // Which config.json architectures `rapid run`/`serve` can run, checked right after config.json
 // arrives so an unsupported model fails before gigabytes of weights are downloaded.
-// Mirrors native/src/models/registry.cpp; a vision-language class stays planned until its vision
-// runtime lands (the same rule as the catalog's "planned" status).
-export const RUNNABLE_ARCHITECTURES = [
-  'Qwen2ForCausalLM',
-  'Qwen3ForCausalLM',
-  'LlamaForCausalLM',
-  'MistralForCausalLM',
-  'Gemma3ForCausalLM',
-  'Gemma3ForConditionalGeneration',
-  'Gemma4ForConditionalGeneration',
-  'Gemma4ForCausalLM',
-  'Qwen2_5_VLForConditionalGeneration',
-  'Qwen3VLForConditionalGeneration',
-  'Qwen3MoeForCausalLM',
-  'Qwen3VLMoeForConditionalGeneration',
-  'Mistral3ForConditionalGeneration',
-  'Ministral3ForCausalLM',
-];
+// The list is family-table.ts's (which mirrors native/src/models/registry.cpp); a vision-language class
+// stays planned until its vision runtime lands (the same rule as the catalog's "planned" status).
+import { FAMILIES } from './family-table.js';
+
+export const RUNNABLE_ARCHITECTURES = Object.keys(FAMILIES);
 
 export const PLANNED_ARCHITECTURES: Record<string, string> = {};
 

@@ -46,3 +46,6 @@ export class HubError extends ModelError {
 
 /** Downloaded bytes do not match the size or checksum the hub published. */
 export class IntegrityError extends ModelError {}
+
+/** A model directory whose config.json or safetensors files are invalid or disagree; the message names the field or tensor. */
+export class InvalidCheckpointError extends ModelError {}

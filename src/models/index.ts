@@ -1,6 +1,7 @@
 // src/models: everything a model is before the engine sees it (aliases, HF cache, downloads).
 export { loadCatalog, findAlias, findRepo, type CatalogEntry, type ModelStatus, type Modality, type RecommendedSampling } from './catalog.js';
-export { ModelError, ModelNotFoundError, RetiredModelError, PlannedModelError, OfflineError, HubError, IntegrityError } from './errors.js';
+export { ModelError, ModelNotFoundError, RetiredModelError, PlannedModelError, OfflineError, HubError, IntegrityError, InvalidCheckpointError } from './errors.js';
+export { validateCheckpoint } from './validate-checkpoint.js';
 export { hubEnv, hubCacheDir, rapidConfigDir, type Env, type HubEnv } from './hub-env.js';
 export { resolveSpec, type ModelRef } from './resolve-spec.js';
 export { resolveModel, resolveModelDetailed, plannedMessage, type ResolveModelOptions, type ResolvedModel } from './resolve-model.js';

@@ -1,16 +1,17 @@
 // `models info`: what a model is (architecture, parameters, quantization, context, modalities,
 // files), read from a downloaded snapshot's config.json and safetensors headers, else from the
 // hub's file list and config.json, else from the catalog alone.
-import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, readdirSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import type { CatalogEntry, Modality, RecommendedSampling } from './catalog.js';
-import { ModelError, OfflineError } from './errors.js';
+import { InvalidCheckpointError, ModelError, OfflineError } from './errors.js';
 import { selectRepoFiles } from './file-selection.js';
 import { cachedSnapshot } from './hf-cache.js';
 import { HubClient } from './hub-client.js';
 import { hubEnv, type Env, type HubEnv } from './hub-env.js';
 import { resolveSpec } from './resolve-spec.js';
 import { readSafetensorsHeader } from './safetensors-header.js';
+import { readConfigJson, validateCheckpoint } from './validate-checkpoint.js';
 
 export interface ModelInfo {
   spec: string;
@@ -41,6 +42,7 @@ export interface ModelInfo {
   files: { name: string; sizeBytes: number }[];
   sizeBytes: number;
   note?: string; // e.g. why the hub could not be asked
+  invalid?: string; // why the files cannot be run (config and tensors disagree), for a cached snapshot
 }
 
 type Json = Record<string, unknown>;
@@ -141,7 +143,7 @@ function withCatalog(info: ModelInfo, e: CatalogEntry | undefined): ModelInfo {
 }
 
 /** Describes a model directory on disk. */
-export function inspectModelDir(dir: string, spec = dir): ModelInfo {
+export function inspectModelDir(dir: string, spec = dir, validate: 'throw' | 'note' = 'throw'): ModelInfo {
   const info: ModelInfo = { spec, source: 'local', dir, modalities: [], files: [], sizeBytes: 0 };
   for (const f of readdirSync(dir).sort()) {
     const full = join(dir, f);
@@ -155,7 +157,17 @@ export function inspectModelDir(dir: string, spec = dir): ModelInfo {
   info.sizeBytes = info.files.reduce((a, f) => a + f.sizeBytes, 0);
   const cfgPath = join(dir, 'config.json');
   if (existsSync(cfgPath)) {
-    const config = JSON.parse(readFileSync(cfgPath, 'utf8')) as Json;
+    const config = readConfigJson(dir) as Json;
+    // A local directory whose config and tensors disagree is an error (what `rapid run` would say); a cached
+    // snapshot is still described, with the problem attached.
+    if (info.files.some((f) => f.name.endsWith('.safetensors'))) {
+      try {
+        validateCheckpoint(dir);
+      } catch (err) {
+        if (!(err instanceof InvalidCheckpointError) || validate === 'throw') throw err;
+        info.invalid = err.message;
+      }
+    }
     fromConfig(info, config);
     const counted = countParams(dir, config);
     if (counted) {
@@ -181,7 +193,7 @@ export async function modelInfo(spec: string, opts: ModelInfoOptions = {}): Prom
   const hub = hubEnv(env);
   const snap = cachedSnapshot(hub.cacheDir, ref.repo, ref.revision);
   if (snap) {
-    const info = inspectModelDir(snap, spec);
+    const info = inspectModelDir(snap, spec, 'note');
     return withCatalog({ ...info, source: 'cache', repo: ref.repo, revision: ref.revision }, ref.entry);
   }
   const info: ModelInfo = { spec, source: 'catalog', repo: ref.repo, revision: ref.revision, modalities: [], files: [], sizeBytes: 0 };

@@ -98,6 +98,42 @@ describe('checkpoint and config errors', () => {
   });
 });
 
+// Defence in depth: these configs reach the addon directly (no TypeScript validation in front). Before the
+// loaders checked what they divide by, num_attention_heads 0 killed the process with SIGFPE, and a negative
+// layer count leaked "cannot create std::vector larger than max_size()".
+describe('native loaders check sizes before dividing or allocating', () => {
+  const copyAny = (rel: string, edit: (cfg: Record<string, unknown>) => void): string => {
+    const dst = mkdtempSync(join(tmpdir(), 'rapid-native-cfg-'));
+    temps.push(dst);
+    const src = join(FIXTURE_ROOT, '..', rel);
+    for (const f of readdirSync(src)) copyFileSync(join(src, f), join(dst, f));
+    const cfg = JSON.parse(readFileSync(join(dst, 'config.json'), 'utf8')) as Record<string, unknown>;
+    edit(cfg);
+    writeFileSync(join(dst, 'config.json'), JSON.stringify(cfg));
+    return dst;
+  };
+  const vision = (c: Record<string, unknown>): Record<string, unknown> => c.vision_config as Record<string, unknown>;
+  const cases: [string, string, (c: Record<string, unknown>) => void, RegExp][] = [
+    ['num_attention_heads 0', 'models/qwen2-f32', (c) => { c.num_attention_heads = 0; }, /num_attention_heads is 0/],
+    ['negative layers', 'models/gemma3-q4', (c) => { c.num_hidden_layers = -3; delete c.layer_types; }, /num_hidden_layers is -3/],
+    ['hidden_size 0', 'models/llama-f32', (c) => { c.hidden_size = 0; }, /hidden_size is 0/],
+    ['head_dim 0', 'models/qwen3-f32', (c) => { c.head_dim = 0; }, /head_dim is 0/],
+    ['sliding_window_pattern 0', 'models/gemma3-f32', (c) => { c.sliding_window_pattern = 0; delete c.layer_types; }, /sliding_window_pattern/],
+    ['vision num_key_value_heads 0', 'vlm/gemma4-moe-q4', (c) => { vision(c).num_key_value_heads = 0; }, /vision num_key_value_heads is 0/],
+    ['vision patch_size 0', 'vlm/qwen2_5_vl-q4', (c) => { vision(c).patch_size = 0; }, /vision patch_size is 0/],
+    ['vision spatial_merge_size -2', 'vlm/qwen3_vl-q4', (c) => { vision(c).spatial_merge_size = -2; }, /vision spatial_merge_size is -2/],
+    ['vision heads 0', 'vlm/gemma3-q4', (c) => { vision(c).num_attention_heads = 0; }, /vision num_attention_heads is 0/],
+  ];
+  for (const [name, rel, edit, message] of cases)
+    it(`${name}: a readable error, not a signal`, () => {
+      expect(() => addon().loadModel(copyAny(rel, edit), { threads: 1, kvCacheBytes: 1 << 20 })).toThrow(message);
+    });
+
+  it('a KV cache larger than memory is a readable error, not std::bad_alloc', () => {
+    expect(() => addon().loadModel(join(FIXTURE_ROOT, 'qwen2-f32'), { threads: 1, kvCacheBytes: 2 ** 40 })).toThrow(/^KV pool: cannot allocate \d+ bytes$/);
+  });
+});
+
 describe('step plan errors', () => {
   const fx = loadFixture('qwen2-f32');
   const ids = fx.ref.prompts[0]!.ids;

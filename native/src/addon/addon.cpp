@@ -3,6 +3,7 @@
 #include <napi.h>
 #include <thread>
 #include "addon/model_wrap.h"
+#include "step/error_text.h"
 #include "addon/runtime.h"
 #include "backend/device.h"
 #include "cpu/matmul.h"
@@ -21,15 +22,15 @@ std::string str_arg(const Napi::CallbackInfo& info, size_t i, const char* name) 
   return info[i].As<Napi::String>().Utf8Value();
 }
 
-// Runs fn, turning std::exception into a JS Error with the same message.
+// Runs fn, turning any C++ exception into a JS Error with a readable message (never an abort).
 template <typename F>
 auto guarded(Napi::Env env, F&& fn) -> decltype(fn()) {
   try {
     return fn();
   } catch (const Napi::Error&) {
     throw;
-  } catch (const std::exception& e) {
-    throw Napi::Error::New(env, e.what());
+  } catch (...) {
+    throw Napi::Error::New(env, readable_current_error());
   }
 }
 

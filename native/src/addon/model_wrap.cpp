@@ -21,10 +21,8 @@ class StepWorker : public Napi::AsyncWorker {
   void Execute() override {
     try {
       result_ = execute_step(*rt_->model, *rt_->kv, *rt_->pool, rt_->precision, plan_, gate_.get());
-    } catch (const std::exception& e) {
-      SetError("step failed: " + error_text(e));
     } catch (...) {
-      SetError("step failed: unknown native exception");
+      SetError("step failed: " + readable_current_error());
     }
     if (gate_) gate_->close();  // a supply after this (or after a timeout) is refused, never applied
   }
@@ -70,11 +68,9 @@ class EncodeWorker : public Napi::AsyncWorker {
     try {
       out_ = rt_->model->vision()->encode(image_, *rt_->pool, rt_->precision);
     } catch (const std::invalid_argument& e) {
-      SetError("encodeImage: bad image input: " + error_text(e));
-    } catch (const std::exception& e) {
-      SetError("encodeImage failed: " + error_text(e));
+      SetError("encodeImage: bad image input: " + readable_error(e));
     } catch (...) {
-      SetError("encodeImage failed: unknown native exception");
+      SetError("encodeImage failed: " + readable_current_error());
     }
     ms_ = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   }

@@ -24,8 +24,20 @@ DecoderConfig read_common_config(const Json& c, const std::string& arch) {
   d.ffn = req_int(c, "intermediate_size", arch);
   d.n_layers = int(req_int(c, "num_hidden_layers", arch));
   d.n_heads = int(req_int(c, "num_attention_heads", arch));
+  // Sizes are divided by and allocated from below: refuse non-positive or absurd values first.
+  const auto positive = [&](const char* key, int64_t v, int64_t max) {
+    if (v <= 0 || v > max)
+      throw std::runtime_error(arch + ": config.json " + key + " is " + std::to_string(v) + ", expected 1.." +
+                               std::to_string(max));
+  };
+  positive("vocab_size", d.vocab, int64_t(1) << 22);
+  positive("hidden_size", d.hidden, int64_t(1) << 16);
+  positive("intermediate_size", d.ffn, int64_t(1) << 20);
+  positive("num_hidden_layers", d.n_layers, 1024);
+  positive("num_attention_heads", d.n_heads, 1024);
   d.n_kv_heads = int(c.get_int("num_key_value_heads", d.n_heads));
   d.head_dim = int(c.get_int("head_dim", d.hidden / d.n_heads));
+  positive("head_dim", d.head_dim, 1024);
   d.max_positions = c.get_int("max_position_embeddings", 0);
   d.rms_eps = float(c.get_double("rms_norm_eps", 1e-6));
   if (d.n_heads <= 0 || d.n_kv_heads <= 0 || d.n_heads % d.n_kv_heads != 0)

@@ -38,6 +38,7 @@ std::unique_ptr<Model> load_gemma3(std::shared_ptr<const Checkpoint> ckpt, const
   // Without layer_types (older configs) every sliding_window_pattern-th layer is full.
   if (!c.find("layer_types")) {
     const int64_t pattern = c.get_int("sliding_window_pattern", 6), w = c.get_int("sliding_window", 4096);
+    if (pattern <= 0) throw std::runtime_error(arch + ": config.json sliding_window_pattern must be positive");
     for (int i = 0; i < d.n_layers; ++i) d.window[size_t(i)] = ((i + 1) % pattern == 0) ? 0 : int(w);
   }
   // RoPE: transformers 5 nests per-layer-type parameters in rope_parameters; 4.x uses rope_theta +

@@ -1,22 +1,15 @@
-// What a caught exception says, in words a user can act on: the standard library's own texts
-// ("vector::_M_default_append", "std::bad_alloc") name its internals, not the problem.
+// A C++ exception as a message a user can act on: the runtime's own errors keep their text (they name the
+// field or tensor); the standard library's allocation, size and index errors become a sentence instead of
+// "std::bad_alloc" or "vector::_M_default_append".
 #pragma once
 #include <exception>
-#include <new>
-#include <stdexcept>
 #include <string>
-#include <string_view>
 
 namespace rapid {
 
-inline std::string error_text(const std::exception& e) {
-  if (dynamic_cast<const std::bad_alloc*>(&e)) return "out of memory: a buffer this step needs could not be allocated";
-  if (dynamic_cast<const std::length_error*>(&e))
-    return "a buffer this step needs is larger than this machine can allocate (" + std::string(e.what()) + ")";
-  const std::string_view what = e.what();
-  for (std::string_view lib : {"vector::", "basic_string", "std::", "map::", "unordered_map::", "array::"})
-    if (what.substr(0, lib.size()) == lib) return "internal error in the native runtime (" + std::string(what) + ")";
-  return std::string(what);
-}
+std::string readable_error(const std::exception& e);
+
+// For catch (...): the current exception, whatever it is, as readable text.
+std::string readable_current_error();
 
 }  // namespace rapid

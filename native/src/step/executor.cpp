@@ -260,7 +260,7 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
           out.top_logprobs = std::move(so.top);
         }
       } catch (const std::exception& ex) {
-        out.error = "sampling failed: " + error_text(ex);
+        out.error = "sampling failed: " + readable_error(ex);
       }
     }
   });

@@ -54,7 +54,12 @@ const Json& vision_config(const Json& config, const std::string& family) {
 int64_t cfg_int(const Json& cfg, const std::vector<std::string>& keys, int64_t def) {
   for (const std::string& k : keys) {
     const Json* v = cfg.find(k);
-    if (v && v->is_number()) return v->as_int();
+    if (!v || v->is_null()) continue;
+    // Every vision size (channels, patch, heads, layers, merge, window, pooling) is divided by or allocated from.
+    const int64_t n = v->is_number() ? v->as_int() : 0;
+    if (!v->is_number() || n <= 0 || n > (int64_t(1) << 27))
+      throw std::runtime_error("config.json vision " + k + " is " + v->dump() + ", expected a positive integer");
+    return n;
   }
   return def;
 }
