@@ -60,7 +60,10 @@ function withTemplate(fixtureDir: string, template: string): string {
   return dir;
 }
 
-const LOOP = '{%- for i in range(100000000) %}{%- endfor %}';
+// 10^10 iterations within the range() limit: only the time limit stops it.
+const LOOP = '{%- for i in range(100000) %}{%- for j in range(100000) %}{%- endfor %}{%- endfor %}';
+// range(10^8) alone would allocate one array past a worker's heap (fatal to the process): refused at once.
+const HUGE_RANGE = '{%- for i in range(100000000) %}{%- endfor %}';
 
 describe.skipIf(!nativeAvailable())('no request blocks others (qwen2-f32 over HTTP)', () => {
   const fx = loadFixture('qwen2-f32');
@@ -176,6 +179,15 @@ describe.skipIf(!nativeAvailable())('a chat template that hangs or throws is rep
     const dir = withTemplate(fx.dir, `${LOOP}hello`);
     try {
       await expect(startServer(dir, SERVE)).rejects.toThrow(/chat template of .* did not finish rendering a one-message chat within \d+ ms.*range/);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('refuses range(100000000) in a template at load, naming the range limit', async () => {
+    const dir = withTemplate(fx.dir, `${HUGE_RANGE}hello`);
+    try {
+      await expect(startServer(dir, SERVE)).rejects.toThrow(/range\(\) of 100000000 items is over the chat template limit/);
     } finally {
       rmSync(dir, { recursive: true, force: true });
     }

@@ -10,7 +10,7 @@ import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 
 import {
-  ChatTemplate, type ChatMessage, ChatTemplateError, encodeChatPrompt, selectChatTemplate,
+  ChatTemplate, type ChatMessage, ChatTemplateError, encodeChatPrompt, selectChatTemplate, TEMPLATE_RANGE_LIMIT,
 } from '../../src/template/chat-template.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 
@@ -60,6 +60,19 @@ describe('chat templates beyond the fixtures', () => {
     expect(() => t.render({ messages: [{ role: 'system', content: 'a' }] })).toThrow(/first message must be user/);
     expect(() => new ChatTemplate('{% if %}')).toThrow(ChatTemplateError);
     expect(() => new ChatTemplate('{{ messages.foo() }}').render({ messages: [] })).toThrow(ChatTemplateError);
+  });
+
+  it('range() keeps Python semantics and refuses more than TEMPLATE_RANGE_LIMIT items', () => {
+    const r = (args: string) => new ChatTemplate(`{{ range(${args}) | join(',') }}`).render({ messages: [] });
+    expect(r('4')).toBe('0,1,2,3');
+    expect(r('1, 6, 2')).toBe('1,3,5');
+    expect(r('5, 0, -2')).toBe('5,3,1');
+    expect(r('3, 1')).toBe('');
+    expect(r(String(TEMPLATE_RANGE_LIMIT)).split(',')).toHaveLength(TEMPLATE_RANGE_LIMIT);
+    expect(() => r('100000000')).toThrow(/range\(\) of 100000000 items is over the chat template limit of 100000/);
+    expect(() => r('0, 10, 0')).toThrow(/step must not be zero/);
+    // A request's template kwargs still cannot replace a global.
+    expect(() => new ChatTemplate('x').render({ messages: [], extra: { range: 1 } })).toThrow(ChatTemplateError);
   });
 
   it('selects templates by name, tools and default', () => {
