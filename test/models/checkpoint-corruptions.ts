@@ -4,6 +4,7 @@
 import { mkdirSync, readdirSync, readFileSync, rmSync, statSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { readSafetensors, writeSafetensors, type RawTensor } from '../helpers/safetensors.js';
+import { createRng } from '../../src/bench/sweep/rng.js';
 
 type Json = Record<string, unknown>;
 
@@ -13,18 +14,6 @@ export interface Corruption {
   cls: string;
   target: string; // the config path or tensor name the error must name
   apply(dir: string): void;
-}
-
-/** mulberry32: small, seedable, good enough to pick corruptions reproducibly. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Links every file of `src` into `dst`; corruptions replace (never write through) the links they edit. */
@@ -216,7 +205,7 @@ export function corruptionsOf(fixture: string, fixtureDir: string): Corruption[]
 
 /** Seeded sample of at most `n` corruptions per class from `all` (every class keeps at least one). */
 export function sample(all: Corruption[], perClass: number, seed: number): Corruption[] {
-  const next = rng(seed);
+  const next = createRng(seed);
   const byClass = new Map<string, Corruption[]>();
   for (const c of all) byClass.set(c.cls, [...(byClass.get(c.cls) ?? []), c]);
   const out: Corruption[] = [];
