@@ -3,7 +3,8 @@
 // the first constrained request only, so free-text serving never pays for it.
 import { createHash } from 'node:crypto';
 import { InvalidRequestError } from '../errors.js';
-import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
+import type { GrammarNext, GrammarPick, RequestGrammar, TrialGrammar } from './request-grammar.js';
+import { guardRequestGrammar, type RequestGrammarOptions } from './guarded-grammar.js';
 import { extractNumberRanges, substituteNumberRules } from './number-range.js';
 import type { ResponseFormat } from './response-format.js';
 import { capturing, initWithErrorSink, xgrammar, type XgCompiledGrammar, type XgGrammarCompiler, type XgGrammarMatcher } from './xgrammar.js';
@@ -28,7 +29,7 @@ export interface GrammarServiceOptions {
 
 export interface GrammarProvider {
   /** Compiles (or finds cached) and returns a fresh matcher; InvalidRequestError when unsupported. */
-  matcher(format: ResponseFormat): Promise<RequestGrammar>;
+  matcher(format: ResponseFormat, options?: RequestGrammarOptions): Promise<RequestGrammar>;
 }
 
 /** The token strings xgrammar decodes: special and unknown ids become "" (never allowed). */
@@ -117,13 +118,14 @@ export class GrammarService implements GrammarProvider {
     return compiled;
   }
 
-  async matcher(format: ResponseFormat): Promise<RequestGrammar> {
+  async matcher(format: ResponseFormat, options?: RequestGrammarOptions): Promise<RequestGrammar> {
     const compiled = await this.compile(format);
     const xg = xgrammar();
     const m = await xg.GrammarMatcher.createGrammarMatcher(compiled, this.stopIds, false);
     this.banned ??= controlTokenMask(this.opts.tokenizer, this.opts.vocabSize);
     this.speculation ??= speculationTables(this.opts.tokenizer, this.opts.vocabSize, this.banned, this.stopIds);
-    return new XgRequestGrammar(m, this.stopIds, this.banned, this.speculation);
+    const g = new XgRequestGrammar(m, this.stopIds, this.banned, this.speculation);
+    return guardRequestGrammar(g, this.opts.tokenizer, this.opts.vocabSize, this.stopIds, options);
   }
 }
 
@@ -163,7 +165,7 @@ const PROBES = 24;
 const PROBES_TO_SPECULATE = 2;
 
 /** One request's matcher. */
-class XgRequestGrammar implements RequestGrammar {
+class XgRequestGrammar implements TrialGrammar {
   private disposed = false;
   /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
   private seed = 0x9e3779b9;
@@ -241,6 +243,14 @@ class XgRequestGrammar implements RequestGrammar {
       return { kind: 'token', token: t };
     }
     return { kind: 'miss' };
+  }
+
+  rollBack(n: number): void {
+    if (!this.disposed) this.m.rollBack(n);
+  }
+
+  forcedText(): string {
+    return this.disposed ? '' : this.m.findJumpForwardString();
   }
 
   dispose(): void {
