@@ -202,7 +202,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
   let grammar: RequestGrammar | undefined;
   if (g.responseFormat) {
     if (!ctx.grammar) throw badRequest('structured output is not available on this server', 'response_format', 'unsupported');
-    grammar = await ctx.grammar.matcher(g.responseFormat); // InvalidRequestError -> 400
+    grammar = await ctx.grammar.matcher(g.responseFormat, { budgetClose: g.budgetClose !== false, maxTokens: g.params.maxTokens }); // InvalidRequestError -> 400
   }
   const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id, grammar, multimodal: g.multimodal, keepSpecialTokens: g.keepSpecialTokens });
   let finished = false;
