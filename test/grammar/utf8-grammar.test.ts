@@ -78,6 +78,31 @@ describe.each(['llama-q4', 'gemma3-q8', 'qwen2-q4'])('UTF-8 guard over the %s vo
     expect(multiByte).toBeGreaterThan(30); // the walks did spell characters from byte tokens
   }, 120_000);
 
+  it('told the tokens left (budget closing off), a cut output still ends on a whole character', async () => {
+    let seed = 99;
+    const rnd = (n: number) => {
+      seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0;
+      return seed % n;
+    };
+    for (let w = 0; w < 60; w++) {
+      const g = await service.matcher(format, { budgetClose: false });
+      const budget = 8 + (w % 13);
+      const ids: number[] = [];
+      for (let i = 0; i < budget; i++) {
+        g.setTokensLeft?.(budget - i);
+        const next = await g.next();
+        if (next.kind !== 'mask') break;
+        const ok = allowed(next.bitmask);
+        const bytes = ok.filter((t) => highBytes.has(t));
+        const pick = bytes.length > 0 && rnd(10) < 8 ? bytes[rnd(bytes.length)]! : ok[rnd(ok.length)]!;
+        expect(g.accept(pick)).toBe(true);
+        ids.push(pick);
+      }
+      g.dispose();
+      expect(tok.decode(ids, { skipSpecialTokens: true }), `walk ${w}`).not.toContain('\uFFFD');
+    }
+  });
+
   it('refuses a stop or a quote mid-character, and byte sequences no code point has', async () => {
     const byteTok = (b: number) => {
       for (const t of highBytes) if (byteOf(tok.idToToken(t)!) === b) return t;

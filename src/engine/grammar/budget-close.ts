@@ -37,6 +37,7 @@ export class BudgetCloseGrammar implements RequestGrammar {
 
   setTokensLeft(n: number): void {
     this.left = n;
+    this.inner.setTokensLeft(n);
   }
 
   closedByBudget(): boolean {
@@ -63,7 +64,7 @@ export class BudgetCloseGrammar implements RequestGrammar {
       const first = closing.tokens[0];
       if (first !== undefined) path[first >> 5]! |= 1 << (first & 31);
       const opens = this.tables.opens;
-      const whole = this.tables.wholeFrom[this.inner.utf8State]!;
+      const whole = this.tables.fitFrom[this.inner.utf8State]![0]!;
       for (let w = 0; w < n.bitmask.length; w++) n.bitmask[w]! &= (~(opens[w] ?? 0) & (whole[w] ?? 0)) | path[w]!;
     }
     return n;

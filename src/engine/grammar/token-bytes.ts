@@ -22,6 +22,8 @@ const NEXT_RANGE: readonly (readonly [lo: number, hi: number, then: number])[] =
   [0x80, 0x8f, 2], // 7: three missing after F4 (at most U+10FFFF)
 ];
 const UTF8_STATES = NEXT_RANGE.length;
+/** MISSING[s]: how many bytes the character under way still needs in state s. */
+export const MISSING: readonly number[] = [0, 1, 2, 2, 2, 3, 3, 3];
 
 /** The decoder state after byte b, or -1 when b makes the text ill-formed. */
 export function utf8Step(state: number, b: number): number {
@@ -53,8 +55,11 @@ export class TokenBytes {
   readonly bytes: readonly Uint8Array[];
   /** validFrom[s]: bitmask of the tokens that leave well-formed UTF-8 when they follow state s. */
   readonly validFrom: readonly Int32Array[];
-  /** wholeFrom[s]: the tokens of validFrom[s] that end at a character boundary. */
-  readonly wholeFrom: readonly Int32Array[];
+  /**
+   * fitFrom[s][k] (k < 3): the tokens of validFrom[s] that leave at most k bytes of a character
+   * missing; fitFrom[s][0] are those that end at a character boundary.
+   */
+  readonly fitFrom: readonly (readonly Int32Array[])[];
   /** Tokens holding a byte that opens structure (see OPENERS). */
   readonly opens: Int32Array;
   /** byteToken[b]: a token that is exactly byte b (a plain one when there is one), -1 if none. */
@@ -69,7 +74,7 @@ export class TokenBytes {
     const decode = tokenDecoder(tok);
     const bytes: Uint8Array[] = new Array<Uint8Array>(vocabSize);
     this.validFrom = Array.from({ length: UTF8_STATES }, () => new Int32Array(words));
-    this.wholeFrom = Array.from({ length: UTF8_STATES }, () => new Int32Array(words));
+    this.fitFrom = Array.from({ length: UTF8_STATES }, () => Array.from({ length: 3 }, () => new Int32Array(words)));
     this.opens = new Int32Array(words);
     this.byteToken = new Int32Array(256).fill(-1);
     const n = Math.min(tok.vocabSize, vocabSize);
@@ -82,7 +87,7 @@ export class TokenBytes {
         // A token without bytes (stop, special) may only come at a character boundary.
         const end = b.length === 0 ? (state === UTF8_BOUNDARY ? UTF8_BOUNDARY : -1) : endState(state, b);
         if (end >= 0) this.validFrom[state]![t >> 5]! |= bit;
-        if (end === UTF8_BOUNDARY) this.wholeFrom[state]![t >> 5]! |= bit;
+        if (end >= 0) for (let k = MISSING[end]!; k < 3; k++) this.fitFrom[state]![k]![t >> 5]! |= bit;
       }
       if (b.some((x) => OPENERS.has(x))) this.opens[t >> 5]! |= bit;
       if (b.length === 1 && (this.byteToken[b[0]!] === -1 || !/^<0x[0-9A-Fa-f]{2}>$/.test(s!))) this.byteToken[b[0]!] = t;

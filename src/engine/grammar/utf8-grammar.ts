@@ -2,7 +2,8 @@
 // the output ill-formed UTF-8. xgrammar counts continuation bytes but not their ranges, so byte
 // tokens could spell overlongs, surrogates or code points past U+10FFFF (each decoded as U+FFFD,
 // which breaks maxLength), and a stop could come mid-character. With this guard every string's
-// length in code points is the length the grammar counted.
+// length in code points is the length the grammar counted. Told the tokens left, it also starts no
+// character that max_tokens would cut (each later token can bring one byte at least).
 import type { GrammarNext, GrammarPick, TrialGrammar } from './request-grammar.js';
 import { UTF8_BOUNDARY, type TokenBytes } from './token-bytes.js';
 
@@ -12,6 +13,7 @@ export class Utf8Grammar implements TrialGrammar {
   /** The state before each accepted token, for rollBack. */
   private readonly before: number[] = [];
   private readonly stopWords: Map<number, number>;
+  private left = Number.POSITIVE_INFINITY;
 
   constructor(
     private readonly inner: TrialGrammar,
@@ -32,12 +34,18 @@ export class Utf8Grammar implements TrialGrammar {
     return this.state;
   }
 
+  setTokensLeft(n: number): void {
+    this.left = n;
+  }
+
   async next(): Promise<GrammarNext> {
     const n = await this.inner.next();
     // Only a stop could follow: impossible mid-character (xgrammar closes no string there).
     if (n.kind === 'complete') return this.state === UTF8_BOUNDARY ? n : { kind: 'dead' };
     if (n.kind !== 'mask') return n;
-    const valid = this.tables.validFrom[this.state]!;
+    // With k tokens after this one, at most k bytes may stay missing (a continuation byte token always fits).
+    const after = this.left - 1;
+    const valid = after < 3 ? this.tables.fitFrom[this.state]![Math.max(0, after)]! : this.tables.validFrom[this.state]!;
     const mask = n.bitmask;
     let any = false;
     let nonStop = false;
@@ -72,8 +80,9 @@ export class Utf8Grammar implements TrialGrammar {
   }
 
   speculate(): boolean {
-    // Mid-character only continuation bytes fit: a narrow state, and the mask says which.
-    return this.state === UTF8_BOUNDARY && this.inner.speculate !== undefined && this.inner.speculate();
+    // Mid-character only continuation bytes fit: a narrow state, and the mask says which; near
+    // max_tokens the mask also keeps characters whole.
+    return this.state === UTF8_BOUNDARY && this.left > 3 && this.inner.speculate !== undefined && this.inner.speculate();
   }
 
   async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
