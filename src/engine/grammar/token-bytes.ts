@@ -1,7 +1,7 @@
 // The bytes each token of a vocabulary stands for, as xgrammar and the detokenizer read them
 // (byte-level BPE alphabet, <0xNN> byte fallback, or plain text), and what follows from them: from
 // which UTF-8 decoder states a token keeps the output well-formed, which tokens open structure, and
-// a trie to spell a string in tokens. Built once per vocabulary and shared by every request.
+// an index to spell a string in tokens. Built once per vocabulary and shared by every request.
 import { CHAR_TO_BYTE } from '../../tokenizer/byte-level-alphabet.js';
 import type { GrammarTokenizer } from './grammar-service.js';
 
@@ -45,14 +45,10 @@ export function utf8Step(state: number, b: number): number {
 /** Bytes that open JSON structure: a token holding one may lengthen the shortest completion. */
 const OPENERS = new Set([0x22, 0x2c, 0x3a, 0x5b, 0x7b]); // " , : [ {
 
-interface TrieNode {
-  token: number; // -1: no token ends here
-  next: Map<number, TrieNode>;
-}
-
 export class TokenBytes {
-  /** bytes[t]: the bytes of token t (empty for special, unknown and out-of-tokenizer ids). */
-  readonly bytes: readonly Uint8Array[];
+  /** Token t's bytes are data[offsets[t]..offsets[t+1]) (none for special, unknown and out-of-tokenizer ids). */
+  private readonly data: Uint8Array;
+  private readonly offsets: Int32Array;
   /** validFrom[s]: bitmask of the tokens that leave well-formed UTF-8 when they follow state s. */
   readonly validFrom: readonly Int32Array[];
   /**
@@ -64,7 +60,7 @@ export class TokenBytes {
   readonly opens: Int32Array;
   /** byteToken[b]: a token that is exactly byte b (a plain one when there is one), -1 if none. */
   readonly byteToken: Int32Array;
-  private trie: TrieNode | null = null;
+  private index: { byBytes: Map<string, number>; longest: number } | null = null;
 
   constructor(
     tok: GrammarTokenizer,
@@ -72,33 +68,56 @@ export class TokenBytes {
   ) {
     const words = Math.ceil(vocabSize / 32);
     const decode = tokenDecoder(tok);
-    const bytes: Uint8Array[] = new Array<Uint8Array>(vocabSize);
     this.validFrom = Array.from({ length: UTF8_STATES }, () => new Int32Array(words));
     this.fitFrom = Array.from({ length: UTF8_STATES }, () => Array.from({ length: 3 }, () => new Int32Array(words)));
     this.opens = new Int32Array(words);
     this.byteToken = new Int32Array(256).fill(-1);
+    this.offsets = new Int32Array(vocabSize + 1);
+    let data = new Uint8Array(vocabSize * 8);
+    let used = 0;
+    const b: number[] = [];
     const n = Math.min(tok.vocabSize, vocabSize);
     for (let t = 0; t < vocabSize; t++) {
       const s = t < n && !tok.isSpecialId(t) ? tok.idToToken(t) : undefined;
-      const b = s === undefined ? EMPTY : decode(s);
-      bytes[t] = b;
-      const bit = 1 << (t & 31);
-      for (let state = 0; state < UTF8_STATES; state++) {
-        // A token without bytes (stop, special) may only come at a character boundary.
-        const end = b.length === 0 ? (state === UTF8_BOUNDARY ? UTF8_BOUNDARY : -1) : endState(state, b);
-        if (end >= 0) this.validFrom[state]![t >> 5]! |= bit;
-        if (end >= 0) for (let k = MISSING[end]!; k < 3; k++) this.fitFrom[state]![k]![t >> 5]! |= bit;
+      b.length = 0;
+      if (s !== undefined) decode(s, b);
+      if (used + b.length > data.length) {
+        const grown = new Uint8Array(Math.max(data.length * 2, used + b.length));
+        grown.set(data);
+        data = grown;
       }
-      if (b.some((x) => OPENERS.has(x))) this.opens[t >> 5]! |= bit;
+      for (let i = 0; i < b.length; i++) data[used + i] = b[i]!;
+      used += b.length;
+      this.offsets[t + 1] = used;
+      const bit = 1 << (t & 31);
+      // A token without bytes (stop, special) may only come at a character boundary, as may one
+      // that starts with a lead or ASCII byte; only a continuation byte first needs every state.
+      const mid = b.length > 0 && b[0]! >= 0x80 && b[0]! < 0xc0;
+      for (let state = mid ? 1 : 0; state < (mid ? UTF8_STATES : 1); state++) {
+        let end = state;
+        for (let i = 0; i < b.length && end >= 0; i++) end = utf8Step(end, b[i]!);
+        if (end < 0) continue;
+        this.validFrom[state]![t >> 5]! |= bit;
+        for (let k = MISSING[end]!; k < 3; k++) this.fitFrom[state]![k]![t >> 5]! |= bit;
+      }
+      for (let i = 0; i < b.length; i++) {
+        if (OPENERS.has(b[i]!)) {
+          this.opens[t >> 5]! |= bit;
+          break;
+        }
+      }
       if (b.length === 1 && (this.byteToken[b[0]!] === -1 || !/^<0x[0-9A-Fa-f]{2}>$/.test(s!))) this.byteToken[b[0]!] = t;
     }
-    this.bytes = bytes;
+    this.data = data.subarray(0, used);
   }
 
   /** The decoder state after token t from `state`, or -1 when t makes the text ill-formed. */
   after(state: number, t: number): number {
-    const b = this.bytes[t];
-    return b === undefined ? -1 : endState(state, b);
+    if (t < 0 || t >= this.vocabSize) return -1;
+    const end = this.offsets[t + 1]!;
+    let st = state;
+    for (let i = this.offsets[t]!; i < end && st >= 0; i++) st = utf8Step(st, this.data[i]!);
+    return this.offsets[t] === end && state !== UTF8_BOUNDARY ? -1 : st;
   }
 
   /**
@@ -107,92 +126,81 @@ export class TokenBytes {
    */
   spell(text: Uint8Array): number[] | null {
     const out: number[] = [];
-    let i = 0;
-    while (i < text.length) {
-      let node = this.getTrie();
-      let best = -1;
-      let bestEnd = i;
-      for (let j = i; j < text.length; j++) {
-        const nx = node.next.get(text[j]!);
-        if (nx === undefined) break;
-        node = nx;
-        if (node.token >= 0) {
-          best = node.token;
-          bestEnd = j + 1;
-        }
-      }
-      if (best < 0) return null;
-      out.push(best);
-      i = bestEnd;
+    for (let i = 0; i < text.length; ) {
+      let n = Math.min(this.getIndex().longest, text.length - i);
+      let t: number | undefined;
+      for (; n > 0 && (t = this.tokenOf(text, i, n)) === undefined; n--);
+      if (t === undefined) return null;
+      out.push(t);
+      i += n;
     }
     return out;
   }
 
   /** Sets in `mask` every token whose bytes are a prefix of `text`. */
   markPrefixes(text: Uint8Array, mask: Int32Array): void {
-    let node = this.getTrie();
-    for (const b of text) {
-      const nx = node.next.get(b);
-      if (nx === undefined) return;
-      node = nx;
-      if (node.token >= 0) mask[node.token >> 5]! |= 1 << (node.token & 31);
+    const n = Math.min(this.getIndex().longest, text.length);
+    for (let k = 1; k <= n; k++) {
+      const t = this.tokenOf(text, 0, k);
+      if (t !== undefined) mask[t >> 5]! |= 1 << (t & 31);
     }
   }
 
-  private getTrie(): TrieNode {
-    if (this.trie !== null) return this.trie;
-    const root: TrieNode = { token: -1, next: new Map() };
-    this.bytes.forEach((b, t) => {
-      if (b.length === 0) return;
-      let node = root;
-      for (const x of b) {
-        let nx = node.next.get(x);
-        if (nx === undefined) node.next.set(x, (nx = { token: -1, next: new Map() }));
-        node = nx;
-      }
-      if (node.token < 0) node.token = t; // the first (lowest) id of equal strings
-    });
-    // A single byte is spelled by its plain token (byteToken), not its <0xNN> twin.
-    for (let x = 0; x < 256; x++) {
-      const t = this.byteToken[x]!;
-      const nx = root.next.get(x);
-      if (t >= 0 && nx !== undefined) nx.token = t;
+  private tokenOf(text: Uint8Array, start: number, n: number): number | undefined {
+    return this.getIndex().byBytes.get(latin1(text.subarray(start, start + n)));
+  }
+
+  /** Token ids by their bytes (as a latin1 string: compact), built on first use. */
+  private getIndex(): { byBytes: Map<string, number>; longest: number } {
+    if (this.index !== null) return this.index;
+    const byBytes = new Map<string, number>();
+    let longest = 0;
+    for (let t = 0; t < this.vocabSize; t++) {
+      const b = this.data.subarray(this.offsets[t]!, this.offsets[t + 1]!);
+      if (b.length === 0) continue;
+      const key = latin1(b);
+      if (!byBytes.has(key)) byBytes.set(key, t); // the first (lowest) id of equal strings
+      longest = Math.max(longest, b.length);
     }
-    this.trie = root;
-    return root;
+    // A single byte is spelled by its plain token (byteToken), not its <0xNN> twin.
+    for (let x = 0; x < 256; x++) if (this.byteToken[x]! >= 0) byBytes.set(String.fromCharCode(x), this.byteToken[x]!);
+    this.index = { byBytes, longest };
+    return this.index;
   }
 }
 
-const EMPTY = new Uint8Array(0);
+function latin1(b: Uint8Array): string {
+  return String.fromCharCode.apply(null, b as unknown as number[]);
+}
+
 const utf8 = new TextEncoder();
 
-function endState(state: number, b: Uint8Array): number {
-  let s = state;
-  for (let i = 0; i < b.length && s >= 0; i++) s = utf8Step(s, b[i]!);
-  return s;
-}
 
 /** How a token string maps to bytes under the tokenizer's decoder (as xgrammar's vocab type says). */
-function tokenDecoder(tok: GrammarTokenizer): (s: string) => Uint8Array {
+function tokenDecoder(tok: GrammarTokenizer): (s: string, out: number[]) => void {
+  const text = (s: string, out: number[]) => {
+    for (const x of utf8.encode(s)) out.push(x);
+  };
   if (tok.decoderTypes.has('ByteLevel')) {
-    return (s) => {
-      const out = new Uint8Array(s.length);
-      let i = 0;
+    return (s, out) => {
       for (const ch of s) {
         const b = CHAR_TO_BYTE.get(ch);
-        if (b === undefined) return utf8.encode(s); // an added token: kept as text
-        out[i++] = b;
+        if (b === undefined) {
+          out.length = 0; // an added token: kept as text
+          return text(s, out);
+        }
+        out.push(b);
       }
-      return out.subarray(0, i);
     };
   }
   if (tok.decoderTypes.has('ByteFallback')) {
-    return (s) => {
+    return (s, out) => {
       const m = /^<0x([0-9A-Fa-f]{2})>$/.exec(s);
-      return m ? Uint8Array.of(parseInt(m[1]!, 16)) : utf8.encode(s.replace(/\u2581/g, ' '));
+      if (m) out.push(parseInt(m[1]!, 16));
+      else text(s.replace(/\u2581/g, ' '), out);
     };
   }
-  return (s) => utf8.encode(s);
+  return text;
 }
 
 const cache = new WeakMap<GrammarTokenizer, Map<number, TokenBytes>>();
