@@ -2,7 +2,8 @@
 // constrained output never holds U+FFFD and string lengths hold by code points, on the byte-fallback
 // llama vocabulary where random weights pick byte tokens often; and with tight max_tokens every
 // reply parses and validates (ajv), finish_reason "stop" or "length", or max_tokens is refused with a
-// 400 when even the shortest valid output does not fit. rapid_budget_close must be a boolean.
+// 400 when even the shortest valid output does not fit; a forced tool call cut by max_tokens is a
+// call whose arguments validate. rapid_budget_close must be a boolean.
 import Ajv from 'ajv';
 import OpenAI from 'openai';
 import { readFileSync } from 'node:fs';
@@ -93,6 +94,37 @@ describe.skipIf(!nativeAvailable())('constrained text is valid text on llama-q4 
     expect(cut).toBeGreaterThan(5); // replies that budget closing ended (the others stopped on their own)
     expect(refused).toBeLessThan(jobs.length / 2);
   }, 300_000);
+
+  it('a forced tool call cut by max_tokens is still a call whose arguments validate', async () => {
+    const parameters = { type: 'object', properties: { city: { type: 'string', maxLength: 12 }, days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'], additionalProperties: false };
+    const tools = [{ type: 'function' as const, function: { name: 'get_weather', parameters } }];
+    const validate = ajv.compile(parameters);
+    let cut = 0;
+    for (let seed = 0; seed < 12; seed++) {
+      const body = { model: MODEL, messages: [{ role: 'user' as const, content: `weather ${seed}` }], tools, tool_choice: 'required' as const, max_tokens: 40 + (seed % 4) * 6, temperature: 1.2, seed };
+      let finish: string | null;
+      let args: string;
+      if (seed % 2 === 0) {
+        const r = await client.chat.completions.create(body);
+        finish = r.choices[0]!.finish_reason;
+        const call = r.choices[0]!.message.tool_calls?.[0];
+        expect(call?.type === 'function' ? call.function.name : null, JSON.stringify(r.choices[0])).toBe('get_weather');
+        args = call?.type === 'function' ? call.function.arguments : '';
+      } else {
+        finish = null;
+        args = '';
+        for await (const c of await client.chat.completions.create({ ...body, stream: true })) {
+          const d = c.choices[0];
+          finish = d?.finish_reason ?? finish;
+          args += d?.delta.tool_calls?.[0]?.function?.arguments ?? '';
+        }
+      }
+      expect(['tool_calls', 'length']).toContain(finish);
+      expect(validate(JSON.parse(args)), `seed ${seed}: ${args}`).toBe(true);
+      if (finish === 'length') cut++;
+    }
+    expect(cut).toBeGreaterThan(0);
+  }, 120_000);
 
   it('rapid_budget_close must be a boolean', async () => {
     const res = await fetch(`${srv.url}/v1/chat/completions`, {
