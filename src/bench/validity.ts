@@ -1,9 +1,10 @@
 // Structured-output validity sweep (issue 38): a real server on a fixture checkpoint; at each
-// concurrency level, R runs of that many simultaneous requests, half schema-constrained (sampled,
-// seeded, max_tokens from the schema's shortest output to 24 tokens past it, so many are cut) and
-// half free text, every third streamed. Every schema reply must parse, validate (ajv) and hold no
-// U+FFFD. Prints one row per level; exit code 1 below 100%.
-//   npm run bench:validity [-- --model DIR --levels 1,2,4 --runs 3 --no-budget-close --json]
+// concurrency level, R runs of that many simultaneous requests, half constrained (six schemas and
+// json_object; sampled, seeded, max_tokens from the schema's shortest output to 24 tokens past it,
+// so many are cut) and half free text, every third streamed. Every constrained reply must parse,
+// validate (ajv) and hold no U+FFFD. Prints one row per level; exit code 1 below 100%.
+//   npm run bench:validity [-- --model DIR --levels 1,2,4 --runs 3 --seed 0 --temperature 1
+//     --no-budget-close --json]
 import { parseArgs } from 'node:util';
 import { startServer } from '../cli/commands/serve.js';
 import { VALIDITY_SCHEMAS } from './validity-schemas.js';
@@ -29,6 +30,10 @@ export interface ValidityOptions {
   runs: number;
   budgetClose: boolean;
   threads?: number;
+  /** Offsets every request's seed and prompt: another sample of the same sweep. */
+  seed?: number;
+  /** Sampling temperature of every request (default 1; 0 is greedy, where speculative rows run). */
+  temperature?: number;
 }
 
 interface Reply {
@@ -86,19 +91,22 @@ export async function runValiditySweep(opts: ValidityOptions): Promise<ValidityL
     const mod = (await import('ajv')) as { default?: { default?: unknown }; Ajv?: unknown };
     const Ajv = (mod.Ajv ?? mod.default?.default ?? mod.default) as new (o: object) => { compile(s: object): (v: unknown) => boolean };
     const ajv = new Ajv({ strict: false });
-    const validators = VALIDITY_SCHEMAS.map((s) => ajv.compile(s));
-    const least = await Promise.all(VALIDITY_SCHEMAS.map((s) => shortestOutput(srv.url, 'm', s)));
+    const schemas = [...VALIDITY_SCHEMAS, { type: 'object' }];
+    const validators = schemas.map((s) => ajv.compile(s));
+    const least = await Promise.all(schemas.map((s) => shortestOutput(srv.url, 'm', s)));
     const out: ValidityLevel[] = [];
     for (const c of opts.levels) {
       const level: ValidityLevel = { concurrency: c, runs: opts.runs, schemaReplies: 0, valid: 0, cutValid: 0, replacement: 0, plainReplies: 0, errors: 0, failures: [] };
       for (let run = 0; run < opts.runs; run++) {
         await Promise.all(
           Array.from({ length: c }, async (_, i) => {
-            const k = c * 1009 + run * 131 + i;
-            const schemaIdx = i % 2 === 0 ? (k >> 1) % VALIDITY_SCHEMAS.length : -1;
-            const body: Body = { model: 'm', messages: [{ role: 'user', content: `item ${k}: describe it` }], temperature: 1, seed: k };
+            const k = c * 1009 + run * 131 + i + (opts.seed ?? 0) * 100_003;
+            // Every schema in turn, then json_object (index VALIDITY_SCHEMAS.length: any object).
+            const schemaIdx = i % 2 === 0 ? (k >> 1) % (VALIDITY_SCHEMAS.length + 1) : -1;
+            const body: Body = { model: 'm', messages: [{ role: 'user', content: `item ${k}: describe it` }], temperature: opts.temperature ?? 1, seed: k };
             if (schemaIdx >= 0) {
-              body.response_format = { type: 'json_schema', json_schema: { name: 's', schema: VALIDITY_SCHEMAS[schemaIdx], strict: true } };
+              const schema = VALIDITY_SCHEMAS[schemaIdx];
+              body.response_format = schema ? { type: 'json_schema', json_schema: { name: 's', schema, strict: true } } : { type: 'json_object' };
               body.max_tokens = least[schemaIdx]! + ((k * 7) % 25);
               if (!opts.budgetClose) body.rapid_budget_close = false;
             } else body.max_tokens = 16;
@@ -161,6 +169,8 @@ export async function main(argv: string[]): Promise<number> {
       levels: { type: 'string' },
       runs: { type: 'string' },
       threads: { type: 'string' },
+      seed: { type: 'string' },
+      temperature: { type: 'string' },
       'no-budget-close': { type: 'boolean' },
       json: { type: 'boolean' },
     },
@@ -171,6 +181,8 @@ export async function main(argv: string[]): Promise<number> {
     runs: Number(values.runs ?? 3),
     threads: values.threads !== undefined ? Number(values.threads) : undefined,
     budgetClose: values['no-budget-close'] !== true,
+    seed: Number(values.seed ?? 0),
+    temperature: Number(values.temperature ?? 1),
   });
   if (values.json) process.stdout.write(`${JSON.stringify(levels, null, 2)}\n`);
   else {
