@@ -74,7 +74,10 @@ export class BudgetCloseGrammar implements RequestGrammar {
     if (this.forcing !== null) {
       // The mask allowed only the closing's next token; anything else means the plan no longer holds.
       if (this.forcing.tokens[this.forcedAt] === token) this.forcedAt++;
-      else this.forcing = null;
+      else {
+        this.forcing = null;
+        this.closed = false;
+      }
     }
     if (!this.inner.accept(token)) return false;
     this.sinceMeasured++;
