@@ -25,7 +25,14 @@ const STRINGS = {
   required: ['title', 'code', 'items', 'ratio'],
   additionalProperties: false,
 };
-const SCHEMAS: unknown[] = [...SWEEP_SCHEMAS, ...MIXED, STRINGS];
+// A branch whose choices differ greatly in length: one token can lengthen the closing a lot.
+const LOPSIDED = {
+  type: 'object',
+  properties: { k: { enum: ['a', 'the quick brown fox jumps over the lazy dog'] }, n: { anyOf: [{ type: 'null' }, { type: 'array', items: { const: 'abcdefgh' }, minItems: 3 }] } },
+  required: ['k', 'n'],
+  additionalProperties: false,
+};
+const SCHEMAS: unknown[] = [...SWEEP_SCHEMAS, ...MIXED, STRINGS, LOPSIDED];
 const FORMATS: ResponseFormat[] = [
   ...SCHEMAS.map((schema) => parseResponseFormat({ type: 'json_schema', json_schema: { name: 's', schema, strict: true } })!),
   { type: 'json_object' },
@@ -109,7 +116,7 @@ describe.each(['llama-q4', 'qwen2-q4'])('budget-aware closing over the %s vocabu
   }
 
   it('opting out leaves a cut output cut; a walk with room to spare is not closed early', async () => {
-    const format = FORMATS[FORMATS.length - 2]!; // STRINGS
+    const format = FORMATS[FORMATS.length - 3]!; // STRINGS
     const cut = await service.matcher(format, { budgetClose: false });
     const a = await walk(cut, 12, 5);
     expect(a.complete).toBe(false);

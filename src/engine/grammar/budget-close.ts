@@ -16,6 +16,12 @@ import type { Utf8Grammar } from './utf8-grammar.js';
 export const CLOSE_MARGIN = 2;
 /** Within this many tokens of having to close, tokens that open structure off the closing's path are masked. */
 export const CLOSE_ZONE = 12;
+/**
+ * Within this many tokens of having to close, when at most CLOSE_CHECK_FEW allowed tokens are off the
+ * closing's path, each is checked to leave a closing that fits (see dropOverlong).
+ */
+export const CLOSE_CHECK_ZONE = 64;
+export const CLOSE_CHECK_FEW = 16;
 /** Far from the budget the closing's length is re-measured every this many tokens (it is cheap, not free). */
 export const CLOSE_RECHECK_EVERY = 8;
 
@@ -56,18 +62,47 @@ export class BudgetCloseGrammar implements RequestGrammar {
       this.closed = true;
       return this.forcedNext();
     }
-    if (this.left <= closing.tokens.length + CLOSE_MARGIN + CLOSE_ZONE) {
-      // Structure may only open, and a character stay unfinished (up to 3 bytes to go), along the
-      // closing: its first token and any token spelling a prefix of it.
-      const path = new Int32Array(n.bitmask.length);
-      this.tables.markPrefixes(closing.bytes, path);
-      const first = closing.tokens[0];
-      if (first !== undefined) path[first >> 5]! |= 1 << (first & 31);
+    const slack = this.left - closing.tokens.length - CLOSE_MARGIN;
+    if (slack > CLOSE_CHECK_ZONE) return n;
+    // The closing's path: its first token and any token spelling a prefix of it.
+    const path = new Int32Array(n.bitmask.length);
+    this.tables.markPrefixes(closing.bytes, path);
+    const first = closing.tokens[0];
+    if (first !== undefined) path[first >> 5]! |= 1 << (first & 31);
+    if (slack <= CLOSE_ZONE) {
+      // Structure may only open, and a character stay unfinished (up to 3 bytes to go), along the path.
       const opens = this.tables.opens;
       const whole = this.tables.fitFrom[this.inner.utf8State]![0]!;
       for (let w = 0; w < n.bitmask.length; w++) n.bitmask[w]! &= (~(opens[w] ?? 0) & (whole[w] ?? 0)) | path[w]!;
     }
+    this.dropOverlong(n.bitmask, path);
     return n;
+  }
+
+  /**
+   * When only a few tokens off the closing's path are allowed (an enum's values, a key's first
+   * letters), each is tried and dropped if the closing after it would not fit in the tokens left:
+   * one such token can lengthen the closing by a whole value. (Many allowed tokens are string or
+   * number content, which lengthens it by a token or two at most: CLOSE_MARGIN.)
+   */
+  private dropOverlong(mask: Int32Array, path: Int32Array): void {
+    const off: number[] = [];
+    for (let w = 0; w < mask.length; w++) {
+      let v = mask[w]! & ~path[w]!;
+      while (v !== 0) {
+        const t = w * 32 + 31 - Math.clz32(v & -v);
+        v &= v - 1;
+        if (this.tables.byteLength(t) === 0) continue; // a stop: nothing to close after it
+        if (off.length === CLOSE_CHECK_FEW) return;
+        off.push(t);
+      }
+    }
+    for (const t of off) {
+      if (!this.inner.accept(t)) continue;
+      const c = shortestClosing(this.inner, this.tables, this.stopId);
+      this.inner.rollBack(1);
+      if (c === null || c.tokens.length > this.left - 1) mask[t >> 5]! &= ~(1 << (t & 31));
+    }
   }
 
   accept(token: number): boolean {
@@ -114,7 +149,7 @@ export class BudgetCloseGrammar implements RequestGrammar {
     if (!Number.isFinite(this.left)) return false;
     if (this.lastLength < 0) return true;
     if (!Number.isFinite(this.lastLength)) return this.sinceMeasured >= CLOSE_RECHECK_EVERY; // no closing found: retry now and then
-    return this.left <= this.lastLength + CLOSE_MARGIN + CLOSE_ZONE + CLOSE_RECHECK_EVERY || this.sinceMeasured >= CLOSE_RECHECK_EVERY;
+    return this.left <= this.lastLength + CLOSE_MARGIN + CLOSE_CHECK_ZONE + CLOSE_RECHECK_EVERY || this.sinceMeasured >= CLOSE_RECHECK_EVERY;
   }
 
   private measure(): Closing | null {

@@ -58,7 +58,8 @@ export function shortestClosing(g: Utf8Grammar, tables: TokenBytes, stopId: numb
         if (!utf8.encode(forced).every(take)) break;
         continue;
       }
-      if (!(g.atBoundary ? BOUNDARY_ORDER : CONTINUATIONS).some(take)) break;
+      const b = nextByte(g, tables, g.atBoundary ? BOUNDARY_ORDER : CONTINUATIONS);
+      if (b < 0 || !take(b)) break;
     }
   } finally {
     g.rollBack(taken);
@@ -69,6 +70,38 @@ export function shortestClosing(g: Utf8Grammar, tables: TokenBytes, stopId: numb
   if (spelled !== null && replays(g, spelled, stopId)) return { bytes, tokens: spelled };
   // The byte-by-byte spelling is the walk itself: it replays by construction.
   return { bytes, tokens: text.map((b) => tables.byteToken[b]!) };
+}
+
+/** Where the next byte is a letter (a key, an enum value), this many allowed letters are compared. */
+const BRANCH_LOOKAHEAD = 4;
+const isLetter = (b: number) => (b >= 0x61 && b <= 0x7a) || (b >= 0x41 && b <= 0x5a);
+
+/**
+ * The byte the walk takes next: the first allowed one in `order`; but where that is a letter (the
+ * choice of a key or an enum value), of the first few allowed letters the one whose forced text
+ * after it is shortest ("a" over "the quick brown fox"). -1 when none is allowed.
+ */
+function nextByte(g: Utf8Grammar, tables: TokenBytes, order: readonly number[]): number {
+  let best = -1;
+  let bestCost = Number.POSITIVE_INFINITY;
+  let seen = 0;
+  for (const b of order) {
+    if (seen > 0 && !isLetter(b)) continue;
+    const t = tables.byteToken[b]!;
+    if (t < 0 || !g.accept(t)) continue;
+    if (seen === 0 && !isLetter(b)) {
+      g.rollBack(1);
+      return b;
+    }
+    const cost = g.forcedText().length;
+    g.rollBack(1);
+    if (cost < bestCost) {
+      best = b;
+      bestCost = cost;
+    }
+    if (++seen >= BRANCH_LOOKAHEAD || cost === 0) break;
+  }
+  return best;
 }
 
 /** Whether a stop token is allowed now (tried and taken back). */

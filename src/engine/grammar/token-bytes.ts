@@ -111,6 +111,11 @@ export class TokenBytes {
     this.data = data.subarray(0, used);
   }
 
+  /** How many bytes token t stands for (0 for stop, special and unknown ids). */
+  byteLength(t: number): number {
+    return t >= 0 && t < this.vocabSize ? this.offsets[t + 1]! - this.offsets[t]! : 0;
+  }
+
   /** The decoder state after token t from `state`, or -1 when t makes the text ill-formed. */
   after(state: number, t: number): number {
     if (t < 0 || t >= this.vocabSize) return -1;
