@@ -82,11 +82,10 @@ export class Utf8Grammar implements TrialGrammar {
   speculate(): boolean {
     // Mid-character only continuation bytes fit: a narrow state, and the mask says which; near
     // max_tokens the mask also keeps characters whole.
-    return this.state === UTF8_BOUNDARY && this.left > 3 && this.inner.speculate !== undefined && this.inner.speculate();
+    return this.state === UTF8_BOUNDARY && this.left > 3 && this.inner.speculate();
   }
 
   async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
-    if (this.inner.acceptBest === undefined) return { kind: 'miss' };
     const valid = this.tables.validFrom[this.state]!;
     const pick = await this.inner.acceptBest(candidates.filter((t) => (((valid[t >> 5] ?? 0) >>> (t & 31)) & 1) === 1));
     if (pick.kind === 'token') {
