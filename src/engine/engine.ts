@@ -405,6 +405,8 @@ export class Engine implements EngineLike {
       if (!(await this.encodeImages(out))) return; // the watchdog tripped
       if (out.rows.length === 0) return;
     }
+    // Budget-aware closing: each constrained grammar learns how many tokens its request has left.
+    for (const row of out.rows) if (row.sample) row.request.grammar?.setTokensLeft?.(row.request.maxTotalTokens - row.request.tokens.length);
     const spec = await this.speculativeRows(out);
     dropEndedRows(out); // aborted while the grammars were asked
     if (out.rows.length === 0) return;
@@ -455,7 +457,7 @@ export class Engine implements EngineLike {
     // max_tokens on a constrained request: "stop" if its last token completed the output.
     for (const req of lengthEnded) {
       const next = await req.grammar!.next().catch(() => ({ kind: 'dead' as const }));
-      this.end(req, next.kind === 'complete' ? 'stop' : 'length');
+      this.end(req, next.kind === 'complete' ? completeReason(req) : 'length');
     }
   }
 
@@ -568,7 +570,7 @@ export class Engine implements EngineLike {
         if (next.kind === 'mask') masks.set(req.id, next.bitmask);
         else if (next.kind === 'complete') {
           req.completeText();
-          this.end(req, 'stop');
+          this.end(req, completeReason(req));
         } else this.failRequest(req, grammarDeadEnd());
       } catch (err) {
         this.failRequest(req, new EngineRequestError(`the grammar failed: ${(err as Error).message}`, 'grammar_failed'));
@@ -656,7 +658,7 @@ export class Engine implements EngineLike {
       if (pick.kind === 'token') picked.set(req.id, pick.token);
       else if (pick.kind === 'complete') {
         req.completeText();
-        this.end(req, 'stop');
+        this.end(req, completeReason(req));
       } else if (pick.kind === 'dead') this.failRequest(req, grammarDeadEnd());
       else {
         this.scheduler.redoLastToken(req);
@@ -848,6 +850,11 @@ function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number
   const n = span.image.embedAt?.length ?? span.end - span.start; // Pixtral: only its [IMG] tokens take rows
   if (e.tokens !== n) throw new Error(`the image encodes to ${e.tokens} tokens but the prompt has ${n} placeholder tokens for it`);
   if (e.embeddings.length !== n * hidden) throw new Error(`the encoder returned ${e.embeddings.length} values for ${n} tokens of width ${hidden}`);
+}
+
+/** A completed constrained output ends with "stop", or "length" when budget closing had to end it. */
+function completeReason(req: EngineRequest): EngineFinishReason {
+  return req.grammar?.closedByBudget?.() === true ? 'length' : 'stop';
 }
 
 /** Whether a row samples with a grammar mask: constrained and not speculative. */

@@ -164,13 +164,13 @@ class ResponseShaper {
   full(text: string, lp: EngineDelta[], done: EngineDone): unknown {
     const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(done) };
     const withLp = this.g.logprobs >= 0;
-    const call = this.g.tools?.format && done.finishReason === 'stop' ? toolCallFrom(text) : null;
+    const call = this.g.tools?.format && done.finishReason !== 'abort' ? toolCallFrom(text) : null;
     if (this.g.kind === 'chat' && this.g.tools?.auto) return { ...base, object: 'chat.completion', choices: [this.autoToolChoice(text, lp, done)] };
     if (call) {
       return {
         ...base,
         object: 'chat.completion',
-        choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [call] }, logprobs: null, finish_reason: 'tool_calls' }],
+        choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [call] }, logprobs: null, finish_reason: toolFinish(done) }],
       };
     }
     if (this.g.kind === 'chat') {
@@ -202,7 +202,7 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
   let grammar: RequestGrammar | undefined;
   if (g.responseFormat) {
     if (!ctx.grammar) throw badRequest('structured output is not available on this server', 'response_format', 'unsupported');
-    grammar = await ctx.grammar.matcher(g.responseFormat); // InvalidRequestError -> 400
+    grammar = await ctx.grammar.matcher(g.responseFormat, { budgetClose: g.budgetClose !== false, maxTokens: g.params.maxTokens }); // InvalidRequestError -> 400
   }
   const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id, grammar, multimodal: g.multimodal, keepSpecialTokens: g.keepSpecialTokens });
   let finished = false;
@@ -250,10 +250,10 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
         }
         finished = true;
         if (ev.finishReason === 'abort') break; // the client is gone
-        const call = g.tools?.format && ev.finishReason === 'stop' ? toolCallFrom(ev.text) : null;
+        const call = g.tools?.format ? toolCallFrom(ev.text) : null;
         if (call) {
           sse.send(shaper.toolCallChunk(call));
-          sse.send(shaper.chunk(null, [], 'tool_calls'));
+          sse.send(shaper.chunk(null, [], toolFinish(ev)));
           if (g.includeUsage) sse.send(shaper.usageChunk(ev));
           ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
           sse.end(true);
@@ -313,4 +313,9 @@ export async function handleGeneration(ctx: CompletionContext, res: ServerRespon
 function reasoningMessage(text: string): { content: string; reasoning_content?: string } {
   const p = ReasoningSplitter.split(text);
   return p.reasoning ? { content: p.content, reasoning_content: p.reasoning } : { content: p.content };
+}
+
+/** A forced call that parses is a tool call; budget closing may have ended it at max_tokens ("length"). */
+function toolFinish(done: EngineDone): string {
+  return done.finishReason === 'length' ? 'length' : 'tool_calls';
 }

@@ -31,13 +31,15 @@ export interface GenerationRequest {
   tools?: ToolRequest;
   /** The detokenizer keeps special tokens (tool-call markers that are special tokens). */
   keepSpecialTokens?: boolean;
+  /** rapid_budget_close: constrained output steers to a valid end before max_tokens cuts it (default true). */
+  budgetClose?: boolean;
 }
 
 type Body = Record<string, unknown>;
 
 const COMMON_FIELDS = [
   'model', 'stream', 'stream_options', 'max_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'presence_penalty',
-  'frequency_penalty', 'repetition_penalty', 'seed', 'stop', 'logprobs', 'n', 'user', 'logit_bias',
+  'frequency_penalty', 'repetition_penalty', 'seed', 'stop', 'logprobs', 'n', 'user', 'logit_bias', 'rapid_budget_close',
 ];
 const CHAT_FIELDS = new Set([
   ...COMMON_FIELDS, 'messages', 'max_completion_tokens', 'top_logprobs', 'store', 'metadata', 'service_tier',
@@ -79,6 +81,7 @@ function checkCommon(body: unknown, allowed: Set<string>, model: ServedModel): B
     if (typeof body.model !== 'string') throw badRequest('model must be a string', 'model', 'invalid_type');
     if (body.model !== model.id) throw notFound(`The model '${body.model}' does not exist; this server serves '${model.id}'`, 'model_not_found');
   }
+  bool(body, 'rapid_budget_close'); // checked on every request, used by constrained ones
   const n = int(body, 'n');
   if (n !== undefined && n !== 1) throw badRequest('only n=1 is supported', 'n', 'unsupported');
   if (present(body, 'logit_bias')) {
@@ -221,7 +224,7 @@ async function parseChat(raw: unknown, model: ServedModel, images: RequestImages
   const params = sampling(body, model, maxTokens, defaultMax, wantLogprobs ? (top ?? 0) : -1);
   if (tools?.format) {
     // The grammar forces the call from the first token: no reasoning, no stop strings.
-    return { kind: 'chat', promptIds, params: { ...params, stop: [] }, stream: s, includeUsage, logprobs: params.logprobs, responseFormat: tools.format, tools };
+    return { kind: 'chat', promptIds, params: { ...params, stop: [] }, stream: s, includeUsage, logprobs: params.logprobs, responseFormat: tools.format, tools, budgetClose: budgetClose(body) };
   }
   const reasoning = model.reasoning === true && templateArgs?.enable_thinking !== false;
   const g = withFormat(body, { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs, reasoning });
@@ -272,7 +275,12 @@ function withFormat(body: Body, g: GenerationRequest): GenerationRequest {
     throw err;
   }
   if (rf === null) return g;
-  return { ...g, params: { ...g.params, stop: [] }, responseFormat: rf };
+  return { ...g, params: { ...g.params, stop: [] }, responseFormat: rf, budgetClose: budgetClose(body) };
+}
+
+/** rapid_budget_close: false lets max_tokens cut constrained output mid-JSON, as other servers do. */
+function budgetClose(body: Body): boolean {
+  return bool(body, 'rapid_budget_close') ?? true;
 }
 
 /** prompt: a string, a token id array, or a one-element list of either (n=1, one prompt). */

@@ -111,6 +111,50 @@ describe('the grammar worker', () => {
     victim.dispose();
   });
 
+  it('a replay rebuilds the UTF-8 guard and budget closing: the same masks and closing after a trap', async () => {
+    // Told a tight max_tokens, the walk ends in the closing budget closing forces; a trap mid-walk
+    // (at a lead byte, and inside the forced closing) must change nothing the request sees.
+    const BUDGET = 24;
+    const LEAD = [...Array(VOCAB).keys()].find((t) => text.tokenizer.idToToken(t) === '\u00e4')!; // byte-level E4
+    const quoted = fmt({ type: 'object', properties: { s: { type: 'string', maxLength: 40 } }, required: ['s'], additionalProperties: false });
+    const open = ['{', '"', 's', '"', ':', '"'].map((c) => text.tokenizer.tokenToId(c)!);
+    const run = async (svc: GrammarService, trapAt: ReadonlySet<number>) => {
+      const victims = [];
+      const g = await svc.matcher(quoted, { maxTokens: BUDGET });
+      const seen: string[] = [];
+      for (let step = 0; step < BUDGET; step++) {
+        g.setTokensLeft?.(BUDGET - step);
+        if (trapAt.has(step)) {
+          const victim = await svc.matcher(VICTIM);
+          victims.push(victim);
+          grammarFaults.trapMask = (schema) => schema.includes('victim');
+          await expect(victim.next()).rejects.toThrow(/injected/);
+          delete grammarFaults.trapMask;
+        }
+        const n = await g.next();
+        if (n.kind !== 'mask') {
+          seen.push(n.kind);
+          break;
+        }
+        seen.push(Array.from(n.bitmask).join(','));
+        const t = step < open.length ? open[step]! : step === open.length ? LEAD : pick(n.bitmask, step);
+        expect(g.accept(t), `step ${step}`).toBe(true);
+      }
+      const closed = g.closedByBudget?.() === true;
+      g.dispose();
+      for (const v of victims) v.dispose();
+      return { seen, closed };
+    };
+    const ref = await run(refService, new Set());
+    expect(ref.closed).toBe(true); // the walk needed closing
+    const svc = make();
+    services.push(svc);
+    // Right after the lead byte (mid-character), and inside the forced closing.
+    const got = await run(svc, new Set([open.length + 1, 21]));
+    expect(svc.rebuilds).toBe(2);
+    expect(got).toEqual(ref);
+  });
+
   it('a compile past compileTimeoutMs is stopped and refused naming the limit; the neighbour goes on', async () => {
     const ref = await walk(await refService.matcher(PERSON), 20);
     const svc = make({ workerLimits: { compileTimeoutMs: 150 } });

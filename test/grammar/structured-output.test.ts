@@ -106,14 +106,21 @@ describe.skipIf(!nativeAvailable()).each(CASES)('structured output on $name', ({
     else expect(r.choices[0]!.finish_reason).toBe('length');
   });
 
-  it('max_tokens inside the object ends with finish_reason "length"', async () => {
-    const r = await client.chat.completions.create({
+  it('max_tokens below the shortest valid output: 400 naming it; with rapid_budget_close false, cut with "length"', async () => {
+    const body = {
       model,
-      messages: [{ role: 'user', content: 'short' }],
+      messages: [{ role: 'user' as const, content: 'short' }],
       max_tokens: 4,
       temperature: 0,
-      response_format: { type: 'json_schema', json_schema: { name: 's', schema: SCHEMAS[1]!, strict: true } },
-    });
+      response_format: { type: 'json_schema' as const, json_schema: { name: 's', schema: SCHEMAS[1]!, strict: true } },
+    };
+    const err = await client.chat.completions.create(body).then(
+      () => null,
+      (e: unknown) => e as { status?: number; message: string },
+    );
+    expect(err?.status).toBe(400);
+    expect(err!.message).toMatch(/max_tokens is 4, but the shortest output this schema allows takes \d+ tokens/);
+    const r = await client.chat.completions.create({ ...body, rapid_budget_close: false } as typeof body);
     expect(r.choices[0]!.finish_reason).toBe('length');
     expect(() => JSON.parse(r.choices[0]!.message.content ?? '')).toThrow();
   });

@@ -1,10 +1,12 @@
 // The grammar service of one model: compiles response formats with xgrammar against the model's
 // vocabulary (cached by schema hash) and hands out one matcher per request. xgrammar runs in a
 // worker thread (xgrammar-host.ts), started on the first constrained request only, so free-text
-// serving never pays for it; its limits are checked here first (schema-limits.ts).
+// serving never pays for it; its limits are checked here first (schema-limits.ts). There each
+// matcher runs behind a UTF-8 guard and budget-aware closing (guarded-grammar.ts).
 import { createHash } from 'node:crypto';
 import { EngineUnavailableError } from '../engine-errors.js';
 import { InvalidRequestError } from '../errors.js';
+import { maxTokensTooLowMessage, type RequestGrammarOptions } from './guarded-grammar.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
 import type { ResponseFormat } from './response-format.js';
 import { checkSchemaLimits, type WorkerLimits } from './schema-limits.js';
@@ -35,8 +37,11 @@ export interface GrammarServiceOptions {
 export type GrammarHealth = { status: 'ok' } | { status: 'degraded'; reason: string };
 
 export interface GrammarProvider {
-  /** Compiles (or finds cached) and returns a fresh matcher; InvalidRequestError when unsupported. */
-  matcher(format: ResponseFormat): Promise<RequestGrammar>;
+  /**
+   * Compiles (or finds cached) and returns a fresh matcher; InvalidRequestError when unsupported,
+   * or when budget closing finds no valid output within options.maxTokens.
+   */
+  matcher(format: ResponseFormat, options?: RequestGrammarOptions): Promise<RequestGrammar>;
   /** Degraded while the grammar engine is being rebuilt (requests still run; they wait for it). */
   health?(): GrammarHealth;
   /** Stops its worker (server shutdown). */
@@ -148,14 +153,19 @@ export class GrammarService implements GrammarProvider {
     return prepared;
   }
 
-  async matcher(format: ResponseFormat): Promise<RequestGrammar> {
+  async matcher(format: ResponseFormat, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
     const { text, strict, key } = await this.prepareAndCompile(format);
-    const record: MatcherRecord = { id: ++this.nextId, key, schema: text, strict, history: [], dead: null };
+    const record: MatcherRecord = { id: ++this.nextId, key, schema: text, strict, options: { ...options }, history: [], dead: null };
+    let shortest: number | null;
     try {
-      await this.host.create(record);
+      shortest = await this.host.create(record);
     } catch (err) {
       // Not the request's fault: the instance failed under it (503, retry).
       throw new EngineUnavailableError(`the grammar engine could not start this request: ${(err as Error).message}`, 'unhealthy', 1);
+    }
+    if (shortest !== null && options.maxTokens !== undefined && shortest > options.maxTokens) {
+      this.host.release(record);
+      throw new InvalidRequestError(maxTokensTooLowMessage(options.maxTokens, shortest), 'max_tokens');
     }
     return new WorkerRequestGrammar(this.host, record);
   }
@@ -190,13 +200,15 @@ function isSet(mask: Int32Array, token: number): boolean {
  * One request's matcher, living in the worker. accept() stays synchronous: after next() the mask
  * already says whether the token is allowed (the engine's use), and the worker accepts it in order
  * with the next op. A token accepted without a fresh mask is checked there; if refused, the
- * grammar's next verdict is "dead".
+ * grammar's next verdict is "dead". The tokens left go with the next op; every reply says whether
+ * budget closing has ended the output.
  */
 class WorkerRequestGrammar implements RequestGrammar {
   private disposed = false;
   /** The mask of the state after `maskAt` accepted tokens. */
   private mask: Int32Array | null = null;
   private maskAt = -1;
+  private closed = false;
 
   constructor(
     private readonly host: XgrammarHost,
@@ -206,13 +218,22 @@ class WorkerRequestGrammar implements RequestGrammar {
   private async call(op: Parameters<XgrammarHost['call']>[0]) {
     const r = await this.host.call(op, this.record);
     if (!r.ok) throw new Error(r.error);
+    this.closed = r.closed === true;
     return r;
+  }
+
+  setTokensLeft(n: number): void {
+    this.record.left = n;
+  }
+
+  closedByBudget(): boolean {
+    return this.closed;
   }
 
   async next(): Promise<GrammarNext> {
     if (this.disposed) return { kind: 'dead' };
     const at = this.record.history.length;
-    const n = (await this.call({ op: 'next', id: this.record.id })).next!;
+    const n = (await this.call({ op: 'next', id: this.record.id, left: this.record.left })).next!;
     if (n.kind === 'mask' && this.record.history.length === at) {
       this.mask = n.bitmask;
       this.maskAt = at;
@@ -225,18 +246,23 @@ class WorkerRequestGrammar implements RequestGrammar {
     if (this.mask !== null && this.maskAt === this.record.history.length && !isSet(this.mask, token)) return false;
     const at = this.record.history.push(token) - 1;
     this.mask = null;
-    this.host.call({ op: 'accept', id: this.record.id, token, at }, this.record).catch(() => undefined);
+    this.host
+      .call({ op: 'accept', id: this.record.id, token, at, left: this.record.left }, this.record)
+      .then((r) => {
+        if (r.ok && !this.disposed) this.closed = r.closed === true;
+      })
+      .catch(() => undefined);
     return true;
   }
 
   async speculate(): Promise<boolean> {
     if (this.disposed) return false;
-    return (await this.call({ op: 'speculate', id: this.record.id })).wide === true;
+    return (await this.call({ op: 'speculate', id: this.record.id, left: this.record.left })).wide === true;
   }
 
   async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
     if (this.disposed) return { kind: 'dead' };
-    const pick = (await this.call({ op: 'acceptBest', id: this.record.id, candidates: [...candidates] })).pick!;
+    const pick = (await this.call({ op: 'acceptBest', id: this.record.id, candidates: [...candidates], left: this.record.left })).pick!;
     if (pick.kind === 'token') {
       this.record.history.push(pick.token);
       this.mask = null;

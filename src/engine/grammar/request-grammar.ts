@@ -33,6 +33,23 @@ export interface RequestGrammar {
    * first, ties lower id first): every better-ranked token is disallowed, so it is the masked argmax.
    */
   acceptBest?(candidates: readonly number[]): Promise<GrammarPick>;
+  /** Budget-aware closing (optional): how many tokens the request may still emit, this one included. */
+  setTokensLeft?(n: number): void;
+  /** True once budget-aware closing forced the output's end: the request finishes with "length". */
+  closedByBudget?(): boolean;
+}
+
+/**
+ * A grammar that can try tokens and take them back, synchronously: what the UTF-8 guard and budget
+ * closing build on. Only the grammar worker has one (it owns the matcher).
+ */
+export interface TrialGrammar extends RequestGrammar {
+  speculate(): boolean;
+  acceptBest(candidates: readonly number[]): Promise<GrammarPick>;
+  /** Undoes the last n accepted tokens. */
+  rollBack(n: number): void;
+  /** The text every continuation starts with ('' when several paths are open). */
+  forcedText(): string;
 }
 
 /** Thrown when a constrained request can no longer produce valid output. */

@@ -2,12 +2,14 @@
 // time (the masks of a step's rows travel together), and contains failures. A trap or a batch past
 // its time limit discards the worker's instance: the op that caused it fails alone, a fresh
 // instance starts, every live matcher is replayed in it (its format recompiled, its accepted tokens
-// accepted again) and the other queued ops go on there. Meanwhile health() says degraded.
+// accepted again through its UTF-8 guard and budget closing) and the other queued ops go on there.
+// Meanwhile health() says degraded.
 import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { InvalidRequestError } from '../errors.js';
 import { grammarFaults } from './grammar-faults.js';
+import type { RequestGrammarOptions } from './guarded-grammar.js';
 import { GRAMMAR_WORKER_LIMITS, type WorkerLimits } from './schema-limits.js';
 import type { XgInit, XgOp, XgReply, XgResult } from './xgrammar-protocol.js';
 
@@ -19,8 +21,12 @@ export interface MatcherRecord {
   readonly key: string;
   readonly schema: string;
   readonly strict: boolean;
+  /** How the worker wraps the matcher (UTF-8 guard, budget closing). */
+  readonly options: RequestGrammarOptions;
   /** Every token accepted so far, in order. */
   readonly history: number[];
+  /** The tokens the request has left, as last told (budget closing); undefined until then. */
+  left?: number;
   /** Why it can no longer be used (its op trapped, or its replay failed); null while usable. */
   dead: string | null;
 }
@@ -109,12 +115,16 @@ export class XgrammarHost {
     void this.call({ op: 'evict', key }).catch(() => undefined);
   }
 
-  /** A new matcher for a compiled key; the record is what a rebuild replays. */
-  async create(record: MatcherRecord): Promise<void> {
+  /**
+   * A new matcher for a compiled key; the record is what a rebuild replays. Returns the shortest
+   * valid output's length when budget closing measured it (see XgResult).
+   */
+  async create(record: MatcherRecord): Promise<number | null> {
     this.live.set(record.id, record);
     try {
-      const r = await this.call({ op: 'create', id: record.id, key: record.key, history: [] }, record);
+      const r = await this.call({ op: 'create', id: record.id, key: record.key, options: record.options, history: [] }, record);
       if (!r.ok) throw new Error(r.error);
+      return r.shortest ?? null;
     } catch (err) {
       this.live.delete(record.id);
       throw err;
@@ -360,7 +370,7 @@ export class XgrammarHost {
         r.dead = `the grammar failed replaying its tokens: ${e}`;
       };
       ops.push({
-        op: { op: 'create', id: r.id, key: r.key, history: [...r.history] },
+        op: { op: 'create', id: r.id, key: r.key, options: r.options, history: [...r.history], left: r.left },
         record: r,
         replay: true,
         resolve: (res) => (res.ok ? undefined : fail(res.error)),

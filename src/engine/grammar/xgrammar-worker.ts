@@ -1,9 +1,12 @@
 // Worker-thread side of the grammar host: owns one xgrammar wasm instance (compiler, compiled
 // grammars, matchers) and runs the host's batches in order, off the event loop. A trap makes this
 // instance unusable: the worker reports the op that trapped and the host replaces the whole thread.
+// Each matcher runs behind the UTF-8 guard and budget closing, which need it synchronously.
 import { parentPort } from 'node:worker_threads';
 import { extractNumberRanges, substituteNumberRules } from './number-range.js';
-import type { GrammarNext, GrammarPick } from './request-grammar.js';
+import { guardRequestGrammar, type GuardedGrammar } from './guarded-grammar.js';
+import type { GrammarNext, GrammarPick, TrialGrammar } from './request-grammar.js';
+import { TokenBytes } from './token-bytes.js';
 import { capturing, initWithErrorSink, isTrap, xgrammar, XgrammarTrap, type XgCompiledGrammar, type XgGrammarCompiler, type XgGrammarMatcher } from './xgrammar.js';
 import type { XgBatch, XgInit, XgOp, XgReply, XgResult } from './xgrammar-protocol.js';
 
@@ -29,19 +32,11 @@ const instantiate = WebAssembly.instantiate.bind(WebAssembly) as (...args: unkno
 const PROBES = 24;
 const PROBES_TO_SPECULATE = 2;
 
-interface Matcher {
-  m: XgGrammarMatcher;
-  /** A token accepted without a mask was refused: the output can no longer be valid. */
-  rejected: boolean;
-  /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
-  seed: number;
-  /** Tokens accepted (replayed ones included). */
-  count: number;
-}
-
 let init: XgInit | null = null;
 let compiler: XgGrammarCompiler | null = null;
 let progress: Int32Array | null = null;
+/** The vocabulary's byte tables (UTF-8 guard, budget closing), built once per instance. */
+let tables: TokenBytes | null = null;
 let stopWords = new Map<number, number>();
 let stops = new Set<number>();
 const compiled = new Map<string, XgCompiledGrammar>();
@@ -67,6 +62,7 @@ async function start(msg: XgInit): Promise<void> {
     // Our own cache only: xgrammar's would keep a never-finished entry for a schema it aborted on.
     return xg.GrammarCompiler.createGrammarCompiler(info, false);
   });
+  tables = new TokenBytes(msg.vocab, msg.vocabType, msg.vocabSize);
 }
 
 async function compile(op: Extract<XgOp, { op: 'compile' }>): Promise<XgCompiledGrammar> {
@@ -86,64 +82,109 @@ function matcher(id: number): Matcher {
   return m;
 }
 
-async function next(g: Matcher): Promise<GrammarNext> {
-  if (g.rejected) return { kind: 'dead' };
-  if (g.m.isTerminated()) return { kind: 'complete' };
-  const bitmask = await g.m.getNextTokenBitmask();
-  const banned = init!.banned;
-  let any = false;
-  let nonStop = false;
-  for (let w = 0; w < bitmask.length; w++) {
-    const v = (bitmask[w]! &= ~(banned[w] ?? 0));
-    if (v === 0) continue;
-    any = true;
-    if ((v & ~(stopWords.get(w) ?? 0)) !== 0) nonStop = true;
-  }
-  if (!any) return { kind: 'dead' };
-  if (!nonStop) return { kind: 'complete' };
-  return { kind: 'mask', bitmask };
-}
+/**
+ * The synchronous view of one xgrammar matcher that the UTF-8 guard and budget closing wrap: they
+ * try tokens and roll them back, which only works next to the matcher.
+ */
+class MatcherGrammar implements TrialGrammar {
+  /** Picks probe tokens; it only decides where to speculate, never what is emitted. */
+  private seed = 0x9e3779b9;
 
-function speculate(g: Matcher): boolean {
-  if (g.rejected || g.m.isTerminated()) return false;
-  // Forced characters ahead (a key, a separator): one or two tokens fit, a ranked guess would miss.
-  if (g.m.findJumpForwardString() !== '') return false;
-  // The share of the vocabulary the state allows, estimated from a few ordinary tokens (each
-  // accepted one is rolled back): narrow states (numbers, enums, string ends) keep their mask.
-  const probes = init!.probes;
-  let fit = 0;
-  for (let i = 0; i < PROBES && fit < PROBES_TO_SPECULATE; i++) {
-    g.seed = (Math.imul(g.seed, 1664525) + 1013904223) >>> 0;
-    if (g.m.acceptToken(probes[g.seed % probes.length]!)) {
-      g.m.rollBack(1);
-      fit++;
+  constructor(private readonly m: XgGrammarMatcher) {}
+
+  async next(): Promise<GrammarNext> {
+    if (this.m.isTerminated()) return { kind: 'complete' };
+    const bitmask = await this.m.getNextTokenBitmask();
+    const banned = init!.banned;
+    let any = false;
+    let nonStop = false;
+    for (let w = 0; w < bitmask.length; w++) {
+      const v = (bitmask[w]! &= ~(banned[w] ?? 0));
+      if (v === 0) continue;
+      any = true;
+      if ((v & ~(stopWords.get(w) ?? 0)) !== 0) nonStop = true;
     }
+    if (!any) return { kind: 'dead' };
+    if (!nonStop) return { kind: 'complete' };
+    return { kind: 'mask', bitmask };
   }
-  return fit >= PROBES_TO_SPECULATE;
-}
 
-async function acceptBest(g: Matcher, candidates: readonly number[]): Promise<GrammarPick> {
-  if (g.rejected) return { kind: 'dead' };
-  const never = init!.never;
-  for (let i = 0; i < candidates.length; i++) {
-    const t = candidates[i]!;
-    // Accepting a stop token cannot be undone, and a state that allows only stop tokens ends without
-    // one: the mask tells these apart (this happens at the end of the output only).
-    if (stops.has(t)) {
-      const n = await next(g);
-      if (n.kind !== 'mask') return n;
-      for (const c of candidates.slice(i)) {
-        if (!isSet(n.bitmask, c)) continue;
-        if (!g.m.acceptToken(c)) throw new Error(`the grammar's mask allows token ${c} but its matcher rejects it`);
-        return { kind: 'token', token: c };
+  accept(token: number): boolean {
+    return this.m.acceptToken(token);
+  }
+
+  rollBack(n: number): void {
+    this.m.rollBack(n);
+  }
+
+  forcedText(): string {
+    return this.m.findJumpForwardString();
+  }
+
+  speculate(): boolean {
+    if (this.m.isTerminated()) return false;
+    // Forced characters ahead (a key, a separator): one or two tokens fit, a ranked guess would miss.
+    if (this.m.findJumpForwardString() !== '') return false;
+    // The share of the vocabulary the state allows, estimated from a few ordinary tokens (each
+    // accepted one is rolled back): narrow states (numbers, enums, string ends) keep their mask.
+    const probes = init!.probes;
+    let fit = 0;
+    for (let i = 0; i < PROBES && fit < PROBES_TO_SPECULATE; i++) {
+      this.seed = (Math.imul(this.seed, 1664525) + 1013904223) >>> 0;
+      if (this.m.acceptToken(probes[this.seed % probes.length]!)) {
+        this.m.rollBack(1);
+        fit++;
       }
-      return { kind: 'miss' };
     }
-    if (isSet(never, t)) continue; // no mask allows these (next() clears banned ones)
-    // A rejected token leaves the matcher as it was.
-    if (g.m.acceptToken(t)) return { kind: 'token', token: t };
+    return fit >= PROBES_TO_SPECULATE;
   }
-  return { kind: 'miss' };
+
+  async acceptBest(candidates: readonly number[]): Promise<GrammarPick> {
+    const never = init!.never;
+    for (let i = 0; i < candidates.length; i++) {
+      const t = candidates[i]!;
+      // Accepting a stop token cannot be undone, and a state that allows only stop tokens ends without
+      // one: the mask tells these apart (this happens at the end of the output only).
+      if (stops.has(t)) {
+        const n = await this.next();
+        if (n.kind !== 'mask') return n;
+        for (const c of candidates.slice(i)) {
+          if (!isSet(n.bitmask, c)) continue;
+          if (!this.m.acceptToken(c)) throw new Error(`the grammar's mask allows token ${c} but its matcher rejects it`);
+          return { kind: 'token', token: c };
+        }
+        return { kind: 'miss' };
+      }
+      if (isSet(never, t)) continue; // no mask allows these (next() clears banned ones)
+      // A rejected token leaves the matcher as it was.
+      if (this.m.acceptToken(t)) return { kind: 'token', token: t };
+    }
+    return { kind: 'miss' };
+  }
+
+  dispose(): void {
+    this.m.dispose();
+  }
+}
+
+interface Matcher {
+  /** The matcher behind its UTF-8 guard and (unless opted out) budget closing. */
+  g: GuardedGrammar;
+  /** A token accepted without a mask was refused: the output can no longer be valid. */
+  rejected: boolean;
+  /** Tokens accepted (replayed ones included). */
+  count: number;
+}
+
+/** Tells the matcher's chain the tokens its request has left, when the op says. */
+function withLeft(id: number, left: number | undefined): Matcher {
+  const m = matcher(id);
+  if (left !== undefined) m.g.setTokensLeft(left);
+  return m;
+}
+
+function closed(g: Matcher): boolean {
+  return g.g.closedByBudget?.() === true;
 }
 
 async function run(op: XgOp, transfer: ArrayBuffer[]): Promise<XgResult> {
@@ -166,39 +207,45 @@ async function run(op: XgOp, transfer: ArrayBuffer[]): Promise<XgResult> {
       const c = compiled.get(op.key);
       if (c === undefined) return { ok: false, error: 'its grammar is not compiled in this instance' };
       const m = await xgrammar().GrammarMatcher.createGrammarMatcher(c, init!.stopIds, false);
-      const g: Matcher = { m, rejected: false, seed: 0x9e3779b9, count: op.history.length };
-      matchers.get(op.id)?.m.dispose();
+      const { grammar, shortest } = guardRequestGrammar(new MatcherGrammar(m), tables!, init!.stopIds, op.options);
+      const g: Matcher = { g: grammar, rejected: false, count: op.history.length };
+      matchers.get(op.id)?.g.dispose();
       matchers.set(op.id, g);
+      // A replay rebuilds the wrappers' state too: the tokens go through the whole chain.
       for (const t of op.history) {
-        if (!m.acceptToken(t)) return { ok: false, error: `replaying its tokens, the grammar rejected token ${t}` };
+        if (!grammar.accept(t)) return { ok: false, error: `replaying its tokens, the grammar rejected token ${t}` };
       }
-      return { ok: true };
+      if (op.left !== undefined) grammar.setTokensLeft(op.left);
+      return { ok: true, shortest };
     }
     case 'next': {
       if (op.trap) injected();
-      const n = await next(matcher(op.id));
+      const g = withLeft(op.id, op.left);
+      const n: GrammarNext = g.rejected ? { kind: 'dead' } : await g.g.next();
       if (n.kind === 'mask') transfer.push(n.bitmask.buffer as ArrayBuffer);
-      return { ok: true, next: n };
+      return { ok: true, next: n, closed: closed(g) };
     }
     case 'accept': {
-      const g = matcher(op.id);
-      if (op.at < g.count) return { ok: true, accepted: true }; // a replay accepted it already
+      const g = withLeft(op.id, op.left);
+      if (op.at < g.count) return { ok: true, accepted: true, closed: closed(g) }; // a replay accepted it already
       if (op.at > g.count) throw new Error(`token ${op.at} of the output came before token ${g.count}`);
-      const accepted = !g.rejected && g.m.acceptToken(op.token);
+      const accepted = !g.rejected && g.g.accept(op.token);
       if (!accepted) g.rejected = true;
       g.count++;
-      return { ok: true, accepted };
+      return { ok: true, accepted, closed: closed(g) };
     }
     case 'acceptBest': {
-      const g = matcher(op.id);
-      const pick = await acceptBest(g, op.candidates);
+      const g = withLeft(op.id, op.left);
+      const pick: GrammarPick = g.rejected ? { kind: 'dead' } : await g.g.acceptBest(op.candidates);
       if (pick.kind === 'token') g.count++;
-      return { ok: true, pick };
+      return { ok: true, pick, closed: closed(g) };
     }
-    case 'speculate':
-      return { ok: true, wide: speculate(matcher(op.id)) };
+    case 'speculate': {
+      const g = withLeft(op.id, op.left);
+      return { ok: true, wide: !g.rejected && g.g.speculate(), closed: closed(g) };
+    }
     case 'dispose':
-      matchers.get(op.id)?.m.dispose();
+      matchers.get(op.id)?.g.dispose();
       matchers.delete(op.id);
       return { ok: true };
   }
