@@ -132,13 +132,18 @@ async function startChild(model: string, port: number, extra: string[]): Promise
   throw new Error(`rapid serve did not come up: ${log}`);
 }
 
-/** A copy of the model whose chat template loops 10^8 times when a message says HANG (only then). */
+/**
+ * A copy of the model whose chat template, only when the last message says HANG, asks for range(10^8)
+ * (one huge array) or, when it says SPIN, loops 10^10 times over small ranges (only a time limit stops it).
+ */
 function hangingTemplateCopy(model: string): string {
   const dir = mkdtempSync(join(tmpdir(), 'rapid-hostile-'));
   cpSync(model, dir, { recursive: true });
   const file = join(dir, 'tokenizer_config.json');
   const cfg = JSON.parse(readFileSync(file, 'utf8')) as { chat_template?: string };
-  const loop = "{% if 'HANG' in messages[-1]['content'] %}{% for i in range(100000000) %}{% endfor %}{% endif %}";
+  const loop =
+    "{% if 'HANG' in messages[-1]['content'] %}{% for i in range(100000000) %}{% endfor %}{% endif %}" +
+    "{% if 'SPIN' in messages[-1]['content'] %}{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}{% endif %}";
   cfg.chat_template = loop + (cfg.chat_template ?? "{% for m in messages %}{{ m['content'] }}{% endfor %}");
   writeFileSync(file, JSON.stringify(cfg));
   return dir;
@@ -173,7 +178,7 @@ export async function main(argv: string[]): Promise<number> {
   try {
     for (const [dir, list] of [
       [model, all],
-      [hanging, [{ name: 'template range(100000000)', body: () => chat('HANG') }]],
+      [hanging, [{ name: 'template range(100000000)', body: () => chat('HANG') }, { name: 'template 10^10 loop', body: () => chat('SPIN') }]],
     ] as const) {
       const chosen = list.filter((c) => !only || only.test(c.name));
       if (chosen.length === 0) continue;

@@ -65,7 +65,7 @@ describe('PromptEncoderPool time limit', () => {
     try {
       copyFileSync(join(QWEN, 'tokenizer.json'), join(dir, 'tokenizer.json'));
       const cfg = JSON.parse(readFileSync(join(QWEN, 'tokenizer_config.json'), 'utf8')) as Record<string, unknown>;
-      const template = "{%- if messages[0]['content'] == 'loop' %}{%- for i in range(100000000) %}{%- endfor %}{%- endif %}" + String(cfg.chat_template);
+      const template = "{%- if messages[0]['content'] == 'loop' %}{%- for i in range(100000) %}{%- for j in range(100000) %}{%- endfor %}{%- endfor %}{%- endif %}" + String(cfg.chat_template);
       writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify({ ...cfg, chat_template: template }));
       const pool = await PromptEncoderPool.start(dir, { contextLength: 32_768, threads: 1, timeLimitMs: 300 });
       try {
