@@ -5,9 +5,7 @@
 // limit). Bounded: a full queue refuses at once (503). At start, one worker renders a one-message chat
 // so a template that throws or hangs is reported when the model loads, not on the first request.
 
-import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 
 import { EngineUnavailableError } from '../engine/engine-errors.js';
@@ -15,6 +13,7 @@ import type { ChatMessage } from '../template/chat-template.js';
 import { badRequest, HttpError } from './http-errors.js';
 import type { ImageLayout, ImageShape, PromptEncoderInit, PromptEncoderReady, PromptReply, PromptTask } from './prompt-encoder-protocol.js';
 import { REQUEST_LIMITS } from './request-limits.js';
+import { compiledWorker } from '../compiled-worker.js';
 
 export interface PromptEncoderOptions {
   contextLength: number;
@@ -55,14 +54,7 @@ interface Slot {
   dead: boolean;
 }
 
-/** The compiled worker: next to this module in dist/, or dist/server/ when running from src/ (vitest). */
-function workerFile(): URL {
-  const sibling = new URL('./prompt-encoder-worker.js', import.meta.url);
-  if (existsSync(fileURLToPath(sibling))) return sibling;
-  const compiled = new URL('../../dist/server/prompt-encoder-worker.js', import.meta.url);
-  if (import.meta.url.endsWith('.ts') && existsSync(fileURLToPath(compiled))) return compiled;
-  throw new Error(`the prompt encoder worker ${fileURLToPath(sibling)} is missing; run \`npm run compile\``);
-}
+const workerFile = (): URL => compiledWorker(import.meta.url, 'server/prompt-encoder-worker.js', 'prompt encoder worker');
 
 /** Image parts carry the loaded image (pixels) for the engine; the template only needs their type. */
 function withoutImageData(m: ChatMessage): ChatMessage {

@@ -3,9 +3,7 @@
 // Bounded: a full queue refuses at once (503, retry later); every task has a deadline from submission,
 // and a worker that overruns it is terminated and replaced, so no request can hang on preprocessing.
 
-import { existsSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 
 import { EngineUnavailableError } from '../engine/engine-errors.js';
@@ -13,6 +11,7 @@ import { InvalidRequestError } from '../engine/errors.js';
 import type { DecodedImage } from './decode-image.js';
 import type { PreparedImage, PrepareImageOptions, PreprocessSpec } from './prepare-image.js';
 import type { PreprocessReply, PreprocessRequest } from './preprocess-protocol.js';
+import { compiledWorker } from '../compiled-worker.js';
 
 export interface PreprocessPoolOptions {
   /** Worker threads (default: half the cores, 1 to 4). */
@@ -45,14 +44,7 @@ interface Slot {
   dead: boolean;
 }
 
-/** The compiled worker: next to this module in dist/, or dist/vision/ when running from src/ (vitest). */
-function workerFile(): URL {
-  const sibling = new URL('./preprocess-worker.js', import.meta.url);
-  if (existsSync(fileURLToPath(sibling))) return sibling;
-  const compiled = new URL('../../dist/vision/preprocess-worker.js', import.meta.url);
-  if (import.meta.url.endsWith('.ts') && existsSync(fileURLToPath(compiled))) return compiled;
-  throw new Error(`the image preprocessing worker ${fileURLToPath(sibling)} is missing; run \`npm run compile\``);
-}
+const workerFile = (): URL => compiledWorker(import.meta.url, 'vision/preprocess-worker.js', 'image preprocessing worker');
 
 export class PreprocessPool {
   readonly threads: number;

@@ -4,14 +4,13 @@
 // instance starts, every live matcher is replayed in it (its format recompiled, its accepted tokens
 // accepted again through its UTF-8 guard and budget closing) and the other queued ops go on there.
 // Meanwhile health() says degraded.
-import { existsSync } from 'node:fs';
-import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { InvalidRequestError } from '../errors.js';
 import { grammarFaults } from './grammar-faults.js';
 import type { RequestGrammarOptions } from './guarded-grammar.js';
 import { GRAMMAR_WORKER_LIMITS, type WorkerLimits } from './schema-limits.js';
 import type { XgInit, XgOp, XgReply, XgResult } from './xgrammar-protocol.js';
+import { compiledWorker } from '../../compiled-worker.js';
 
 export type XgInitData = Omit<XgInit, 'type' | 'progress'>;
 
@@ -47,14 +46,7 @@ interface Inflight {
   limitMs: number;
 }
 
-/** The compiled worker: next to this module in dist/, or dist/engine/grammar/ when running from src/ (vitest). */
-function workerFile(): URL {
-  const sibling = new URL('./xgrammar-worker.js', import.meta.url);
-  if (existsSync(fileURLToPath(sibling))) return sibling;
-  const compiled = new URL('../../../dist/engine/grammar/xgrammar-worker.js', import.meta.url);
-  if (import.meta.url.endsWith('.ts') && existsSync(fileURLToPath(compiled))) return compiled;
-  throw new Error(`the grammar worker ${fileURLToPath(sibling)} is missing; run \`npm run compile\``);
-}
+const workerFile = (): URL => compiledWorker(import.meta.url, 'engine/grammar/xgrammar-worker.js', 'grammar worker');
 
 /** The op's failure as the request sees it: a compile's is the schema's (400), others the grammar's. */
 function opError(p: Pending, why: string): Error {
