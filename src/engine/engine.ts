@@ -41,6 +41,8 @@ export interface EngineOptions {
   maxNumSeqs?: number;
   maxBatchedTokens?: number;
   maxWaiting?: number;
+  /** Attention work of a prefill chunk in a step that also decodes (Scheduler's maxPrefillAttention; 0: no cap). */
+  maxPrefillAttention?: number;
   /** A step that takes longer fails its requests and marks the engine unhealthy until it returns. */
   stepTimeoutMs?: number;
   /** Keep the event loop polling while a step runs (pollWhile); default pollsSteps(the model's device). */
@@ -203,7 +205,12 @@ export class Engine implements EngineLike {
       enablePrefixCache: opts.enablePrefixCache,
     });
     this.scheduler = new Scheduler(
-      { maxNumSeqs: opts.maxNumSeqs ?? 32, maxBatchedTokens: opts.maxBatchedTokens ?? 512, maxWaiting: opts.maxWaiting ?? 256 },
+      {
+        maxNumSeqs: opts.maxNumSeqs ?? 32,
+        maxBatchedTokens: opts.maxBatchedTokens ?? 512,
+        maxWaiting: opts.maxWaiting ?? 256,
+        ...(opts.maxPrefillAttention !== undefined ? { maxPrefillAttention: opts.maxPrefillAttention } : {}),
+      },
       this.blocks,
     );
     this.newTextStream = opts.newTextStream;

@@ -15,7 +15,16 @@ export interface SchedulerConfig {
   maxNumSeqs: number; // running requests at most
   maxBatchedTokens: number; // tokens per step at most (prefill chunks + decodes)
   maxWaiting: number; // queued requests at most; more are refused (overload)
+  /**
+   * While decodes run, a prefill chunk's attention work (its tokens x the keys they attend to) at most:
+   * deep into a long prompt a full chunk costs far more than its token count says, and the decodes of
+   * that step wait for it. Default maxBatchedTokens x PREFILL_ATTENTION_KEYS; 0 turns the cap off.
+   */
+  maxPrefillAttention?: number;
 }
+
+/** Keys a full prefill chunk may attend to, on average, in a step that also decodes (see maxPrefillAttention). */
+export const PREFILL_ATTENTION_KEYS = 4096;
 
 export interface ScheduledRow {
   request: EngineRequest;
@@ -83,11 +92,12 @@ export class Scheduler {
     const admissible = Math.max(0, Math.min(this.waiting.length, this.config.maxNumSeqs - this.running.length));
     const contenders = prefills.length + admissible;
     const share = contenders > 1 ? Math.max(1, Math.floor((budget - decodes.length) / contenders)) : Infinity;
+    const attention = decodes.length > 0 ? (this.config.maxPrefillAttention ?? this.config.maxBatchedTokens * PREFILL_ATTENTION_KEYS) : 0;
 
     for (const req of [...decodes, ...prefills]) {
       if (budget <= 0) break;
       if (req.status !== 'running') continue; // preempted earlier in this loop
-      const n = this.sharedChunk(req, req.numComputed, budget, share);
+      const n = this.sharedChunk(req, req.numComputed, budget, Math.min(share, attentionCap(req.numComputed, attention)));
       if (n === 0) continue; // an image span waits for a step with room for it
       let ok = this.blocks.allocate(req, [], req.numComputed + n);
       while (!ok) {
@@ -114,7 +124,7 @@ export class Scheduler {
       const req = this.waiting[0]!;
       const prefix = req.numComputed === 0 && req.blockTable.length === 0 ? this.blocks.lookupPrefix(req) : [];
       const start = prefix.length * this.blocks.blockSize;
-      const n = this.sharedChunk(req, start, budget, share);
+      const n = this.sharedChunk(req, start, budget, Math.min(share, attentionCap(start, attention)));
       if (n === 0) break; // FCFS: the head's image span waits for the next step
       if (!this.blocks.allocate(req, prefix, start + n)) {
         if (this.running.length === 0 && out.rows.length === 0 && this.blocks.freeBlocks === this.blocks.numBlocks) {
@@ -133,7 +143,7 @@ export class Scheduler {
       this.addRow(out, req, n, scheduled);
       budget -= n;
     }
-    if (share !== Infinity) this.topUp(out, budget);
+    if (share !== Infinity) this.topUp(out, budget, attention);
     return out;
   }
 
@@ -142,14 +152,16 @@ export class Scheduler {
    * prompt among short ones still prefills at full speed). Only grows rows whose blocks fit without
    * preempting anyone; a chunk still never ends inside an image span.
    */
-  private topUp(out: SchedulerOutput, budget: number): void {
+  private topUp(out: SchedulerOutput, budget: number, attention: number): void {
     for (const row of out.rows) {
       if (budget <= 0) return;
       const req = row.request;
       const end = row.contextLen + row.numTokens;
       if (req.status !== 'running' || end >= req.tokens.length) continue;
-      const grown = chunkEnd(req.imageSpans, row.contextLen, req.tokens.length, row.numTokens + budget, this.config.maxBatchedTokens, false);
-      const n = Math.min(grown, row.contextLen + row.numTokens + budget) - row.contextLen;
+      const room = Math.min(budget, attentionCap(row.contextLen, attention) - row.numTokens);
+      if (room <= 0) continue;
+      const grown = chunkEnd(req.imageSpans, row.contextLen, req.tokens.length, row.numTokens + room, this.config.maxBatchedTokens, false);
+      const n = Math.min(grown, row.contextLen + row.numTokens + room) - row.contextLen;
       if (n <= row.numTokens || !this.blocks.allocate(req, [], row.contextLen + n)) continue;
       budget -= n - row.numTokens;
       out.numTokens += n - row.numTokens;
@@ -250,4 +262,14 @@ export class Scheduler {
       ),
     });
   }
+}
+
+/**
+ * The most tokens a prefill chunk from `start` may have so that tokens x keys attended (start + n)
+ * stays within `attention` (0: no cap); at least 1, so a long prompt always advances.
+ */
+function attentionCap(start: number, attention: number): number {
+  if (attention <= 0) return Infinity;
+  // n (start + n) <= attention  =>  n <= (sqrt(start^2 + 4 attention) - start) / 2
+  return Math.max(1, Math.floor((Math.sqrt(start * start + 4 * attention) - start) / 2));
 }

@@ -166,6 +166,45 @@ describe('Scheduler', () => {
       expect(long.numComputed).toBeLessThan(long.tokens.length);
     });
 
+    it('caps a prefill chunk by its attention work while others decode, never when alone', () => {
+      // Budget 64, cap 64 x 256 = 16384 query-key pairs: a full chunk up to context 192, deeper ever smaller ones.
+      const cfg = { maxNumSeqs: 8, maxBatchedTokens: 64, maxWaiting: 8, maxPrefillAttention: 16_384 };
+      const alone = new Scheduler(cfg, new BlockManager({ numBlocks: 512, blockSize: 16 }));
+      alone.add(req('L', 2000));
+      const lone = stepUntil(alone, () => (alone.running[0]?.numComputed ?? 0) >= 2000);
+      expect(lone.length).toBe(Math.ceil(2000 / 64));
+      expect(lone.every((o) => o.numTokens === 64 || o === lone.at(-1))).toBe(true); // nobody decodes: no cap
+
+      const s = new Scheduler(cfg, new BlockManager({ numBlocks: 512, blockSize: 16 }));
+      const d = req('d', 4, 1000);
+      s.add(d);
+      stepUntil(s, () => d.tokens.length > 5);
+      const long = req('L', 2000);
+      s.add(long);
+      let worst = 0;
+      const outs = stepUntil(s, () => long.numComputed >= long.promptIds.length);
+      for (const out of outs) {
+        expect(out.rows.some((r) => r.request === d && r.sample)).toBe(true); // the decode runs every step
+        const row = out.rows.find((r) => r.request === long);
+        if (row === undefined) continue;
+        const work = row.numTokens * (row.contextLen + row.numTokens);
+        if (row.numTokens > 1) expect(work).toBeLessThanOrEqual(16_384);
+        worst = Math.max(worst, work);
+      }
+      expect(worst).toBeLessThanOrEqual(16_384);
+      expect(outs.length).toBeLessThan(200); // about 2000 / 16 steps at the end: it always advances
+      expect(long.numComputed).toBeGreaterThanOrEqual(2000);
+
+      // 0 turns the cap off: full chunks beside the decode.
+      const off = new Scheduler({ ...cfg, maxPrefillAttention: 0 }, new BlockManager({ numBlocks: 512, blockSize: 16 }));
+      const d2 = req('d', 4, 1000);
+      off.add(d2);
+      stepUntil(off, () => d2.tokens.length > 5);
+      off.add(req('L', 2000));
+      finishStep(off, off.schedule());
+      expect(summary(off.schedule())).toEqual([`d:${d2.tokens.length - 1}+1*`, 'L:63+63']);
+    });
+
     it('shares the budget between two long prompts', () => {
       const s = new Scheduler({ maxNumSeqs: 8, maxBatchedTokens: 64, maxWaiting: 8 }, new BlockManager({ numBlocks: 256, blockSize: 16 }));
       s.add(req('A', 1000));

@@ -26,6 +26,7 @@ export interface ServeOptions {
   maxNumSeqs: number;
   maxBatchedTokens: number;
   maxWaiting: number;
+  maxPrefillAttention?: number;
   kvCacheMemory?: number; // bytes
   blockSize?: number;
   threads?: number;
@@ -127,6 +128,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     maxNumSeqs: opts.maxNumSeqs ?? 16,
     maxBatchedTokens: opts.maxBatchedTokens ?? 512,
     maxWaiting: opts.maxWaiting ?? 256,
+    maxPrefillAttention: opts.maxPrefillAttention,
     stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
     encoderCacheBytes: opts.encoderCacheMemory,
@@ -190,6 +192,7 @@ export function registerServe(program: Command): void {
     .option('--max-num-seqs <n>', 'requests decoded together at most', parseIntOption('--max-num-seqs'), 16)
     .option('--max-batched-tokens <n>', 'tokens per step at most (prefill chunks + decodes)', parseIntOption('--max-batched-tokens'), 512)
     .option('--max-waiting <n>', 'queued requests at most; more get 503', parseIntOption('--max-waiting'), 256)
+    .option('--max-prefill-attention <n>', 'while requests decode, a prefill chunk attends to at most N query-key pairs (default: max-batched-tokens x 4096; 0: no cap)', parseIntOption('--max-prefill-attention'))
     .option('--kv-cache-memory <size>', 'KV cache budget, e.g. 2GiB (default: a share of free RAM)', parseByteSize)
     .option('--block-size <n>', 'tokens per KV block', parseIntOption('--block-size'))
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
