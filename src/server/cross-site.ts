@@ -3,8 +3,9 @@
 // and since Fetch they always send an Origin header (or fetch metadata) on a POST; curl and SDKs
 // send neither. So a POST carrying a browser's marks from an origin not on the allow list is
 // refused whatever its type (a foreign Origin with a JSON type never passed a preflight: it is a
-// DNS-rebound page), and a POST without them is a non-browser client, accepted unless the server
-// requires a JSON content type. With an API key the key is the guard and none of this applies.
+// DNS-rebound page); a POST without them must still declare a JSON content type (old browsers sent
+// form posts without an Origin), unless the server was started with --no-require-json-content-type.
+// With an API key the key is the guard and none of this applies.
 import type { IncomingMessage } from 'node:http';
 import { HttpError } from './http-errors.js';
 

@@ -156,7 +156,7 @@ export function createServer(options: ServerOptions): RapidServer {
   // A prompt of token ids has up to a context's worth of values.
   const maxJsonValues = Math.max(REQUEST_LIMITS.maxJsonValues, 2 * model.contextLength);
   const limits = resolveConnectionLimits(options.limits);
-  const crossSite: CrossSitePolicy = { allowedOrigins: options.corsOrigins ?? [], requireJsonContentType: options.requireJsonContentType ?? false };
+  const crossSite: CrossSitePolicy = { allowedOrigins: options.corsOrigins ?? [], requireJsonContentType: options.requireJsonContentType ?? true };
   const keyDigest = options.apiKey ? digest(options.apiKey) : null;
   const metrics = new ServerMetrics();
   const log = options.log ?? (() => undefined);
@@ -200,14 +200,15 @@ export function createServer(options: ServerOptions): RapidServer {
       sendJson(res, 200, modelCard());
       return;
     }
-    if (!keyDigest) {
-      const refusal = crossSiteRefusal(req, crossSite);
-      if (refusal) throw refusal;
-    }
     const allowed = ROUTES[path];
     if (!allowed) throw notFound(`no route ${method} ${path}`);
     if (!allowed.includes(method)) {
       throw new HttpError(405, `${path} accepts ${allowed.join(', ')}`, 'invalid_request_error', null, 'method_not_allowed', { allow: allowed.join(', ') });
+    }
+    // Only a route that exists, with its method, can be made to act by a web page.
+    if (!keyDigest) {
+      const refusal = crossSiteRefusal(req, crossSite);
+      if (refusal) throw refusal;
     }
     switch (path) {
       case '/v1/models':

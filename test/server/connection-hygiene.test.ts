@@ -127,14 +127,17 @@ describe('connection limits over real sockets', () => {
 describe('cross-site requests on a keyless server', () => {
   let s: Started;
   let strict: Started;
+  let lenient: Started;
   const chat = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
   beforeAll(async () => {
     s = await startFakeServer({ stepMs: 1 }, {}, { corsOrigins: ['https://app.example'] });
     strict = await startFakeServer({ stepMs: 1 }, {}, { requireJsonContentType: true });
+    lenient = await startFakeServer({ stepMs: 1 }, {}, { requireJsonContentType: false });
   });
   afterAll(async () => {
     await s.server.close(100);
     await strict.server.close(100);
+    await lenient.server.close(100);
   });
 
   const send = (url: string, headers: Record<string, string>, body = chat) => raw(url, '/v1/chat/completions', { method: 'POST', headers, body });
@@ -154,16 +157,19 @@ describe('cross-site requests on a keyless server', () => {
     expect(s.engine.stats().requests.submitted).toBe(before);
   });
 
-  it('accepts JSON without an Origin, an allowed Origin, and curl -d (no Origin, form type) by default', async () => {
+  it('accepts JSON without an Origin and any type from an allowed Origin; curl -d without -H gets a 415 by default', async () => {
     expect((await send(s.url, { 'content-type': 'application/json' })).status).toBe(200);
     expect((await send(s.url, { 'content-type': 'application/json; charset=utf-8', 'sec-fetch-site': 'same-origin' })).status).toBe(200);
     expect((await send(s.url, { 'content-type': 'text/plain', origin: 'https://app.example' })).status).toBe(200);
-    expect((await send(s.url, { 'content-type': 'application/x-www-form-urlencoded' })).status).toBe(200);
+    const form = await send(s.url, { 'content-type': 'application/x-www-form-urlencoded' });
+    expect(form.status).toBe(415);
+    expect(form.json().error.message).toMatch(/Content-Type: application\/json/);
+    expect((await send(s.url, { 'content-type': 'text/plain' })).status).toBe(415);
     // GETs carry no body to act on and are readable cross-origin only through CORS.
     expect((await raw(s.url, '/v1/models', { headers: { origin: 'https://evil.example' } })).status).toBe(200);
   });
 
-  it('requires a JSON content type when configured strict, with a 415 that says what to send', async () => {
+  it('requires a JSON content type (the default), with a 415 that says what to send', async () => {
     const r = await send(strict.url, { 'content-type': 'application/x-www-form-urlencoded' });
     expect(r.status).toBe(415);
     expect(r.json().error.code).toBe('unsupported_media_type');
@@ -171,6 +177,13 @@ describe('cross-site requests on a keyless server', () => {
     expect((await send(strict.url, {})).status).toBe(415);
     expect((await send(strict.url, { 'content-type': 'application/json' })).status).toBe(200);
     expect((await send(strict.url, { 'content-type': 'application/vnd.rapid+json' })).status).toBe(200);
+  });
+
+  it('--no-require-json-content-type accepts curl -d (no browser marks) but still refuses a foreign Origin', async () => {
+    expect((await send(lenient.url, { 'content-type': 'application/x-www-form-urlencoded' })).status).toBe(200);
+    expect((await send(lenient.url, {})).status).toBe(200);
+    expect((await send(lenient.url, { 'content-type': 'text/plain', origin: 'https://evil.example' })).status).toBe(403);
+    expect((await send(lenient.url, { 'content-type': 'text/plain', 'sec-fetch-site': 'cross-site' })).status).toBe(403);
   });
 
   it('with an API key, the key is the guard: any origin and content type with the key, 401 without', async () => {

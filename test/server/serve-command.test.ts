@@ -19,7 +19,7 @@ describe('rapid serve', () => {
     registerServe(program);
     const serve = program.commands.find((c) => c.name() === 'serve')!;
     const flags = serve.options.map((o) => o.long);
-    for (const f of ['--host', '--port', '--api-key', '--max-num-seqs', '--max-batched-tokens', '--kv-cache-memory', '--max-waiting', '--step-timeout', '--no-prefix-cache', '--headers-timeout', '--body-timeout', '--body-idle-timeout', '--keep-alive-timeout', '--send-stall-timeout', '--max-connections', '--cors-origin', '--require-json-content-type']) {
+    for (const f of ['--host', '--port', '--api-key', '--max-num-seqs', '--max-batched-tokens', '--kv-cache-memory', '--max-waiting', '--step-timeout', '--no-prefix-cache', '--headers-timeout', '--body-timeout', '--body-idle-timeout', '--keep-alive-timeout', '--send-stall-timeout', '--max-connections', '--cors-origin', '--no-require-json-content-type']) {
       expect(flags).toContain(f);
     }
     await expect(program.parseAsync(['node', 'rapid', 'serve', 'x', '--port', 'abc'])).rejects.toThrow(/--port expects an integer/);

@@ -213,7 +213,7 @@ export function registerServe(program: Command): void {
     .option('--send-stall-timeout <s>', 'seconds a response may wait on a client that stopped reading before its connection is closed', parseSecondsOption('--send-stall-timeout'), CONNECTION_DEFAULTS.sendStallTimeoutMs / 1000)
     .option('--max-connections <n>', 'open connections at most; past it requests get 503 and the connection is closed', parsePositiveInt('--max-connections'), CONNECTION_DEFAULTS.maxConnections)
     .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may POST to a server without --api-key; repeatable, * for any', collect)
-    .option('--require-json-content-type', 'without --api-key, refuse POSTs that do not send Content-Type: application/json (curl -d without -H included)', false)
+    .option('--no-require-json-content-type', 'without --api-key, also accept POSTs without Content-Type: application/json from clients that are not browsers (no Origin; curl -d without -H)')
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
       checkPrecision(opts.precision);
