@@ -102,6 +102,8 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     outputTokens: Int32Array.from(output),
   });
 
+  // A complete constrained output ends with "stop", or "length" when budget closing had to end it (as the engine).
+  const closedReason = (): FinishReason => (opts.grammar?.closedByBudget?.() === true ? 'length' : 'stop');
   const poll = opts.pollSteps === true;
   const step = async (tokens: Int32Array, contextLen: number, withSample: boolean) => {
     if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
@@ -113,6 +115,8 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     if (withSample) {
       row.sample = sample();
       if (opts.grammar) {
+        // Budget-aware closing: the tokens this request may still emit, this one included.
+        opts.grammar.setTokensLeft?.(maxTotal - promptIds.length - output.length);
         const next = await opts.grammar.next();
         if (next.kind === 'complete') return null; // the output is complete: no token to sample
         if (next.kind === 'dead') throw grammarDeadEnd();
@@ -140,7 +144,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     t0 = performance.now();
     for (;;) {
       if (last === null) {
-        finishReason = 'stop';
+        finishReason = closedReason();
         break;
       }
       const token = last.token;
@@ -163,7 +167,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
       }
       const contextLen = promptIds.length + output.length - 1;
       if (contextLen + 1 >= maxTotal) {
-        if (opts.grammar && (await opts.grammar.next()).kind === 'complete') finishReason = 'stop';
+        if (opts.grammar && (await opts.grammar.next()).kind === 'complete') finishReason = closedReason();
         break;
       }
       last = await step(Int32Array.of(token), contextLen, true);

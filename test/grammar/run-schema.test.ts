@@ -46,6 +46,23 @@ describe.skipIf(!nativeAvailable())('rapid run with a grammar', () => {
     else expect(out.finish_reason).toBe('length');
   });
 
+  it('--max-tokens below the shortest valid output fails naming both; tighter budgets still validate', () => {
+    const tiny = ['run', model, '--prompt', 'weather', '--temperature', '0', '--json', '--schema', file];
+    const r = rapid([...tiny, '--max-tokens', '2']);
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/max_tokens is 2, but the shortest output this schema allows takes \d+ tokens/);
+    expect(r.stderr).toMatch(/--no-budget-close/);
+    // --no-budget-close: the cut output, as before closing existed.
+    const cut = rapid([...tiny, '--max-tokens', '2', '--no-budget-close']);
+    expect(cut.status, cut.stderr).toBe(0);
+    expect((JSON.parse(cut.stdout) as { finish_reason: string }).finish_reason).toBe('length');
+    const least = Number(/takes (\d+) tokens/.exec(r.stderr)![1]);
+    const closed = rapid([...tiny, '--max-tokens', String(least + 1)]);
+    expect(closed.status, closed.stderr).toBe(0);
+    const out = JSON.parse(closed.stdout) as { text: string };
+    expect(schemaViolation(SCHEMA, JSON.parse(out.text)), out.text).toBeNull();
+  });
+
   it('an unsupported schema fails with the construct named', () => {
     const badFile = join(dir, 'bad.json');
     writeFileSync(badFile, JSON.stringify({ type: 'object', if: {} }));

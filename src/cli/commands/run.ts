@@ -32,6 +32,8 @@ interface RunOptions {
   precision: 'exact' | 'fast';
   device?: NativeDevice;
   schema?: string;
+  /** false: max_tokens may cut constrained output mid-JSON (--no-budget-close). */
+  budgetClose?: boolean;
   jsonObject?: boolean;
   image?: string[];
 }
@@ -75,6 +77,7 @@ export function registerRun(program: Command): void {
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--schema <file>', 'constrain the output to JSON valid against this JSON Schema file')
     .option('--json-object', 'constrain the output to a JSON object')
+    .option('--no-budget-close', 'let --max-tokens cut constrained output mid-JSON (default: steer to a valid end in the tokens left)')
     .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
     .action(async (spec: string, opts: RunOptions) => {
       checkPrecision(opts.precision);
@@ -101,7 +104,8 @@ export function registerRun(program: Command): void {
           { maxTokens: 256 },
         );
         let grammar: RequestGrammar | undefined;
-        if (format) grammar = await grammarServiceFor(model.text, model.info.vocabSize).matcher(format);
+        // With max_tokens: a budget below the schema's shortest output is refused, as the server does.
+        if (format) grammar = await grammarServiceFor(model.text, model.info.vocabSize).matcher(format, { maxTokens: params.maxTokens, budgetClose: opts.budgetClose !== false });
         if (images.length > 0) {
           await runWithImages(model, { prompt, system: opts.system, images, params, grammar, json: opts.json ?? false, spec });
           return;

@@ -39,5 +39,5 @@ export function guardRequestGrammar(
 
 /** The 400 for a max_tokens below the shortest valid output (budget closing could not fit one). */
 export function maxTokensTooLowMessage(maxTokens: number, shortest: number): string {
-  return `max_tokens is ${maxTokens}, but the shortest output this schema allows takes ${shortest} tokens: raise max_tokens to at least ${shortest} (or set rapid_budget_close to false to get the cut output)`;
+  return `max_tokens is ${maxTokens}, but the shortest output this schema allows takes ${shortest} tokens: raise max_tokens to at least ${shortest} (or turn budget closing off to get the cut output: "rapid_budget_close": false in a request, --no-budget-close for rapid run)`;
 }
