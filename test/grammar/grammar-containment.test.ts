@@ -9,7 +9,7 @@ import { startServer, type RunningServer } from '../../src/cli/commands/serve.js
 import { grammarFaults } from '../../src/engine/grammar/grammar-faults.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
-import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
+import { chatText, servedClient, type ChatText, fixtureServeOptions } from '../helpers/openai-chat.js';
 import { schemaViolation } from './json-schema-check.mjs';
 
 const NEIGHBOUR = {
@@ -46,7 +46,7 @@ describe.skipIf(!nativeAvailable())('grammar containment on qwen2-q4', () => {
   const model = 'fixture-qwen2-q4';
 
   beforeAll(async () => {
-    srv = await startServer(`${FIXTURE_ROOT}/qwen2-q4`, { port: 0, threads: 2, precision: 'exact', kvCacheMemory: 32 << 20, blockSize: 16, maxNumSeqs: 16, servedModelName: model });
+    srv = await startServer(`${FIXTURE_ROOT}/qwen2-q4`, fixtureServeOptions(model));
     client = servedClient(srv.url);
   });
   afterAll(async () => {

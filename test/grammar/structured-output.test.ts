@@ -8,7 +8,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
-import { chatText, servedClient, type ChatText } from '../helpers/openai-chat.js';
+import { chatText, servedClient, type ChatText, fixtureServeOptions } from '../helpers/openai-chat.js';
 import { schemaViolation } from './json-schema-check.mjs';
 
 // Enums, bounded integers, nesting, arrays, null (shared with test/cuda/serve-checks.mjs).
@@ -40,16 +40,7 @@ describe.skipIf(!nativeAvailable()).each(CASES)('structured output on $name', ({
   const model = `fixture-${name}`;
 
   beforeAll(async () => {
-    srv = await startServer(`${FIXTURE_ROOT}/${name}`, {
-      port: 0,
-      threads: 2,
-      precision: 'exact',
-      kvCacheMemory: 32 << 20,
-      blockSize: 16,
-      maxNumSeqs: 16,
-      maxBatchedTokens: 256,
-      servedModelName: model,
-    });
+    srv = await startServer(`${FIXTURE_ROOT}/${name}`, fixtureServeOptions(model, { maxBatchedTokens: 256 }));
     client = servedClient(srv.url);
   });
   afterAll(async () => {

@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
-import { servedClient } from '../helpers/openai-chat.js';
+import { servedClient, fixtureServeOptions } from '../helpers/openai-chat.js';
 import { schemaViolation } from './json-schema-check.mjs';
 
 const TOOLS = [
@@ -31,7 +31,7 @@ describe.skipIf(!nativeAvailable())('forced tool calls on qwen2-q4', () => {
   const model = 'fixture-qwen2-q4';
 
   beforeAll(async () => {
-    srv = await startServer(`${FIXTURE_ROOT}/qwen2-q4`, { port: 0, threads: 2, precision: 'exact', kvCacheMemory: 32 << 20, blockSize: 16, maxNumSeqs: 16, servedModelName: model });
+    srv = await startServer(`${FIXTURE_ROOT}/qwen2-q4`, fixtureServeOptions(model));
     client = servedClient(srv.url);
   });
   afterAll(async () => {

@@ -11,7 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
-import { chatText, servedClient } from '../helpers/openai-chat.js';
+import { chatText, servedClient, fixtureServeOptions } from '../helpers/openai-chat.js';
 import { SWEEP_SCHEMAS } from './sweep-schemas.js';
 
 const MODEL = 'fixture-llama-q4';
@@ -29,16 +29,7 @@ describe.skipIf(!nativeAvailable())('constrained text is valid text on llama-q4 
   const ajv = new Ajv({ strict: false });
 
   beforeAll(async () => {
-    srv = await startServer(`${FIXTURE_ROOT}/llama-q4`, {
-      port: 0,
-      threads: 2,
-      precision: 'exact',
-      kvCacheMemory: 32 << 20,
-      blockSize: 16,
-      maxNumSeqs: 16,
-      maxBatchedTokens: 256,
-      servedModelName: MODEL,
-    });
+    srv = await startServer(`${FIXTURE_ROOT}/llama-q4`, fixtureServeOptions(MODEL, { maxBatchedTokens: 256 }));
     client = servedClient(srv.url);
   });
   afterAll(async () => {
