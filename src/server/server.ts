@@ -15,6 +15,8 @@ import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
+import { createResponse, storedResponse, type ResponsesContext } from './responses/route.js';
+import { ResponseStore, type ResponseStoreLimits } from './responses/store.js';
 
 export interface ServerOptions {
   engine: EngineLike;
@@ -34,6 +36,8 @@ export interface ServerOptions {
   corsOrigins?: readonly string[];
   /** A keyless server refuses POSTs without a JSON content type (curl -d's form type included). */
   requireJsonContentType?: boolean;
+  /** Bounds of the in-memory store behind previous_response_id (defaults in responses/store.ts). */
+  responseStore?: Partial<ResponseStoreLimits>;
 }
 
 export interface RapidServer {
@@ -55,6 +59,7 @@ const ROUTES: Record<string, string[]> = {
   '/metrics': ['GET'],
   '/v1/chat/completions': ['POST'],
   '/v1/completions': ['POST'],
+  '/v1/responses': ['POST'],
 };
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -164,6 +169,14 @@ export function createServer(options: ServerOptions): RapidServer {
   let closing = false;
 
   const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson, grammar: options.grammar };
+  const responses: ResponsesContext = {
+    deps: { engine, metrics, grammar: options.grammar },
+    model,
+    keepAliveMs: ctx.keepAliveMs,
+    store: new ResponseStore(options.responseStore),
+    log,
+    sendJson,
+  };
 
   const authorized = (req: IncomingMessage): boolean => {
     if (!keyDigest) return true;
@@ -200,6 +213,13 @@ export function createServer(options: ServerOptions): RapidServer {
       sendJson(res, 200, modelCard());
       return;
     }
+    if (path.startsWith('/v1/responses/')) {
+      // DELETE has no body (so no JSON type to require); a foreign Origin is still refused.
+      const refusal = keyDigest ? null : crossSiteRefusal(req, { ...crossSite, requireJsonContentType: false });
+      if (refusal) throw refusal;
+      storedResponse(responses, res, method, decodePath(path.slice('/v1/responses/'.length)));
+      return;
+    }
     const allowed = ROUTES[path];
     if (!allowed) throw notFound(`no route ${method} ${path}`);
     if (!allowed.includes(method)) {
@@ -232,6 +252,12 @@ export function createServer(options: ServerOptions): RapidServer {
         await handleGeneration(ctx, res, g);
         return;
       }
+      case '/v1/responses': {
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await createResponse(responses, res, body);
+        return;
+      }
     }
   }
 
@@ -249,7 +275,7 @@ export function createServer(options: ServerOptions): RapidServer {
       sendJson(res, 400, invalidUrl(req.url ?? '').body(), req.complete ? {} : { connection: 'close' });
       return;
     }
-    const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : 'other';
+    const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : path.startsWith('/v1/responses/') ? '/v1/responses/:id' : 'other';
     res.on('finish', () => metrics.countHttp(label, res.statusCode));
     route(req, res, path).catch((err: unknown) => {
       const e = toHttpError(err);
