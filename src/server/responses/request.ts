@@ -303,6 +303,7 @@ function formatOf(text: unknown): Body | undefined {
   if (!isObject(f)) throw badRequest('text.format must be an object', 'text.format', 'invalid_type');
   if (f.type === 'text' || f.type === 'json_object') return { type: f.type };
   if (f.type === 'json_schema') {
+    if (!isObject(f.schema)) throw badRequest('text.format.schema must be a JSON Schema object', 'text.format.schema', 'missing_field');
     const { type: _type, ...schema } = f;
     return { type: 'json_schema', json_schema: schema };
   }
