@@ -64,6 +64,18 @@ describe.skipIf(!nativeAvailable())('/v1/responses on qwen2-q4', () => {
     expect(typeof JSON.parse(o.output_text)).toBe('object');
   });
 
+  it('tool_choice required / a named function: a function_call item whose arguments fit the parameters', async () => {
+    const tools = [{ type: 'function' as const, name: 'plan_trip', description: 'plan a trip', parameters: SCHEMA, strict: true }];
+    for (const tool_choice of ['required' as const, { type: 'function' as const, name: 'plan_trip' }]) {
+      const r = await client.responses.create({ model, input: 'Plan a trip.', tools, tool_choice, max_output_tokens: 48, temperature: 0 });
+      const call = r.output.find((o) => o.type === 'function_call') as OpenAI.Responses.ResponseFunctionToolCall;
+      expect(call.name).toBe('plan_trip');
+      expect(Object.keys(JSON.parse(call.arguments) as object).sort()).toEqual(['city', 'days']);
+      const st = await client.responses.stream({ model, input: 'Plan a trip.', tools, tool_choice, max_output_tokens: 48, temperature: 0 }).finalResponse();
+      expect(st.output.find((o) => o.type === 'function_call')).toMatchObject({ name: 'plan_trip', arguments: call.arguments });
+    }
+  });
+
   it('an invalid schema is a 400 naming text.format.schema, and the server keeps serving', async () => {
     const bad = await post(srv.url, '/v1/responses', { model, input: 'x', text: { format: { type: 'json_schema', name: 'bad', schema: { type: 'object', properties: { a: { type: 'nonsense' } } } } } });
     expect(bad.status).toBe(400);

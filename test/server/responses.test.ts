@@ -17,6 +17,7 @@ const SCRIPTS: Record<string, string> = {
   think: '<think>\nThe user greets me.\n</think>\n\nHi!',
   long: 'This answer goes on and on and on.',
   empty: '',
+  forever: 'and on '.repeat(400),
 };
 
 const TOOLS: OpenAI.Responses.FunctionTool[] = [
@@ -250,6 +251,32 @@ describe('POST /v1/responses with the openai SDK', () => {
     const m = await post(s.url, '/v1/responses', { input: 'hi', model: 'gpt-4o' });
     expect(m.status).toBe(404);
     // The server still answers normally afterwards.
+    expect((await client.responses.create({ model: 'fake-model', input: 'hello' })).output_text).toBe('Hello there!');
+  });
+
+  it('concurrent requests, streamed and not, each get their own output', async () => {
+    const asks = ['hello', 'weather', 'long', 'hello', 'two', 'long'].map(async (input, i) => {
+      if (i % 2 === 0) return (await client.responses.create({ model: 'fake-model', input, tools: TOOLS })).output;
+      return (await client.responses.stream({ model: 'fake-model', input, tools: TOOLS }).finalResponse()).output;
+    });
+    const outs = await Promise.all(asks);
+    expect(outs.map((o) => o.map((i) => i.type).join(','))).toEqual(['message', 'message,function_call', 'message', 'message', 'function_call,function_call', 'message']);
+    expect((outs[2]![0] as OpenAI.Responses.ResponseOutputMessage).content[0]).toMatchObject({ text: SCRIPTS.long });
+  });
+
+  it('a client that goes away mid-stream frees its request; others are unaffected', async () => {
+    const before = s.server.metrics.disconnects;
+    const ac = new AbortController();
+    const res = await fetch(`${s.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ input: 'forever', stream: true }), signal: ac.signal });
+    const reader = res.body!.getReader();
+    let seen = '';
+    while (!seen.includes('response.output_text.delta')) seen += new TextDecoder().decode((await reader.read()).value);
+    ac.abort();
+    const deadline = Date.now() + 5000;
+    while (s.server.metrics.disconnects === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    expect(s.server.metrics.disconnects).toBe(before + 1);
+    const status = (await raw(s.url, '/v1/status')).json();
+    expect(status.running).toBe(0);
     expect((await client.responses.create({ model: 'fake-model', input: 'hello' })).output_text).toBe('Hello there!');
   });
 
