@@ -58,7 +58,7 @@ describe('POST /v1/responses with the openai SDK', () => {
       input: [
         { role: 'developer', content: 'Rules.' },
         { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'first' }] },
-        { role: 'assistant', content: [{ type: 'output_text', text: 'ok' }] } as OpenAI.Responses.EasyInputMessage,
+        { type: 'message', id: 'msg_1', status: 'completed', role: 'assistant', content: [{ type: 'output_text', text: 'ok', annotations: [] }] },
         { role: 'user', content: [{ type: 'input_text', text: 'ec' }, { type: 'input_text', text: 'ho' }] },
       ],
     });
@@ -123,7 +123,7 @@ describe('POST /v1/responses with the openai SDK', () => {
       input: [{ role: 'user', content: 'weather' }, ...(r.output as OpenAI.Responses.ResponseInputItem[]), { type: 'function_call_output', call_id: call.call_id, output: '18C' }],
     });
     expect(next.output_text).toBe('It is 18C in Oslo.');
-    expect(next.store).toBe(false);
+    expect((next as unknown as { store: boolean }).store).toBe(false);
     expect((await raw(s.url, `/v1/responses/${next.id}`)).status).toBe(404);
   });
 
