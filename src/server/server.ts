@@ -175,6 +175,7 @@ export function createServer(options: ServerOptions): RapidServer {
     keepAliveMs: ctx.keepAliveMs,
     store: new ResponseStore(options.responseStore),
     log,
+    loggedFields: new Set(),
     sendJson,
   };
 

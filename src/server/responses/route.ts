@@ -19,18 +19,15 @@ export interface ResponsesContext {
   keepAliveMs: number;
   store: ResponseStore;
   log: (line: string) => void;
+  /** Field names already logged as ignored (each once per server). */
+  loggedFields: Set<string>;
   sendJson(res: ServerResponse, status: number, body: unknown, headers?: Record<string, string>): void;
 }
 
-/** Field names already logged as ignored (once per server). */
-const loggedFields = new WeakMap<ResponsesContext, Set<string>>();
-
 function logIgnored(ctx: ResponsesContext, fields: string[]): void {
-  let seen = loggedFields.get(ctx);
-  if (!seen) loggedFields.set(ctx, (seen = new Set()));
   for (const f of fields) {
-    if (seen.has(f)) continue;
-    seen.add(f);
+    if (ctx.loggedFields.has(f)) continue;
+    ctx.loggedFields.add(f);
     ctx.log(`/v1/responses: field "${f}" accepted and ignored (logged once)`);
   }
 }
@@ -39,11 +36,10 @@ export async function createResponse(ctx: ResponsesContext, res: ServerResponse,
   const r = parseResponsesRequest(raw, ctx.store);
   logIgnored(ctx, r.ignored);
   const id = newResponseId();
-  let run;
   try {
     // Images are fetched/decoded first; any problem is a 400 before anything is queued.
     const g = await parseChatRequest(r.chat, ctx.model, await loadRequestImages(r.chat, ctx.model));
-    run = await startGeneration(ctx.deps, g, id);
+    const run = await startGeneration(ctx.deps, g, id);
     const shell = {
       id,
       object: 'response',
