@@ -1,15 +1,18 @@
 // A real browser on another origin calling rapid with fetch: headless Chromium (Debian's package,
 // driven by playwright-core, which downloads nothing) loads a page from a second node:http server
-// and calls a rapid server the way a web app would. CORS is enforced by the browser itself here:
+// and calls `rapid serve` on a fixture model (qwen2-q4) the way a web app would. CORS is enforced by the browser itself here:
 // a missing or wrong header fails the fetch. Skipped when no Chromium is installed.
 import { existsSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { chromium, type Browser, type Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MODEL_ID, startFakeServer } from './helpers.js';
+import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';
+import { FIXTURE_ROOT } from '../helpers/fixtures.js';
+import { fixtureServeOptions } from '../helpers/openai-chat.js';
 
-type Started = Awaited<ReturnType<typeof startFakeServer>>;
+const MODEL_ID = 'qwen2-q4';
+const MODEL_DIR = `${FIXTURE_ROOT}/qwen2-q4`;
 
 const CANDIDATES = [process.env.RAPID_CHROMIUM, '/usr/bin/chromium', '/usr/bin/chromium-browser', '/usr/bin/google-chrome'];
 const executablePath = CANDIDATES.find((p): p is string => typeof p === 'string' && p !== '' && existsSync(p));
@@ -40,8 +43,8 @@ function pageFetch(page: Page, url: string, init: { method?: string; headers?: R
 describe.skipIf(executablePath === undefined)('a headless Chromium page on another origin', () => {
   let pages: Server;
   let pagePort = 0;
-  let open: Started;
-  let keyed: Started;
+  let open: RunningServer;
+  let keyed: RunningServer;
   let browser: Browser;
   let page: Page;
   const chatBody = (extra: object = {}) => JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'hi' }], max_tokens: 4, ...extra });
@@ -55,8 +58,8 @@ describe.skipIf(executablePath === undefined)('a headless Chromium page on anoth
     });
     await new Promise<void>((r) => pages.listen(0, '127.0.0.1', r));
     pagePort = (pages.address() as AddressInfo).port;
-    open = await startFakeServer({ stepMs: 1 }, {}, { corsOrigins: [`http://localhost:${pagePort}`] });
-    keyed = await startFakeServer({ stepMs: 1 }, {}, { apiKey: 'page-key' });
+    open = await startServer(MODEL_DIR, fixtureServeOptions(MODEL_ID, { corsOrigin: [`http://localhost:${pagePort}`] }));
+    keyed = await startServer(MODEL_DIR, fixtureServeOptions(MODEL_ID, { apiKey: 'page-key' }));
     browser = await chromium.launch({ executablePath, headless: true, timeout: 20_000 });
     page = await browser.newPage();
     await page.goto(`http://localhost:${pagePort}/`);
@@ -64,8 +67,8 @@ describe.skipIf(executablePath === undefined)('a headless Chromium page on anoth
 
   afterAll(async () => {
     await browser?.close();
-    await open?.server.close(100);
-    await keyed?.server.close(100);
+    await open?.close(1_000);
+    await keyed?.close(1_000);
     await new Promise((r) => pages?.close(r));
   });
 

@@ -2,6 +2,8 @@
 // Access-Control-* headers on successes, errors (thrown anywhere, down to the connection limit and
 // unparseable URLs) and SSE streams, disallowed origins, and the defaults with and without a key.
 import { connect } from 'node:net';
+import { Command } from 'commander';
+import { registerServe } from '../../src/cli/commands/serve.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { sleep } from '../engine/helpers.js';
 import { normalizeOrigin, parseCorsOrigin, resolveCorsPolicy } from '../../src/server/cors.js';
@@ -73,6 +75,12 @@ describe('the policy from --cors-origin', () => {
     expect(resolveCorsPolicy([], true)).toEqual({ any: true, origins: new Set() });
     expect(resolveCorsPolicy([APP], true)).toEqual({ any: false, origins: new Set([APP]) });
     expect(resolveCorsPolicy([APP, '*'], false).any).toBe(true);
+  });
+
+  it('rapid serve refuses a --cors-origin that is not an origin before loading anything', async () => {
+    const program = new Command('rapid').exitOverride().configureOutput({ writeErr: () => undefined, writeOut: () => undefined });
+    registerServe(program);
+    await expect(program.parseAsync(['node', 'rapid', 'serve', '/nonexistent', '--cors-origin', 'app.example'])).rejects.toThrow(/"app.example" is not an origin/);
   });
 });
 
