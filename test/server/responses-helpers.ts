@@ -6,6 +6,7 @@ import { FakeModel } from '../../src/engine/fake-runner.js';
 import type { GrammarProvider } from '../../src/engine/grammar/grammar-service.js';
 import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 import { createServer, type RapidServer, type ServerOptions } from '../../src/server/server.js';
+import type { ServedVision } from '../../src/server/served-model.js';
 import { byteTextStream } from '../engine/helpers.js';
 import { byteModel } from './helpers.js';
 
@@ -54,13 +55,13 @@ export interface ScriptedServer {
 /** A hermes-format (Qwen-style) tool-capable server; `reasoning`: a thinking model. */
 export async function startScriptedServer(
   scripts: Record<string, string>,
-  opts: { reasoning?: boolean; grammar?: GrammarProvider; server?: Partial<ServerOptions> } = {},
+  opts: { reasoning?: boolean; grammar?: GrammarProvider; vision?: ServedVision; server?: Partial<ServerOptions> } = {},
 ): Promise<ScriptedServer> {
   const engine = new Engine({ model: new ScriptedModel(scripts), newTextStream: () => byteTextStream(), stopTokenIds: [EOS], enablePrefixCache: false });
   const logs: string[] = [];
   const server = createServer({
     engine,
-    model: { ...byteModel(engine.contextLength), toolFormat: 'hermes', reasoning: opts.reasoning ?? false },
+    model: { ...byteModel(engine.contextLength), toolFormat: 'hermes', reasoning: opts.reasoning ?? false, ...(opts.vision ? { vision: opts.vision } : {}) },
     grammar: opts.grammar,
     log: (l) => logs.push(l),
     ...opts.server,

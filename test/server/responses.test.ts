@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { GrammarProvider } from '../../src/engine/grammar/grammar-service.js';
 import type { GrammarNext, RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
 import { post, raw } from './helpers.js';
+import { fakeVision } from './vision-helpers.js';
 import { sseEvents, startScriptedServer, type ScriptedServer } from './responses-helpers.js';
 
 const SCRIPTS: Record<string, string> = {
@@ -287,6 +288,29 @@ describe('POST /v1/responses with the openai SDK', () => {
     const d = await raw(s.url, '/v1/responses/resp_x', { method: 'DELETE' });
     expect(d.status).toBe(404);
     expect(d.json().error.message).toContain('resp_x');
+  });
+});
+
+describe('images on a vision model (image loading only: the scripted model has no tower)', () => {
+  it('a bad input_image is a 400 naming the Responses field', async () => {
+    const v = await startScriptedServer(SCRIPTS, { vision: fakeVision() });
+    try {
+      const img = (part: Record<string, unknown>) => ({ input: [{ role: 'user', content: [{ type: 'input_text', text: 'see' }, { type: 'input_image', ...part }] }] });
+      const cases: [unknown, string][] = [
+        [img({ image_url: 'data:image/png;base64,AAAA' }), 'input[0].content[1].image_url'],
+        [img({ image_url: 'https://example.com/a.png' }), 'input[0].content[1].image_url'],
+        [img({ image_url: 'data:image/png;base64,AAAA', detail: 'huge' }), 'input[0].content[1].detail'],
+        [img({}), 'input[0].content[1].image_url'],
+      ];
+      for (const [body, param] of cases) {
+        const r = await post(v.url, '/v1/responses', body);
+        expect(r.status, r.text).toBe(400);
+        expect(r.json().error.param, r.text).toBe(param);
+        expect(r.json().error.message).not.toContain('messages[');
+      }
+    } finally {
+      await v.server.close(100);
+    }
   });
 });
 

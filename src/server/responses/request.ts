@@ -334,7 +334,8 @@ function renamePath(o: Origins, path: string, bare: boolean): string {
         return at + tail;
       }
       const at = o.messages[k] ?? 'input';
-      return at + rest!.replace(/^\.tool_call_id\b/, '.call_id');
+      // Chat's image_url object is a plain string (and a detail beside it) in Responses.
+      return at + rest!.replace(/^\.tool_call_id\b/, '.call_id').replace(/\.image_url\.url$/, '.image_url').replace(/\.image_url\.detail$/, '.detail');
     }
     if (rf !== undefined) return 'text.format' + rf.replace(/^\.json_schema/, '');
     if (whole === 'max_completion_tokens') return 'max_output_tokens';
