@@ -91,8 +91,8 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
   // tool_choice auto: content until a call marker; calls as a start and argument fragments.
   const toolStream = g.tools?.auto ? new ToolCallStream(g.tools.auto, g.tools.maxCalls) : null;
   const forced = g.tools?.format !== undefined;
-  let content = '';
   let reasoning = '';
+  let splitContent = ''; // everything outside reasoning, before tool-call parsing
   const calls: ToolCall[] = [];
   const logprobs: EngineDelta[] = [];
   const split = (text: string, out: GenerationPart[]) => {
@@ -101,6 +101,7 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
     contentParts(p.content, out);
   };
   const contentParts = (text: string, out: GenerationPart[]) => {
+    splitContent += text;
     if (!toolStream) {
       if (text) out.push({ type: 'content', text });
       return;
@@ -108,10 +109,7 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
     for (const e of toolStream.push(text)) out.push(e.type === 'content' ? { type: 'content', text: e.text } : e);
   };
   const record = (parts: GenerationPart[]) => {
-    for (const p of parts) {
-      if (p.type === 'content') content += p.text;
-      else if (p.type === 'reasoning') reasoning += p.text;
-    }
+    for (const p of parts) if (p.type === 'reasoning') reasoning += p.text;
   };
   try {
     for await (const ev of handle.events) {
@@ -158,7 +156,7 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
       }
       metrics.observeDone(ev, (performance.now() - started) / 1000);
       // A forced call cut before its name was decided: no call and no content (the wrapper JSON is not the model's reply).
-      const finalContent = forced ? (calls.length > 0 || ev.finishReason === 'length' ? null : ev.text) : parsed && parsed.calls.length > 0 ? parsed.content : content;
+      const finalContent = forced ? (calls.length > 0 || ev.finishReason === 'length' ? null : ev.text) : parsed && parsed.calls.length > 0 ? parsed.content : splitContent;
       yield { type: 'done', finishReason, content: finalContent, reasoning, toolCalls: calls, logprobs, engine: ev };
       return;
     }
