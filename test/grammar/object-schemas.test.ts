@@ -97,7 +97,7 @@ describe.skipIf(!nativeAvailable())('object schemas on qwen2-q4', () => {
 
   it('a forced call cut by max_tokens is a tool call with finish_reason length, streamed and not', async () => {
     const tools = [{ type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', minLength: 80 } }, required: ['city'] } } }];
-    const body = { model, messages: [{ role: 'user' as const, content: 'weather' }], tools, tool_choice: 'required' as const, max_tokens: 60, rapid_budget_close: false };
+    const body = { model, messages: [{ role: 'user' as const, content: 'weather' }], tools, tool_choice: 'required' as const, max_tokens: 60, temperature: 0, rapid_budget_close: false };
     const r = await client.chat.completions.create(body as OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming);
     const choice = r.choices[0]!;
     expect(choice.finish_reason).toBe('length');
