@@ -226,7 +226,9 @@ async function parseChat(raw: unknown, model: ServedModel, images: RequestImages
   const body = checkCommon(raw, CHAT_ROUTE, model, policy);
   const msgs = prepareToolMessages(foldFunctionMessages(messages(body, images)));
   const legacy = toolsWithFunctions(body);
-  const tools = parseToolRequest(legacy.tools, legacy.toolChoice, { parallelToolCalls: body.parallel_tool_calls, formatName: model.toolFormat });
+  // Deprecated functions return one function_call: at most one call.
+  const parallelToolCalls = legacy.legacy ? false : body.parallel_tool_calls;
+  const tools = parseToolRequest(legacy.tools, legacy.toolChoice, { parallelToolCalls, formatName: model.toolFormat });
   if (tools?.format && present(body, 'response_format') && !(isObject(body.response_format) && body.response_format.type === 'text')) {
     throw badRequest('a forced tool call and response_format cannot be combined', 'response_format', 'invalid_value');
   }

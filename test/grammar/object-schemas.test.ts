@@ -95,6 +95,36 @@ describe.skipIf(!nativeAvailable())('object schemas on qwen2-q4', () => {
     expect(r.json().error.param).toBe('tools[0].function.parameters.type');
   });
 
+  it('a call through deprecated functions comes back as function_call, streamed and not', async () => {
+    const body = {
+      model,
+      messages: [{ role: 'user', content: 'ping' }],
+      functions: [{ name: 'ping', parameters: { type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'] } }],
+      function_call: { name: 'ping' },
+      max_tokens: 48,
+      temperature: 0,
+    };
+    const r = (await post(srv.url, '/v1/chat/completions', body)).json();
+    const choice = r.choices[0];
+    expect(choice.finish_reason).toBe('function_call');
+    expect(choice.message.tool_calls).toBeUndefined();
+    expect(choice.message.function_call.name).toBe('ping');
+    expect(typeof JSON.parse(choice.message.function_call.arguments).ok).toBe('boolean');
+    const res = await fetch(`${srv.url}/v1/chat/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...body, stream: true }) });
+    let name = '';
+    let args = '';
+    let finish = null;
+    for (const line of (await res.text()).split('\n')) {
+      if (!line.startsWith('data: {')) continue;
+      const c = JSON.parse(line.slice(6)).choices[0];
+      expect(c.delta.tool_calls).toBeUndefined();
+      name += c.delta.function_call?.name ?? '';
+      args += c.delta.function_call?.arguments ?? '';
+      finish = c.finish_reason ?? finish;
+    }
+    expect({ name, args, finish }).toEqual({ name: 'ping', args: choice.message.function_call.arguments, finish: 'function_call' });
+  });
+
   it('a forced call cut by max_tokens is a tool call with finish_reason length, streamed and not', async () => {
     const tools = [{ type: 'function' as const, function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string', minLength: 80 } }, required: ['city'] } } }];
     const body = { model, messages: [{ role: 'user' as const, content: 'weather' }], tools, tool_choice: 'required' as const, max_tokens: 60, temperature: 0, rapid_budget_close: false };
