@@ -5,7 +5,8 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ChatMessage } from '../../src/template/chat-template.js';
-import { modelNames } from '../../src/cli/commands/serve.js';
+import { Command } from 'commander';
+import { modelNames, registerServe } from '../../src/cli/commands/serve.js';
 import { IGNORED_CHAT_FIELDS } from '../../src/server/openai-fields.js';
 import { byteModel, MODEL_ID, post, raw, startFakeServer } from './helpers.js';
 
@@ -178,6 +179,12 @@ describe('served model names', () => {
     expect(modelNames('a')).toEqual(['a']);
     expect(modelNames(['a,b', ' c ', 'a', ''])).toEqual(['a', 'b', 'c']);
     expect(modelNames([','])).toBeUndefined();
+    const program = new Command('rapid');
+    registerServe(program);
+    const options = program.commands.find((c) => c.name() === 'serve')!.options;
+    const names = options.find((o) => o.long === '--served-model-name')!;
+    expect(names.parseArg!('b,c', ['a'])).toEqual(['a', 'b,c']); // repeated flags collect; commas split in modelNames
+    expect(options.map((o) => o.long)).toEqual(expect.arrayContaining(['--accept-any-model-name', '--strict-requests']));
   });
 
   it('accepts every served name, lists them all, and answers with the first', async () => {
