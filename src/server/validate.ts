@@ -34,12 +34,12 @@ export interface GenerationRequest {
   reasoning?: boolean;
   /** Tools in play: a forced call (required / named, grammar-constrained) or auto (parsed from the output). */
   tools?: ToolRequest;
+  /** The request used the deprecated `functions`/`function_call`: answered in that shape (completions.ts). */
+  legacyFunctions?: boolean;
   /** The detokenizer keeps special tokens (tool-call markers that are special tokens). */
   keepSpecialTokens?: boolean;
   /** rapid_budget_close: constrained output steers to a valid end before max_tokens cuts it (default true). */
   budgetClose?: boolean;
-  /** The request used the deprecated `functions`/`function_call` (tools.ts handles them as tools). */
-  legacyFunctions?: boolean;
 }
 
 type Body = Record<string, unknown>;
