@@ -4,7 +4,7 @@
 // agent code still send these; the tool machinery (tools.ts) then handles them as tool calls.
 import type { ChatMessage } from '../template/chat-template.js';
 import { isObject } from '../engine/is-object.js';
-import { badRequest } from './http-errors.js';
+import { badRequest, HttpError } from './http-errors.js';
 
 const given = (v: unknown) => v !== undefined && v !== null;
 
@@ -54,4 +54,15 @@ export function foldFunctionMessages(messages: ChatMessage[]): ChatMessage[] {
     }
     return m;
   });
+}
+
+/** Runs the tool parsing of a request that sent `functions`: its errors name functions[i] / function_call. */
+export function inFunctionTerms<T>(parse: () => T): T {
+  try {
+    return parse();
+  } catch (err) {
+    if (!(err instanceof HttpError)) throw err;
+    const rename = (s: string) => s.replace(/tools\[(\d+)\]\.function\./g, 'functions[$1].').replace(/tools\[(\d+)\]/g, 'functions[$1]').replace(/\btool_choice\b/g, 'function_call');
+    throw new HttpError(err.status, rename(err.message), err.type, err.param === null ? null : rename(err.param), err.code, err.headers);
+  }
 }

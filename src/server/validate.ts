@@ -13,7 +13,7 @@ import type { LoadedImage } from './served-model.js';
 import { servedNames, servesName, type ServedModel } from './served-model.js';
 import { CHAT_ROUTE, COMPLETION_ROUTE, hasFieldType, REASONING_OFF, STREAM_OPTIONS_APPLIED, STREAM_OPTIONS_IGNORED, type RouteFields } from './openai-fields.js';
 import { SILENT_POLICY, type RequestPolicy } from './request-policy.js';
-import { foldFunctionMessages, toolsWithFunctions } from './legacy-functions.js';
+import { foldFunctionMessages, inFunctionTerms, toolsWithFunctions } from './legacy-functions.js';
 import { parseToolRequest, prepareToolMessages, type ToolRequest } from './tools.js';
 import { isObject } from '../engine/is-object.js';
 import { REQUEST_LIMITS } from './request-limits.js';
@@ -228,7 +228,8 @@ async function parseChat(raw: unknown, model: ServedModel, images: RequestImages
   const legacy = toolsWithFunctions(body);
   // Deprecated functions return one function_call: at most one call.
   const parallelToolCalls = legacy.legacy ? false : body.parallel_tool_calls;
-  const tools = parseToolRequest(legacy.tools, legacy.toolChoice, { parallelToolCalls, formatName: model.toolFormat });
+  const parseTools = () => parseToolRequest(legacy.tools, legacy.toolChoice, { parallelToolCalls, formatName: model.toolFormat });
+  const tools = legacy.legacy ? inFunctionTerms(parseTools) : parseTools();
   if (tools?.format && present(body, 'response_format') && !(isObject(body.response_format) && body.response_format.type === 'text')) {
     throw badRequest('a forced tool call and response_format cannot be combined', 'response_format', 'invalid_value');
   }

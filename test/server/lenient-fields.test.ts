@@ -84,6 +84,9 @@ describe('lenient request fields', () => {
       [{ functions: [{ name: 'a' }], function_call: 7 }, 'function_call'],
       [{ function_call: 'auto' }, 'function_call'],
       [{ functions: [{ name: 'a' }], tools: [{ type: 'function', function: { name: 'b' } }] }, 'functions'],
+      [{ functions: [{ name: 'a b' }] }, 'functions[0].name'],
+      [{ functions: [{ name: 'a', parameters: { type: 'string' } }] }, 'functions[0].parameters.type'],
+      [{ functions: [{ name: 'a' }], function_call: { name: 'b' } }, 'function_call'],
       [{ max_completion_tokens: 0 }, 'max_completion_tokens'],
     ];
     for (const [extra, param] of cases) {
