@@ -7,9 +7,11 @@ import type { EngineLike } from '../engine/engine.js';
 import { handleGeneration, type CompletionContext } from './completions.js';
 import { HttpError, badRequest, notFound, toHttpError } from './http-errors.js';
 import { ServerMetrics } from './metrics.js';
-import type { ServedModel } from './served-model.js';
+import { servedNames, servesName, type ServedModel } from './served-model.js';
+import { requestPolicy } from './request-policy.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
+import { detokenize, tokenize } from './tokenize.js';
 import { loadRequestImages } from './images.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
@@ -40,6 +42,8 @@ export interface ServerOptions {
   requireJsonContentType?: boolean;
   /** Bounds of the in-memory store behind previous_response_id (defaults in responses/store.ts). */
   responseStore?: Partial<ResponseStoreLimits>;
+  /** --strict-requests: fields OpenAI does not define are a 400 (default: accepted and logged once). */
+  strictRequests?: boolean;
 }
 
 export interface RapidServer {
@@ -62,6 +66,8 @@ const ROUTES: Record<string, string[]> = {
   '/v1/chat/completions': ['POST'],
   '/v1/completions': ['POST'],
   '/v1/responses': ['POST'],
+  '/tokenize': ['POST'],
+  '/detokenize': ['POST'],
 };
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -171,14 +177,14 @@ export function createServer(options: ServerOptions): RapidServer {
   const startedAt = Date.now();
   let closing = false;
 
+  const policy = requestPolicy({ strict: options.strictRequests, log });
   const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson, grammar: options.grammar };
   const responses: ResponsesContext = {
     deps: { engine, metrics, grammar: options.grammar },
     model,
     keepAliveMs: ctx.keepAliveMs,
     store: new ResponseStore(options.responseStore),
-    log,
-    loggedFields: new Set(),
+    policy,
     sendJson,
   };
 
@@ -189,7 +195,7 @@ export function createServer(options: ServerOptions): RapidServer {
     return m !== null && timingSafeEqual(digest(m[1]!.trim()), keyDigest);
   };
 
-  const modelCard = () => ({ id: model.id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
+  const modelCard = (id = model.id) => ({ id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
 
   async function route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const method = req.method ?? 'GET';
@@ -220,8 +226,8 @@ export function createServer(options: ServerOptions): RapidServer {
     }
     if (path.startsWith('/v1/models/') && method === 'GET') {
       const id = decodePath(path.slice('/v1/models/'.length));
-      if (id !== model.id) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
-      sendJson(res, 200, modelCard());
+      if (!servesName(model, id)) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
+      sendJson(res, 200, modelCard(id));
       return;
     }
     if (path.startsWith('/v1/responses/')) {
@@ -243,7 +249,7 @@ export function createServer(options: ServerOptions): RapidServer {
     }
     switch (path) {
       case '/v1/models':
-        sendJson(res, 200, { object: 'list', data: [modelCard()] });
+        sendJson(res, 200, { object: 'list', data: servedNames(model).map((n) => modelCard(n)) });
         return;
       case '/v1/status':
         sendJson(res, 200, { model: model.id, ...(model.device ? { device: model.device } : {}), uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
@@ -254,12 +260,19 @@ export function createServer(options: ServerOptions): RapidServer {
         res.end(text);
         return;
       }
+      case '/tokenize':
+      case '/detokenize': {
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        sendJson(res, 200, path === '/tokenize' ? await tokenize(body, model) : detokenize(body, model));
+        return;
+      }
       case '/v1/chat/completions':
       case '/v1/completions': {
         const body = await readJson(req, maxBody, limits, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
-        const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
+        const g =
+          path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model), policy) : await parseCompletionRequest(body, model, policy);
         await handleGeneration(ctx, res, g);
         return;
       }

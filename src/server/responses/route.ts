@@ -9,6 +9,7 @@ import { loadRequestImages } from '../images.js';
 import type { ServedModel } from '../served-model.js';
 import { SseWriter } from '../sse.js';
 import { parseChatRequest } from '../validate.js';
+import type { RequestPolicy } from '../request-policy.js';
 import { ResponseBuilder, newResponseId } from './events.js';
 import { parseResponsesRequest } from './request.js';
 import type { ResponseStore } from './store.js';
@@ -18,27 +19,18 @@ export interface ResponsesContext {
   model: ServedModel;
   keepAliveMs: number;
   store: ResponseStore;
-  log: (line: string) => void;
-  /** Field names already logged as ignored (each once per server). */
-  loggedFields: Set<string>;
+  /** The server's field policy: each ignored field is logged once per server, whatever the route. */
+  policy: RequestPolicy;
   sendJson(res: ServerResponse, status: number, body: unknown, headers?: Record<string, string>): void;
-}
-
-function logIgnored(ctx: ResponsesContext, fields: string[]): void {
-  for (const f of fields) {
-    if (ctx.loggedFields.has(f)) continue;
-    ctx.loggedFields.add(f);
-    ctx.log(`/v1/responses: field "${f}" accepted and ignored (logged once)`);
-  }
 }
 
 export async function createResponse(ctx: ResponsesContext, res: ServerResponse, raw: unknown): Promise<void> {
   const r = parseResponsesRequest(raw, ctx.store);
-  logIgnored(ctx, r.ignored);
+  for (const f of r.ignored) ctx.policy.note(f, 'ignored', '/v1/responses');
   const id = newResponseId();
   try {
     // Images are fetched/decoded first; any problem is a 400 before anything is queued.
-    const g = await parseChatRequest(r.chat, ctx.model, await loadRequestImages(r.chat, ctx.model));
+    const g = await parseChatRequest(r.chat, ctx.model, await loadRequestImages(r.chat, ctx.model), ctx.policy);
     const run = await startGeneration(ctx.deps, g, id);
     const shell = {
       id,
