@@ -1,0 +1,97 @@
+// POST /v1/messages and /v1/messages/count_tokens once the body is read: the Anthropic request is
+// translated into a chat request (messages-request.ts), parsed by validate.ts, run through the
+// protocol-neutral generation stream and shaped as an Anthropic message or its SSE events. Errors
+// before anything is written are thrown (server.ts answers them in Anthropic's shape).
+import type { ServerResponse } from 'node:http';
+import { startGeneration, type GenerationDeps, type GenerationEvent } from '../generation-stream.js';
+import { HttpError, toHttpError } from '../http-errors.js';
+import { loadRequestImages } from '../images.js';
+import type { ServedModel } from '../served-model.js';
+import { parseChatRequest, type GenerationRequest } from '../validate.js';
+import { translatedError } from './messages-errors.js';
+import { isKnownIgnoredField, translateMessagesRequest, type TranslatedRequest } from './messages-request.js';
+import { anthropicUsage, fullMessage, messageId, MessageEventWriter, stopReason } from './messages-response.js';
+
+export interface MessagesContext extends GenerationDeps {
+  model: ServedModel;
+  /** Ping interval while a stream is quiet (0 = off). */
+  keepAliveMs: number;
+  sendJson(res: ServerResponse, status: number, body: unknown): void;
+  log(line: string): void;
+}
+
+export interface MessagesRoute {
+  create(res: ServerResponse, body: unknown): Promise<void>;
+  countTokens(res: ServerResponse, body: unknown): Promise<void>;
+}
+
+export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
+  const logged = new Set<string>();
+  /** Each ignored field is said once per server, not per request. */
+  const logIgnored = (fields: string[]) => {
+    for (const f of fields) {
+      if (logged.has(f) || logged.size >= 256) continue;
+      logged.add(f);
+      ctx.log(`/v1/messages: ${isKnownIgnoredField(f) ? 'ignoring field' : 'ignoring unknown field'} ${JSON.stringify(f.slice(0, 100))}`);
+    }
+  };
+
+  /** The chat request of a Messages body, with any 400 restated in the Anthropic request's terms. */
+  async function parse(body: unknown, kind: 'create' | 'count'): Promise<GenerationRequest> {
+    const t: TranslatedRequest = translateMessagesRequest(body, kind);
+    logIgnored(t.ignored);
+    try {
+      return await parseChatRequest(t.chat, ctx.model, await loadRequestImages(t.chat, ctx.model));
+    } catch (err) {
+      const e = toHttpError(err);
+      throw e.status === 400 ? translatedError(e, t.translatedPath) : err;
+    }
+  }
+
+  return {
+    async countTokens(res, body) {
+      const g = await parse(body, 'count');
+      ctx.sendJson(res, 200, { input_tokens: g.promptIds.length });
+    },
+
+    async create(res, body) {
+      const g = await parse(body, 'create');
+      const id = messageId();
+      const run = await startGeneration(ctx, g, id);
+      run.abortOnClose(res);
+      const stops = g.params.stop;
+      const tokenText = (t: number) => ctx.model.tokenText(t);
+      if (!g.stream) {
+        // A failure here is thrown before anything is written: server.ts answers with its status.
+        for await (const ev of run.events) {
+          if (ev.type !== 'done') continue;
+          const message = fullMessage({
+            id,
+            model: ctx.model.id,
+            reasoning: ev.reasoning,
+            content: ev.content,
+            toolCalls: ev.toolCalls,
+            stop: stopReason(ev.finishReason, ev.engine, stops, tokenText),
+            usage: anthropicUsage(ev.engine),
+          });
+          ctx.sendJson(res, 200, message);
+        }
+        return;
+      }
+      const out = new MessageEventWriter(res, ctx.keepAliveMs);
+      out.start(id, ctx.model.id, run.numPromptTokens);
+      let done: Extract<GenerationEvent, { type: 'done' }> | null = null;
+      try {
+        for await (const ev of run.events) {
+          if (ev.type === 'step') out.parts(ev.parts);
+          else done = ev;
+        }
+      } catch (err) {
+        out.fail(err instanceof HttpError ? err : toHttpError(err));
+        return;
+      }
+      if (done === null) out.end(); // aborted: the client is gone
+      else out.finish(stopReason(done.finishReason, done.engine, stops, tokenText), anthropicUsage(done.engine));
+    },
+  };
+}
