@@ -250,8 +250,17 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
   const tools: Anthropic.Tool[] = [WEATHER, { name: 'ping', input_schema: { type: 'object', properties: {} } }];
 
   beforeAll(async () => {
-    const engine = new Engine({ model: new ScriptedModel({ call: THINK_AND_CALL, plain: 'Just text.' }), newTextStream: byteTextStream, stopTokenIds: [SCRIPT_EOS], enablePrefixCache: false });
-    server = createServer({ engine, model: { ...byteModel(engine.contextLength), toolFormat: 'hermes', reasoning: true }, log: (l) => logs.push(l) });
+    // A BEL byte breaks the detokenizer: that request fails alone, mid-stream.
+    const newTextStream = () => {
+      const t = byteTextStream();
+      const push = (id: number) => {
+        if (id === 7) throw new Error('detokenizer broke');
+        return t.push(id);
+      };
+      return { push, flush: () => t.flush() };
+    };
+    const engine = new Engine({ model: new ScriptedModel({ call: THINK_AND_CALL, plain: 'Just text.', fail: 'Some text\x07 then more' }), newTextStream, stopTokenIds: [SCRIPT_EOS], enablePrefixCache: false });
+    server = createServer({ engine, model: { ...byteModel(engine.contextLength), toolFormat: 'hermes', reasoning: true }, log: (l) => logs.push(l), maxBodyBytes: 64 << 10, keepAliveMs: 20 });
     url = (await server.listen(0, '127.0.0.1')).url;
     client = new Anthropic({ baseURL: url, apiKey: 'unused', maxRetries: 0, timeout: 20_000 });
   });
@@ -303,5 +312,37 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
     expect(input_tokens).toBe(m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0));
     await client.messages.create({ ...body, max_tokens: 4, metadata: { user_id: 'y' } });
     expect(logs.filter((l) => l.includes('"metadata"'))).toHaveLength(1);
+  });
+
+  it('a failure mid-stream ends the stream with an error event; unstreamed it is a 500 in Anthropic\'s shape', async () => {
+    const body = { model: 'fake-model', max_tokens: 100, messages: [{ role: 'user' as const, content: 'fail' }] };
+    const stream = client.messages.stream(body);
+    let text = '';
+    stream.on('text', (t) => (text += t));
+    const err = await stream.finalMessage().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(Anthropic.APIError);
+    expect((err as InstanceType<typeof Anthropic.APIError>).error).toMatchObject({ type: 'error', error: { type: 'api_error' } });
+    expect(text).toBe('Some text');
+    const r = await post(url, '/v1/messages', body);
+    expect(r.status).toBe(500);
+    expect(r.json()).toMatchObject({ type: 'error', error: { type: 'api_error', message: expect.stringContaining('detokenizer broke') } });
+    expect((await client.messages.create({ ...body, messages: [{ role: 'user', content: 'plain' }] })).content).toMatchObject([{ type: 'text', text: 'Just text.' }]);
+  });
+
+  it('errors before the handler take the shape: 413, an unknown path under /v1/messages', async () => {
+    const big = await post(url, '/v1/messages', { model: 'fake-model', max_tokens: 4, messages: [{ role: 'user', content: 'x'.repeat(100 << 10) }] });
+    expect(big.status).toBe(413);
+    expect(big.json()).toMatchObject({ type: 'error', error: { type: 'request_too_large' } });
+    const nowhere = await post(url, '/v1/messages/batches', {});
+    expect(nowhere.status).toBe(404);
+    expect(nowhere.json()).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+  });
+
+  it('a stream opens with message_start and a ping and ends with message_stop', async () => {
+    const res = await fetch(`${url}/v1/messages`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify({ ...ask, stream: true }) });
+    const text = await res.text();
+    expect(text.startsWith('event: message_start\n')).toBe(true);
+    expect(text).toContain('event: ping\ndata: {"type":"ping"}');
+    expect(text.trimEnd().endsWith('event: message_stop\ndata: {"type":"message_stop"}')).toBe(true);
   });
 });
