@@ -203,6 +203,31 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
   });
 });
 
+const TINY_VLM = join(import.meta.dirname, '..', '..', 'models', 'tiny-vlm');
+
+describe.skipIf(!nativeAvailable())('/v1/messages on the default model (tiny-vlm) with the SDK\'s defaults', () => {
+  let srv: RunningServer;
+  beforeAll(async () => {
+    srv = await startServer(TINY_VLM, { port: 0, servedModelName: 'tiny-vlm' });
+  });
+  afterAll(async () => {
+    await srv?.close(1000);
+  });
+
+  it('answers a fact, and questions on an image block, streamed and not', async () => {
+    const client = new Anthropic({ baseURL: srv.url, apiKey: 'unused' });
+    const fact = await client.messages.create({ model: 'tiny-vlm', max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: 'What is the capital of Japan?' }] });
+    expect(textOf(fact).trim()).toBe('Tokyo');
+    expect(fact.stop_reason).toBe('end_turn');
+    const data = readFileSync(join(TINY_VLM, 'golden', 'g00_112x112.png')).toString('base64');
+    const image: Anthropic.ImageBlockParam = { type: 'image', source: { type: 'base64', media_type: 'image/png', data } };
+    const count = await client.messages.create({ model: 'tiny-vlm', max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: [image, { type: 'text', text: 'How many shapes can you see?' }] }] });
+    expect(textOf(count).trim()).toBe('4');
+    const bg = await client.messages.stream({ model: 'tiny-vlm', max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: [image, { type: 'text', text: 'What color is the background?' }] }] }).finalMessage();
+    expect(textOf(bg).trim()).toBe('black');
+  });
+});
+
 const VLM = join(VLM_FIXTURES, 'qwen2_5_vl-f32');
 
 describe.skipIf(!vlmFixtureReady(VLM))('/v1/messages with an image block on qwen2_5_vl-f32', () => {

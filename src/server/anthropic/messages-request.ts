@@ -59,10 +59,7 @@ export function translateMessagesRequest(raw: unknown, kind: 'create' | 'count')
       if (!Array.isArray(s) || !s.every((x) => typeof x === 'string')) throw fieldError('stop_sequences', 'must be an array of strings', 'invalid_type');
       chat.stop = s;
     }
-  } else {
-    // count_tokens takes only what shapes the prompt; the rest is ignored like any unknown field.
-    for (const k of ['max_tokens', 'temperature', 'top_p', 'top_k', 'stream', 'stop_sequences']) if (body[k] !== undefined && !ignored.includes(k)) ignored.push(k);
-  }
+  } // count_tokens: only what shapes the prompt counts; sampling fields a client sends along are dropped
   const origins: Origin[] = [];
   const messages: Body[] = [];
   const system = systemText(body.system);
