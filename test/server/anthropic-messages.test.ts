@@ -148,6 +148,15 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
     expect(textOf(s)).toBe(cut);
   });
 
+  it('output_config.format json_schema constrains the text; a schema it cannot enforce names the field', async () => {
+    const schema = { type: 'object', properties: { city: { enum: ['Oslo', 'Lima'] }, n: { type: 'integer' } }, required: ['city', 'n'], additionalProperties: false };
+    const m = await client.messages.create({ model: MODEL, max_tokens: 64, temperature: 0, output_config: { format: { type: 'json_schema', schema } }, messages: [{ role: 'user', content: 'Pick a city' }] });
+    expect(schemaViolation(schema, JSON.parse(textOf(m))), textOf(m)).toBeNull();
+    const bad = await post(srv.url, '/v1/messages', { model: MODEL, max_tokens: 8, output_config: { format: { type: 'json_schema', schema: { type: 'nonsense' } } }, messages: [{ role: 'user', content: 'x' }] }, { 'x-api-key': KEY });
+    expect(bad.status, bad.text).toBe(400);
+    expect(bad.json().error.message).toContain('output_config.format');
+  });
+
   it('x-api-key: a wrong key is a 401 authentication_error; Bearer works too', async () => {
     const wrong = new Anthropic({ baseURL: srv.url, apiKey: 'nope', maxRetries: 0 });
     const err = await wrong.messages.create({ model: MODEL, max_tokens: 4, messages: [{ role: 'user', content: 'hi' }] }).catch((e: unknown) => e);

@@ -36,10 +36,9 @@ export function isMessagesPath(path: string): boolean {
 export function translatedError(e: HttpError, translatedPath: (s: string) => string): HttpError {
   let message = translatedPath(e.message);
   let param = e.param === null ? null : translatedPath(e.param);
-  const renamed: Record<string, string> = { stop: 'stop_sequences', response_format: 'output_config.format' };
-  if (param !== null && renamed[param] !== undefined) {
-    message = message.replace(new RegExp(`\\b${param}\\b`, 'g'), renamed[param]!);
-    param = renamed[param]!;
+  if (param === 'stop') {
+    message = message.replace(/\bstop\b/g, 'stop_sequences');
+    param = 'stop_sequences';
   }
   // Anthropic's error shape has no param: the message names the field.
   if (param !== null && !message.includes(param)) message = `${param}: ${message}`;

@@ -270,5 +270,6 @@ function mapPath(text: string, origins: Origin[]): string {
     })
     .replace(/tools\[(\d+)\]\.function\.parameters/g, 'tools[$1].input_schema')
     .replace(/tools\[(\d+)\]\.function\.name/g, 'tools[$1].name')
-    .replace(/\.image_url(\.url)?\b/g, '.source');
+    .replace(/\.image_url(\.url)?\b/g, '.source')
+    .replace(/response_format(\.json_schema\.schema)?/g, (_, schema: string | undefined) => (schema ? 'output_config.format.schema' : 'output_config.format'));
 }

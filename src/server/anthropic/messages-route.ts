@@ -36,12 +36,13 @@ export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
     }
   };
 
-  /** The chat request of a Messages body, with any 400 restated in the Anthropic request's terms. */
-  async function parse(body: unknown, kind: 'create' | 'count'): Promise<GenerationRequest> {
+  /** Parses a Messages body as a chat request and runs `then` on it; a 400 from either is restated in
+   * the Anthropic request's terms (paths and field names). */
+  async function withRequest<T>(body: unknown, kind: 'create' | 'count', then: (g: GenerationRequest) => Promise<T>): Promise<T> {
     const t: TranslatedRequest = translateMessagesRequest(body, kind);
     logIgnored(t.ignored);
     try {
-      return await parseChatRequest(t.chat, ctx.model, await loadRequestImages(t.chat, ctx.model));
+      return await then(await parseChatRequest(t.chat, ctx.model, await loadRequestImages(t.chat, ctx.model)));
     } catch (err) {
       const e = toHttpError(err);
       throw e.status === 400 ? translatedError(e, t.translatedPath) : err;
@@ -50,14 +51,14 @@ export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
 
   return {
     async countTokens(res, body) {
-      const g = await parse(body, 'count');
+      const g = await withRequest(body, 'count', async (r) => r);
       ctx.sendJson(res, 200, { input_tokens: g.promptIds.length });
     },
 
     async create(res, body) {
-      const g = await parse(body, 'create');
       const id = messageId();
-      const run = await startGeneration(ctx, g, id);
+      // startGeneration throws before anything is queued (a schema the grammar refuses: 400).
+      const { g, run } = await withRequest(body, 'create', async (r) => ({ g: r, run: await startGeneration(ctx, r, id) }));
       run.abortOnClose(res);
       const stops = g.params.stop;
       const tokenText = (t: number) => ctx.model.tokenText(t);
