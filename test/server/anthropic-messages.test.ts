@@ -29,6 +29,9 @@ const WEATHER: Anthropic.Tool = {
   input_schema: { type: 'object', properties: { city: { enum: ['Oslo', 'Lima'] }, days: { type: 'integer', minimum: 1, maximum: 7 } }, required: ['city', 'days'], additionalProperties: false },
 };
 
+// SDK 1.x dropped temperature from its types (the API still takes it): greedy for exact comparisons.
+const GREEDY: object = { temperature: 0 };
+
 const textOf = (m: Anthropic.Message) => m.content.map((b) => (b.type === 'text' ? b.text : '')).join('');
 
 describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen2-q4 (--api-key)', () => {
@@ -45,7 +48,7 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
   });
 
   it('messages.create: a plain message and one with a system prompt', async () => {
-    const m = await client.messages.create({ model: MODEL, max_tokens: 8, temperature: 0, messages: [{ role: 'user', content: 'Hello' }] });
+    const m = await client.messages.create({ model: MODEL, max_tokens: 8, ...GREEDY, messages: [{ role: 'user', content: 'Hello' }] });
     expect(m.id).toMatch(/^msg_/);
     expect(m.type).toBe('message');
     expect(m.role).toBe('assistant');
@@ -58,8 +61,8 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
 
     // The same conversation as a chat completion gives the same greedy text: the translation is faithful.
     const openai = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: KEY, maxRetries: 0, timeout: 60_000 });
-    const sys = await client.messages.create({ model: MODEL, max_tokens: 8, temperature: 0, system: [{ type: 'text', text: 'You are terse.' }], messages: [{ role: 'user', content: [{ type: 'text', text: 'Hello' }] }] });
-    const chat = await openai.chat.completions.create({ model: MODEL, max_tokens: 8, temperature: 0, messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Hello' }] });
+    const sys = await client.messages.create({ model: MODEL, max_tokens: 8, ...GREEDY, system: [{ type: 'text', text: 'You are terse.' }], messages: [{ role: 'user', content: [{ type: 'text', text: 'Hello' }] }] });
+    const chat = await openai.chat.completions.create({ model: MODEL, max_tokens: 8, ...GREEDY, messages: [{ role: 'system', content: 'You are terse.' }, { role: 'user', content: 'Hello' }] });
     expect(textOf(sys)).toBe(chat.choices[0]!.message.content);
     expect(sys.usage.input_tokens + (sys.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage!.prompt_tokens);
 
@@ -68,7 +71,7 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
   });
 
   it('messages.stream(): events build the same message as create, finalMessage() included', async () => {
-    const body = { model: MODEL, max_tokens: 12, temperature: 0, messages: [{ role: 'user' as const, content: 'Tell me a story' }] };
+    const body = { model: MODEL, max_tokens: 12, ...GREEDY, messages: [{ role: 'user' as const, content: 'Tell me a story' }] };
     const whole = await client.messages.create(body);
     const stream = client.messages.stream(body);
     const types: string[] = [];
@@ -89,7 +92,7 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
   });
 
   it('tools with tool_choice any: a tool_use block with an object input, streamed and not; then a tool_result round trip', async () => {
-    const body = { model: MODEL, max_tokens: 96, temperature: 0, tools: [WEATHER], tool_choice: { type: 'any' as const }, messages: [{ role: 'user' as const, content: 'Weather in Oslo?' }] };
+    const body = { model: MODEL, max_tokens: 96, ...GREEDY, tools: [WEATHER], tool_choice: { type: 'any' as const }, messages: [{ role: 'user' as const, content: 'Weather in Oslo?' }] };
     const m = await client.messages.create(body);
     expect(m.stop_reason).toBe('tool_use');
     const use = m.content.find((b): b is Anthropic.ToolUseBlock => b.type === 'tool_use')!;
@@ -106,7 +109,7 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
     const next = await client.messages.create({
       model: MODEL,
       max_tokens: 8,
-      temperature: 0,
+      ...GREEDY,
       tools: [WEATHER],
       messages: [
         { role: 'user', content: 'Weather in Oslo?' },
@@ -133,7 +136,7 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
   });
 
   it('stop_sequences: stop_reason stop_sequence with the matched sequence, streamed and not', async () => {
-    const base = { model: MODEL, max_tokens: 24, temperature: 0, messages: [{ role: 'user' as const, content: 'Count for me' }] };
+    const base = { model: MODEL, max_tokens: 24, ...GREEDY, messages: [{ role: 'user' as const, content: 'Count for me' }] };
     const free = textOf(await client.messages.create(base));
     const stop = free.slice(6, 9);
     expect(stop.trim().length, `output ${JSON.stringify(free)}`).toBeGreaterThan(0);
@@ -150,7 +153,7 @@ describe.skipIf(!nativeAvailable())('/v1/messages with @anthropic-ai/sdk on qwen
 
   it('output_config.format json_schema constrains the text; a schema it cannot enforce names the field', async () => {
     const schema = { type: 'object', properties: { city: { enum: ['Oslo', 'Lima'] }, n: { type: 'integer' } }, required: ['city', 'n'], additionalProperties: false };
-    const m = await client.messages.create({ model: MODEL, max_tokens: 64, temperature: 0, output_config: { format: { type: 'json_schema', schema } }, messages: [{ role: 'user', content: 'Pick a city' }] });
+    const m = await client.messages.create({ model: MODEL, max_tokens: 64, ...GREEDY, output_config: { format: { type: 'json_schema', schema } }, messages: [{ role: 'user', content: 'Pick a city' }] });
     expect(schemaViolation(schema, JSON.parse(textOf(m))), textOf(m)).toBeNull();
     const bad = await post(srv.url, '/v1/messages', { model: MODEL, max_tokens: 8, output_config: { format: { type: 'json_schema', schema: { type: 'nonsense' } } }, messages: [{ role: 'user', content: 'x' }] }, { 'x-api-key': KEY });
     expect(bad.status, bad.text).toBe(400);
@@ -225,14 +228,14 @@ describe.skipIf(!nativeAvailable())('/v1/messages on the default model (tiny-vlm
 
   it('answers a fact, and questions on an image block, streamed and not', async () => {
     const client = new Anthropic({ baseURL: srv.url, apiKey: 'unused' });
-    const fact = await client.messages.create({ model: 'tiny-vlm', max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: 'What is the capital of Japan?' }] });
+    const fact = await client.messages.create({ model: 'tiny-vlm', max_tokens: 16, ...GREEDY, messages: [{ role: 'user', content: 'What is the capital of Japan?' }] });
     expect(textOf(fact).trim()).toBe('Tokyo');
     expect(fact.stop_reason).toBe('end_turn');
     const data = readFileSync(join(TINY_VLM, 'golden', 'g00_112x112.png')).toString('base64');
     const image: Anthropic.ImageBlockParam = { type: 'image', source: { type: 'base64', media_type: 'image/png', data } };
-    const count = await client.messages.create({ model: 'tiny-vlm', max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: [image, { type: 'text', text: 'How many shapes can you see?' }] }] });
+    const count = await client.messages.create({ model: 'tiny-vlm', max_tokens: 16, ...GREEDY, messages: [{ role: 'user', content: [image, { type: 'text', text: 'How many shapes can you see?' }] }] });
     expect(textOf(count).trim()).toBe('4');
-    const bg = await client.messages.stream({ model: 'tiny-vlm', max_tokens: 16, temperature: 0, messages: [{ role: 'user', content: [image, { type: 'text', text: 'What color is the background?' }] }] }).finalMessage();
+    const bg = await client.messages.stream({ model: 'tiny-vlm', max_tokens: 16, ...GREEDY, messages: [{ role: 'user', content: [image, { type: 'text', text: 'What color is the background?' }] }] }).finalMessage();
     expect(textOf(bg).trim()).toBe('black');
   });
 });
@@ -254,14 +257,14 @@ describe.skipIf(!vlmFixtureReady(VLM))('/v1/messages with an image block on qwen
     const m = await client.messages.create({
       model: 'vlm',
       max_tokens: 8,
-      temperature: 0,
+      ...GREEDY,
       messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data } }, { type: 'text', text: 'What is this?' }] }],
     });
     const openai = new OpenAI({ baseURL: `${srv.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 120_000 });
     const chat = await openai.chat.completions.create({
       model: 'vlm',
       max_tokens: 8,
-      temperature: 0,
+      ...GREEDY,
       messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `data:image/png;base64,${data}` } }, { type: 'text', text: 'What is this?' }] }],
     });
     expect(textOf(m)).toBe(chat.choices[0]!.message.content);
@@ -302,7 +305,7 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
     await server.close(100);
   });
 
-  const ask = { model: 'fake-model', max_tokens: 400, temperature: 0, tools, messages: [{ role: 'user' as const, content: 'call' }] };
+  const ask = { model: 'fake-model', max_tokens: 400, ...GREEDY, tools, messages: [{ role: 'user' as const, content: 'call' }] };
 
   it('thinking, text and parsed calls are blocks in order, streamed and not, with stop_reason tool_use', async () => {
     const expected = [
