@@ -11,12 +11,12 @@ import type { ServedModel } from './served-model.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
 import { loadRequestImages } from './images.js';
+import { createMessagesRoute } from './anthropic/messages-route.js';
+import { anthropicErrorBody, isMessagesPath } from './anthropic/messages-errors.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
-import { createMessagesRoute } from './anthropic/messages-route.js';
-import { anthropicErrorBody, isMessagesPath } from './anthropic/messages-errors.js';
 
 export interface ServerOptions {
   engine: EngineLike;
