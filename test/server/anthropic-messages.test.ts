@@ -269,6 +269,8 @@ describe.skipIf(!vlmFixtureReady(VLM))('/v1/messages with an image block on qwen
     });
     expect(textOf(m)).toBe(chat.choices[0]!.message.content);
     expect(m.usage.input_tokens + (m.usage.cache_read_input_tokens ?? 0)).toBe(chat.usage!.prompt_tokens);
+    const count = await client.messages.countTokens({ model: 'vlm', messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/png', data } }, { type: 'text', text: 'What is this?' }] }] });
+    expect(count.input_tokens).toBe(chat.usage!.prompt_tokens);
     // A corrupt image names its block.
     const bad = await post(srv.url, '/v1/messages', { model: 'vlm', max_tokens: 4, messages: [{ role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'AAAA' } }] }] });
     expect(bad.status).toBe(400);
@@ -373,6 +375,13 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
     const nowhere = await post(url, '/v1/messages/batches', {});
     expect(nowhere.status).toBe(404);
     expect(nowhere.json()).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+  });
+
+  it('models.list() and models.retrieve() read the served model', async () => {
+    const ids: string[] = [];
+    for await (const m of client.models.list()) ids.push(m.id);
+    expect(ids).toEqual(['fake-model']);
+    expect((await client.models.retrieve('fake-model')).id).toBe('fake-model');
   });
 
   it('a stream opens with message_start and a ping and ends with message_stop', async () => {
