@@ -298,7 +298,7 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
       };
       return { push, flush: () => t.flush() };
     };
-    const engine = new Engine({ model: new ScriptedModel({ call: THINK_AND_CALL, plain: 'Just text.', fail: 'Some text\x07 then more' }), newTextStream, stopTokenIds: [SCRIPT_EOS], enablePrefixCache: false });
+    const engine = new Engine({ model: new ScriptedModel({ call: THINK_AND_CALL, plain: 'Just text.', fail: 'Some text\x07 then more', long: 'y'.repeat(1500) }), newTextStream, stopTokenIds: [SCRIPT_EOS], enablePrefixCache: false });
     server = createServer({ engine, model: { ...byteModel(engine.contextLength), toolFormat: 'hermes', reasoning: true }, log: (l) => logs.push(l), maxBodyBytes: 64 << 10, keepAliveMs: 20 });
     url = (await server.listen(0, '127.0.0.1')).url;
     client = new Anthropic({ baseURL: url, apiKey: 'unused', maxRetries: 0, timeout: 20_000 });
@@ -375,6 +375,22 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
     const nowhere = await post(url, '/v1/messages/batches', {});
     expect(nowhere.status).toBe(404);
     expect(nowhere.json()).toMatchObject({ type: 'error', error: { type: 'not_found_error' } });
+  });
+
+  it('a client that leaves mid-stream frees its request; the next one is served', async () => {
+    const ac = new AbortController();
+    const res = await fetch(`${url}/v1/messages`, { method: 'POST', signal: ac.signal, headers: { 'content-type': 'application/json' }, body: JSON.stringify({ model: 'fake-model', max_tokens: 1500, stream: true, messages: [{ role: 'user', content: 'long' }] }) });
+    const reader = res.body!.getReader();
+    let seen = '';
+    while (!seen.includes('text_delta')) seen += new TextDecoder().decode((await reader.read()).value);
+    const before = server.metrics.disconnects;
+    ac.abort();
+    const deadline = Date.now() + 5000;
+    while (server.metrics.disconnects === before && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    expect(server.metrics.disconnects).toBe(before + 1);
+    const status = (await (await fetch(`${url}/v1/status`)).json()) as { running: number };
+    expect(status.running).toBe(0);
+    expect(textOf(await client.messages.create({ model: 'fake-model', max_tokens: 20, messages: [{ role: 'user', content: 'plain' }] }))).toBe('Just text.');
   });
 
   it('models.list() and models.retrieve() read the served model', async () => {
