@@ -393,6 +393,55 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
     expect(textOf(await client.messages.create({ model: 'fake-model', max_tokens: 20, messages: [{ role: 'user', content: 'plain' }] }))).toBe('Just text.');
   });
 
+  it('a seeded storm of mutated bodies: every answer a 200 or a 4xx in Anthropic\'s shape, streams end', async () => {
+    let seed = 7;
+    const rand = (n: number) => ((seed = (Math.imul(seed, 1103515245) + 12345) >>> 0) % n);
+    const values: unknown[] = [null, 0, -1, 1.5, 1e12, '', 'x', 'user', 'text', 'image', 'tool_use', true, [], [null], {}, { type: 'text' }, { type: 'image', source: { type: 'url' } }, { a: { b: { c: [] } } }];
+    const valid = () => ({
+      model: 'fake-model',
+      max_tokens: 8,
+      stream: false,
+      system: [{ type: 'text', text: 'sys' }],
+      tools: [{ name: 'ping', input_schema: { type: 'object', properties: {} } }],
+      tool_choice: { type: 'auto' },
+      thinking: { type: 'enabled', budget_tokens: 1024 },
+      messages: [
+        { role: 'user', content: [{ type: 'text', text: 'call' }] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'ping', input: {} }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: [{ type: 'text', text: 'ok' }] }, { type: 'text', text: 'plain' }] },
+      ],
+    });
+    /** Replaces one randomly chosen value anywhere in the body. */
+    const mutate = (v: unknown): unknown => {
+      if (Array.isArray(v) && v.length > 0 && rand(3) > 0) {
+        const i = rand(v.length);
+        return v.map((x, j) => (j === i ? mutate(x) : x));
+      }
+      if (v !== null && typeof v === 'object' && !Array.isArray(v) && rand(4) > 0) {
+        const keys = Object.keys(v);
+        if (keys.length > 0) {
+          const k = keys[rand(keys.length)]!;
+          return { ...v, [k]: mutate((v as Record<string, unknown>)[k]) };
+        }
+      }
+      return values[rand(values.length)];
+    };
+    const v0 = await post(url, '/v1/messages', valid());
+    expect(v0.status, v0.text).toBe(200);
+    for (let i = 0; i < 200; i++) {
+      const body = (i % 2 ? mutate(valid()) : mutate(mutate(valid()))) as Record<string, unknown>;
+      const r = await post(url, i % 3 === 2 ? '/v1/messages/count_tokens' : '/v1/messages', body);
+      const what = `${r.status} ${JSON.stringify(body)} -> ${r.text.slice(0, 300)}`;
+      expect(r.status === 200 || (r.status >= 400 && r.status < 500), what).toBe(true);
+      if (r.status !== 200) {
+        expect(r.json(), what).toMatchObject({ type: 'error', error: { type: expect.any(String), message: expect.any(String) } });
+      } else if (body.stream === true && i % 3 !== 2) {
+        expect(r.text.trimEnd().endsWith('data: {"type":"message_stop"}') || r.text.includes('event: error'), what).toBe(true);
+      }
+    }
+    expect((await raw(url, '/health')).status).toBe(200);
+  });
+
   it('models.list() and models.retrieve() read the served model', async () => {
     const ids: string[] = [];
     for await (const m of client.models.list()) ids.push(m.id);
