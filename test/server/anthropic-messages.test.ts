@@ -307,7 +307,7 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
     await server.close(100);
   });
 
-  const ask = { model: 'fake-model', max_tokens: 400, ...GREEDY, tools, messages: [{ role: 'user' as const, content: 'call' }] };
+  const ask = { model: 'fake-model', max_tokens: 400, ...GREEDY, tools, thinking: { type: 'enabled' as const, budget_tokens: 1024 }, messages: [{ role: 'user' as const, content: 'call' }] };
 
   it('thinking, text and parsed calls are blocks in order, streamed and not, with stop_reason tool_use', async () => {
     const expected = [
@@ -336,9 +336,13 @@ describe('/v1/messages on a scripted thinking model with hermes tool calls', () 
   it('disable_parallel_tool_use keeps one call; thinking disabled leaves the text as it is', async () => {
     const one = await client.messages.create({ ...ask, tool_choice: { type: 'auto', disable_parallel_tool_use: true } });
     expect(one.content.filter((b) => b.type === 'tool_use')).toHaveLength(1);
-    const off = await client.messages.create({ ...ask, tools: undefined, thinking: { type: 'disabled' } });
+    const off = await client.messages.create({ ...ask, tools: [], tool_choice: { type: 'auto' }, thinking: { type: 'disabled' } });
     expect(off.content.some((b) => b.type === 'thinking')).toBe(false);
     expect(textOf(off)).toContain('<think>');
+    // Without `thinking`, as Anthropic, no thinking: the switch is off and content[0] is text.
+    const { thinking: _, ...noThinking } = ask;
+    const plain = await client.messages.create(noThinking);
+    expect(plain.content[0]!.type).toBe('text');
     const on = await client.messages.create({ ...ask, messages: [{ role: 'user', content: 'plain' }], thinking: { type: 'enabled', budget_tokens: 1024 } });
     expect(on.stop_reason).toBe('end_turn');
     expect(textOf(on)).toBe('Just text.');

@@ -73,10 +73,13 @@ export function translateMessagesRequest(raw: unknown, kind: 'create' | 'count')
   const tools = translateTools(body.tools);
   if (tools) chat.tools = tools;
   const choice = translateToolChoice(body.tool_choice);
-  if (choice.choice !== undefined) chat.tool_choice = choice.choice;
+  // "auto" or "none" without tools asks for nothing: plain text, as Anthropic answers it.
+  const idle = choice.choice === 'auto' || choice.choice === 'none';
+  if (choice.choice !== undefined && !(idle && (tools?.length ?? 0) === 0)) chat.tool_choice = choice.choice;
   if (choice.parallel === false) chat.parallel_tool_calls = false;
-  const thinking = thinkingSwitch(body.thinking);
-  if (thinking !== undefined) chat.chat_template_kwargs = { enable_thinking: thinking };
+  // Anthropic thinks only when asked: without `thinking`, a thinking model's switch is off, so clients
+  // that read content[0].text get text.
+  chat.chat_template_kwargs = { enable_thinking: thinkingSwitch(body.thinking) ?? false };
   const format = outputFormat(body.output_config);
   if (format && kind === 'create') chat.response_format = format;
   return { chat, ignored, translatedPath: (p) => mapPath(p, origins) };
@@ -233,7 +236,7 @@ function translateToolChoice(tc: unknown): { choice?: unknown; parallel?: boolea
   throw fieldError('tool_choice.type', 'must be "auto", "any", "tool" or "none"');
 }
 
-/** thinking.type: enabled/adaptive turn a thinking model's thinking on, disabled off; absent: the model's default. */
+/** thinking.type: enabled/adaptive turn a thinking model's thinking on, disabled off. */
 function thinkingSwitch(t: unknown): boolean | undefined {
   if (t === undefined || t === null) return undefined;
   if (!isObject(t)) throw fieldError('thinking', 'must be an object {"type": "enabled" | "disabled", ...}', 'invalid_type');
