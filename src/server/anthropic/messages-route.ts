@@ -4,7 +4,7 @@
 // before anything is written are thrown (server.ts answers them in Anthropic's shape).
 import type { ServerResponse } from 'node:http';
 import { startGeneration, type GenerationDeps, type GenerationEvent } from '../generation-stream.js';
-import { HttpError, toHttpError } from '../http-errors.js';
+import { toHttpError } from '../http-errors.js';
 import { loadRequestImages } from '../images.js';
 import type { ServedModel } from '../served-model.js';
 import { parseChatRequest, type GenerationRequest } from '../validate.js';
@@ -88,7 +88,7 @@ export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
           else done = ev;
         }
       } catch (err) {
-        out.fail(err instanceof HttpError ? err : toHttpError(err));
+        out.fail(toHttpError(err));
         return;
       }
       if (done === null) out.end(); // aborted: the client is gone
