@@ -3,6 +3,9 @@
 // them. Each field name is logged once per server, so a client sending it on every request does
 // not flood the log.
 
+/** Field names remembered as logged; names are the client's, so the set is bounded. */
+const MAX_LOGGED_FIELDS = 256;
+
 export type FieldNote = 'ignored' | 'unrecognized';
 
 export interface RequestPolicy {
@@ -22,7 +25,7 @@ export function requestPolicy(options: { strict?: boolean; log?: (line: string) 
     strict: options.strict ?? false,
     note(field, kind, why) {
       const key = `${kind}:${field}`;
-      if (seen.has(key)) return;
+      if (seen.has(key) || seen.size >= MAX_LOGGED_FIELDS) return;
       seen.add(key);
       const what = kind === 'ignored' ? 'accepted and ignored' : 'not an OpenAI field: accepted and ignored';
       log(`request field "${field}": ${what}${why ? ` (${why})` : ''}; logged once`);

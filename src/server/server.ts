@@ -13,6 +13,8 @@ import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
 import { detokenize, tokenize } from './tokenize.js';
 import { loadRequestImages } from './images.js';
+import { createMessagesRoute } from './anthropic/messages-route.js';
+import { anthropicErrorBody, isMessagesPath } from './anthropic/messages-errors.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
@@ -25,7 +27,7 @@ import { ResponseStore, type ResponseStoreLimits } from './responses/store.js';
 export interface ServerOptions {
   engine: EngineLike;
   model: ServedModel;
-  /** When set, every route but /health and /health/ready needs `Authorization: Bearer <key>`. */
+  /** When set, every route but /health and /health/ready needs `Authorization: Bearer <key>` (or `x-api-key: <key>`). */
   apiKey?: string;
   /** Largest request body accepted (default 8 MiB); larger ones get 413. */
   maxBodyBytes?: number;
@@ -68,6 +70,8 @@ const ROUTES: Record<string, string[]> = {
   '/v1/responses': ['POST'],
   '/tokenize': ['POST'],
   '/detokenize': ['POST'],
+  '/v1/messages': ['POST'],
+  '/v1/messages/count_tokens': ['POST'],
 };
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -188,11 +192,15 @@ export function createServer(options: ServerOptions): RapidServer {
     sendJson,
   };
 
+  const messages = createMessagesRoute({ ...ctx, policy });
+
+  // Anthropic's clients send the key as x-api-key.
   const authorized = (req: IncomingMessage): boolean => {
     if (!keyDigest) return true;
-    const h = req.headers.authorization ?? '';
-    const m = /^Bearer\s+(.+)$/i.exec(h);
-    return m !== null && timingSafeEqual(digest(m[1]!.trim()), keyDigest);
+    const bearer = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1];
+    const xKey = req.headers['x-api-key'];
+    const key = bearer ?? (typeof xKey === 'string' ? xKey : undefined);
+    return key !== undefined && timingSafeEqual(digest(key.trim()), keyDigest);
   };
 
   const modelCard = (id = model.id) => ({ id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
@@ -220,7 +228,7 @@ export function createServer(options: ServerOptions): RapidServer {
       return;
     }
     if (!authorized(req)) {
-      throw new HttpError(401, 'Incorrect or missing API key: send Authorization: Bearer <key>', 'invalid_request_error', null, 'invalid_api_key', {
+      throw new HttpError(401, 'Incorrect or missing API key: send Authorization: Bearer <key> (or x-api-key: <key>)', 'invalid_request_error', null, 'invalid_api_key', {
         'www-authenticate': 'Bearer',
       });
     }
@@ -282,6 +290,13 @@ export function createServer(options: ServerOptions): RapidServer {
         await createResponse(responses, res, body);
         return;
       }
+      case '/v1/messages':
+      case '/v1/messages/count_tokens': {
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await (path === '/v1/messages' ? messages.create(res, body) : messages.countTokens(res, body));
+        return;
+      }
     }
   }
 
@@ -309,7 +324,9 @@ export function createServer(options: ServerOptions): RapidServer {
       const e = toHttpError(err);
       if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path} [${requestId}]: ${(err as Error)?.stack ?? String(err)}`);
       // An answer before the body is all in (413, 408, a refusal) leaves it unread: close rather than reuse the socket.
-      sendJson(res, e.status, e.body(), e.status === 413 || !req.complete ? { ...e.headers, connection: 'close' } : { ...e.headers });
+      // Each API's routes answer in its own error shape.
+      const body = isMessagesPath(path) ? anthropicErrorBody(e) : e.body();
+      sendJson(res, e.status, body, e.status === 413 || !req.complete ? { ...e.headers, connection: 'close' } : { ...e.headers });
     });
   });
   const guard = new ConnectionGuard(http, limits);

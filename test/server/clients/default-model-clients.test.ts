@@ -4,6 +4,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
+import Anthropic from '@anthropic-ai/sdk';
 import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { ChatOpenAI } from '@langchain/openai';
@@ -87,6 +88,14 @@ describe.skipIf(!nativeAvailable())('client libraries with their defaults on the
     const chat = new ChatOpenAI({ model: DEFAULT_MODEL, apiKey: 'unused', configuration: { baseURL: `${url}/v1` } });
     const r = await chat.invoke(QUESTION);
     expect(r.content).toMatch(/tokyo/i);
+  });
+
+  it('@anthropic-ai/sdk: messages.create and messages.stream', async () => {
+    const client = new Anthropic({ baseURL: url, apiKey: 'unused' });
+    const m = await client.messages.create({ model: DEFAULT_MODEL, max_tokens: 64, messages: [{ role: 'user', content: QUESTION }] });
+    expect(m.content[0]?.type === 'text' ? m.content[0].text : '').toMatch(/tokyo/i);
+    const final = await client.messages.stream({ model: DEFAULT_MODEL, max_tokens: 64, messages: [{ role: 'user', content: QUESTION }] }).finalMessage();
+    expect(final.content).toEqual(m.content);
   });
 
   it('@openai/agents: an Agent without tools answers', async () => {
