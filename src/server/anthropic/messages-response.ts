@@ -46,25 +46,11 @@ export function anthropicUsage(done: EngineDone): AnthropicUsage {
   return { input_tokens: done.usage.promptTokens - cached, output_tokens: done.usage.completionTokens, cache_read_input_tokens: cached, cache_creation_input_tokens: 0 };
 }
 
-/**
- * The stop reason, and for a stop string the one that matched. The engine does not say which: the
- * match ends inside the last token and the text before it holds no match, so the earliest stop string
- * in the text of the last few tokens (the matcher's own rule) is the one.
- */
-export function stopReason(finish: FinishReason, done: EngineDone, stops: readonly string[], tokenText: (id: number) => string): { stop_reason: StopReason; stop_sequence: string | null } {
+/** The stop reason, and for a stop string the one that matched (the engine's stop matcher says). */
+export function stopReason(finish: FinishReason, done: EngineDone): { stop_reason: StopReason; stop_sequence: string | null } {
   if (finish === 'tool_calls') return { stop_reason: 'tool_use', stop_sequence: null };
   if (finish === 'length') return { stop_reason: 'max_tokens', stop_sequence: null };
-  if (stops.length > 0) {
-    const longest = Math.max(...stops.map((s) => s.length));
-    const tail = done.tokenIds.slice(-(longest + 2)).map(tokenText).join('');
-    let best: string | null = null;
-    let bestAt = -1;
-    for (const s of stops) {
-      const at = tail.indexOf(s);
-      if (at >= 0 && (best === null || at < bestAt || (at === bestAt && s.length < best.length))) [best, bestAt] = [s, at];
-    }
-    if (best !== null) return { stop_reason: 'stop_sequence', stop_sequence: best };
-  }
+  if (done.stopString !== null) return { stop_reason: 'stop_sequence', stop_sequence: done.stopString };
   return { stop_reason: 'end_turn', stop_sequence: null };
 }
 

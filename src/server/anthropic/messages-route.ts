@@ -56,8 +56,6 @@ export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
       // startGeneration throws before anything is queued (a schema the grammar refuses: 400).
       const { g, run } = await withRequest(body, 'create', async (r) => ({ g: r, run: await startGeneration(ctx, r, id) }));
       run.abortOnClose(res);
-      const stops = g.params.stop;
-      const tokenText = (t: number) => ctx.model.tokenText(t);
       if (!g.stream) {
         // A failure here is thrown before anything is written: server.ts answers with its status.
         for await (const ev of run.events) {
@@ -68,7 +66,7 @@ export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
             reasoning: ev.reasoning,
             content: ev.content,
             toolCalls: ev.toolCalls,
-            stop: stopReason(ev.finishReason, ev.engine, stops, tokenText),
+            stop: stopReason(ev.finishReason, ev.engine),
             usage: anthropicUsage(ev.engine),
           });
           ctx.sendJson(res, 200, message);
@@ -88,7 +86,7 @@ export function createMessagesRoute(ctx: MessagesContext): MessagesRoute {
         return;
       }
       if (done === null) out.end(); // aborted: the client is gone
-      else out.finish(stopReason(done.finishReason, done.engine, stops, tokenText), anthropicUsage(done.engine));
+      else out.finish(stopReason(done.finishReason, done.engine), anthropicUsage(done.engine));
     },
   };
 }
