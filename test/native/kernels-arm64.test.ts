@@ -16,12 +16,15 @@ const hasCross = spawnSync(CXX, ['--version']).status === 0;
 const hasQemu = spawnSync('qemu-aarch64', ['--version']).status === 0;
 
 describe.skipIf(!hasCross || !hasQemu)('native kernel suite on arm64 (qemu)', () => {
-  const work = mkdtempSync(join(tmpdir(), 'rapid-kernels-arm64-'));
+  let work = '';
   let exe = '';
   beforeAll(() => {
+    work = mkdtempSync(join(tmpdir(), 'rapid-kernels-arm64-'));
     exe = buildNativeSuite('kernels_test', kernelSuiteSources(), work, CXX);
   }, 300_000);
-  afterAll(() => rmSync(work, { recursive: true, force: true }));
+  afterAll(() => {
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
 
   // qemu's "max" CPU has ARMv8.2 dotprod; the Cortex-A53 (Raspberry Pi 3) is ARMv8.0 without it.
   it.each([

@@ -1,8 +1,9 @@
 // The published tarball: its contents (the CPU prebuilds, no CUDA binary), and that it installs with
 // `npm install -g` into an empty prefix on a PATH without a compiler (no python3, make or g++: the
-// prebuild must load, nothing may compile) and runs `rapid run` on the embedded default model.
+// prebuild must load, nothing may compile) and runs `rapid run` on the embedded default model; the
+// CUDA package installed beside it is found.
 import { execFileSync, spawnSync } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
+import { closeSync, cpSync, existsSync, mkdirSync, mkdtempSync, openSync, readSync, realpathSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -129,5 +130,23 @@ describe('npm pack', () => {
     );
     expect(pool.status, pool.stderr).toBe(0);
     expect(JSON.parse(pool.stdout)).toEqual({ same: true });
+
+    // The CUDA package installed beside it is where rapid looks for the CUDA build. A copy of the CPU
+    // prebuild stands in for the CUDA binary (building that needs nvcc); no GPU here, so the plan lists
+    // it after the CPU build.
+    if (tuple !== 'linux-x64') return;
+    const cudaPkg = join(work, 'cuda-pkg');
+    cpSync(join(root, 'packages', 'rapid-vlm-cuda-linux-x64'), cudaPkg, { recursive: true });
+    cpSync(join(pkgDir, 'prebuilds', tuple, 'rapid-vlm.glibc.node'), join(cudaPkg, 'rapid-vlm.glibc.node'));
+    const cudaTgz = join(work, JSON.parse(execFileSync('npm', ['pack', '--json', '--pack-destination', work], { cwd: cudaPkg, encoding: 'utf8', env }))[0].filename);
+    const cudaInstall = spawnSync('npm', ['install', '-g', '--prefix', prefix, '--offline', '--no-audit', '--no-fund', cudaTgz], { encoding: 'utf8', env });
+    expect(cudaInstall.status, cudaInstall.stderr).toBe(0);
+    const plan = spawnSync(
+      process.execPath,
+      ['--input-type=module', '-e', "import('rapid-vlm/dist/native/binding.js').then(m => console.log(JSON.stringify(m.planNative({ device: 'auto', env: {} }).candidates)))"],
+      { cwd: app, encoding: 'utf8', env },
+    );
+    expect(plan.status, plan.stderr).toBe(0);
+    expect(JSON.parse(plan.stdout)).toContainEqual({ path: join(prefix, 'lib', 'node_modules', 'rapid-vlm-cuda-linux-x64', 'rapid-vlm.glibc.node'), source: 'prebuild', variant: 'cuda' });
   }, 600_000);
 });
