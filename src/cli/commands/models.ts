@@ -7,6 +7,8 @@ import { formatBytes } from '../../models/format-bytes.js';
 import { listModels, type ListedModel } from '../../models/list-models.js';
 import { modelInfo, type ModelInfo } from '../../models/model-info.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
+import type { PullEvent } from '../../models/pull.js';
+import { startWait } from '../wait-spinner.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { removeModel } from '../../models/remove-model.js';
 import { resolveSpec } from '../../models/resolve-spec.js';
@@ -111,6 +113,7 @@ directory. Environment:
   HF_ENDPOINT             hub URL (a mirror)
   HF_TOKEN                access token for private or gated repos (else $HF_HOME/token)
   HF_HUB_OFFLINE=1        never touch the network; only cached models resolve
+  HTTPS_PROXY, HTTP_PROXY downloads go through this proxy (NO_PROXY: hosts that bypass it)
   RAPID_CONFIG_DIR        where aliases.json lives (default $XDG_CONFIG_HOME/rapid)`,
     )
     .action((opts: { json?: boolean; all?: boolean }) => {
@@ -129,7 +132,15 @@ directory. Environment:
       const full = opts.revision ? `${spec.split('@')[0]}@${opts.revision}` : spec;
       const ref = resolveSpec(full);
       if (ref.kind === 'local') throw new ModelError(`${spec} is a local directory; nothing to pull`);
-      const progress = opts.quiet ? undefined : createProgressPrinter(process.stderr);
+      const printer = opts.quiet ? undefined : createProgressPrinter(process.stderr);
+      // Until the hub answers (or the cache does) a spinner shows on a terminal that something runs.
+      const asking = opts.quiet ? undefined : startWait(`looking up ${ref.repo}`);
+      const progress =
+        printer &&
+        ((e: PullEvent) => {
+          asking?.succeed();
+          printer(e);
+        });
       // Bytes already written stay in <blob>.incomplete: say so instead of dying silently.
       const onSigint = () => {
         process.stderr.write(`\ninterrupted: what was downloaded stays in the cache; \`rapid models pull ${spec}\` resumes it\n`);
@@ -140,6 +151,7 @@ directory. Environment:
       try {
         r = await resolveModelDetailed(full, { pull: true, allowPlanned: true, onProgress: progress, env: process.env });
       } finally {
+        asking?.succeed();
         process.off('SIGINT', onSigint);
       }
       // A model already complete in the cache skips the hub: `pull` means "make it available".

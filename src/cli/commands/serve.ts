@@ -11,6 +11,7 @@ import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js'
 import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
+import { withWait } from '../wait-spinner.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
 import type { NativeDevice } from '../../native/types.js';
 import { loadNative } from '../../native/binding.js';
@@ -221,10 +222,10 @@ export function registerServe(program: Command): void {
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;
       const name = opts.servedModelName ?? (resolved.source === 'local' ? basename(resolve(dir)) : spec);
-      const running = await startServer(
-        dir,
-        { ...opts, servedModelName: name, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling },
-        log,
+      const running = await withWait(
+        `loading ${name}`,
+        () => startServer(dir, { ...opts, servedModelName: name, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling }, log),
+        { plain: log },
       );
       const info = running.model.info;
       log(
