@@ -76,7 +76,6 @@ export async function httpBackend(url: string, o: { model?: string; apiKey?: str
         ...(r.schema ? { response_format: { type: 'json_schema', json_schema: { name: 'schema', schema: r.schema, strict: true } } } : {}),
       };
       const started = performance.now();
-      let firstAt = 0;
       let deltas = 0;
       let finishReason = 'stop';
       let usage: StreamChunk['usage'] = null;
@@ -93,7 +92,7 @@ export async function httpBackend(url: string, o: { model?: string; apiKey?: str
             const choice = c.choices?.[0];
             const text = choice?.delta?.content;
             if (text) {
-              if (deltas++ === 0) firstAt = performance.now();
+              deltas++;
               yield { type: 'delta', text };
             }
             if (choice?.finish_reason) finishReason = choice.finish_reason;
@@ -105,14 +104,15 @@ export async function httpBackend(url: string, o: { model?: string; apiKey?: str
         finishReason = 'abort';
       }
       const completion = usage?.completion_tokens ?? deltas;
-      const decodeMs = performance.now() - (firstAt || started);
+      const ms = performance.now() - started;
       yield {
         type: 'done',
         finishReason,
         promptTokens: usage?.prompt_tokens ?? 0,
         completionTokens: completion,
-        // The first token's latency is prefill: the rate counts the tokens after it.
-        tokensPerSecond: completion > 1 && decodeMs > 0 ? ((completion - 1) * 1000) / decodeMs : 0,
+        // As the client sees it, prefill included: chunks may arrive in bursts, so a decode-only
+        // rate from arrival times would be noise.
+        tokensPerSecond: ms > 0 ? (completion * 1000) / ms : 0,
       };
     },
     async close() {

@@ -20,7 +20,13 @@ export function ChatApp({ session, maxTokens, temperature, greeting }: ChatAppPr
   const { exit } = useApp();
   const nextId = useRef(1);
   const [entries, setEntries] = useState<Entry[]>([{ id: 0, kind: 'notice', text: greeting }]);
-  const [input, setInput] = useState('');
+  // Keys can arrive faster than renders: the line lives in a ref, the state only redraws it.
+  const line = useRef('');
+  const [input, setInputState] = useState('');
+  const setInput = (v: string) => {
+    line.current = v;
+    setInputState(v);
+  };
   const [reply, setReply] = useState<string | null>(null);
   const [hint, setHint] = useState<string | null>(null);
   const [speed, setSpeed] = useState<number | null>(null);
@@ -66,14 +72,14 @@ export function ChatApp({ session, maxTokens, temperature, greeting }: ChatAppPr
     [session, maxTokens, temperature, add],
   );
 
-  const submit = (line: string) => {
+  const submit = (text: string) => {
     if (abort.current) {
-      setInput(line); // a reply is streaming: keep the line for when it ends
+      setInput(text); // a reply is streaming: keep the line; Enter sends it when the reply ends
       return;
     }
     setInput('');
-    if (line.trim() === '') return;
-    const action = session.handle(line);
+    if (text.trim() === '') return;
+    const action = session.handle(text);
     if (action.kind === 'quit') return exit();
     if (action.kind === 'send') void send(action.text);
     else add({ kind: action.kind, text: action.text });
@@ -86,7 +92,7 @@ export function ChatApp({ session, maxTokens, temperature, greeting }: ChatAppPr
         abort.current.abort();
         return;
       }
-      if (armed.current || input === '') {
+      if (armed.current || line.current === '') {
         if (armed.current) return exit();
         armed.current = true;
         setHint('Ctrl-C again to quit');
@@ -97,17 +103,17 @@ export function ChatApp({ session, maxTokens, temperature, greeting }: ChatAppPr
     }
     armed.current = false;
     setHint(null);
-    if (key.ctrl && ch === 'd' && input === '' && !abort.current) return exit();
-    if (key.return) return submit(input);
+    if (key.ctrl && ch === 'd' && line.current === '' && !abort.current) return exit();
+    if (key.return) return submit(line.current);
     if (key.backspace || key.delete) {
-      setInput((v) => v.slice(0, -1));
+      setInput(line.current.slice(0, -1));
       return;
     }
     if (key.ctrl || key.meta || key.escape || key.upArrow || key.downArrow || key.leftArrow || key.rightArrow || key.tab) return;
-    // Fast typing or a paste can arrive in one piece with the Enter: a final line break sends,
-    // inner ones become spaces.
-    if (/[\r\n]$/.test(ch)) return submit(input + ch.replace(/[\r\n]+$/, '').replace(/[\r\n]+/g, ' '));
-    if (ch) setInput((v) => v + ch.replace(/[\r\n]+/g, ' '));
+    // Fast typing or a paste arrives in one piece, Enters included: each line break sends a line.
+    const lines = ch.split(/\r\n|\r|\n/);
+    for (const part of lines.slice(0, -1)) submit(line.current + part);
+    setInput(line.current + lines[lines.length - 1]!);
   });
 
   const busy = reply !== null;
