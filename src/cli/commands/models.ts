@@ -8,7 +8,9 @@ import { listModels, type ListedModel } from '../../models/list-models.js';
 import { modelInfo, type ModelInfo } from '../../models/model-info.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import type { PullEvent } from '../../models/pull.js';
-import { startWait } from '../wait-spinner.js';
+import { startWait, withWait } from '../wait-spinner.js';
+import { exportModel } from '../../models/export-model.js';
+import { importModel } from '../../models/import-model.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { removeModel } from '../../models/remove-model.js';
 import { resolveSpec } from '../../models/resolve-spec.js';
@@ -165,6 +167,25 @@ directory. Environment:
       }
       if (opts.json) process.stdout.write(`${JSON.stringify({ repo: ref.repo, revision: ref.revision, dir: r.dir, source: r.source })}\n`);
       else process.stdout.write(`${r.dir}\n`);
+    });
+
+  models
+    .command('export')
+    .description('Write a downloaded model into one tar file (with every file\'s sha256) to carry to a machine without network')
+    .argument('<model>', 'alias or org/name[@revision] in the download cache')
+    .argument('<file>', 'the archive to write, e.g. model.tar')
+    .action(async (spec: string, file: string) => {
+      const r = await withWait(`exporting ${spec}`, () => exportModel(spec, file));
+      process.stdout.write(`exported ${r.repo} (commit ${r.commit.slice(0, 12)}, ${r.files} files, ${formatBytes(r.bytes)}) to ${r.file}\n`);
+    });
+
+  models
+    .command('import')
+    .description('Install a model from a `rapid models export` archive into the download cache, checking every file\'s sha256')
+    .argument('<file>', 'the archive, e.g. model.tar')
+    .action(async (file: string) => {
+      const r = await withWait(`importing ${file}`, () => importModel(file));
+      process.stdout.write(`imported ${r.repo} (commit ${r.commit.slice(0, 12)}, ${r.files} files, ${formatBytes(r.bytes)}) into ${r.dir}\n`);
     });
 
   models
