@@ -69,6 +69,12 @@ export function localBackend(name: string, model: TextModel, defaults: Recommend
       );
       const format: ResponseFormat | null = o.schema ? parseResponseFormat({ type: 'json_schema', json_schema: { name: 'schema', schema: o.schema, strict: true } }) : null;
       const matcher = format ? await grammar.matcher(format, { maxTokens: params.maxTokens, budgetClose: true }) : undefined;
+      // Stopped while images or the schema were being prepared: the engine's listener would never fire.
+      if (o.signal.aborted) {
+        matcher?.dispose();
+        yield { type: 'done', finishReason: 'abort', promptTokens: promptIds.length, completionTokens: 0, tokensPerSecond: 0 };
+        return;
+      }
       for await (const ev of engine.generate({ promptIds, params, multimodal, grammar: matcher }, o.signal)) {
         if (ev.type === 'delta') {
           if (ev.text !== '') yield { type: 'delta', text: ev.text };
