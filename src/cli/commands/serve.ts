@@ -12,6 +12,7 @@ import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
 import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
+import { withWait } from '../wait-spinner.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
 import type { NativeDevice } from '../../native/types.js';
 import { loadNative } from '../../native/binding.js';
@@ -247,10 +248,10 @@ export function registerServe(program: Command): void {
       const dir = resolved.dir;
       const names = modelNames(opts.servedModelName) ?? [resolved.source === 'local' ? basename(resolve(dir)) : spec];
       const name = names.join(', ');
-      const running = await startServer(
-        dir,
-        { ...opts, servedModelName: names, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling },
-        log,
+      const running = await withWait(
+        `loading ${name}`,
+        () => startServer(dir, { ...opts, servedModelName: names, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling }, log),
+        { plain: log },
       );
       const info = running.model.info;
       log(
