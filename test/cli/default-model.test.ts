@@ -1,6 +1,6 @@
 // The embedded default model: `rapid run` / `rapid serve` without a model argument use
 // models/tiny-vlm from the package root (not the working directory), `rapid models` lists it as
-// embedded, and the README's `rapid run --image examples/shapes.png --schema ...` example answers
+// embedded, and the docs' (docs/cli.md) `rapid run --image examples/shapes.png --schema ...` example answers
 // schema-valid JSON. Runs the real CLI binary (dist/, compiled by pretest) from a foreign cwd.
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
@@ -46,7 +46,7 @@ describe.skipIf(!ready)('rapid run without a model argument', () => {
     expect(out.finish_reason).toBe('stop');
   });
 
-  it('the README example: --image examples/shapes.png --schema examples/shape.schema.json', () => {
+  it('the docs example: --image examples/shapes.png --schema examples/shape.schema.json', () => {
     const schemaFile = join(root, 'examples', 'shape.schema.json');
     const r = run(['--image', join(root, 'examples', 'shapes.png'), '--schema', schemaFile, '--prompt', 'Describe the image as JSON.']);
     expect(r.status, r.stderr).toBe(0);
