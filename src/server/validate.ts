@@ -84,10 +84,7 @@ function checkCommon(body: unknown, allowed: Set<string>, model: ServedModel): B
   bool(body, 'rapid_budget_close'); // checked on every request, used by constrained ones
   const n = int(body, 'n');
   if (n !== undefined && n !== 1) throw badRequest('only n=1 is supported', 'n', 'unsupported');
-  if (present(body, 'logit_bias')) {
-    if (!isObject(body.logit_bias)) throw badRequest('logit_bias must be an object', 'logit_bias', 'invalid_type');
-    if (Object.keys(body.logit_bias).length > 0) throw badRequest('logit_bias is not supported', 'logit_bias', 'unsupported');
-  }
+  if (present(body, 'logit_bias') && !isObject(body.logit_bias)) throw badRequest('logit_bias must be an object', 'logit_bias', 'invalid_type');
   return body;
 }
 
@@ -125,9 +122,10 @@ function sampling(body: Body, model: ServedModel, maxTokens: number | undefined,
     maxTokens: maxTokens ?? defaultMax,
     stop: stops(body),
     logprobs,
+    logitBias: present(body, 'logit_bias') ? (body.logit_bias as Record<string, number>) : undefined,
   };
   try {
-    return resolveSamplingParams(input, { maxTokens: defaultMax });
+    return resolveSamplingParams(input, { maxTokens: defaultMax, vocabSize: model.vocabSize });
   } catch (err) {
     if (err instanceof InvalidRequestError) throw badRequest(err.message, err.param ?? null, 'invalid_value');
     throw err;
