@@ -10,11 +10,12 @@ import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { badRequest, toHttpError } from './http-errors.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
-import { ReasoningSplitter } from './reasoning.js';
-import { toolCallFrom, type ToolCall } from './tools.js';
-import { ToolCallStream, type ToolStreamEvent } from './tool-parsers/tool-call-stream.js';
+import type { ToolCall } from './tools.js';
+import { startGeneration, type GenerationEvent, type GenerationPart, type GenerationRun } from './generation-stream.js';
 import { SseWriter } from './sse.js';
 import type { GenerationRequest } from './validate.js';
+
+type Done = Extract<GenerationEvent, { type: 'done' }>;
 
 export interface CompletionContext {
   engine: EngineLike;
@@ -133,27 +134,11 @@ class ResponseShaper {
     };
   }
 
-  /** The chunk of one event of a parsed (tool_choice auto) stream. */
-  toolEventChunk(e: ToolStreamEvent): unknown {
-    if (e.type === 'content') return this.chunk(e.text, [], null);
-    if (e.type === 'call') return this.toolDeltaChunk({ index: e.index, id: e.id, type: 'function', function: { name: e.name, arguments: '' } });
-    return this.toolDeltaChunk({ index: e.index, function: { arguments: e.text } });
-  }
-
-  /** tool_choice auto, not streamed: the model's calls parsed out of its output (after any reasoning). */
-  private autoToolChoice(text: string, lp: EngineDelta[], done: EngineDone): unknown {
-    const tools = this.g.tools!;
-    const split = this.g.reasoning ? ReasoningSplitter.split(text) : { reasoning: '', content: text };
-    const parsed = ToolCallStream.parse(tools.auto!, split.content, tools.maxCalls);
-    const withCalls = parsed.calls.length > 0;
-    const message = {
-      role: 'assistant',
-      content: withCalls ? parsed.content : split.content,
-      ...(split.reasoning ? { reasoning_content: split.reasoning } : {}),
-      ...(withCalls ? { tool_calls: parsed.calls } : {}),
-    };
-    const logprobs = this.g.logprobs >= 0 ? { content: lp.map((d) => this.chatLogprob(d)) } : null;
-    return { index: 0, message, logprobs, finish_reason: withCalls && done.finishReason === 'stop' ? 'tool_calls' : done.finishReason };
+  /** The chunk of one content or tool-call part of a parsed (tool_choice auto) stream. */
+  partChunk(p: Exclude<GenerationPart, { type: 'reasoning' }>): unknown {
+    if (p.type === 'content') return this.chunk(p.text, [], null);
+    if (p.type === 'call') return this.toolDeltaChunk({ index: p.index, id: p.id, type: 'function', function: { name: p.name, arguments: '' } });
+    return this.toolDeltaChunk({ index: p.index, function: { arguments: p.text } });
   }
 
   usageChunk(done: EngineDone): unknown {
@@ -161,161 +146,80 @@ class ResponseShaper {
     return { id: this.id, object, created: this.created, model: this.model.id, system_fingerprint: null, choices: [], usage: this.usage(done) };
   }
 
-  full(text: string, lp: EngineDelta[], done: EngineDone): unknown {
-    const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(done) };
-    const withLp = this.g.logprobs >= 0;
-    const call = this.g.tools?.format && done.finishReason !== 'abort' ? toolCallFrom(text) : null;
-    if (this.g.kind === 'chat' && this.g.tools?.auto) return { ...base, object: 'chat.completion', choices: [this.autoToolChoice(text, lp, done)] };
-    if (call) {
-      return {
-        ...base,
-        object: 'chat.completion',
-        choices: [{ index: 0, message: { role: 'assistant', content: null, tool_calls: [call] }, logprobs: null, finish_reason: toolFinish(done) }],
-      };
+  full(ev: Done): unknown {
+    const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(ev.engine) };
+    const logprobs = this.g.logprobs >= 0 ? ev.logprobs : null;
+    if (this.g.kind === 'text') {
+      return { ...base, object: 'text_completion', choices: [{ index: 0, text: ev.engine.text, logprobs: logprobs && this.textLogprobs(logprobs), finish_reason: ev.finishReason }] };
     }
-    if (this.g.kind === 'chat') {
-      return {
-        ...base,
-        object: 'chat.completion',
-        choices: [
-          {
-            index: 0,
-            message: this.g.reasoning ? { role: 'assistant', ...reasoningMessage(text) } : { role: 'assistant', content: text },
-            logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null,
-            finish_reason: done.finishReason,
-          },
-        ],
-      };
-    }
-    return {
-      ...base,
-      object: 'text_completion',
-      choices: [{ index: 0, text, logprobs: withLp ? this.textLogprobs(lp) : null, finish_reason: done.finishReason }],
+    const calls = ev.toolCalls.length > 0;
+    const message = {
+      role: 'assistant',
+      content: ev.content,
+      ...(ev.reasoning ? { reasoning_content: ev.reasoning } : {}),
+      ...(calls ? { tool_calls: ev.toolCalls } : {}),
     };
+    // A forced call carries no logprobs (its tokens are the grammar's wrapper).
+    const lp = logprobs && !(calls && this.g.tools?.format) ? { content: logprobs.map((d) => this.chatLogprob(d)) } : null;
+    return { ...base, object: 'chat.completion', choices: [{ index: 0, message, logprobs: lp, finish_reason: ev.finishReason }] };
   }
 }
 
 export async function handleGeneration(ctx: CompletionContext, res: ServerResponse, g: GenerationRequest): Promise<void> {
   const shaper = new ResponseShaper(g, ctx.model);
-  const started = performance.now();
   // Throws before anything is written: the caller answers with the error's status.
-  let grammar: RequestGrammar | undefined;
-  if (g.responseFormat) {
-    if (!ctx.grammar) throw badRequest('structured output is not available on this server', 'response_format', 'unsupported');
-    grammar = await ctx.grammar.matcher(g.responseFormat, { budgetClose: g.budgetClose !== false, maxTokens: g.params.maxTokens }); // InvalidRequestError -> 400
-  }
-  const handle: RequestHandle = ctx.engine.submit({ promptIds: g.promptIds, params: g.params, id: shaper.id, grammar, multimodal: g.multimodal, keepSpecialTokens: g.keepSpecialTokens });
-  let finished = false;
-  res.on('close', () => {
-    if (!finished) {
-      ctx.metrics.disconnects++;
-      handle.abort(); // client went away: free its KV now
-    }
-  });
-  let firstAt = 0;
-  const onDelta = () => {
-    if (firstAt === 0) {
-      firstAt = performance.now();
-      ctx.metrics.observeTtft((firstAt - started) / 1000);
-    }
-  };
-
-  if (g.stream) {
-    const sse = new SseWriter(res, ctx.keepAliveMs);
-    const splitter = g.kind === 'chat' && g.reasoning ? new ReasoningSplitter() : null;
-    // tool_choice auto: content streams until a call marker; calls stream as tool_calls deltas.
-    const toolStream = g.tools?.auto ? new ToolCallStream(g.tools.auto, g.tools.maxCalls) : null;
-    const sendTools = (events: ToolStreamEvent[]) => {
-      for (const e of events) sse.send(shaper.toolEventChunk(e));
-    };
-    sse.open();
-    if (g.kind === 'chat') sse.send(shaper.chunk('', [], null, true)); // the role comes first
-    try {
-      for await (const ev of handle.events) {
-        if (ev.type === 'delta') {
-          onDelta();
-          const lp = ev.logprob !== undefined ? [ev] : [];
-          if (g.tools?.format) continue; // the done event's text is sent as one tool call at the end
-          if (toolStream) {
-            const p = splitter ? splitter.push(ev.text) : { reasoning: '', content: ev.text };
-            if (p.reasoning || lp.length > 0) sse.send(shaper.chunk('', lp, null, false, p.reasoning));
-            sendTools(toolStream.push(p.content));
-            continue;
-          }
-          if (splitter) {
-            const p = splitter.push(ev.text);
-            if (p.content || p.reasoning || lp.length > 0) sse.send(shaper.chunk(p.content, lp, null, false, p.reasoning));
-          } else if (ev.text || lp.length > 0) sse.send(shaper.chunk(ev.text, lp, null));
-          continue;
-        }
-        finished = true;
-        if (ev.finishReason === 'abort') break; // the client is gone
-        const call = g.tools?.format ? toolCallFrom(ev.text) : null;
-        if (call) {
-          sse.send(shaper.toolCallChunk(call));
-          sse.send(shaper.chunk(null, [], toolFinish(ev)));
-          if (g.includeUsage) sse.send(shaper.usageChunk(ev));
-          ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
-          sse.end(true);
-          return;
-        }
-        if (g.tools?.format && ev.text) sse.send(shaper.chunk(ev.text, [], null)); // cut short: the raw text
-        const rest = splitter?.flush();
-        let finish: string = ev.finishReason;
-        if (toolStream) {
-          if (rest?.reasoning) sse.send(shaper.chunk('', [], null, false, rest.reasoning));
-          sendTools(toolStream.push(rest?.content ?? ''));
-          sendTools(toolStream.finish());
-          if (toolStream.callCount > 0 && finish === 'stop') finish = 'tool_calls';
-        } else if (rest && (rest.content || rest.reasoning)) sse.send(shaper.chunk(rest.content, [], null, false, rest.reasoning));
-        sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], finish));
-        if (g.includeUsage) sse.send(shaper.usageChunk(ev));
-        ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
-        sse.end(true);
-        return;
-      }
-      finished = true;
-      sse.end(false);
-    } catch (err) {
-      finished = true;
-      const e = toHttpError(err);
-      ctx.metrics.failures++;
-      sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], 'error'));
-      sse.send(e.body());
-      sse.end(false);
-    }
-    return;
-  }
-
-  const lp: EngineDelta[] = [];
+  const run = await startGeneration(ctx, g, shaper.id);
+  run.abortOnClose(res);
+  if (g.stream) return streamChat(ctx, res, g, shaper, run);
   try {
-    for await (const ev of handle.events) {
-      if (ev.type === 'delta') {
-        onDelta();
-        if (ev.logprob !== undefined) lp.push(ev);
-        continue;
-      }
-      finished = true;
-      if (ev.finishReason === 'abort') return;
-      ctx.metrics.observeDone(ev, (performance.now() - started) / 1000);
-      ctx.sendJson(res, 200, shaper.full(ev.text, lp, ev));
-      return;
-    }
+    for await (const ev of run.events) if (ev.type === 'done') ctx.sendJson(res, 200, shaper.full(ev));
   } catch (err) {
-    finished = true;
-    ctx.metrics.failures++;
     const e = toHttpError(err);
     ctx.sendJson(res, e.status, e.body(), { ...e.headers });
   }
 }
 
-/** The message fields of a thinking model's whole output. */
-function reasoningMessage(text: string): { content: string; reasoning_content?: string } {
-  const p = ReasoningSplitter.split(text);
-  return p.reasoning ? { content: p.content, reasoning_content: p.reasoning } : { content: p.content };
-}
-
-/** A forced call that parses is a tool call; budget closing may have ended it at max_tokens ("length"). */
-function toolFinish(done: EngineDone): string {
-  return done.finishReason === 'length' ? 'length' : 'tool_calls';
+async function streamChat(ctx: CompletionContext, res: ServerResponse, g: GenerationRequest, shaper: ResponseShaper, run: GenerationRun): Promise<void> {
+  const sse = new SseWriter(res, ctx.keepAliveMs);
+  const forced = g.tools?.format !== undefined;
+  let callsStreamed = 0;
+  sse.open();
+  if (g.kind === 'chat') sse.send(shaper.chunk('', [], null, true)); // the role comes first
+  try {
+    for await (const ev of run.events) {
+      if (ev.type === 'step') {
+        if (forced) continue; // the done event's call is sent whole
+        const reasoning = ev.parts.map((p) => (p.type === 'reasoning' ? p.text : '')).join('');
+        if (g.tools?.auto) {
+          // Content and calls go out in order, each as its own chunk; reasoning and logprobs first.
+          if (reasoning || ev.logprobs.length > 0) sse.send(shaper.chunk('', ev.logprobs, null, false, reasoning));
+          for (const p of ev.parts) {
+            if (p.type === 'reasoning') continue;
+            if (p.type === 'call') callsStreamed++;
+            sse.send(shaper.partChunk(p));
+          }
+          continue;
+        }
+        const content = ev.parts.map((p) => (p.type === 'content' ? p.text : '')).join('');
+        if (content || reasoning || ev.logprobs.length > 0) sse.send(shaper.chunk(content, ev.logprobs, null, false, reasoning));
+        continue;
+      }
+      let finish: string = ev.finishReason;
+      if (forced) {
+        const call = ev.toolCalls[0];
+        if (call) sse.send(shaper.toolCallChunk(call));
+        else if (ev.content) sse.send(shaper.chunk(ev.content, [], null)); // cut short: the raw text
+      } else if (g.tools?.auto) finish = callsStreamed > 0 && ev.engine.finishReason === 'stop' ? 'tool_calls' : ev.engine.finishReason;
+      sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], finish));
+      if (g.includeUsage) sse.send(shaper.usageChunk(ev.engine));
+      sse.end(true);
+      return;
+    }
+    sse.end(false); // aborted: the client is gone
+  } catch (err) {
+    const e = toHttpError(err);
+    sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], 'error'));
+    sse.send(e.body());
+    sse.end(false);
+  }
 }

@@ -8,10 +8,11 @@
 // With an API key the key is the guard and none of this applies.
 import type { IncomingMessage } from 'node:http';
 import { HttpError } from './http-errors.js';
+import { originAllowed, type CorsPolicy } from './cors.js';
 
 export interface CrossSitePolicy {
-  /** Origins allowed to POST to a keyless server, exactly as browsers send them ("*" allows any). */
-  allowedOrigins: readonly string[];
+  /** The origins allowed to POST to a keyless server (--cors-origin). */
+  cors: CorsPolicy;
   /** Refuse keyless POSTs without an allowed Origin unless they declare a JSON content type. */
   requireJsonContentType: boolean;
 }
@@ -22,8 +23,6 @@ export function isJsonContentType(header: string | undefined): boolean {
   return type === 'application/json' || /^application\/[a-z0-9.!#$&^_-]+\+json$/.test(type);
 }
 
-const normalizeOrigin = (o: string) => o.trim().toLowerCase().replace(/\/+$/, '');
-
 /** Fetch metadata a browser attaches to a request another site started. */
 const CROSS_SITE = new Set(['cross-site', 'same-site']);
 
@@ -32,8 +31,7 @@ export function crossSiteRefusal(req: IncomingMessage, policy: CrossSitePolicy):
   const method = req.method ?? 'GET';
   if (method === 'GET' || method === 'HEAD' || method === 'OPTIONS') return null;
   const origin = typeof req.headers.origin === 'string' ? req.headers.origin : undefined;
-  const allowed = policy.allowedOrigins.map(normalizeOrigin);
-  if (origin !== undefined && (allowed.includes('*') || allowed.includes(normalizeOrigin(origin)))) return null;
+  if (originAllowed(policy.cors, origin)) return null;
   const site = req.headers['sec-fetch-site'];
   if (origin !== undefined || (typeof site === 'string' && CROSS_SITE.has(site.toLowerCase()))) {
     return new HttpError(

@@ -15,6 +15,8 @@ import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
+import { answerOptions, applyCorsHeaders, resolveCorsPolicy } from './cors.js';
+import { requestIdOf } from './request-id.js';
 
 export interface ServerOptions {
   engine: EngineLike;
@@ -30,7 +32,7 @@ export interface ServerOptions {
   grammar?: GrammarProvider;
   /** Header/body/keep-alive timeouts and the connection limit (defaults in connection-limits.ts). */
   limits?: Partial<ConnectionLimits>;
-  /** Origins a keyless server accepts POSTs from (see cross-site.ts). */
+  /** Origins whose pages may call the server ("*": any); default none, or any with apiKey (cors.ts). */
   corsOrigins?: readonly string[];
   /** A keyless server refuses POSTs without a JSON content type (curl -d's form type included). */
   requireJsonContentType?: boolean;
@@ -156,8 +158,9 @@ export function createServer(options: ServerOptions): RapidServer {
   // A prompt of token ids has up to a context's worth of values.
   const maxJsonValues = Math.max(REQUEST_LIMITS.maxJsonValues, 2 * model.contextLength);
   const limits = resolveConnectionLimits(options.limits);
-  const crossSite: CrossSitePolicy = { allowedOrigins: options.corsOrigins ?? [], requireJsonContentType: options.requireJsonContentType ?? true };
   const keyDigest = options.apiKey ? digest(options.apiKey) : null;
+  const cors = resolveCorsPolicy(options.corsOrigins, keyDigest !== null);
+  const crossSite: CrossSitePolicy = { cors, requireJsonContentType: options.requireJsonContentType ?? true };
   const metrics = new ServerMetrics();
   const log = options.log ?? (() => undefined);
   const startedAt = Date.now();
@@ -176,6 +179,13 @@ export function createServer(options: ServerOptions): RapidServer {
 
   async function route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const method = req.method ?? 'GET';
+    // Preflights carry no credentials: they are answered before the key is checked.
+    if (method === 'OPTIONS') {
+      const methods = ROUTES[path] ?? (path.startsWith('/v1/models/') ? ['GET'] : null);
+      if (!methods) throw notFound(`no route ${path}`);
+      answerOptions(req, res, cors, methods);
+      return;
+    }
     if (path === '/health' && method === 'GET') {
       const h = engine.health();
       // A grammar engine being rebuilt still serves (requests wait for it): 200, but said.
@@ -236,6 +246,10 @@ export function createServer(options: ServerOptions): RapidServer {
   }
 
   const http = createHttpServer(httpServerOptions(limits), (req, res) => {
+    // Set before anything is written, so every answer below carries them (writeHead merges).
+    const requestId = requestIdOf(req);
+    res.setHeader('x-request-id', requestId);
+    applyCorsHeaders(req, res, cors);
     guard.responding(req.socket, (done) => res.once('close', done));
     if (guard.isOverLimit(req.socket)) {
       const e = new HttpError(503, `the server is at its limit of ${limits.maxConnections} connections; retry shortly`, 'server_error', null, 'too_many_connections', { 'retry-after': '1' });
@@ -253,7 +267,7 @@ export function createServer(options: ServerOptions): RapidServer {
     res.on('finish', () => metrics.countHttp(label, res.statusCode));
     route(req, res, path).catch((err: unknown) => {
       const e = toHttpError(err);
-      if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path}: ${(err as Error)?.stack ?? String(err)}`);
+      if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path} [${requestId}]: ${(err as Error)?.stack ?? String(err)}`);
       // An answer before the body is all in (413, 408, a refusal) leaves it unread: close rather than reuse the socket.
       sendJson(res, e.status, e.body(), e.status === 413 || !req.complete ? { ...e.headers, connection: 'close' } : { ...e.headers });
     });

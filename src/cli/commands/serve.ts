@@ -9,6 +9,7 @@ import { createServer, type RapidServer } from '../../server/server.js';
 import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
 import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
 import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
+import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
@@ -92,6 +93,13 @@ function parsePositiveInt(flag: string): (value: string) => number {
 }
 
 const collect = (value: string, previous: string[] = []) => [...previous, value];
+const collectOrigin = (value: string, previous: string[] = []) => {
+  try {
+    return collect(parseCorsOrigin(value), previous);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+};
 
 /** The serve options in seconds -> the server's limits in ms; unset ones keep their defaults. */
 function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLimits> {
@@ -212,7 +220,7 @@ export function registerServe(program: Command): void {
     .option('--keep-alive-timeout <s>', 'seconds an idle keep-alive connection is kept', parseSecondsOption('--keep-alive-timeout'), CONNECTION_DEFAULTS.keepAliveTimeoutMs / 1000)
     .option('--send-stall-timeout <s>', 'seconds a response may wait on a client that stopped reading before its connection is closed', parseSecondsOption('--send-stall-timeout'), CONNECTION_DEFAULTS.sendStallTimeoutMs / 1000)
     .option('--max-connections <n>', 'open connections at most; past it requests get 503 and the connection is closed', parsePositiveInt('--max-connections'), CONNECTION_DEFAULTS.maxConnections)
-    .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may POST to a server without --api-key; repeatable, * for any', collect)
+    .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may call the server; repeatable, * for any (default: none without --api-key, any with it)', collectOrigin)
     .option('--no-require-json-content-type', 'without --api-key, also accept POSTs without Content-Type: application/json from clients that are not browsers (no Origin; curl -d without -H)')
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
