@@ -33,6 +33,8 @@ export interface GenerationRequest {
   keepSpecialTokens?: boolean;
   /** rapid_budget_close: constrained output steers to a valid end before max_tokens cuts it (default true). */
   budgetClose?: boolean;
+  /** Choices to generate (`n`), each its own engine request; absent: 1. */
+  n?: number;
 }
 
 type Body = Record<string, unknown>;
@@ -82,10 +84,23 @@ function checkCommon(body: unknown, allowed: Set<string>, model: ServedModel): B
     if (body.model !== model.id) throw notFound(`The model '${body.model}' does not exist; this server serves '${model.id}'`, 'model_not_found');
   }
   bool(body, 'rapid_budget_close'); // checked on every request, used by constrained ones
-  const n = int(body, 'n');
-  if (n !== undefined && n !== 1) throw badRequest('only n=1 is supported', 'n', 'unsupported');
+  choiceCount(body);
   if (present(body, 'logit_bias') && !isObject(body.logit_bias)) throw badRequest('logit_bias must be an object', 'logit_bias', 'invalid_type');
   return body;
+}
+
+/** `n`, checked against REQUEST_LIMITS.maxChoices. */
+function choiceCount(body: Body): number {
+  const n = int(body, 'n') ?? 1;
+  const { maxChoices } = REQUEST_LIMITS;
+  if (n < 1 || n > maxChoices) throw badRequest(`n must be an integer in [1, ${maxChoices}] (maxChoices), got ${n}`, 'n', 'invalid_value');
+  return n;
+}
+
+/** The request with its choice count, when more than one. */
+function withChoices(raw: unknown, g: GenerationRequest): GenerationRequest {
+  const n = choiceCount(raw as Body); // raw passed checkCommon: an object
+  return n > 1 ? { ...g, n } : g;
 }
 
 function stream(body: Body): { stream: boolean; includeUsage: boolean } {
@@ -192,7 +207,7 @@ function checkCounts(msgs: unknown[]): void {
  * rendered and tokenized by the served model (off the event loop), hence async. */
 export async function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages): Promise<GenerationRequest> {
   const out: { multimodal?: MultimodalInput } = {};
-  const g = await parseChat(raw, model, images, out);
+  const g = withChoices(raw, await parseChat(raw, model, images, out));
   return out.multimodal ? { ...g, multimodal: out.multimodal } : g;
 }
 
@@ -258,7 +273,7 @@ export async function parseCompletionRequest(raw: unknown, model: ServedModel): 
   if (lp !== undefined && (lp < 0 || lp > MAX_TOP)) throw badRequest(`logprobs must be an integer in [0, ${MAX_TOP}], got ${lp}`, 'logprobs', 'invalid_value');
   const maxTokens = maxTokensField(body, 'max_tokens');
   const params = sampling(body, model, maxTokens, 16, lp ?? -1);
-  return withFormat(body, { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs });
+  return withChoices(body, withFormat(body, { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs }));
 }
 
 /** response_format on either route. Stop strings are dropped for constrained output: cutting it
