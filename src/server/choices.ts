@@ -62,14 +62,19 @@ export async function startChoices(deps: GenerationDeps, g: GenerationRequest, i
     return run;
   };
   const first = await start(0);
-  res.on('close', () => {
+  const gone = () => {
     if (settled || aborted) return;
     deps.metrics.disconnects++;
     abort(); // the client went away: free every choice's KV now
-  });
+  };
+  res.on('close', gone);
+  if (res.destroyed) gone(); // it left while choice 0 was starting
 
-  let open!: () => void;
-  const prefilled = new Promise<void>((resolve) => (open = resolve));
+  // Without a prefix cache there is nothing to share: every choice starts at once.
+  const share = n > 1 && deps.engine.stats().prefixCache.enabled;
+
+  let open = () => {};
+  const prefilled = share ? new Promise<void>((resolve) => (open = resolve)) : Promise.resolve();
   async function* lead(): AsyncGenerator<GenerationEvent> {
     try {
       for await (const ev of first.events) {
