@@ -3,7 +3,8 @@
 // machine code plus PTX for newer GPUs), g++ compiles every other native source with RAPID_CUDA=1, and
 // the CUDA runtime is linked statically, so the binary loads on machines without a GPU or driver.
 //   node scripts/build-cuda.mjs            -> build/cuda/rapid_native.node
-//   node scripts/build-cuda.mjs --prebuild -> also prebuilds/linux-x64-cuda/rapid-vlm.glibc.node (stripped)
+//   node scripts/build-cuda.mjs --prebuild -> also packages/rapid-vlm-cuda-<platform>-<arch>/rapid-vlm.glibc.node
+//     (stripped): the optional CUDA package, published beside rapid-vlm by scripts/release.mjs
 //   node scripts/build-cuda.mjs --tests    -> also build/cuda/tests/<name> for native/test/cuda_*_test.cu
 //   node scripts/build-cuda.mjs --timeline -> build/cuda-timeline/rapid_native.node, a profiling build whose kernels
 //     record when each one's wait on the previous kernel released (native/src/cuda/timeline.cuh; never shipped)
@@ -104,8 +105,8 @@ async function main() {
   process.stdout.write(`build-cuda: ${relative(root, addon)} (archs ${archs.join(', ')} + PTX ${top})\n`);
 
   if (args.has('--prebuild')) {
-    const dir = join(root, 'prebuilds', `${process.platform}-${process.arch}-cuda`);
-    mkdirSync(dir, { recursive: true });
+    const dir = join(root, 'packages', `rapid-vlm-cuda-${process.platform}-${process.arch}`);
+    if (!existsSync(join(dir, 'package.json'))) throw new Error(`no CUDA package for ${process.platform}-${process.arch} (${relative(root, dir)}/package.json)`);
     const target = join(dir, 'rapid-vlm.glibc.node');
     copyFileSync(addon, target);
     await run('strip', ['--strip-unneeded', target]);

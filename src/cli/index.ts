@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { packageRoot } from '../native/binding.js';
 import { registerRun } from './commands/run.js';
 import { registerServe } from './commands/serve.js';
+import { registerChat } from './commands/chat.js';
 import { registerConvert } from './commands/convert.js';
 import { registerModels } from './commands/models.js';
 import { registerDoctor } from './commands/doctor.js';
@@ -23,6 +24,7 @@ export function buildProgram(): Command {
     .configureHelp({ sortSubcommands: false });
   registerServe(program);
   registerRun(program);
+  registerChat(program);
   registerConvert(program);
   registerModels(program);
   registerDoctor(program);

@@ -24,6 +24,8 @@ export interface EngineDone {
   finishReason: EngineFinishReason;
   text: string;
   tokenIds: number[];
+  /** The stop string that ended the output (finishReason "stop"), or null. */
+  stopString: string | null;
   usage: { promptTokens: number; completionTokens: number; totalTokens: number; cachedTokens: number };
   timings: { queueMs: number; ttftMs: number; totalMs: number; decodeTokensPerSecond: number };
   preemptions: number;
@@ -227,6 +229,7 @@ export class EngineRequest {
       finishReason: reason,
       text: this.text,
       tokenIds: [...this.output],
+      stopString: reason === 'stop' ? this.stops.stopped : null,
       usage: {
         promptTokens: this.promptIds.length,
         completionTokens: this.output.length,

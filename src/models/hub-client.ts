@@ -1,6 +1,9 @@
-// A small Hugging Face hub client on Node's fetch: model info, file listing and file bodies,
+// A small Hugging Face hub client on undici's fetch: model info, file listing and file bodies,
 // with bounded timeouts, retries with backoff, manual redirects (the token never leaves the hub's
 // origin) and errors that say what to do. In offline mode it refuses before any socket opens.
+// Requests go through HTTP(S)_PROXY unless NO_PROXY names the host (Node's global fetch ignores them).
+import { fetch, type Headers, type Response } from 'undici';
+import { proxyDispatcher } from '../net/dispatchers.js';
 import { HubError, OfflineError } from './errors.js';
 import { hubEnv, type HubEnv } from './hub-env.js';
 
@@ -149,7 +152,7 @@ export class HubClient {
         arm(this.timeoutMs, `no response from ${url.host} within ${Math.round(this.timeoutMs / 1000)} s`);
         let res: Response;
         try {
-          res = await fetch(url, { headers: this.headers(url, extraHeaders), redirect: 'manual', signal: controller.signal });
+          res = await fetch(url, { headers: this.headers(url, extraHeaders), redirect: 'manual', signal: controller.signal, dispatcher: proxyDispatcher(this.hub.proxy) });
         } catch (err) {
           const reason = controller.signal.reason instanceof RetryableError ? controller.signal.reason.message : networkReason(err);
           throw new RetryableError(`${url.host}: ${reason}`);

@@ -1,8 +1,9 @@
 // Hugging Face environment conventions, read in one place so tests can pass their own env:
-// HF_HOME / HF_HUB_CACHE (cache location), HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE.
+// HF_HOME / HF_HUB_CACHE (cache location), HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE, and the proxy variables.
 import { existsSync, readFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { join } from 'node:path';
+import { proxyEnv, type ProxyEnv } from '../net/dispatchers.js';
 
 export type Env = Record<string, string | undefined>;
 
@@ -11,6 +12,8 @@ export interface HubEnv {
   endpoint: string; // no trailing slash
   token?: string;
   offline: boolean;
+  /** HTTP(S)_PROXY / NO_PROXY; absent: the process env's. */
+  proxy?: ProxyEnv;
 }
 
 function truthy(v: string | undefined): boolean {
@@ -50,6 +53,7 @@ export function hubEnv(env: Env = process.env): HubEnv {
     endpoint: (env.HF_ENDPOINT || 'https://huggingface.co').replace(/\/+$/, ''),
     token: hubToken(env),
     offline: truthy(env.HF_HUB_OFFLINE) || truthy(env.TRANSFORMERS_OFFLINE),
+    proxy: proxyEnv(env),
   };
 }
 

@@ -54,7 +54,20 @@ export interface NativePlan {
 
 export const DEVICES: readonly NativeDevice[] = ['auto', 'cpu', 'cuda'];
 export const NVIDIA_DRIVER_PATHS: readonly string[] = ['/proc/driver/nvidia/version', '/dev/nvidiactl'];
-export const BUILD_CUDA_HINT = 'build the CUDA variant with `npm run build:cuda` (needs the CUDA toolkit: nvcc)';
+/** This machine's prebuild tuple, "<platform>-<arch>". */
+const HOST = `${process.platform}-${process.arch}`;
+
+/** Platforms with a published CUDA package (packages/<name> in the repository, built by scripts/release.mjs). */
+export const CUDA_PACKAGE_PLATFORMS: readonly string[] = ['linux-x64'];
+
+/** The optional npm package that carries the CUDA build for a platform: installed next to rapid, it is found. */
+export function cudaPackageName(tuple = HOST): string {
+  return `rapid-vlm-cuda-${tuple}`;
+}
+
+export const BUILD_CUDA_HINT = CUDA_PACKAGE_PLATFORMS.includes(HOST)
+  ? `install the CUDA build next to rapid (\`npm install -g ${cudaPackageName()}\`, the same version) or build the CUDA variant with \`npm run build:cuda\` (needs the CUDA toolkit: nvcc)`
+  : 'build the CUDA variant with `npm run build:cuda` (needs the CUDA toolkit: nvcc)';
 
 const require = createRequire(import.meta.url);
 
@@ -103,10 +116,11 @@ function prebuildTagsMatch(file: string): string | null {
   return null;
 }
 
-/** Prebuilds of one directory that match this Node, and the rejected ones. */
-function scanPrebuildDir(dir: string, variant: NativeVariant, rejected: NativeRejection[]): NativeCandidate[] {
+/** Prebuilds of one directory that match this Node, and the rejected ones (`nodeOnly`: skip other files silently). */
+function scanPrebuildDir(dir: string, variant: NativeVariant, rejected: NativeRejection[], nodeOnly = false): NativeCandidate[] {
   const found: NativeCandidate[] = [];
   for (const file of readdirSync(dir)) {
+    if (nodeOnly && !file.endsWith('.node')) continue;
     const path = join(dir, file);
     const mismatch = prebuildTagsMatch(file);
     if (mismatch) rejected.push({ path, source: 'prebuild', variant, reason: mismatch });
@@ -131,16 +145,14 @@ export function nativeCandidates(root = packageRoot(), env: NodeJS.ProcessEnv = 
   const candidates: NativeCandidate[] = [];
   const rejected: NativeRejection[] = [];
   if (env.RAPID_NATIVE_PATH) candidates.push({ path: resolve(env.RAPID_NATIVE_PATH), source: 'env', variant: 'cpu' });
-  const tuple = `${process.platform}-${process.arch}`;
   const prebuildRoot = join(root, 'prebuilds');
   const prebuilds: NativeCandidate[] = [];
   if (existsSync(prebuildRoot)) {
     for (const dir of readdirSync(prebuildRoot)) {
       const full = join(prebuildRoot, dir);
-      // The CUDA variant's directory belongs to cudaCandidates.
-      if (!statSync(full).isDirectory() || dir === `${tuple}-cuda`) continue;
-      if (dir !== tuple) {
-        for (const file of readdirSync(full)) rejected.push({ path: join(full, file), source: 'prebuild', variant: 'cpu', reason: `built for ${dir}, this machine is ${tuple}` });
+      if (!statSync(full).isDirectory()) continue;
+      if (dir !== HOST) {
+        for (const file of readdirSync(full)) rejected.push({ path: join(full, file), source: 'prebuild', variant: 'cpu', reason: `built for ${dir}, this machine is ${HOST}` });
         continue;
       }
       prebuilds.push(...scanPrebuildDir(full, 'cpu', rejected));
@@ -150,20 +162,29 @@ export function nativeCandidates(root = packageRoot(), env: NodeJS.ProcessEnv = 
   return { candidates, rejected };
 }
 
-/** CUDA-variant candidates (RAPID_NATIVE_CUDA_PATH, prebuilds/<platform>-<arch>-cuda, build/cuda). */
+/** The CUDA package's folder as Node resolves a dependency of the package at `root` (a sibling in a global or project install). */
+function cudaPackageDir(root: string): string | undefined {
+  try {
+    return dirname(createRequire(join(root, 'package.json')).resolve(`${cudaPackageName()}/package.json`));
+  } catch {
+    return undefined;
+  }
+}
+
+/** CUDA-variant candidates (RAPID_NATIVE_CUDA_PATH, the rapid-vlm-cuda-<platform>-<arch> package, build/cuda). */
 export function cudaCandidates(root = packageRoot(), env: NodeJS.ProcessEnv = process.env): { candidates: NativeCandidate[]; rejected: NativeRejection[] } {
   const candidates: NativeCandidate[] = [];
   const rejected: NativeRejection[] = [];
   if (env.RAPID_NATIVE_CUDA_PATH) candidates.push({ path: resolve(env.RAPID_NATIVE_CUDA_PATH), source: 'env', variant: 'cuda' });
-  const dir = join(root, 'prebuilds', `${process.platform}-${process.arch}-cuda`);
-  const prebuilds = existsSync(dir) && statSync(dir).isDirectory() ? scanPrebuildDir(dir, 'cuda', rejected) : [];
+  const dir = cudaPackageDir(root);
+  const prebuilds = dir ? scanPrebuildDir(dir, 'cuda', rejected, true) : [];
   candidates.push(...withLocalBuild(prebuilds, join(root, 'build', 'cuda', 'rapid_native.node'), 'cuda', rejected));
   return { candidates, rejected };
 }
 
 /** Where a CUDA build was looked for, for messages. */
 function cudaPlaces(): string {
-  return `RAPID_NATIVE_CUDA_PATH, prebuilds/${process.platform}-${process.arch}-cuda/*.node, build/cuda/rapid_native.node`;
+  return `RAPID_NATIVE_CUDA_PATH, the ${cudaPackageName()} package, build/cuda/rapid_native.node`;
 }
 
 /**

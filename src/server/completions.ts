@@ -119,7 +119,7 @@ class ResponseShaper {
         ...base,
         object: 'chat.completion.chunk',
         system_fingerprint: null,
-        choices: [{ index: this.index, delta, logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null, finish_reason: finish }],
+        choices: [{ index: this.index, delta, logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null, finish_reason: this.legacyFinish(finish) }],
         ...(this.g.includeUsage ? { usage: null } : {}),
       };
     }
@@ -139,13 +139,15 @@ class ResponseShaper {
 
   /** One tool-call delta: the first of a call carries index, id, type and name; later ones argument fragments. */
   toolDeltaChunk(tc: { index: number; id?: string; type?: 'function'; function: { name?: string; arguments: string } }): unknown {
+    // A request with deprecated `functions` gets the deprecated shape: one function_call (validate.ts allows one call).
+    const delta = this.g.legacyFunctions ? { function_call: tc.function } : { tool_calls: [tc] };
     return {
       id: this.id,
       object: 'chat.completion.chunk',
       created: this.created,
       model: this.model.id,
       system_fingerprint: null,
-      choices: [{ index: this.index, delta: { tool_calls: [tc] }, logprobs: null, finish_reason: null }],
+      choices: [{ index: this.index, delta, logprobs: null, finish_reason: null }],
       ...(this.g.includeUsage ? { usage: null } : {}),
     };
   }
@@ -179,11 +181,16 @@ class ResponseShaper {
       role: 'assistant',
       content: ev.content,
       ...(ev.reasoning ? { reasoning_content: ev.reasoning } : {}),
-      ...(calls ? { tool_calls: ev.toolCalls } : {}),
+      ...(calls ? (this.g.legacyFunctions ? { function_call: ev.toolCalls[0]!.function } : { tool_calls: ev.toolCalls }) : {}),
     };
     // A forced call carries no logprobs (its tokens are the grammar's wrapper).
     const lp = logprobs && !(calls && this.g.tools?.format) ? { content: logprobs.map((d) => this.chatLogprob(d)) } : null;
-    return { index: this.index, message, logprobs: lp, finish_reason: ev.finishReason };
+    return { index: this.index, message, logprobs: lp, finish_reason: this.legacyFinish(ev.finishReason) };
+  }
+
+  /** OpenAI's finish reason for a call requested through deprecated `functions` is "function_call". */
+  private legacyFinish<T extends string | null>(finish: T): T | 'function_call' {
+    return this.g.legacyFunctions && finish === 'tool_calls' ? 'function_call' : finish;
   }
 }
 

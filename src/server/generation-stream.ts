@@ -10,7 +10,7 @@ import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { badRequest } from './http-errors.js';
 import type { ServerMetrics } from './metrics.js';
 import { ReasoningSplitter } from './reasoning.js';
-import { toolCallFrom, type ToolCall } from './tools.js';
+import { toolCallFrom, truncatedToolCall, type ToolCall } from './tools.js';
 import { ToolCallStream } from './tool-parsers/tool-call-stream.js';
 import type { GenerationRequest } from './validate.js';
 
@@ -131,13 +131,15 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
       const parts: GenerationPart[] = [];
       let finishReason: FinishReason = ev.finishReason;
       if (forced) {
-        const call = toolCallFrom(ev.text);
+        // Cut by max_tokens (budget closing off, or no room to close): still a call, its arguments as far as they got.
+        const cut = ev.finishReason === 'length';
+        const call = toolCallFrom(ev.text) ?? (cut ? truncatedToolCall(ev.text, g.tools?.forcedNames ?? []) : null);
         if (call) {
           calls.push(call);
           parts.push({ type: 'call', index: 0, id: call.id, name: call.function.name }, { type: 'args', index: 0, text: call.function.arguments });
           // Budget closing may have ended it at max_tokens: still a call, but said.
-          finishReason = ev.finishReason === 'length' ? 'length' : 'tool_calls';
-        } else if (ev.text) parts.push({ type: 'content', text: ev.text }); // cut short: the raw text
+          finishReason = cut ? 'length' : 'tool_calls';
+        } else if (ev.text && !cut) parts.push({ type: 'content', text: ev.text }); // not a call (a grammar fault): the raw text
       } else {
         const rest = splitter?.flush();
         if (rest?.reasoning) parts.push({ type: 'reasoning', text: rest.reasoning });
@@ -153,7 +155,8 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
         if (finishReason === 'stop') finishReason = 'tool_calls';
       }
       metrics.observeDone(ev, (performance.now() - started) / 1000);
-      const finalContent = forced ? (calls.length > 0 ? null : ev.text) : parsed && parsed.calls.length > 0 ? parsed.content : splitContent;
+      // A forced call cut before its name was decided: no call and no content (the wrapper JSON is not the model's reply).
+      const finalContent = forced ? (calls.length > 0 || ev.finishReason === 'length' ? null : ev.text) : parsed && parsed.calls.length > 0 ? parsed.content : splitContent;
       yield { type: 'done', finishReason, content: finalContent, reasoning, toolCalls: calls, logprobs, engine: ev };
       return;
     }

@@ -128,14 +128,20 @@ export class PromptEncoderPool {
   }
 
   /** Renders `messages` with the chat template (generation prompt appended) and tokenizes the result;
-   * `images` (in prompt order) have their placeholders expanded. */
-  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>, images?: ImageShape[]): Promise<EncodedPrompt> {
-    return this.submit({ kind: 'chat', messages: messages.map(withoutImageData), ...(templateArgs !== undefined ? { templateArgs } : {}), ...(images !== undefined ? { images } : {}) });
+   * `images` (in prompt order) have their placeholders expanded. addGenerationPrompt false: /tokenize's option. */
+  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>, images?: ImageShape[], options: { addGenerationPrompt?: boolean } = {}): Promise<EncodedPrompt> {
+    return this.submit({
+      kind: 'chat',
+      messages: messages.map(withoutImageData),
+      ...(templateArgs !== undefined ? { templateArgs } : {}),
+      ...(images !== undefined ? { images } : {}),
+      ...(options.addGenerationPrompt !== undefined ? { addGenerationPrompt: options.addGenerationPrompt } : {}),
+    });
   }
 
-  /** Tokenizes raw text as a completion prompt (special tokens as the tokenizer adds them). */
-  async encodeText(text: string): Promise<number[]> {
-    return (await this.submit({ kind: 'text', text })).promptIds;
+  /** Tokenizes raw text as a completion prompt (special tokens as the tokenizer adds them, unless addSpecialTokens is false). */
+  async encodeText(text: string, options: { addSpecialTokens?: boolean } = {}): Promise<number[]> {
+    return (await this.submit({ kind: 'text', text, ...(options.addSpecialTokens !== undefined ? { addSpecialTokens: options.addSpecialTokens } : {}) })).promptIds;
   }
 
   /** Terminates the workers; pending tasks are rejected. */

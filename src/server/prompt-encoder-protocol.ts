@@ -20,8 +20,8 @@ export interface ImageShape {
 }
 
 export type PromptTask =
-  | { id: number; kind: 'chat'; messages: ChatMessage[]; templateArgs?: Record<string, unknown>; images?: ImageShape[] }
-  | { id: number; kind: 'text'; text: string };
+  | { id: number; kind: 'chat'; messages: ChatMessage[]; templateArgs?: Record<string, unknown>; images?: ImageShape[]; addGenerationPrompt?: boolean }
+  | { id: number; kind: 'text'; text: string; addSpecialTokens?: boolean };
 
 /** Where each image landed in the expanded prompt, and the family's positions (VisionPrompt minus pixels). */
 export interface ImageLayout {

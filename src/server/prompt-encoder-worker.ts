@@ -65,12 +65,12 @@ function checkTokens(ids: readonly number[], param: string): void {
 function encode(m: Loaded, task: PromptTask): { ids: number[]; layout?: ImageLayout } {
   if (task.kind === 'text') {
     checkBytes(m, task.text, 'prompt');
-    const ids = m.text.tokenizer.encode(task.text, { addSpecialTokens: true });
+    const ids = m.text.tokenizer.encode(task.text, { addSpecialTokens: task.addSpecialTokens ?? true });
     checkTokens(ids, 'prompt');
     return { ids };
   }
   if (m.template === null) throw new InvalidRequestError('this model has no chat template: send a raw prompt to /v1/completions instead', 'messages');
-  const rendered = m.template.render({ messages: task.messages, addGenerationPrompt: true, specialTokens: m.text.specialTokens, extra: task.templateArgs });
+  const rendered = m.template.render({ messages: task.messages, addGenerationPrompt: task.addGenerationPrompt ?? true, specialTokens: m.text.specialTokens, extra: task.templateArgs });
   checkBytes(m, rendered, 'messages');
   if (task.images === undefined || task.images.length === 0) {
     const ids = encodeChatPrompt(m.text.tokenizer, rendered, m.text.bosToken);

@@ -10,8 +10,12 @@ import type { PromptEncoderPool } from './prompt-encoder-pool.js';
 export type SamplingDefaults = RecommendedSampling;
 
 export interface ServedModel {
-  /** The name clients pass as `model` and see in /v1/models. */
+  /** The name clients pass as `model` and see in /v1/models; responses carry it (vLLM: the first served name). */
   readonly id: string;
+  /** Every name clients may pass as `model`, id first (--served-model-name, repeatable); absent: id only. */
+  readonly names?: readonly string[];
+  /** --accept-any-model-name: any `model` a request names is served by this one. */
+  readonly acceptAnyName?: boolean;
   /** Unix seconds. */
   readonly created: number;
   readonly contextLength: number;
@@ -20,11 +24,13 @@ export interface ServedModel {
   readonly defaults: SamplingDefaults;
   /** Renders messages with the chat template (generation prompt appended) and encodes them; the
    * served model does it on a worker thread (a prompt too long for the context is a 400). */
-  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>): number[] | Promise<number[]>;
+  encodeChat(messages: ChatMessage[], templateArgs?: Record<string, unknown>, options?: ChatEncodeOptions): number[] | Promise<number[]>;
   /** Encodes raw text as a completion prompt (special tokens as the tokenizer adds them). */
-  encodeText(text: string): number[] | Promise<number[]>;
+  encodeText(text: string, options?: TextEncodeOptions): number[] | Promise<number[]>;
   /** The text of one token, for logprobs. */
   tokenText(id: number): string;
+  /** The text of a token sequence (special tokens kept), for /detokenize; absent: tokenText joined. */
+  decode?(ids: readonly number[]): string;
   /** A thinking model (its chat template knows <think>): reasoning goes to reasoning_content. */
   readonly reasoning?: boolean;
   /** How its tool calls are written (tool-parsers/registry.ts); hermes when absent. */
@@ -33,6 +39,27 @@ export interface ServedModel {
   readonly vision?: ServedVision;
   /** Where the model runs (CPU or a CUDA device), for /v1/status; absent for stand-ins. */
   readonly device?: ModelDevice;
+}
+
+/** /tokenize's options (the served routes use the defaults). */
+export interface ChatEncodeOptions {
+  /** Append the assistant turn's opening (default true). */
+  addGenerationPrompt?: boolean;
+}
+
+export interface TextEncodeOptions {
+  /** Add the tokenizer's special tokens, e.g. BOS (default true). */
+  addSpecialTokens?: boolean;
+}
+
+/** The names clients may send for this model, id first. */
+export function servedNames(model: ServedModel): readonly string[] {
+  return model.names && model.names.length > 0 ? model.names : [model.id];
+}
+
+/** Whether a request's `model` names this model (any name does under --accept-any-model-name). */
+export function servesName(model: ServedModel, name: string): boolean {
+  return model.acceptAnyName === true || servedNames(model).includes(name);
 }
 
 /** OpenAI image_url.detail: "low" caps the image's pixel budget (fewer image tokens); auto = high. */
@@ -80,10 +107,11 @@ export function servedModelFrom(model: TextModelLike, id: string, recommended: S
     vocabSize: model.info.vocabSize,
     defaults: samplingDefaults(model.defaults, recommended),
     encodeChat: prompts
-      ? async (messages, templateArgs) => (await prompts.encodeChat(messages, templateArgs)).promptIds
-      : (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }),
-    encodeText: prompts ? (text) => prompts.encodeText(text) : (text) => model.encodePrompt({ prompt: text, raw: true }),
+      ? async (messages, templateArgs, options) => (await prompts.encodeChat(messages, templateArgs, undefined, options)).promptIds
+      : (messages, templateArgs) => model.encodePrompt({ messages, templateArgs }), // in-thread (tests): the defaults only
+    encodeText: prompts ? (text, options) => prompts.encodeText(text, options) : (text) => model.encodePrompt({ prompt: text, raw: true }),
     tokenText: (id) => model.text.tokenizer.decode([id], { skipSpecialTokens: false }),
+    decode: (ids) => model.text.tokenizer.decode(ids, { skipSpecialTokens: false }),
     reasoning: model.template?.source.includes('<think>') ?? false,
     toolFormat: detectToolFormat(model.template?.source, model.info.family, (t) => model.text.tokenizer.tokenToId?.(t) !== undefined),
     ...(model.info.device !== undefined ? { device: modelDevice({ device: model.info.device, deviceName: model.info.deviceName ?? model.info.device, deviceNote: model.info.deviceNote }) } : {}),

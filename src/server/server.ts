@@ -7,21 +7,27 @@ import type { EngineLike } from '../engine/engine.js';
 import { handleGeneration, type CompletionContext } from './completions.js';
 import { HttpError, badRequest, notFound, toHttpError } from './http-errors.js';
 import { ServerMetrics } from './metrics.js';
-import type { ServedModel } from './served-model.js';
+import { servedNames, servesName, type ServedModel } from './served-model.js';
+import { requestPolicy } from './request-policy.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
+import { detokenize, tokenize } from './tokenize.js';
 import { loadRequestImages } from './images.js';
+import { createMessagesRoute } from './anthropic/messages-route.js';
+import { anthropicErrorBody, isMessagesPath } from './anthropic/messages-errors.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
 import { answerOptions, applyCorsHeaders, resolveCorsPolicy } from './cors.js';
 import { requestIdOf } from './request-id.js';
+import { createResponse, storedResponse, type ResponsesContext } from './responses/route.js';
+import { ResponseStore, type ResponseStoreLimits } from './responses/store.js';
 
 export interface ServerOptions {
   engine: EngineLike;
   model: ServedModel;
-  /** When set, every route but /health and /health/ready needs `Authorization: Bearer <key>`. */
+  /** When set, every route but /health and /health/ready needs `Authorization: Bearer <key>` (or `x-api-key: <key>`). */
   apiKey?: string;
   /** Largest request body accepted (default 8 MiB); larger ones get 413. */
   maxBodyBytes?: number;
@@ -36,6 +42,10 @@ export interface ServerOptions {
   corsOrigins?: readonly string[];
   /** A keyless server refuses POSTs without a JSON content type (curl -d's form type included). */
   requireJsonContentType?: boolean;
+  /** Bounds of the in-memory store behind previous_response_id (defaults in responses/store.ts). */
+  responseStore?: Partial<ResponseStoreLimits>;
+  /** --strict-requests: fields OpenAI does not define are a 400 (default: accepted and logged once). */
+  strictRequests?: boolean;
 }
 
 export interface RapidServer {
@@ -57,6 +67,11 @@ const ROUTES: Record<string, string[]> = {
   '/metrics': ['GET'],
   '/v1/chat/completions': ['POST'],
   '/v1/completions': ['POST'],
+  '/v1/responses': ['POST'],
+  '/tokenize': ['POST'],
+  '/detokenize': ['POST'],
+  '/v1/messages': ['POST'],
+  '/v1/messages/count_tokens': ['POST'],
 };
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -166,22 +181,35 @@ export function createServer(options: ServerOptions): RapidServer {
   const startedAt = Date.now();
   let closing = false;
 
+  const policy = requestPolicy({ strict: options.strictRequests, log });
   const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson, grammar: options.grammar };
-
-  const authorized = (req: IncomingMessage): boolean => {
-    if (!keyDigest) return true;
-    const h = req.headers.authorization ?? '';
-    const m = /^Bearer\s+(.+)$/i.exec(h);
-    return m !== null && timingSafeEqual(digest(m[1]!.trim()), keyDigest);
+  const responses: ResponsesContext = {
+    deps: { engine, metrics, grammar: options.grammar },
+    model,
+    keepAliveMs: ctx.keepAliveMs,
+    store: new ResponseStore(options.responseStore),
+    policy,
+    sendJson,
   };
 
-  const modelCard = () => ({ id: model.id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
+  const messages = createMessagesRoute({ ...ctx, policy });
+
+  // Anthropic's clients send the key as x-api-key.
+  const authorized = (req: IncomingMessage): boolean => {
+    if (!keyDigest) return true;
+    const bearer = /^Bearer\s+(.+)$/i.exec(req.headers.authorization ?? '')?.[1];
+    const xKey = req.headers['x-api-key'];
+    const key = bearer ?? (typeof xKey === 'string' ? xKey : undefined);
+    return key !== undefined && timingSafeEqual(digest(key.trim()), keyDigest);
+  };
+
+  const modelCard = (id = model.id) => ({ id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
 
   async function route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const method = req.method ?? 'GET';
     // Preflights carry no credentials: they are answered before the key is checked.
     if (method === 'OPTIONS') {
-      const methods = ROUTES[path] ?? (path.startsWith('/v1/models/') ? ['GET'] : null);
+      const methods = ROUTES[path] ?? (path.startsWith('/v1/models/') ? ['GET'] : path.startsWith('/v1/responses/') ? ['GET', 'DELETE'] : null);
       if (!methods) throw notFound(`no route ${path}`);
       answerOptions(req, res, cors, methods);
       return;
@@ -200,14 +228,21 @@ export function createServer(options: ServerOptions): RapidServer {
       return;
     }
     if (!authorized(req)) {
-      throw new HttpError(401, 'Incorrect or missing API key: send Authorization: Bearer <key>', 'invalid_request_error', null, 'invalid_api_key', {
+      throw new HttpError(401, 'Incorrect or missing API key: send Authorization: Bearer <key> (or x-api-key: <key>)', 'invalid_request_error', null, 'invalid_api_key', {
         'www-authenticate': 'Bearer',
       });
     }
     if (path.startsWith('/v1/models/') && method === 'GET') {
       const id = decodePath(path.slice('/v1/models/'.length));
-      if (id !== model.id) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
-      sendJson(res, 200, modelCard());
+      if (!servesName(model, id)) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
+      sendJson(res, 200, modelCard(id));
+      return;
+    }
+    if (path.startsWith('/v1/responses/')) {
+      // DELETE has no body (so no JSON type to require); a foreign Origin is still refused.
+      const refusal = keyDigest ? null : crossSiteRefusal(req, { ...crossSite, requireJsonContentType: false });
+      if (refusal) throw refusal;
+      storedResponse(responses, res, method, decodePath(path.slice('/v1/responses/'.length)));
       return;
     }
     const allowed = ROUTES[path];
@@ -222,7 +257,7 @@ export function createServer(options: ServerOptions): RapidServer {
     }
     switch (path) {
       case '/v1/models':
-        sendJson(res, 200, { object: 'list', data: [modelCard()] });
+        sendJson(res, 200, { object: 'list', data: servedNames(model).map((n) => modelCard(n)) });
         return;
       case '/v1/status':
         sendJson(res, 200, { model: model.id, ...(model.device ? { device: model.device } : {}), uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
@@ -233,13 +268,33 @@ export function createServer(options: ServerOptions): RapidServer {
         res.end(text);
         return;
       }
+      case '/tokenize':
+      case '/detokenize': {
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        sendJson(res, 200, path === '/tokenize' ? await tokenize(body, model) : detokenize(body, model));
+        return;
+      }
       case '/v1/chat/completions':
       case '/v1/completions': {
         const body = await readJson(req, maxBody, limits, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
-        const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
+        const g =
+          path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model), policy) : await parseCompletionRequest(body, model, policy);
         await handleGeneration(ctx, res, g);
+        return;
+      }
+      case '/v1/responses': {
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await createResponse(responses, res, body);
+        return;
+      }
+      case '/v1/messages':
+      case '/v1/messages/count_tokens': {
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await (path === '/v1/messages' ? messages.create(res, body) : messages.countTokens(res, body));
         return;
       }
     }
@@ -263,13 +318,15 @@ export function createServer(options: ServerOptions): RapidServer {
       sendJson(res, 400, invalidUrl(req.url ?? '').body(), req.complete ? {} : { connection: 'close' });
       return;
     }
-    const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : 'other';
+    const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : path.startsWith('/v1/responses/') ? '/v1/responses/:id' : 'other';
     res.on('finish', () => metrics.countHttp(label, res.statusCode));
     route(req, res, path).catch((err: unknown) => {
       const e = toHttpError(err);
       if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path} [${requestId}]: ${(err as Error)?.stack ?? String(err)}`);
       // An answer before the body is all in (413, 408, a refusal) leaves it unread: close rather than reuse the socket.
-      sendJson(res, e.status, e.body(), e.status === 413 || !req.complete ? { ...e.headers, connection: 'close' } : { ...e.headers });
+      // Each API's routes answer in its own error shape.
+      const body = isMessagesPath(path) ? anthropicErrorBody(e) : e.body();
+      sendJson(res, e.status, body, e.status === 413 || !req.complete ? { ...e.headers, connection: 'close' } : { ...e.headers });
     });
   });
   const guard = new ConnectionGuard(http, limits);

@@ -36,6 +36,11 @@ export class SseWriter {
     this.write(`data: ${JSON.stringify(data)}\n\n`);
   }
 
+  /** A named event (`event:` line, then data), as the Responses and Messages APIs stream. */
+  sendEvent(event: string, data: unknown): void {
+    this.write(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
+  }
+
   /** Ends the stream; `[DONE]` only after a normal finish. */
   end(done: boolean): void {
     clearInterval(this.timer);

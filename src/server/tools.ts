@@ -25,6 +25,8 @@ export interface ToolRequest {
   templateTools: unknown[];
   /** The grammar that forces a call (required / named); absent for auto. */
   format?: ResponseFormat;
+  /** The functions a forced call may name (for a call cut by max_tokens); absent for auto. */
+  forcedNames?: string[];
   /** auto: the model's own tool-call format, parsed from its output. */
   auto?: ToolCallFormat;
   /** parallel_tool_calls=false: 1. */
@@ -53,6 +55,10 @@ function parseTools(raw: unknown): (ToolFunction & { index: number })[] {
     if (typeof f.name !== 'string' || !/^[a-zA-Z0-9_-]{1,64}$/.test(f.name)) throw badRequest(`${at}.function.name must match ^[a-zA-Z0-9_-]{1,64}$`, `${at}.function.name`, 'invalid_value');
     const parameters = f.parameters ?? { type: 'object', properties: {} };
     if (!isObject(parameters)) throw badRequest(`${at}.function.parameters must be a JSON Schema object`, `${at}.function.parameters`, 'invalid_type');
+    // Arguments are a JSON object (as OpenAI requires); a schema without a type gets type object in callSchema.
+    if (parameters.type !== undefined && parameters.type !== 'object') {
+      throw badRequest(`${at}.function.parameters.type must be "object" (arguments are a JSON object), got ${JSON.stringify(parameters.type)}`, `${at}.function.parameters.type`, 'invalid_value');
+    }
     // Every tool's, forced or not: the chat template and the grammar walk them recursively.
     try {
       checkSchemaLimits(parameters, `${at}.function.parameters`);
@@ -75,8 +81,10 @@ function checkForcedParameters(f: ToolFunction & { index?: number }): void {
   }
 }
 
+/** {"name", "arguments"}; arguments always an object: `parameters: {}` alone would admit any JSON value. */
 function callSchema(f: ToolFunction): Record<string, unknown> {
-  return { type: 'object', properties: { name: { const: f.name }, arguments: f.parameters }, required: ['name', 'arguments'], additionalProperties: false };
+  const args = f.parameters.type === undefined ? { ...f.parameters, type: 'object' } : f.parameters;
+  return { type: 'object', properties: { name: { const: f.name }, arguments: args }, required: ['name', 'arguments'], additionalProperties: false };
 }
 
 /** null when tools play no part (no tools, or tool_choice "none"). Throws HttpError 400. */
@@ -103,7 +111,7 @@ export function parseToolRequest(tools: unknown, toolChoice: unknown, opts: Tool
   } else throw badRequest('tool_choice must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}', 'tool_choice', 'invalid_value');
   picked.forEach(checkForcedParameters);
   const schema = picked.length === 1 ? callSchema(picked[0]!) : { anyOf: picked.map(callSchema) };
-  return { templateTools, format: { type: 'json_schema', name: 'tool_call', schema, strict: true }, maxCalls };
+  return { templateTools, format: { type: 'json_schema', name: 'tool_call', schema, strict: true }, forcedNames: picked.map((f) => f.name), maxCalls };
 }
 
 function textOf(content: ChatMessage['content']): string {
@@ -175,13 +183,43 @@ export function prepareToolMessages(messages: ChatMessage[]): ChatMessage[] {
   });
 }
 
+const callId = () => `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`;
+
 /** The tool call in a constrained output ({"name", "arguments"}); null if it does not parse. */
 export function toolCallFrom(text: string): ToolCall | null {
   try {
     const v = JSON.parse(text) as unknown;
     if (!isObject(v) || typeof v.name !== 'string') return null;
-    return { id: `call_${randomUUID().replace(/-/g, '').slice(0, 24)}`, type: 'function', function: { name: v.name, arguments: JSON.stringify(v.arguments ?? {}) } };
+    return { id: callId(), type: 'function', function: { name: v.name, arguments: JSON.stringify(v.arguments ?? {}) } };
   } catch {
     return null;
   }
+}
+
+/**
+ * A forced call that max_tokens cut short (`{"name": "get_wea` or `{"name": "f", "arguments": {"city": "Os`):
+ * the name when it was written out or only one of `names` can still be it, and the arguments as the
+ * text produced so far, as OpenAI returns a cut call (possibly not valid JSON; nothing is made up).
+ * Null when the name is still undecided.
+ */
+export function truncatedToolCall(text: string, names: readonly string[]): ToolCall | null {
+  // The grammar writes name first, then arguments (the schema's order), with optional whitespace.
+  const m = /^\s*\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)(")?/.exec(text);
+  let name: string | undefined;
+  if (m?.[2] !== undefined) {
+    try {
+      name = JSON.parse(`"${m[1]}"`) as string;
+    } catch {
+      return null;
+    }
+  } else {
+    const prefix = m?.[1] ?? '';
+    const left = names.filter((n) => n.startsWith(prefix));
+    if (left.length === 1) name = left[0];
+  }
+  if (name === undefined) return null;
+  const a = /"arguments"\s*:\s*/.exec(text.slice(m?.[0].length ?? 0));
+  // Without the wrapper's closing brace, arguments that were finished are a whole JSON object.
+  const args = a ? text.slice((m?.[0].length ?? 0) + a.index + a[0].length).trimEnd() : '';
+  return { id: callId(), type: 'function', function: { name, arguments: args } };
 }

@@ -1,5 +1,7 @@
 // Request bodies of /v1/chat/completions and /v1/completions: type checks with the field at fault,
-// unknown fields refused (as OpenAI does), then the engine's sampling parameters.
+// OpenAI's fields without effect here accepted and logged, fields OpenAI does not define accepted
+// and logged too unless the server is strict (openai-fields.ts lists them), then the engine's
+// sampling parameters.
 import { InvalidRequestError } from '../engine/errors.js';
 import { resolveSamplingParams, SAMPLING_LIMITS, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
@@ -8,7 +10,10 @@ import { badRequest, notFound } from './http-errors.js';
 import { IMAGE_TYPES, type RequestImages } from './images.js';
 import type { MultimodalInput } from '../engine/multimodal.js';
 import type { LoadedImage } from './served-model.js';
-import type { ServedModel } from './served-model.js';
+import { servedNames, servesName, type ServedModel } from './served-model.js';
+import { CHAT_ROUTE, COMPLETION_ROUTE, hasFieldType, REASONING_OFF, STREAM_OPTIONS_APPLIED, STREAM_OPTIONS_IGNORED, type RouteFields } from './openai-fields.js';
+import { SILENT_POLICY, type RequestPolicy } from './request-policy.js';
+import { foldFunctionMessages, inFunctionTerms, toolsWithFunctions } from './legacy-functions.js';
 import { parseToolRequest, prepareToolMessages, type ToolRequest } from './tools.js';
 import { isObject } from '../engine/is-object.js';
 import { REQUEST_LIMITS } from './request-limits.js';
@@ -29,6 +34,8 @@ export interface GenerationRequest {
   reasoning?: boolean;
   /** Tools in play: a forced call (required / named, grammar-constrained) or auto (parsed from the output). */
   tools?: ToolRequest;
+  /** The request used the deprecated `functions`/`function_call`: answered in that shape (completions.ts). */
+  legacyFunctions?: boolean;
   /** The detokenizer keeps special tokens (tool-call markers that are special tokens). */
   keepSpecialTokens?: boolean;
   /** rapid_budget_close: constrained output steers to a valid end before max_tokens cuts it (default true). */
@@ -39,16 +46,7 @@ export interface GenerationRequest {
 
 type Body = Record<string, unknown>;
 
-const COMMON_FIELDS = [
-  'model', 'stream', 'stream_options', 'max_tokens', 'temperature', 'top_p', 'top_k', 'min_p', 'presence_penalty',
-  'frequency_penalty', 'repetition_penalty', 'seed', 'stop', 'logprobs', 'n', 'user', 'logit_bias', 'rapid_budget_close',
-];
-const CHAT_FIELDS = new Set([
-  ...COMMON_FIELDS, 'messages', 'max_completion_tokens', 'top_logprobs', 'store', 'metadata', 'service_tier',
-  'parallel_tool_calls', 'response_format', 'tools', 'tool_choice', 'chat_template_kwargs',
-]);
-const COMPLETION_FIELDS = new Set([...COMMON_FIELDS, 'prompt', 'best_of', 'echo', 'suffix', 'response_format']);
-const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool']);
+const ROLES = new Set(['system', 'developer', 'user', 'assistant', 'tool', 'function']);
 const MAX_TOP = SAMPLING_LIMITS.maxTopLogprobs;
 
 function present(body: Body, key: string): boolean {
@@ -74,14 +72,31 @@ function bool(body: Body, key: string): boolean | undefined {
   return body[key] as boolean;
 }
 
-function checkCommon(body: unknown, allowed: Set<string>, model: ServedModel): Body {
-  if (!isObject(body)) throw badRequest('the request body must be a JSON object', null, 'invalid_body');
+/** A field's type errors name it; an ignored field is logged once; an unknown one too, or refused when strict. */
+function checkFields(body: Body, route: RouteFields, policy: RequestPolicy, prefix = ''): void {
   for (const key of Object.keys(body)) {
-    if (!allowed.has(key)) throw badRequest(`Unrecognized request argument supplied: ${key}`, key, 'unknown_field');
+    const name = `${prefix}${key}`;
+    if (!route.known.has(key)) {
+      if (policy.strict) throw badRequest(`Unrecognized request argument supplied: ${name}`, name, 'unknown_field');
+      policy.note(name, 'unrecognized');
+      continue;
+    }
+    const type = route.ignored[key];
+    if (type === undefined || !present(body, key)) continue;
+    if (!hasFieldType(body[key], type)) throw badRequest(`${name} must be ${type === 'array' || type === 'object' ? 'an' : 'a'} ${type}`, name, 'invalid_type');
+    policy.note(name, 'ignored');
   }
+}
+
+function checkCommon(body: unknown, route: RouteFields, model: ServedModel, policy: RequestPolicy): Body {
+  if (!isObject(body)) throw badRequest('the request body must be a JSON object', null, 'invalid_body');
+  checkFields(body, route, policy);
   if (present(body, 'model')) {
     if (typeof body.model !== 'string') throw badRequest('model must be a string', 'model', 'invalid_type');
-    if (body.model !== model.id) throw notFound(`The model '${body.model}' does not exist; this server serves '${model.id}'`, 'model_not_found');
+    if (!servesName(model, body.model)) {
+      const names = servedNames(model).map((n) => `'${n}'`).join(', ');
+      throw notFound(`The model '${body.model}' does not exist; this server serves ${names} (rapid serve --accept-any-model-name accepts any name)`, 'model_not_found');
+    }
   }
   bool(body, 'rapid_budget_close'); // checked on every request, used by constrained ones
   choiceCount(body);
@@ -103,15 +118,19 @@ function withChoices(raw: unknown, g: GenerationRequest): GenerationRequest {
   return n > 1 ? { ...g, n } : g;
 }
 
-function stream(body: Body): { stream: boolean; includeUsage: boolean } {
+const STREAM_OPTIONS: RouteFields = { known: new Set([...STREAM_OPTIONS_APPLIED, ...Object.keys(STREAM_OPTIONS_IGNORED)]), ignored: STREAM_OPTIONS_IGNORED };
+
+function stream(body: Body, policy: RequestPolicy): { stream: boolean; includeUsage: boolean } {
   const s = bool(body, 'stream') ?? false;
   let includeUsage = false;
   if (present(body, 'stream_options')) {
     const so = body.stream_options;
     if (!isObject(so)) throw badRequest('stream_options must be an object', 'stream_options', 'invalid_type');
-    if (!s) throw badRequest('stream_options is only allowed when stream is true', 'stream_options');
-    for (const k of Object.keys(so)) if (k !== 'include_usage') throw badRequest(`Unrecognized stream option: ${k}`, `stream_options.${k}`, 'unknown_field');
-    includeUsage = bool(so, 'include_usage') ?? false;
+    checkFields(so, STREAM_OPTIONS, policy, 'stream_options.');
+    const usage = bool(so, 'include_usage') ?? false;
+    // OpenAI's SDKs and LangChain send stream_options on unstreamed requests too: it has no effect there.
+    if (s) includeUsage = usage;
+    else policy.note('stream_options', 'ignored', 'stream is false');
   }
   return { stream: s, includeUsage };
 }
@@ -190,6 +209,11 @@ function messages(body: Body, images?: RequestImages): ChatMessage[] {
   });
 }
 
+/** A chat body's messages checked and shaped for the template (text parts only), for /tokenize. */
+export function chatMessagesOf(body: Record<string, unknown>): ChatMessage[] {
+  return prepareToolMessages(foldFunctionMessages(messages(body)));
+}
+
 /** The named count limits (request-limits.ts), checked before anything walks the messages. */
 function checkCounts(msgs: unknown[]): void {
   const { maxMessages, maxContentParts } = REQUEST_LIMITS;
@@ -205,16 +229,20 @@ function checkCounts(msgs: unknown[]): void {
 
 /** `images`: the request's image parts, loaded by loadRequestImages (images.ts). The prompt is
  * rendered and tokenized by the served model (off the event loop), hence async. */
-export async function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages): Promise<GenerationRequest> {
+export async function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages, policy: RequestPolicy = SILENT_POLICY): Promise<GenerationRequest> {
   const out: { multimodal?: MultimodalInput } = {};
-  const g = withChoices(raw, await parseChat(raw, model, images, out));
+  const g = withChoices(raw, await parseChat(raw, model, images, out, policy));
   return out.multimodal ? { ...g, multimodal: out.multimodal } : g;
 }
 
-async function parseChat(raw: unknown, model: ServedModel, images: RequestImages | undefined, mm: { multimodal?: MultimodalInput }): Promise<GenerationRequest> {
-  const body = checkCommon(raw, CHAT_FIELDS, model);
-  const msgs = prepareToolMessages(messages(body, images));
-  const tools = parseToolRequest(body.tools, body.tool_choice, { parallelToolCalls: body.parallel_tool_calls, formatName: model.toolFormat });
+async function parseChat(raw: unknown, model: ServedModel, images: RequestImages | undefined, mm: { multimodal?: MultimodalInput }, policy: RequestPolicy): Promise<GenerationRequest> {
+  const body = checkCommon(raw, CHAT_ROUTE, model, policy);
+  const msgs = prepareToolMessages(foldFunctionMessages(messages(body, images)));
+  const legacy = toolsWithFunctions(body);
+  // Deprecated functions return one function_call: at most one call.
+  const parallelToolCalls = legacy.legacy ? false : body.parallel_tool_calls;
+  const parseTools = () => parseToolRequest(legacy.tools, legacy.toolChoice, { parallelToolCalls, formatName: model.toolFormat });
+  const tools = legacy.legacy ? inFunctionTerms(parseTools) : parseTools();
   if (tools?.format && present(body, 'response_format') && !(isObject(body.response_format) && body.response_format.type === 'text')) {
     throw badRequest('a forced tool call and response_format cannot be combined', 'response_format', 'invalid_value');
   }
@@ -223,7 +251,8 @@ async function parseChat(raw: unknown, model: ServedModel, images: RequestImages
     if (!isObject(body.chat_template_kwargs)) throw badRequest('chat_template_kwargs must be an object', 'chat_template_kwargs', 'invalid_type');
     templateArgs = body.chat_template_kwargs;
   }
-  const { stream: s, includeUsage } = stream(body);
+  templateArgs = withReasoningEffort(body, model, templateArgs, policy);
+  const { stream: s, includeUsage } = stream(body, policy);
   const wantLogprobs = bool(body, 'logprobs') ?? false;
   const top = int(body, 'top_logprobs');
   if (top !== undefined && (top < 0 || top > MAX_TOP)) throw badRequest(`top_logprobs must be an integer in [0, ${MAX_TOP}], got ${top}`, 'top_logprobs', 'invalid_value');
@@ -237,13 +266,29 @@ async function parseChat(raw: unknown, model: ServedModel, images: RequestImages
   const params = sampling(body, model, maxTokens, defaultMax, wantLogprobs ? (top ?? 0) : -1);
   if (tools?.format) {
     // The grammar forces the call from the first token: no reasoning, no stop strings.
-    return { kind: 'chat', promptIds, params: { ...params, stop: [] }, stream: s, includeUsage, logprobs: params.logprobs, responseFormat: tools.format, tools, budgetClose: budgetClose(body) };
+    return { kind: 'chat', promptIds, params: { ...params, stop: [] }, stream: s, includeUsage, logprobs: params.logprobs, responseFormat: tools.format, tools, budgetClose: budgetClose(body), ...(legacy.legacy ? { legacyFunctions: true } : {}) };
   }
   const reasoning = model.reasoning === true && templateArgs?.enable_thinking !== false;
   const g = withFormat(body, { kind: 'chat', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs, reasoning });
   // tool_choice auto: the model's output is parsed into calls, unless a JSON format constrains it.
   if (!tools?.auto || g.responseFormat) return g;
-  return { ...g, tools, keepSpecialTokens: tools.auto.needsSpecialTokens };
+  return { ...g, tools, keepSpecialTokens: tools.auto.needsSpecialTokens, ...(legacy.legacy ? { legacyFunctions: true } : {}) };
+}
+
+/**
+ * reasoning_effort on a thinking model is its thinking switch (chat_template_kwargs.enable_thinking,
+ * which wins when both are given): "none"/"minimal" turn thinking off, other values on.
+ */
+function withReasoningEffort(body: Body, model: ServedModel, args: Record<string, unknown> | undefined, policy: RequestPolicy): Record<string, unknown> | undefined {
+  if (!present(body, 'reasoning_effort')) return args;
+  const effort = body.reasoning_effort;
+  if (typeof effort !== 'string') throw badRequest('reasoning_effort must be a string', 'reasoning_effort', 'invalid_type');
+  if (model.reasoning !== true) {
+    policy.note('reasoning_effort', 'ignored', 'the model has no thinking switch');
+    return args;
+  }
+  if (args?.enable_thinking !== undefined) return args;
+  return { ...args, enable_thinking: !REASONING_OFF.has(effort) };
 }
 
 /** The prompt of messages with image parts: placeholders expanded, the engine's image data. */
@@ -261,14 +306,14 @@ async function chatWithImages(model: ServedModel, msgs: ChatMessage[], args: Rec
   }
 }
 
-export async function parseCompletionRequest(raw: unknown, model: ServedModel): Promise<GenerationRequest> {
-  const body = checkCommon(raw, COMPLETION_FIELDS, model);
+export async function parseCompletionRequest(raw: unknown, model: ServedModel, policy: RequestPolicy = SILENT_POLICY): Promise<GenerationRequest> {
+  const body = checkCommon(raw, COMPLETION_ROUTE, model, policy);
   if (bool(body, 'echo')) throw badRequest('echo is not supported', 'echo', 'unsupported');
   const bestOf = int(body, 'best_of');
   if (bestOf !== undefined && bestOf !== 1) throw badRequest('only best_of=1 is supported', 'best_of', 'unsupported');
   if (present(body, 'suffix')) throw badRequest('suffix is not supported', 'suffix', 'unsupported');
   const promptIds = await completionPrompt(body.prompt, model);
-  const { stream: s, includeUsage } = stream(body);
+  const { stream: s, includeUsage } = stream(body, policy);
   const lp = int(body, 'logprobs');
   if (lp !== undefined && (lp < 0 || lp > MAX_TOP)) throw badRequest(`logprobs must be an integer in [0, ${MAX_TOP}], got ${lp}`, 'logprobs', 'invalid_value');
   const maxTokens = maxTokensField(body, 'max_tokens');

@@ -2,10 +2,11 @@
 // images, with a byte limit, an overall timeout, a redirect limit, and every hop's resolved address
 // checked before connecting (the socket connects to the address that was checked: no DNS rebinding).
 
+// Never through HTTP(S)_PROXY: a proxy resolves the name itself, so the address check would not hold.
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns';
-import http from 'node:http';
-import https from 'node:https';
 import { isIP, type LookupFunction } from 'node:net';
+import { request } from 'undici';
+import { pinnedAgent } from '../net/dispatchers.js';
 
 import { InvalidRequestError } from '../engine/errors.js';
 import { blockedAddressKind, type IpPolicyOptions } from './ip-policy.js';
@@ -95,57 +96,44 @@ interface Hop {
   body?: Uint8Array;
 }
 
-function requestOnce(url: URL, policy: IpPolicyOptions, maxBytes: number, signal: AbortSignal, param: string): Promise<Hop> {
-  return new Promise<Hop>((resolve, reject) => {
-    const mod = url.protocol === 'https:' ? https : http;
-    const req = mod.request(
-      url,
-      {
-        method: 'GET',
-        lookup: checkedLookup(policy),
-        headers: { accept: 'image/*', 'user-agent': 'rapid-image-fetch' },
-        signal,
-        agent: false, // a fresh socket per hop: never reuse a connection made for another host
-      },
-      (res) => {
-        const status = res.statusCode ?? 0;
-        if (status >= 300 && status < 400) {
-          res.resume();
-          resolve({ status, location: res.headers.location });
-          return;
-        }
-        if (status < 200 || status >= 300) {
-          res.resume();
-          reject(fail(`fetching the image URL failed: HTTP ${status}`, param));
-          return;
-        }
-        const declared = Number(res.headers['content-length']);
-        if (Number.isFinite(declared) && declared > maxBytes) {
-          res.destroy();
-          reject(fail(`image is larger than the ${mib(maxBytes)} limit (Content-Length ${declared})`, param));
-          return;
-        }
-        const chunks: Buffer[] = [];
-        let total = 0;
-        res.on('data', (chunk: Buffer) => {
-          total += chunk.length;
-          if (total > maxBytes) {
-            res.destroy();
-            reject(fail(`image is larger than the ${mib(maxBytes)} limit`, param));
-            return;
-          }
-          chunks.push(chunk);
-        });
-        res.on('end', () => {
-          const body = Buffer.concat(chunks);
-          resolve({ status, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) });
-        });
-        res.on('error', reject);
-      },
-    );
-    req.on('error', reject);
-    req.end();
-  });
+async function requestOnce(url: URL, policy: IpPolicyOptions, maxBytes: number, signal: AbortSignal, param: string): Promise<Hop> {
+  // A fresh agent per hop: never reuse a connection made for another host; never proxied.
+  const agent = pinnedAgent(checkedLookup(policy));
+  try {
+    const res = await request(url, { method: 'GET', headers: { accept: 'image/*', 'user-agent': 'rapid-image-fetch' }, signal, dispatcher: agent });
+    const status = res.statusCode;
+    const header = (name: string) => {
+      const v = res.headers[name];
+      return Array.isArray(v) ? v[0] : v;
+    };
+    if (status >= 300 && status < 400) {
+      await res.body.dump();
+      return { status, location: header('location') };
+    }
+    if (status < 200 || status >= 300) {
+      await res.body.dump();
+      throw fail(`fetching the image URL failed: HTTP ${status}`, param);
+    }
+    const declared = Number(header('content-length'));
+    if (Number.isFinite(declared) && declared > maxBytes) {
+      res.body.destroy();
+      throw fail(`image is larger than the ${mib(maxBytes)} limit (Content-Length ${declared})`, param);
+    }
+    const chunks: Buffer[] = [];
+    let total = 0;
+    for await (const chunk of res.body) {
+      total += (chunk as Buffer).length;
+      if (total > maxBytes) {
+        res.body.destroy();
+        throw fail(`image is larger than the ${mib(maxBytes)} limit`, param);
+      }
+      chunks.push(chunk as Buffer);
+    }
+    const body = Buffer.concat(chunks);
+    return { status, body: new Uint8Array(body.buffer, body.byteOffset, body.byteLength) };
+  } finally {
+    void agent.destroy();
+  }
 }
 
 function checkUrl(raw: string, base: URL | undefined, policy: IpPolicyOptions, param: string): URL {

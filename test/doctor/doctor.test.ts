@@ -141,6 +141,9 @@ describe('rapid doctor', () => {
     expect(checkNodeVersion('18.19.0', '9').status).toBe('fail');
     expect(checkCpuFeatures({ simd: ['sse4.2'], kernel: 'generic', threads: 2 }, 'x64').status).toBe('warn');
     expect(checkCpuFeatures({ simd: ['avx2', 'fma', 'f16c', 'avx512f'], kernel: 'avx2', threads: 2 }, 'x64').finding).toMatch(/AVX-512 present/);
+    expect(checkCpuFeatures({ simd: ['neon', 'asimddp'], kernel: 'neon-dotprod', threads: 2 }, 'arm64')).toMatchObject({ status: 'ok', finding: expect.not.stringMatching(/plain NEON/) });
+    expect(checkCpuFeatures({ simd: ['neon'], kernel: 'neon', threads: 2 }, 'arm64').finding).toMatch(/no dot product instructions .*plain NEON$/);
+    expect(checkCpuFeatures({ simd: ['neon'], kernel: 'scalar', threads: 2 }, 'arm64')).toMatchObject({ status: 'warn', fix: expect.stringMatching(/RAPID_NO_SIMD/) });
     const m = checkMemory(8e9, 3e9, undefined);
     expect(m.status).toBe('ok');
     expect(m.finding).toMatch(/e\.g\. (qwen3-1\.7b-4bit|qwen2\.5-3b-4bit|llama-3\.2-3b-4bit|qwen2\.5-1\.5b-4bit|qwen2\.5-coder-1\.5b-4bit) /);

@@ -39,7 +39,7 @@ describe('doctor GPU check', () => {
     expect(r.status).toBe('ok');
     expect(r.finding).toBe(
       `no NVIDIA GPU found; the CPU build ${env.RAPID_NATIVE_PATH} loaded (no CUDA build found (looked for RAPID_NATIVE_CUDA_PATH, ` +
-        `prebuilds/${process.platform}-${process.arch}-cuda/*.node, build/cuda/rapid_native.node); no NVIDIA driver found (${noDriver} does not exist)); models run on the CPU`,
+        `the rapid-vlm-cuda-${process.platform}-${process.arch} package, build/cuda/rapid_native.node); no NVIDIA driver found (${noDriver} does not exist)); models run on the CPU`,
     );
     expect(r.details).toMatchObject({ variant: 'cpu', path: env.RAPID_NATIVE_PATH, requested: 'auto', driverFile: null });
     // The native check names the variant too.

@@ -46,6 +46,7 @@ async function scriptedServer() {
       finishReason: 'stop',
       text: OUTPUT,
       tokenIds: [],
+      stopString: null,
       usage: { promptTokens: opts.promptIds.length, completionTokens: deltas.length, totalTokens: opts.promptIds.length + deltas.length, cachedTokens: 0 },
       timings: { queueMs: 0, ttftMs: 0, totalMs: 0, decodeTokensPerSecond: 0 },
       preemptions: 0,

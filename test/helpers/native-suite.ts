@@ -1,6 +1,7 @@
 // The standalone native test programs (native/test/<name>.cpp, each printing 'N passed, M failed' and exiting
 // non-zero on a failure): built with g++ (warnings as errors) in a fresh temporary folder and run from the
-// repository root. The suites under test/native share this.
+// repository root. The suites under test/native share this; a cross compiler and an emulator (qemu) run
+// the same programs for another architecture.
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -18,20 +19,37 @@ export function nativeSources(dir: string): string[] {
     .map((f) => join(NATIVE_SRC, dir, f));
 }
 
+/** The sources of the kernel suite (native/test/kernels_test.cpp): formats, quantization, CPU kernels. */
+export function kernelSuiteSources(): string[] {
+  return [...nativeSources('format'), ...nativeSources('quant'), ...nativeSources('cpu')];
+}
+
+/** Builds native/test/<program>.cpp with `sources` into `dir` with `cxx`, expecting a warning-free build. */
+export function buildNativeSuite(program: string, sources: string[], dir: string, cxx = 'g++'): string {
+  const exe = join(dir, program);
+  const build = spawnSync(
+    cxx,
+    ['-O2', '-std=c++20', '-Wall', '-Wextra', '-Werror', '-pthread', `-I${NATIVE_SRC}`, join(ROOT, 'native', 'test', `${program}.cpp`), ...sources, '-o', exe],
+    { encoding: 'utf8' },
+  );
+  expect(build.status, build.stderr).toBe(0);
+  return exe;
+}
+
+/** Runs a built suite (through `runner`, e.g. an emulator's command line) and expects no failed check; returns its output. */
+export function runNativeSuite(exe: string, runner: string[] = []): string {
+  const [cmd, ...args] = [...runner, exe];
+  const run = spawnSync(cmd, args, { encoding: 'utf8', cwd: ROOT });
+  expect(run.status, run.stdout + run.stderr).toBe(0);
+  expect(run.stdout).toMatch(/\b\d+ passed, 0 failed\b/);
+  return run.stdout;
+}
+
 /** Builds native/test/<program>.cpp with `sources` and expects a clean build and a run with no failed check. */
 export function buildAndRunNativeSuite(program: string, sources: string[]): void {
   const work = mkdtempSync(join(tmpdir(), `rapid-${program}-`));
   try {
-    const exe = join(work, program);
-    const build = spawnSync(
-      'g++',
-      ['-O2', '-std=c++20', '-Wall', '-Wextra', '-Werror', '-pthread', `-I${NATIVE_SRC}`, join(ROOT, 'native', 'test', `${program}.cpp`), ...sources, '-o', exe],
-      { encoding: 'utf8' },
-    );
-    expect(build.status, build.stderr).toBe(0);
-    const run = spawnSync(exe, [], { encoding: 'utf8', cwd: ROOT });
-    expect(run.status, run.stdout + run.stderr).toBe(0);
-    expect(run.stdout).toMatch(/\b\d+ passed, 0 failed\b/);
+    runNativeSuite(buildNativeSuite(program, sources, work));
   } finally {
     rmSync(work, { recursive: true, force: true });
   }

@@ -164,9 +164,9 @@ describe('server on the fake runner', () => {
     r = await chat({ model: MODEL_ID, messages: msgs, max_tokens: -5 });
     expect(r.status).toBe(400);
     expect(r.json().error.param).toBe('max_tokens');
-    r = await chat({ model: MODEL_ID, messages: msgs, frobnicate: true });
+    r = await chat({ model: MODEL_ID, messages: msgs, verbosity: 5 }); // accepted and ignored, but typed
     expect(r.status).toBe(400);
-    expect(r.json().error).toMatchObject({ param: 'frobnicate', code: 'unknown_field' });
+    expect(r.json().error).toMatchObject({ param: 'verbosity', code: 'invalid_type' });
     r = await chat({ model: MODEL_ID, messages: 'hello' });
     expect(r.json().error.param).toBe('messages');
     r = await chat({ model: MODEL_ID, messages: [{ role: 'wizard', content: 'x' }] });

@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { loadNativeFrom, nvidiaDriverPresent, parseDevice, planNative, resolveDevice } from '../../src/native/binding.js';
+import { cudaPackageName, loadNativeFrom, nvidiaDriverPresent, parseDevice, planNative, resolveDevice } from '../../src/native/binding.js';
 import { H200, writeFakeAddon } from '../helpers/fake-addon.js';
 
 const tuple = `${process.platform}-${process.arch}`;
@@ -28,7 +28,7 @@ function fakeRoot(files: string[]): string {
   const root = join(tmp, 'pkg');
   for (const f of files) {
     mkdirSync(join(root, f, '..'), { recursive: true });
-    writeFileSync(join(root, f), 'not an ELF file');
+    writeFileSync(join(root, f), f.endsWith('package.json') ? '{}' : 'not an ELF file');
   }
   mkdirSync(root, { recursive: true });
   return root;
@@ -56,11 +56,13 @@ describe('device request', () => {
 
 describe('variant candidates', () => {
   const cpuPre = `prebuilds/${tuple}/rapid-vlm.napi.node`;
-  const cudaPre = `prebuilds/${tuple}-cuda/rapid-vlm.napi.node`;
+  // The CUDA platform package, installed as a dependency would be (package.json makes it resolvable).
+  const cudaPkg = `node_modules/${cudaPackageName()}`;
+  const cudaPre = `${cudaPkg}/rapid-vlm.glibc.node`;
   const cudaLocal = 'build/cuda/rapid_native.node';
 
-  it('auto with a CUDA build and a driver: CUDA prebuild, CUDA local build, then the CPU build; the -cuda folder is not a foreign platform', () => {
-    const root = fakeRoot([cpuPre, cudaPre, cudaLocal]);
+  it('auto with a CUDA build and a driver: the installed CUDA package, the CUDA local build, then the CPU build', () => {
+    const root = fakeRoot([cpuPre, `${cudaPkg}/package.json`, cudaPre, cudaLocal]);
     utimesSync(join(root, cudaLocal), new Date(1000), new Date(1000)); // older: the prebuild stays first
     const plan = planNative({ root, device: 'auto', env: {}, driverPaths: [driver] });
     expect(plan.candidates.map((c) => [c.variant, c.source])).toEqual([
@@ -68,13 +70,24 @@ describe('variant candidates', () => {
       ['cuda', 'build'],
       ['cpu', 'prebuild'],
     ]);
+    expect(plan.candidates[0].path).toBe(join(root, cudaPre));
     expect(plan.cudaSkipped).toBeUndefined();
     expect(plan.driver).toBe(driver);
-    expect(plan.rejected).toEqual([]);
+    expect(plan.rejected).toEqual([]); // the package's other files are not binaries to reject
+  });
+
+  it('finds the CUDA package installed beside rapid, as `npm install -g` lays out both', () => {
+    const lib = join(tmp, 'prefix', 'lib', 'node_modules');
+    for (const f of [`${cudaPackageName()}/package.json`, `${cudaPackageName()}/rapid-vlm.glibc.node`, 'rapid-vlm/package.json']) {
+      mkdirSync(join(lib, f, '..'), { recursive: true });
+      writeFileSync(join(lib, f), f.endsWith('.json') ? '{}' : 'not an ELF file');
+    }
+    const plan = planNative({ root: join(lib, 'rapid-vlm'), device: 'auto', env: {}, driverPaths: [driver] });
+    expect(plan.candidates.map((c) => c.path)).toEqual([join(lib, cudaPackageName(), 'rapid-vlm.glibc.node')]);
   });
 
   it('a CUDA local build newer than the CUDA prebuild wins, and the prebuild is reported as older', () => {
-    const root = fakeRoot([cudaPre, cudaLocal]);
+    const root = fakeRoot([`${cudaPkg}/package.json`, cudaPre, cudaLocal]);
     utimesSync(join(root, cudaPre), new Date(1000), new Date(1000));
     const plan = planNative({ root, device: 'auto', env: {}, driverPaths: [driver] });
     expect(plan.candidates.map((c) => c.path)).toEqual([join(root, cudaLocal)]);
@@ -82,7 +95,7 @@ describe('variant candidates', () => {
   });
 
   it('auto without a driver, or device cpu: the CPU build first, the CUDA build only as a last resort, with the reason', () => {
-    const root = fakeRoot([cpuPre, cudaPre]);
+    const root = fakeRoot([cpuPre, `${cudaPkg}/package.json`, cudaPre]);
     const noGpu = planNative({ root, device: 'auto', env: {}, driverPaths: [noDriver] });
     expect(noGpu.candidates.map((c) => c.variant)).toEqual(['cpu', 'cuda']);
     expect(noGpu.cudaSkipped).toBe(`no NVIDIA driver found (${noDriver} does not exist)`);
@@ -96,7 +109,7 @@ describe('variant candidates', () => {
   it('no CUDA build: says where it looked', () => {
     const plan = planNative({ root: fakeRoot([cpuPre]), device: 'auto', env: {}, driverPaths: [driver] });
     expect(plan.candidates.map((c) => c.variant)).toEqual(['cpu']);
-    expect(plan.cudaSkipped).toBe(`no CUDA build found (looked for RAPID_NATIVE_CUDA_PATH, prebuilds/${tuple}-cuda/*.node, build/cuda/rapid_native.node)`);
+    expect(plan.cudaSkipped).toBe(`no CUDA build found (looked for RAPID_NATIVE_CUDA_PATH, the ${cudaPackageName()} package, build/cuda/rapid_native.node)`);
   });
 });
 
@@ -132,14 +145,14 @@ describe('loading a variant', () => {
     const env = { RAPID_NATIVE_PATH: writeFakeAddon(tmp, { name: 'cpu-build' }) };
     const root = fakeRoot(['build/cuda/rapid_native.node']);
     expect(() => loadNativeFrom(root, { device: 'cuda', env, driverPaths: [driver] })).toThrow(
-      /^--device cuda: no CUDA build loaded\.\n {2}- .*build\/cuda\/rapid_native\.node: failed to load: .*\nFix: build the CUDA variant with `npm run build:cuda`.*; or run on the CPU with --device cpu\.$/,
+      /^--device cuda: no CUDA build loaded\.\n {2}- .*build\/cuda\/rapid_native\.node: failed to load: .*\nFix: (install the CUDA build next to rapid .* or )?build the CUDA variant with `npm run build:cuda`.*; or run on the CPU with --device cpu\.$/,
     );
   });
 
   it('device cuda without a CUDA build or without a driver: names what is missing and how to fix it', () => {
     const env = { RAPID_NATIVE_PATH: writeFakeAddon(tmp, { name: 'cpu-build' }) };
     expect(() => loadNativeFrom(fakeRoot([]), { device: 'cuda', env, driverPaths: [driver] })).toThrow(
-      /--device cuda: no CUDA build found \(looked for RAPID_NATIVE_CUDA_PATH, .*\)\.\nFix: build the CUDA variant with `npm run build:cuda`/,
+      /--device cuda: no CUDA build found \(looked for RAPID_NATIVE_CUDA_PATH, .*\)\.\nFix: (install the CUDA build next to rapid .* or )?build the CUDA variant with `npm run build:cuda`/,
     );
     const withBuild = { ...env, RAPID_NATIVE_CUDA_PATH: writeFakeAddon(tmp, { name: 'cuda-build', cuda: cudaInfo }) };
     expect(() => loadNativeFrom(fakeRoot([]), { device: 'cuda', env: withBuild, driverPaths: [noDriver] })).toThrow(

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { InvalidRequestError } from '../../src/engine/errors.js';
 import { fetchImageBytes, type FetchImageOptions } from '../../src/vision/fetch-image.js';
 import { blockedAddressKind } from '../../src/vision/ip-policy.js';
+import { ForwardProxy } from '../helpers/forward-proxy.js';
 
 async function refused(url: string, options: FetchImageOptions, pattern: RegExp): Promise<void> {
   const err = await fetchImageBytes(url, options).catch((e: unknown) => e);
@@ -147,6 +148,22 @@ describe('http fetch against a local server', () => {
   it('enforces the byte limit by Content-Length and while streaming', async () => {
     await refused(`${base}/big`, { ...ok, maxBytes: 1000 }, /larger than the 1000 bytes limit/);
     await refused(`${base}/big-chunked`, { ...ok, maxBytes: 4000 }, /larger than the 4000 bytes limit/);
+  });
+  it('never goes through HTTP(S)_PROXY: the address check needs a direct connection', async () => {
+    const proxy = new ForwardProxy();
+    await proxy.start();
+    const saved = { http: process.env.HTTP_PROXY, https: process.env.HTTPS_PROXY };
+    Object.assign(process.env, { HTTP_PROXY: proxy.url, HTTPS_PROXY: proxy.url });
+    try {
+      expect(Buffer.from(await fetchImageBytes(`${base}/img`, ok))).toEqual(body);
+      expect(proxy.seen).toEqual([]);
+    } finally {
+      for (const [k, v] of [['HTTP_PROXY', saved.http], ['HTTPS_PROXY', saved.https]] as const) {
+        if (v === undefined) delete process.env[k];
+        else process.env[k] = v;
+      }
+      await proxy.stop();
+    }
   });
   it('reports HTTP errors and times out', async () => {
     await refused(`${base}/missing`, ok, /HTTP 404/);

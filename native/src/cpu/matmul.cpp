@@ -1,4 +1,4 @@
-// Matmul driver: picks the kernel family once (cpuid), quantizes activations for the Fast path,
+// Matmul driver: picks the kernel family once (cpuid / hwcaps), quantizes activations for the Fast path,
 // and splits output rows across the pool. Kernels live in cpu/kernels_*.cpp.
 #include "cpu/matmul.h"
 
@@ -12,6 +12,15 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1 << 20)  // <asm/hwcap.h>; older libcs lack the name
+#endif
+#elif defined(__aarch64__) && defined(__APPLE__)
+#include <sys/sysctl.h>
+#endif
 
 namespace rapid {
 namespace {
@@ -40,6 +49,11 @@ const kern::Kernels& kernels() {
 #if defined(__x86_64__)
   static const bool avx2 = kern::cpu_has_avx2_fma_f16c() && std::getenv("RAPID_NO_SIMD") == nullptr;
   if (avx2) return kern::avx2_kernels();
+#elif defined(__aarch64__)
+  static const kern::Kernels* neon = std::getenv("RAPID_NO_SIMD") != nullptr ? nullptr
+                                     : kern::cpu_has_dotprod()            ? &kern::neon_dotprod_kernels()
+                                                                          : &kern::neon_kernels();
+  if (neon) return *neon;
 #endif
   return kern::scalar_kernels();
 }
@@ -204,6 +218,7 @@ std::vector<std::string> cpu_simd_features() {
   if (__builtin_cpu_supports("avx512f")) f.push_back("avx512f");
 #elif defined(__aarch64__)
   f.push_back("neon");
+  if (kern::cpu_has_dotprod()) f.push_back("asimddp");  // /proc/cpuinfo's name, as doctor reports it
 #endif
   return f;
 }
@@ -219,6 +234,18 @@ bool cpu_has_avx2_fma_f16c() {
   unsigned a, b, c, d;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
   return (c >> 29) & 1;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_dotprod() {
+#if defined(__aarch64__) && defined(__linux__)
+  return (getauxval(AT_HWCAP) & HWCAP_ASIMDDP) != 0;
+#elif defined(__aarch64__) && defined(__APPLE__)
+  int v = 0;
+  size_t len = sizeof v;
+  return sysctlbyname("hw.optional.arm.FEAT_DotProd", &v, &len, nullptr, 0) == 0 && v != 0;
 #else
   return false;
 #endif

@@ -1,5 +1,6 @@
 // Matrix kernels over Weight views: y[n, out] = x[n, in] · Wᵀ for Dense (F32/F16/BF16) and MLX
-// Affine (2..8 bits) weights, with runtime SIMD dispatch (AVX2+FMA+F16C on x86-64, scalar elsewhere).
+// Affine (2..8 bits) weights, with runtime SIMD dispatch (AVX2+FMA+F16C on x86-64; NEON on arm64,
+// with sdot where the CPU has ARMv8.2 dotprod; scalar elsewhere).
 // Quantized weights are dequantized on the fly inside the kernel; no dequantized copy is ever made.
 #pragma once
 #include <cstddef>
@@ -31,10 +32,10 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
 // Throws std::runtime_error if an id is outside [0, E.out).
 void embedding_rows(const Weight& E, const int32_t* ids, int64_t n, float* out);
 
-// Detected CPU features used for dispatch, e.g. {"avx2","fma","f16c"} or {"neon"} or {}.
+// Detected CPU features used for dispatch, e.g. {"avx2","fma","f16c"} or {"neon","asimddp"} or {}.
 std::vector<std::string> cpu_simd_features();
 
-// Name of the kernel family chosen at runtime: "avx2" or "scalar" (or "neon").
+// Name of the kernel family chosen at runtime: "avx2", "neon-dotprod", "neon" or "scalar".
 const char* matmul_kernel_name();
 
 // Forces the scalar kernels (tests compare both paths); returns the previous setting.

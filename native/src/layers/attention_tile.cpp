@@ -149,7 +149,7 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
 #if defined(__x86_64__)
   const bool simd = vec::simd_enabled() && hd % 8 == 0;
 #else
-  const bool simd = false;
+  [[maybe_unused]] const bool simd = false;  // read only by the AVX2 branches below
 #endif
 
   sc.qt.resize(size_t(M * hd));

@@ -1,6 +1,9 @@
 // What bench talks to: a model it serves itself (a rapid server on an ephemeral loopback port,
-// closed when the sweep ends) or --url, any OpenAI-compatible server. Requests go only there.
+// closed when the sweep ends) or --url, any OpenAI-compatible server. Requests go only there,
+// over one pooled undici agent per run, sized to the highest concurrency (no queueing in the client).
 import { basename, resolve } from 'node:path';
+import { fetch, type Agent } from 'undici';
+import { benchAgent } from '../../net/dispatchers.js';
 import { chatCompletionsUrl, modelsUrl } from './endpoint.js';
 import type { StreamTarget } from './stream-request.js';
 import type { NativeDevice } from '../../native/types.js';
@@ -10,6 +13,8 @@ export interface InProcessOptions {
   precision?: 'exact' | 'fast';
   device?: NativeDevice;
   maxNumSeqs: number;
+  /** Connections of the client pool. */
+  connections: number;
   kvCacheMemory?: number;
   log?: (line: string) => void;
 }
@@ -22,9 +27,9 @@ export interface OpenTarget {
 }
 
 /** The first model of GET /v1/models, or undefined when the server does not say (then none is sent). */
-export async function discoverModel(endpoint: string, apiKey: string | undefined, timeoutMs: number): Promise<string | undefined> {
+export async function discoverModel(endpoint: string, apiKey: string | undefined, timeoutMs: number, dispatcher?: Agent): Promise<string | undefined> {
   try {
-    const res = await fetch(modelsUrl(endpoint), { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(Math.min(timeoutMs, 10_000)) });
+    const res = await fetch(modelsUrl(endpoint), { headers: apiKey ? { authorization: `Bearer ${apiKey}` } : {}, signal: AbortSignal.timeout(Math.min(timeoutMs, 10_000)), dispatcher });
     if (!res.ok) return undefined;
     const body = (await res.json()) as { data?: { id?: unknown }[] };
     const id = body.data?.[0]?.id;
@@ -34,9 +39,14 @@ export async function discoverModel(endpoint: string, apiKey: string | undefined
   }
 }
 
-export async function openUrlTarget(url: string, model: string | undefined, apiKey: string | undefined, timeoutMs: number): Promise<OpenTarget> {
+export async function openUrlTarget(url: string, model: string | undefined, apiKey: string | undefined, timeoutMs: number, connections: number): Promise<OpenTarget> {
   const endpoint = chatCompletionsUrl(url);
-  return { target: { endpoint, model: model ?? (await discoverModel(endpoint, apiKey, timeoutMs)), apiKey }, inProcessModel: null, close: async () => undefined };
+  const dispatcher = benchAgent(connections);
+  return {
+    target: { endpoint, model: model ?? (await discoverModel(endpoint, apiKey, timeoutMs, dispatcher)), apiKey, dispatcher },
+    inProcessModel: null,
+    close: () => dispatcher.destroy(),
+  };
 }
 
 export async function openInProcessTarget(spec: string, o: InProcessOptions): Promise<OpenTarget> {
@@ -62,9 +72,13 @@ export async function openInProcessTarget(spec: string, o: InProcessOptions): Pr
     },
     o.log,
   );
+  const dispatcher = benchAgent(o.connections);
   return {
-    target: { endpoint: chatCompletionsUrl(running.url), model: name },
+    target: { endpoint: chatCompletionsUrl(running.url), model: name, dispatcher },
     inProcessModel: resolved.dir,
-    close: () => running.close(2_000),
+    close: async () => {
+      await dispatcher.destroy();
+      await running.close(2_000);
+    },
   };
 }

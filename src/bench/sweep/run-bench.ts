@@ -98,10 +98,12 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
 
   const log = (line: string) => io.stderr.write(`[rapid bench] ${line}\n`);
   const maxC = Math.max(...o.concurrency);
+  // --long-prompt keeps 8 requests in flight (2 decoding, the long one, 5 short ones).
+  const connections = Math.max(maxC, o.longPrompt !== undefined ? 8 : 1);
   const opened: OpenTarget =
     o.url !== undefined
-      ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs)
-      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
+      ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs, connections)
+      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, connections, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
   if (o.longPrompt !== undefined) {
     try {
       const mix = await runLongPromptMix({ target: opened.target, longWords: o.longPrompt, timeoutMs: o.timeoutMs, seed: o.seed });

@@ -1,6 +1,7 @@
 // One streamed chat completion over fetch (undici) with per-token timing: TTFT, the gap before
 // every token-bearing chunk, and end-to-end latency. Every request is bounded by its own timeout
 // and by the level's abort signal; a dropped connection or a stall ends as a failure, never a hang.
+import { fetch, type Dispatcher } from 'undici';
 import type { RequestOutcome } from './outcome.js';
 import { SseParser } from './sse-parser.js';
 import type { BenchRequest } from './workload.js';
@@ -11,6 +12,8 @@ export interface StreamTarget {
   /** Sent as "model" when set. */
   model?: string;
   apiKey?: string;
+  /** The pooled agent of this bench run (src/net/dispatchers.ts). */
+  dispatcher?: Dispatcher;
 }
 
 export interface StreamOptions {
@@ -117,7 +120,7 @@ export async function streamRequest(target: StreamTarget, req: BenchRequest, opt
   };
 
   try {
-    const res = await fetch(target.endpoint, { method: 'POST', headers, body, signal: ac.signal });
+    const res = await fetch(target.endpoint, { method: 'POST', headers, body, signal: ac.signal, dispatcher: target.dispatcher });
     out.httpStatus = res.status;
     if (!res.ok) {
       const text = await res.text().catch(() => '');

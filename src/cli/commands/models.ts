@@ -7,6 +7,10 @@ import { formatBytes } from '../../models/format-bytes.js';
 import { listModels, type ListedModel } from '../../models/list-models.js';
 import { modelInfo, type ModelInfo } from '../../models/model-info.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
+import type { PullEvent } from '../../models/pull.js';
+import { startWait, withWait } from '../wait-spinner.js';
+import { exportModel } from '../../models/export-model.js';
+import { importModel } from '../../models/import-model.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { removeModel } from '../../models/remove-model.js';
 import { resolveSpec } from '../../models/resolve-spec.js';
@@ -111,6 +115,7 @@ directory. Environment:
   HF_ENDPOINT             hub URL (a mirror)
   HF_TOKEN                access token for private or gated repos (else $HF_HOME/token)
   HF_HUB_OFFLINE=1        never touch the network; only cached models resolve
+  HTTPS_PROXY, HTTP_PROXY downloads go through this proxy (NO_PROXY: hosts that bypass it)
   RAPID_CONFIG_DIR        where aliases.json lives (default $XDG_CONFIG_HOME/rapid)`,
     )
     .action((opts: { json?: boolean; all?: boolean }) => {
@@ -129,7 +134,15 @@ directory. Environment:
       const full = opts.revision ? `${spec.split('@')[0]}@${opts.revision}` : spec;
       const ref = resolveSpec(full);
       if (ref.kind === 'local') throw new ModelError(`${spec} is a local directory; nothing to pull`);
-      const progress = opts.quiet ? undefined : createProgressPrinter(process.stderr);
+      const printer = opts.quiet ? undefined : createProgressPrinter(process.stderr);
+      // Until the hub answers (or the cache does) a spinner shows on a terminal that something runs.
+      const asking = opts.quiet ? undefined : startWait(`looking up ${ref.repo}`);
+      const progress =
+        printer &&
+        ((e: PullEvent) => {
+          asking?.succeed();
+          printer(e);
+        });
       // Bytes already written stay in <blob>.incomplete: say so instead of dying silently.
       const onSigint = () => {
         process.stderr.write(`\ninterrupted: what was downloaded stays in the cache; \`rapid models pull ${spec}\` resumes it\n`);
@@ -140,6 +153,7 @@ directory. Environment:
       try {
         r = await resolveModelDetailed(full, { pull: true, allowPlanned: true, onProgress: progress, env: process.env });
       } finally {
+        asking?.succeed();
         process.off('SIGINT', onSigint);
       }
       // A model already complete in the cache skips the hub: `pull` means "make it available".
@@ -153,6 +167,25 @@ directory. Environment:
       }
       if (opts.json) process.stdout.write(`${JSON.stringify({ repo: ref.repo, revision: ref.revision, dir: r.dir, source: r.source })}\n`);
       else process.stdout.write(`${r.dir}\n`);
+    });
+
+  models
+    .command('export')
+    .description('Write a downloaded model into one tar file (with every file\'s sha256) to carry to a machine without network')
+    .argument('<model>', 'alias or org/name[@revision] in the download cache')
+    .argument('<file>', 'the archive to write, e.g. model.tar')
+    .action(async (spec: string, file: string) => {
+      const r = await withWait(`exporting ${spec}`, () => exportModel(spec, file));
+      process.stdout.write(`exported ${r.repo} (commit ${r.commit.slice(0, 12)}, ${r.files} files, ${formatBytes(r.bytes)}) to ${r.file}\n`);
+    });
+
+  models
+    .command('import')
+    .description('Install a model from a `rapid models export` archive into the download cache, checking every file\'s sha256')
+    .argument('<file>', 'the archive, e.g. model.tar')
+    .action(async (file: string) => {
+      const r = await withWait(`importing ${file}`, () => importModel(file));
+      process.stdout.write(`imported ${r.repo} (commit ${r.commit.slice(0, 12)}, ${r.files} files, ${formatBytes(r.bytes)}) into ${r.dir}\n`);
     });
 
   models

@@ -1,9 +1,8 @@
 // `rapid run MODEL --prompt TEXT`: one-shot generation in-process, streamed to stdout.
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
-import { openTextModel } from '../../engine/text-model.js';
-import { resolveModelDetailed } from '../../models/resolve-model.js';
-import { createProgressPrinter } from '../../models/progress-printer.js';
+import { openCommandModel } from '../open-model.js';
+import { withWait } from '../wait-spinner.js';
 import type { GenerateDone } from '../../engine/generate.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 import type { NativeDevice } from '../../native/types.js';
@@ -14,7 +13,6 @@ import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/r
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { runWithImages } from './run-images.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
-import { samplingDefaults } from '../../models/catalog.js';
 
 interface RunOptions {
   prompt?: string;
@@ -86,9 +84,7 @@ export function registerRun(program: Command): void {
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
       const format = responseFormat(opts);
-      const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
-      const model = openTextModel(resolved.dir, { threads: opts.threads, precision: opts.precision, device: opts.device });
-      const defaults = samplingDefaults(model.defaults, resolved.entry?.sampling);
+      const { model, defaults } = await openCommandModel(spec, { threads: opts.threads, precision: opts.precision, device: opts.device });
       try {
         const params = resolveSamplingParams(
           {
@@ -105,7 +101,10 @@ export function registerRun(program: Command): void {
         );
         let grammar: RequestGrammar | undefined;
         // With max_tokens: a budget below the schema's shortest output is refused, as the server does.
-        if (format) grammar = await grammarServiceFor(model.text, model.info.vocabSize).matcher(format, { maxTokens: params.maxTokens, budgetClose: opts.budgetClose !== false });
+        if (format) {
+          const service = grammarServiceFor(model.text, model.info.vocabSize);
+          grammar = await withWait('compiling the schema', () => service.matcher(format, { maxTokens: params.maxTokens, budgetClose: opts.budgetClose !== false }));
+        }
         if (images.length > 0) {
           await runWithImages(model, { prompt, system: opts.system, images, params, grammar, json: opts.json ?? false, spec });
           return;

@@ -12,6 +12,7 @@ import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
 import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
+import { withWait } from '../wait-spinner.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
 import type { NativeDevice } from '../../native/types.js';
 import { loadNative } from '../../native/binding.js';
@@ -23,7 +24,12 @@ export interface ServeOptions {
   host: string;
   port: number;
   apiKey?: string;
-  servedModelName?: string;
+  /** The names clients send; the first is the one responses carry. A string may list several, comma-separated. */
+  servedModelName?: string | readonly string[];
+  /** Any `model` a request names is served by this model. */
+  acceptAnyModelName?: boolean;
+  /** Fields OpenAI does not define are a 400 instead of accepted and logged. */
+  strictRequests?: boolean;
   maxNumSeqs: number;
   maxBatchedTokens: number;
   maxWaiting: number;
@@ -101,6 +107,13 @@ const collectOrigin = (value: string, previous: string[] = []) => {
   }
 };
 
+/** --served-model-name values (repeated, each maybe comma-separated) -> the names; undefined when none. */
+export function modelNames(given: string | readonly string[] | undefined): string[] | undefined {
+  if (given === undefined) return undefined;
+  const names = [...new Set((typeof given === 'string' ? [given] : given).flatMap((v) => v.split(',')).map((n) => n.trim()).filter((n) => n.length > 0))];
+  return names.length > 0 ? names : undefined;
+}
+
 /** The serve options in seconds -> the server's limits in ms; unset ones keep their defaults. */
 function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLimits> {
   const ms = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1000));
@@ -142,13 +155,15 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     encoderCacheBytes: opts.encoderCacheMemory,
     log,
   });
-  const id = opts.servedModelName ?? basename(resolve(dir));
+  const names = modelNames(opts.servedModelName) ?? [basename(resolve(dir))];
   // Images come inline as base64 (4/3 of the file): a vision model needs room for a few of them.
   const maxBodyBytes = opts.maxBodyBytes ?? (model.vision !== null ? 64 * 1024 * 1024 : 8 * 1024 * 1024);
   const server = createServer({
     engine,
     model: {
-      ...servedModelFrom(model, id, opts.recommended, prompts),
+      ...servedModelFrom(model, names[0]!, opts.recommended, prompts),
+      names,
+      acceptAnyName: opts.acceptAnyModelName ?? false,
       vision: servedVisionFrom(model, {
         allowRemote: opts.allowRemoteImages ?? false,
         maxImageBytes: opts.maxImageBytes,
@@ -161,6 +176,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     limits: connectionLimitsFrom(opts),
     corsOrigins: opts.corsOrigin,
     requireJsonContentType: opts.requireJsonContentType,
+    strictRequests: opts.strictRequests,
     log,
     grammar: grammarServiceFor(model.text, model.info.vocabSize),
   });
@@ -196,7 +212,9 @@ export function registerServe(program: Command): void {
     .option('--host <host>', 'interface to bind (loopback by default; 0.0.0.0 exposes it to the network)', '127.0.0.1')
     .option('--port <port>', 'TCP port', parseIntOption('--port'), 8000)
     .option('--api-key <key>', 'require Authorization: Bearer <key> on every route but /health (default: $RAPID_API_KEY)')
-    .option('--served-model-name <name>', 'the model name clients send (default: the directory name)')
+    .option('--served-model-name <name>', 'a model name clients send (default: the directory name); repeatable or comma-separated, responses carry the first', collect)
+    .option('--accept-any-model-name', 'serve any `model` a request names (clients that hard-code e.g. gpt-4o)', false)
+    .option('--strict-requests', 'refuse request fields OpenAI does not define with a 400 (default: accepted and logged once)', false)
     .option('--max-num-seqs <n>', 'requests decoded together at most', parseIntOption('--max-num-seqs'), 16)
     .option('--max-batched-tokens <n>', 'tokens per step at most (prefill chunks + decodes)', parseIntOption('--max-batched-tokens'), 512)
     .option('--max-waiting <n>', 'queued requests at most; more get 503', parseIntOption('--max-waiting'), 256)
@@ -228,11 +246,12 @@ export function registerServe(program: Command): void {
       const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;
-      const name = opts.servedModelName ?? (resolved.source === 'local' ? basename(resolve(dir)) : spec);
-      const running = await startServer(
-        dir,
-        { ...opts, servedModelName: name, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling },
-        log,
+      const names = modelNames(opts.servedModelName) ?? [resolved.source === 'local' ? basename(resolve(dir)) : spec];
+      const name = names.join(', ');
+      const running = await withWait(
+        `loading ${name}`,
+        () => startServer(dir, { ...opts, servedModelName: names, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY, recommended: resolved.entry?.sampling }, log),
+        { plain: log },
       );
       const info = running.model.info;
       log(

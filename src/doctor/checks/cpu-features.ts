@@ -37,8 +37,10 @@ export function checkCpuFeatures(sys: NativeSystemInfo | undefined, arch: string
     return { ...base, status: 'ok', finding: `${model}: ${list} (${from})${note}` };
   }
   if (arch === 'arm64') {
-    if (sys && sys.kernel === 'generic') return { ...base, status: 'warn', finding: `${model}: NEON available but the addon runs its generic kernels`, fix: 'rebuild the addon on this machine (`npm run build:native`)' };
-    return { ...base, status: 'ok', finding: `${model}: ${simd.length ? list : 'NEON'} (${from})` };
+    if (sys && sys.kernel === 'scalar') return { ...base, status: 'warn', finding: `${model}: NEON available but the addon runs its portable kernels`, fix: 'unset RAPID_NO_SIMD (it forces them), or reinstall rapid (its arm64 build has NEON kernels)' };
+    // Without ARMv8.2 dotprod the int8 fast path runs widening multiplies instead of sdot.
+    const dot = sys && !has('asimddp') ? '; no dot product instructions (ARMv8.2 dotprod), so the int8 path uses plain NEON' : '';
+    return { ...base, status: 'ok', finding: `${model}: ${simd.length ? list : 'NEON'} (${from})${dot}` };
   }
   return { ...base, status: 'warn', finding: `${model} (${arch}): no SIMD kernels for this architecture`, fix: 'expect slow generation; x86-64 with AVX2 or arm64 is recommended' };
 }

@@ -1,0 +1,37 @@
+// A native model stand-in that writes, byte by byte, the script named by the last user message of a
+// byteModel prompt ("...user: <key>\nassistant:"), then EOS (token 0): exact model output (reasoning,
+// tool-call markup) through the real Engine and server. Context is kept per request id.
+import { FakeModel } from '../../src/engine/fake-runner.js';
+import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
+
+export const SCRIPT_EOS = 0;
+
+export class ScriptedModel implements NativeModel {
+  private readonly base = new FakeModel({ contextLength: 2048, numBlocks: 1024, blockSize: 4 });
+  private readonly ctx = new Map<string, number[]>();
+  constructor(private readonly scripts: Record<string, string>) {}
+  info(): NativeModelInfo {
+    return this.base.info();
+  }
+  encodeImage(): Promise<NativeImageEmbedding> {
+    return Promise.reject(new Error('no vision'));
+  }
+  close(): void {}
+  async step(plan: NativeStepPlan): Promise<NativeStepResult> {
+    await new Promise<void>((r) => setImmediate(r));
+    const rows = plan.rows.map((row) => {
+      const prev = this.ctx.get(row.requestId) ?? [];
+      if (prev.length < row.contextLen) throw new Error(`${row.requestId}: context ${row.contextLen} unknown`);
+      const ctx = [...prev.slice(0, row.contextLen), ...row.tokens];
+      this.ctx.set(row.requestId, ctx);
+      if (!row.sample) return { requestId: row.requestId };
+      const text = Buffer.from(ctx).toString('latin1');
+      const at = text.lastIndexOf('assistant:');
+      const user = /user: ([^\n]*)\n(?![\s\S]*user: )/.exec(text)?.[1] ?? '';
+      const script = Buffer.from(this.scripts[user] ?? 'no script', 'utf8');
+      const done = ctx.length - (at + 'assistant:'.length);
+      return { requestId: row.requestId, token: done < script.length ? script[done]! : SCRIPT_EOS };
+    });
+    return { rows, timings: { forwardMs: 0, sampleMs: 0, tokens: 0 } };
+  }
+}
