@@ -1,6 +1,6 @@
 // Op test of sample_rows (cuda/sample.cu) against the CPU sampler (sampling/sampler.cpp, the reference):
 // for every vocabulary size, logit distribution (spread, peaked, ties, all equal, masked, flat, NaN/inf) and setting
-// (temperature, top-k, top-p, min-p, repetition/presence/frequency penalties, greedy after penalties), the
+// (temperature, top-k, top-p, min-p, repetition/presence/frequency penalties, logit bias, greedy after them), the
 // device's token is the CPU's for the same draw u, or, where the two differ, the CPU itself picks the device's
 // token for a draw within 1e-6 of u (the rounding of the exponentials moves a boundary by that much). Also:
 // one row alone == the same row in the full launch (bitwise), and so are launches of 16, 30 and 60 rows (a row
@@ -60,10 +60,10 @@ struct Case {
 };
 
 std::string describe(const SampleParams& p) {
-  char b[160];
-  std::snprintf(b, sizeof b, "T=%g k=%d p=%g minp=%g rep=%g pres=%g freq=%g mask=%d", double(p.temperature), p.top_k,
+  char b[180];
+  std::snprintf(b, sizeof b, "T=%g k=%d p=%g minp=%g rep=%g pres=%g freq=%g mask=%d bias=%zu", double(p.temperature), p.top_k,
                 double(p.top_p), double(p.min_p), double(p.repetition_penalty), double(p.presence_penalty),
-                double(p.frequency_penalty), p.bitmask.empty() ? 0 : 1);
+                double(p.frequency_penalty), p.bitmask.empty() ? 0 : 1, p.logit_bias.size());
   return b;
 }
 
@@ -139,6 +139,23 @@ std::vector<Case> make_cases(int64_t vocab) {
       for (int j = 0; j < 20; ++j) p.output_tokens.push_back(int32_t(any_id(g_rng) % 64));  // repeats
       p.output_tokens.push_back(int32_t(vocab / 3));  // the dominant token of kind 1
       add(kind, p, "penalties kind " + std::to_string(kind));
+    }
+    // Logit bias (token_penalties' list, as penalties): alone greedy and drawn, on penalised tokens, on masked ones.
+    for (int variant = 0; variant < 4; ++variant) {
+      SampleParams p;
+      p.temperature = variant == 0 ? 0.0f : 0.9f;
+      p.top_k = variant == 2 ? 20 : 0;
+      p.top_p = variant == 1 ? 0.8f : 1.0f;
+      for (int32_t t = 0; t < 64; t += 5) p.output_tokens.push_back(t);
+      if (variant == 2) p.presence_penalty = 0.5f;  // the bias joins the penalty of tokens 0, 5, 10, ...
+      p.logit_bias = {{0, 3.0f}, {10, -2.0f}, {int32_t(vocab / 3), -100.0f}, {int32_t(vocab / 2), 2.5f}, {int32_t(vocab - 1), 1.0f}};
+      if (variant == 3) {  // a mask: +100 on a masked token stays masked
+        p.bitmask.assign(size_t(words), 0u);
+        for (int64_t i = 0; i < vocab; i += 3) p.bitmask[size_t(i >> 5)] |= 1u << (i & 31);
+        p.logit_bias.back().bias = 100.0f;
+        if ((vocab - 1) % 3 == 0) p.logit_bias.back().token = int32_t(vocab - 2);
+      }
+      add(kind, p, "logit bias kind " + std::to_string(kind));
     }
   }
   // NaN and +inf: the host sampler refuses such a row (or sorts NaN arbitrarily); the device never picks them.

@@ -3,7 +3,7 @@
 // mass before it is below top_p), min-p, one draw. The sampler takes shortcuts (partial sorts, a histogram
 // that bounds the nucleus, a radix sort for long nuclei, an in-place draw without truncation); every token
 // must equal the plain version's, for spread, flat, peaked, tied and signed-zero logits, large and small
-// vocabularies. Also checks token_penalties (one entry per token, the counts, which penalties apply).
+// vocabularies. Also checks token_penalties (one entry per token, the counts, which penalties apply, logit bias).
 // Build: g++ -O2 -std=c++20 -Wall -Wextra -Werror -Inative/src native/test/sampler_test.cpp
 //          native/src/sampling/sampler.cpp native/src/layers/vec_math.cpp -o /tmp/sampler_test
 #include <algorithm>
@@ -138,6 +138,23 @@ void test_token_penalties() {
   q.output_tokens = {3};
   q.presence_penalty = 0.2f;
   CHECK(sample_token(l.data(), int64_t(l.size()), q).token == 7, "a presence penalty moves greedy off a used token");
+
+  // Logit bias merges into the list: its own entry (no repetition) or subtracted from its token's penalty.
+  p.logit_bias = {{0, 2.0f}, {3, 1.0f}, {8, -4.0f}};
+  e = token_penalties(p);
+  CHECK(e.size() == 4 && e[0].token == 0 && e[1].token == 3 && e[2].token == 7 && e[3].token == 8, "bias merged in id order");
+  CHECK(e.size() == 4 && e[0].subtract == -2.0f && e[0].repetition == 0 && e[1].subtract == 0.5f + 0.25f * 3.0f - 1.0f &&
+            e[2].subtract == 0.5f + 0.25f && e[3].subtract == 4.0f,
+        "bias values: -bias alone, penalty - bias on a penalised token");
+  SampleParams b;
+  b.logit_bias = {{9, 100.0f}};
+  CHECK(has_penalties(b) && !is_plain_argmax(b), "a bias alone is a per-token adjustment");
+  std::vector<float> l2 = {0, 0, 0, 2.0f, 0, 0, 0, 1.9f, 0, 0};
+  CHECK(sample_token(l2.data(), int64_t(l2.size()), b).token == 9, "+100 forces a token under greedy");
+  CHECK(validate_sample_params(b, 10).empty(), "a valid bias");
+  CHECK(!validate_sample_params(b, 9).empty(), "a bias id outside the vocabulary is refused");
+  b.logit_bias = {{4, 1.0f}, {4, 1.0f}};
+  CHECK(!validate_sample_params(b, 10).empty(), "repeated bias ids are refused");
 }
 
 }  // namespace

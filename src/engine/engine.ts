@@ -256,6 +256,11 @@ export class Engine implements EngineLike {
         throw new InvalidRequestError(`token id ${String(t)} is outside the vocabulary [0, ${this.vocabSize})`, 'prompt');
       }
     }
+    const biased = options.params.logitBias?.tokens;
+    const lastBiased = biased?.[biased.length - 1]; // ids ascend (resolveLogitBias)
+    if (lastBiased !== undefined && lastBiased >= this.vocabSize) {
+      throw new InvalidRequestError(`logit_bias: token id ${lastBiased} is outside the vocabulary [0, ${this.vocabSize})`, 'logit_bias');
+    }
     if (this.blocks.blocksFor(prompt.length + 1) > this.blocks.numBlocks) {
       throw new InvalidRequestError(
         `the prompt is ${prompt.length} tokens; the KV cache holds ${this.blocks.numBlocks * this.blocks.blockSize}. Shorten the prompt or raise --kv-cache-memory.`,

@@ -100,6 +100,7 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     logprobs: params.logprobs,
     promptTokens: params.repetitionPenalty !== 1 ? prompt : undefined,
     outputTokens: Int32Array.from(output),
+    logitBias: params.logitBias,
   });
 
   // A complete constrained output ends with "stop", or "length" when budget closing had to end it (as the engine).

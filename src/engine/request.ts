@@ -170,6 +170,7 @@ export class EngineRequest {
       logprobs: p.logprobs,
       promptTokens: p.repetitionPenalty !== 1 ? this.promptArray : undefined,
       outputTokens: penalties ? Int32Array.from(this.output) : undefined,
+      logitBias: p.logitBias,
     };
   }
 

@@ -15,9 +15,20 @@ export interface SamplingParams {
   stop: string[];
   /** -1: none; 0: sampled token only; k: plus the top k alternatives. */
   logprobs: number;
+  /** Added to the logits before sampling (greedy too); absent when none. */
+  logitBias?: LogitBias;
 }
 
-export type SamplingInput = Partial<SamplingParams>;
+/** OpenAI `logit_bias` in the native sampler's form: ascending token ids, one bias each. */
+export interface LogitBias {
+  readonly tokens: Int32Array;
+  readonly values: Float32Array;
+}
+
+/** As OpenAI takes it: token id (a decimal string key) → bias in [-100, 100]. */
+export type LogitBiasInput = Readonly<Record<string, number>>;
+
+export type SamplingInput = Partial<Omit<SamplingParams, 'logitBias'>> & { logitBias?: LogitBiasInput };
 
 /**
  * The accepted range of every sampling parameter: the one source of truth for the request layer
@@ -43,6 +54,10 @@ export const SAMPLING_LIMITS = {
   /** Output is held back while it may start a stop string: a long one would stall streaming. */
   maxStopLength: 1024,
   maxTopLogprobs: 20,
+  /** logit_bias: OpenAI's range; -100 in effect bans a token, +100 forces it. */
+  maxAbsLogitBias: 100,
+  /** logit_bias entries per request (OpenAI's bound): each is work on every sampled token. */
+  maxLogitBiasEntries: 300,
 } as const;
 
 const L = SAMPLING_LIMITS;
@@ -75,7 +90,7 @@ export function randomSeed(): number {
  * naming the parameter (wire name), its allowed range and the value given. Normalizes what has one
  * meaning spelled several ways (top_k -1 is 0, tiny temperatures are greedy, tiny top_p is raised).
  */
-export function resolveSamplingParams(input: SamplingInput, defaults: { maxTokens: number }): SamplingParams {
+export function resolveSamplingParams(input: SamplingInput, defaults: { maxTokens: number; vocabSize?: number }): SamplingParams {
   const p: SamplingParams = {
     temperature: input.temperature ?? 1,
     topP: input.topP ?? 1,
@@ -110,11 +125,42 @@ export function resolveSamplingParams(input: SamplingInput, defaults: { maxToken
   }
   check(Number.isInteger(p.logprobs) && p.logprobs >= -1 && p.logprobs <= L.maxTopLogprobs, 'logprobs',
     `top logprobs must be an integer in [0, ${L.maxTopLogprobs}]`, p.logprobs);
+  if (input.logitBias !== undefined) {
+    const bias = resolveLogitBias(input.logitBias, defaults.vocabSize);
+    if (bias.tokens.length > 0) p.logitBias = bias;
+  }
   if (p.topK === -1) p.topK = 0;
   if (p.temperature < L.greedyBelowTemperature) p.temperature = 0;
   p.topP = Math.max(p.topP, L.minTopP);
   if (Object.is(p.seed, -0)) p.seed = 0;
   return p;
+}
+
+/**
+ * OpenAI's logit_bias map as the sampler takes it (ascending ids); checks keys (decimal token ids,
+ * below `vocabSize` when given), values and the entry count, naming `logit_bias`.
+ */
+export function resolveLogitBias(input: LogitBiasInput, vocabSize?: number): LogitBias {
+  const param = 'logit_bias';
+  check(typeof input === 'object' && input !== null && !Array.isArray(input), param, 'must be an object mapping token ids to biases', input);
+  const keys = Object.keys(input);
+  check(keys.length <= L.maxLogitBiasEntries, param, `at most ${L.maxLogitBiasEntries} entries, got ${keys.length}`);
+  const entries: Array<[number, number]> = [];
+  const seen = new Set<number>();
+  for (const key of keys) {
+    const id = /^[0-9]{1,10}$/.test(key) ? Number(key) : NaN;
+    check(Number.isSafeInteger(id), param, 'keys must be token ids (non-negative integers)', key);
+    const limit = vocabSize === undefined ? 2 ** 31 - 1 : vocabSize - 1;
+    check(id <= limit, param, vocabSize === undefined ? 'token id too large' : `token id ${id} is outside the vocabulary [0, ${vocabSize})`, vocabSize === undefined ? key : undefined);
+    check(!seen.has(id), param, `token id ${id} is given twice`);
+    seen.add(id);
+    const v = input[key];
+    check(typeof v === 'number' && inRange(v, -L.maxAbsLogitBias, L.maxAbsLogitBias), `${param}.${key}`,
+      `must be a number in [-${L.maxAbsLogitBias}, ${L.maxAbsLogitBias}]`, v);
+    entries.push([id, v as number]);
+  }
+  entries.sort((a, b) => a[0] - b[0]);
+  return { tokens: Int32Array.from(entries, (e) => e[0]), values: Float32Array.from(entries, (e) => e[1]) };
 }
 
 /** Greedy native sampling for the first token (argmax, no penalties); spread it and set `counter`. */

@@ -18,6 +18,9 @@ export interface NativeSampleParams {
   /** grammar: ceil(vocab/32) words, bit i of word i>>5 set = token allowed; 'pending': computed
    *  while the forward runs and handed in with NativeModel.supplyMasks (plan.pendingMasks required). */
   bitmask?: Int32Array | 'pending';
+  /** OpenAI logit_bias, sparse: values[i] is added to the logit of tokens[i] (strictly ascending ids) after the
+   *  penalties, before greedy or temperature; logprobs report the biased distribution. */
+  logitBias?: { tokens: Int32Array; values: Float32Array };
 }
 
 /** Image embeddings spliced into a row: row token `offsets[i]` takes embedding row i instead of its token's. */

@@ -1,6 +1,7 @@
-// POST /v1/chat/completions and /v1/completions once the body is parsed: submit to the engine,
-// then stream SSE chunks or answer with one JSON object. A client that goes away aborts its
-// request (freeing its KV); a failure after the stream started ends it with an error event.
+// POST /v1/chat/completions and /v1/completions once the body is parsed: submit to the engine (one
+// request per choice, choices.ts), then stream SSE chunks or answer with one JSON object. A client
+// that goes away aborts its request (freeing its KV); a failure after the stream started ends it
+// with an error event.
 import { randomUUID } from 'node:crypto';
 import type { ServerResponse } from 'node:http';
 import type { EngineLike, RequestHandle } from '../engine/engine.js';
@@ -11,7 +12,8 @@ import { badRequest, toHttpError } from './http-errors.js';
 import type { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
 import type { ToolCall } from './tools.js';
-import { startGeneration, type GenerationEvent, type GenerationPart, type GenerationRun } from './generation-stream.js';
+import type { GenerationEvent, GenerationPart } from './generation-stream.js';
+import { ChoiceFailure, startChoices, type Choices } from './choices.js';
 import { SseWriter } from './sse.js';
 import type { GenerationRequest } from './validate.js';
 
@@ -43,17 +45,28 @@ interface TextLogprobs {
 
 const utf8 = (s: string) => [...Buffer.from(s, 'utf8')];
 
-/** Builds the response objects of one request, in chat or legacy completion form. */
+type Usage = ReturnType<ResponseShaper['usage']>;
+
+/** Builds the response objects of one request, in chat or legacy completion form; one per choice. */
 class ResponseShaper {
   readonly id: string;
-  readonly created = Math.floor(Date.now() / 1000);
+  readonly created: number;
   private textOffset = 0;
 
   constructor(
     private readonly g: GenerationRequest,
     private readonly model: ServedModel,
+    /** The choice whose chunks this shaper writes. */
+    readonly index = 0,
+    shared?: { id: string; created: number },
   ) {
-    this.id = `${g.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replace(/-/g, '')}`;
+    this.id = shared?.id ?? `${g.kind === 'chat' ? 'chatcmpl' : 'cmpl'}-${randomUUID().replace(/-/g, '')}`;
+    this.created = shared?.created ?? Math.floor(Date.now() / 1000);
+  }
+
+  /** The shaper of another choice of the same response. */
+  forChoice(index: number): ResponseShaper {
+    return new ResponseShaper(this.g, this.model, index, this);
   }
 
   chatLogprob(d: EngineDelta): ChatLogprob {
@@ -82,12 +95,15 @@ class ResponseShaper {
     return out;
   }
 
-  usage(done: EngineDone) {
+  /** Usage of every choice: the prompt once (as OpenAI counts it, cached tokens of choice 0), completions summed. */
+  usage(dones: EngineDone[]) {
+    const first = dones[0]!.usage;
+    const completion = dones.reduce((sum, d) => sum + d.usage.completionTokens, 0);
     return {
-      prompt_tokens: done.usage.promptTokens,
-      completion_tokens: done.usage.completionTokens,
-      total_tokens: done.usage.totalTokens,
-      prompt_tokens_details: { cached_tokens: done.usage.cachedTokens },
+      prompt_tokens: first.promptTokens,
+      completion_tokens: completion,
+      total_tokens: first.promptTokens + completion,
+      prompt_tokens_details: { cached_tokens: first.cachedTokens },
     };
   }
 
@@ -103,7 +119,7 @@ class ResponseShaper {
         ...base,
         object: 'chat.completion.chunk',
         system_fingerprint: null,
-        choices: [{ index: 0, delta, logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null, finish_reason: this.legacyFinish(finish) }],
+        choices: [{ index: this.index, delta, logprobs: withLp ? { content: lp.map((d) => this.chatLogprob(d)) } : null, finish_reason: this.legacyFinish(finish) }],
         ...(this.g.includeUsage ? { usage: null } : {}),
       };
     }
@@ -111,7 +127,7 @@ class ResponseShaper {
       ...base,
       object: 'text_completion',
       system_fingerprint: null,
-      choices: [{ index: 0, text: text ?? '', logprobs: withLp ? this.textLogprobs(lp) : null, finish_reason: finish }],
+      choices: [{ index: this.index, text: text ?? '', logprobs: withLp ? this.textLogprobs(lp) : null, finish_reason: finish }],
       ...(this.g.includeUsage ? { usage: null } : {}),
     };
   }
@@ -131,7 +147,7 @@ class ResponseShaper {
       created: this.created,
       model: this.model.id,
       system_fingerprint: null,
-      choices: [{ index: 0, delta, logprobs: null, finish_reason: null }],
+      choices: [{ index: this.index, delta, logprobs: null, finish_reason: null }],
       ...(this.g.includeUsage ? { usage: null } : {}),
     };
   }
@@ -143,16 +159,22 @@ class ResponseShaper {
     return this.toolDeltaChunk({ index: p.index, function: { arguments: p.text } });
   }
 
-  usageChunk(done: EngineDone): unknown {
+  usageChunk(usage: Usage): unknown {
     const object = this.g.kind === 'chat' ? 'chat.completion.chunk' : 'text_completion';
-    return { id: this.id, object, created: this.created, model: this.model.id, system_fingerprint: null, choices: [], usage: this.usage(done) };
+    return { id: this.id, object, created: this.created, model: this.model.id, system_fingerprint: null, choices: [], usage };
   }
 
-  full(ev: Done): unknown {
-    const base = { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage: this.usage(ev.engine) };
+  /** The whole response: the choices' objects (choice(), in index order) and their usage. */
+  full(choices: unknown[], usage: Usage): unknown {
+    const object = this.g.kind === 'text' ? 'text_completion' : 'chat.completion';
+    return { id: this.id, created: this.created, model: this.model.id, system_fingerprint: null, usage, object, choices };
+  }
+
+  /** This shaper's choice of a whole response. */
+  choice(ev: Done): unknown {
     const logprobs = this.g.logprobs >= 0 ? ev.logprobs : null;
     if (this.g.kind === 'text') {
-      return { ...base, object: 'text_completion', choices: [{ index: 0, text: ev.engine.text, logprobs: logprobs && this.textLogprobs(logprobs), finish_reason: ev.finishReason }] };
+      return { index: this.index, text: ev.engine.text, logprobs: logprobs && this.textLogprobs(logprobs), finish_reason: ev.finishReason };
     }
     const calls = ev.toolCalls.length > 0;
     const message = {
@@ -163,7 +185,7 @@ class ResponseShaper {
     };
     // A forced call carries no logprobs (its tokens are the grammar's wrapper).
     const lp = logprobs && !(calls && this.g.tools?.format) ? { content: logprobs.map((d) => this.chatLogprob(d)) } : null;
-    return { ...base, object: 'chat.completion', choices: [{ index: 0, message, logprobs: lp, finish_reason: this.legacyFinish(ev.finishReason) }] };
+    return { index: this.index, message, logprobs: lp, finish_reason: this.legacyFinish(ev.finishReason) };
   }
 
   /** OpenAI's finish reason for a call requested through deprecated `functions` is "function_call". */
@@ -175,57 +197,86 @@ class ResponseShaper {
 export async function handleGeneration(ctx: CompletionContext, res: ServerResponse, g: GenerationRequest): Promise<void> {
   const shaper = new ResponseShaper(g, ctx.model);
   // Throws before anything is written: the caller answers with the error's status.
-  const run = await startGeneration(ctx, g, shaper.id);
-  run.abortOnClose(res);
-  if (g.stream) return streamChat(ctx, res, g, shaper, run);
+  const choices = await startChoices(ctx, g, shaper.id, res);
+  if (g.stream) return streamChat(ctx, res, g, shaper, choices);
+  const shapers = Array.from({ length: choices.n }, (_, i) => shaper.forChoice(i));
+  const dones: Done[] = [];
   try {
-    for await (const ev of run.events) if (ev.type === 'done') ctx.sendJson(res, 200, shaper.full(ev));
+    for await (const { index, event } of choices.events) if (event.type === 'done') dones[index] = event;
   } catch (err) {
-    const e = toHttpError(err);
+    const e = toHttpError(err instanceof ChoiceFailure ? err.cause : err);
     ctx.sendJson(res, e.status, e.body(), { ...e.headers });
+    return;
+  }
+  if (dones.filter(Boolean).length < choices.n) return; // aborted: the client is gone
+  ctx.sendJson(res, 200, shaper.full(dones.map((d, i) => shapers[i]!.choice(d)), shaper.usage(dones.map((d) => d.engine))));
+}
+
+/** One choice's SSE chunks: its parts in order as they come, then its finish. */
+class ChoiceChunks {
+  private callsStreamed = 0;
+  private readonly forced: boolean;
+
+  constructor(
+    private readonly g: GenerationRequest,
+    readonly shaper: ResponseShaper,
+  ) {
+    this.forced = g.tools?.format !== undefined;
+  }
+
+  step(ev: Extract<GenerationEvent, { type: 'step' }>): unknown[] {
+    const { g, shaper } = this;
+    if (this.forced) return []; // the done event's call is sent whole
+    const out: unknown[] = [];
+    const reasoning = ev.parts.map((p) => (p.type === 'reasoning' ? p.text : '')).join('');
+    if (g.tools?.auto) {
+      // Content and calls go out in order, each as its own chunk; reasoning and logprobs first.
+      if (reasoning || ev.logprobs.length > 0) out.push(shaper.chunk('', ev.logprobs, null, false, reasoning));
+      for (const p of ev.parts) {
+        if (p.type === 'reasoning') continue;
+        if (p.type === 'call') this.callsStreamed++;
+        out.push(shaper.partChunk(p));
+      }
+      return out;
+    }
+    const content = ev.parts.map((p) => (p.type === 'content' ? p.text : '')).join('');
+    if (content || reasoning || ev.logprobs.length > 0) out.push(shaper.chunk(content, ev.logprobs, null, false, reasoning));
+    return out;
+  }
+
+  done(ev: Done): unknown[] {
+    const { g, shaper } = this;
+    const out: unknown[] = [];
+    let finish: string = ev.finishReason;
+    if (this.forced) {
+      const call = ev.toolCalls[0];
+      if (call) out.push(shaper.toolCallChunk(call));
+      else if (ev.content) out.push(shaper.chunk(ev.content, [], null)); // cut short: the raw text
+    } else if (g.tools?.auto) finish = this.callsStreamed > 0 && ev.engine.finishReason === 'stop' ? 'tool_calls' : ev.engine.finishReason;
+    out.push(shaper.chunk(g.kind === 'chat' ? null : '', [], finish));
+    return out;
   }
 }
 
-async function streamChat(ctx: CompletionContext, res: ServerResponse, g: GenerationRequest, shaper: ResponseShaper, run: GenerationRun): Promise<void> {
+async function streamChat(ctx: CompletionContext, res: ServerResponse, g: GenerationRequest, shaper: ResponseShaper, choices: Choices): Promise<void> {
   const sse = new SseWriter(res, ctx.keepAliveMs);
-  const forced = g.tools?.format !== undefined;
-  let callsStreamed = 0;
+  const each = Array.from({ length: choices.n }, (_, i) => new ChoiceChunks(g, shaper.forChoice(i)));
+  const dones: EngineDone[] = [];
   sse.open();
-  if (g.kind === 'chat') sse.send(shaper.chunk('', [], null, true)); // the role comes first
+  if (g.kind === 'chat') for (const c of each) sse.send(c.shaper.chunk('', [], null, true)); // the role comes first
   try {
-    for await (const ev of run.events) {
-      if (ev.type === 'step') {
-        if (forced) continue; // the done event's call is sent whole
-        const reasoning = ev.parts.map((p) => (p.type === 'reasoning' ? p.text : '')).join('');
-        if (g.tools?.auto) {
-          // Content and calls go out in order, each as its own chunk; reasoning and logprobs first.
-          if (reasoning || ev.logprobs.length > 0) sse.send(shaper.chunk('', ev.logprobs, null, false, reasoning));
-          for (const p of ev.parts) {
-            if (p.type === 'reasoning') continue;
-            if (p.type === 'call') callsStreamed++;
-            sse.send(shaper.partChunk(p));
-          }
-          continue;
-        }
-        const content = ev.parts.map((p) => (p.type === 'content' ? p.text : '')).join('');
-        if (content || reasoning || ev.logprobs.length > 0) sse.send(shaper.chunk(content, ev.logprobs, null, false, reasoning));
-        continue;
-      }
-      let finish: string = ev.finishReason;
-      if (forced) {
-        const call = ev.toolCalls[0];
-        if (call) sse.send(shaper.toolCallChunk(call));
-        else if (ev.content) sse.send(shaper.chunk(ev.content, [], null)); // cut short: the raw text
-      } else if (g.tools?.auto) finish = callsStreamed > 0 && ev.engine.finishReason === 'stop' ? 'tool_calls' : ev.engine.finishReason;
-      sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], finish));
-      if (g.includeUsage) sse.send(shaper.usageChunk(ev.engine));
-      sse.end(true);
-      return;
+    for await (const { index, event } of choices.events) {
+      const chunks = event.type === 'step' ? each[index]!.step(event) : each[index]!.done(event);
+      for (const c of chunks) sse.send(c);
+      if (event.type === 'done') dones[index] = event.engine;
     }
-    sse.end(false); // aborted: the client is gone
+    const finished = dones.filter(Boolean).length === choices.n;
+    if (finished && g.includeUsage) sse.send(shaper.usageChunk(shaper.usage(dones)));
+    sse.end(finished); // not finished: aborted, the client is gone
   } catch (err) {
-    const e = toHttpError(err);
-    sse.send(shaper.chunk(g.kind === 'chat' ? null : '', [], 'error'));
+    const failed = err instanceof ChoiceFailure ? err : new ChoiceFailure(0, err);
+    const e = toHttpError(failed.cause);
+    sse.send(each[failed.index]!.shaper.chunk(g.kind === 'chat' ? null : '', [], 'error'));
     sse.send(e.body());
     sse.end(false);
   }

@@ -13,6 +13,8 @@ export const REQUEST_LIMITS = {
   maxMessages: 4096,
   /** Content parts (text and image) of one chat request, over all its messages. */
   maxContentParts: 8192,
+  /** Choices (`n`) of one chat or text completion: each is its own request in the batch. */
+  maxChoices: 16,
   /** Wall time one prompt may take to render (chat template) and tokenize on a worker. */
   promptTimeMs: 5_000,
 } as const;

@@ -40,6 +40,8 @@ export interface GenerationRequest {
   keepSpecialTokens?: boolean;
   /** rapid_budget_close: constrained output steers to a valid end before max_tokens cuts it (default true). */
   budgetClose?: boolean;
+  /** Choices to generate (`n`), each its own engine request; absent: 1. */
+  n?: number;
 }
 
 type Body = Record<string, unknown>;
@@ -97,13 +99,23 @@ function checkCommon(body: unknown, route: RouteFields, model: ServedModel, poli
     }
   }
   bool(body, 'rapid_budget_close'); // checked on every request, used by constrained ones
-  const n = int(body, 'n');
-  if (n !== undefined && n !== 1) throw badRequest('only n=1 is supported', 'n', 'unsupported');
-  if (present(body, 'logit_bias')) {
-    if (!isObject(body.logit_bias)) throw badRequest('logit_bias must be an object', 'logit_bias', 'invalid_type');
-    if (Object.keys(body.logit_bias).length > 0) throw badRequest('logit_bias is not supported', 'logit_bias', 'unsupported');
-  }
+  choiceCount(body);
+  if (present(body, 'logit_bias') && !isObject(body.logit_bias)) throw badRequest('logit_bias must be an object', 'logit_bias', 'invalid_type');
   return body;
+}
+
+/** `n`, checked against REQUEST_LIMITS.maxChoices. */
+function choiceCount(body: Body): number {
+  const n = int(body, 'n') ?? 1;
+  const { maxChoices } = REQUEST_LIMITS;
+  if (n < 1 || n > maxChoices) throw badRequest(`n must be an integer in [1, ${maxChoices}] (maxChoices), got ${n}`, 'n', 'invalid_value');
+  return n;
+}
+
+/** The request with its choice count, when more than one. */
+function withChoices(raw: unknown, g: GenerationRequest): GenerationRequest {
+  const n = choiceCount(raw as Body); // raw passed checkCommon: an object
+  return n > 1 ? { ...g, n } : g;
 }
 
 const STREAM_OPTIONS: RouteFields = { known: new Set([...STREAM_OPTIONS_APPLIED, ...Object.keys(STREAM_OPTIONS_IGNORED)]), ignored: STREAM_OPTIONS_IGNORED };
@@ -144,9 +156,10 @@ function sampling(body: Body, model: ServedModel, maxTokens: number | undefined,
     maxTokens: maxTokens ?? defaultMax,
     stop: stops(body),
     logprobs,
+    logitBias: present(body, 'logit_bias') ? (body.logit_bias as Record<string, number>) : undefined,
   };
   try {
-    return resolveSamplingParams(input, { maxTokens: defaultMax });
+    return resolveSamplingParams(input, { maxTokens: defaultMax, vocabSize: model.vocabSize });
   } catch (err) {
     if (err instanceof InvalidRequestError) throw badRequest(err.message, err.param ?? null, 'invalid_value');
     throw err;
@@ -218,7 +231,7 @@ function checkCounts(msgs: unknown[]): void {
  * rendered and tokenized by the served model (off the event loop), hence async. */
 export async function parseChatRequest(raw: unknown, model: ServedModel, images?: RequestImages, policy: RequestPolicy = SILENT_POLICY): Promise<GenerationRequest> {
   const out: { multimodal?: MultimodalInput } = {};
-  const g = await parseChat(raw, model, images, out, policy);
+  const g = withChoices(raw, await parseChat(raw, model, images, out, policy));
   return out.multimodal ? { ...g, multimodal: out.multimodal } : g;
 }
 
@@ -305,7 +318,7 @@ export async function parseCompletionRequest(raw: unknown, model: ServedModel, p
   if (lp !== undefined && (lp < 0 || lp > MAX_TOP)) throw badRequest(`logprobs must be an integer in [0, ${MAX_TOP}], got ${lp}`, 'logprobs', 'invalid_value');
   const maxTokens = maxTokensField(body, 'max_tokens');
   const params = sampling(body, model, maxTokens, 16, lp ?? -1);
-  return withFormat(body, { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs });
+  return withChoices(body, withFormat(body, { kind: 'text', promptIds, params, stream: s, includeUsage, logprobs: params.logprobs }));
 }
 
 /** response_format on either route. Stop strings are dropped for constrained output: cutting it

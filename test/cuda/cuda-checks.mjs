@@ -20,11 +20,14 @@
 //            changes a result: a scripted run (greedy and seeded draws, a row joining and one ending, a fed token
 //            that is not the sampled one, a draw that changes mid-run, block boundaries) gives the same tokens
 //            with RAPID_CUDA_AHEAD=0 as by default, exact and fast.
+//   bias     logit bias on the device's sampling paths: +100 forces a token (greedy and seeded draws, with and
+//            without logprobs), -100 on the greedy token picks the runner-up of the same device's logits, and
+//            unbiased rows batched with biased ones keep their greedy tokens.
 //   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
 //            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX]
-//          [--kv-bytes N] [--strict]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias]
+//          [--filter REGEX] [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
 import { spawnSync } from 'node:child_process';
@@ -69,7 +72,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -148,7 +151,7 @@ class BlockAllocator {
  * Greedy-decodes specs together, as test/helpers/runner.ts + vlm.ts do: explicit positions ([3*n] axis-major
  * for mRoPE: text-only, so index + delta on every axis), per-sequence block tables, prefill in `chunk`s,
  * sequences scheduled from `startStep`. spec: { id, prompt, maxTokens, chunk?, startStep?, logitRows?,
- * lastLogits?, wantPrefillLogits? }. Returns Map id -> { tokens, logits (rows [vocab]), prefillLogits, lastLogits, errors }.
+ * lastLogits?, wantPrefillLogits?, sample? (over greedy) }. Returns Map id -> { tokens, logits (rows [vocab]), prefillLogits, lastLogits, errors }.
  */
 async function runSequences(model, specs) {
   const info = model.info();
@@ -172,7 +175,7 @@ async function runSequences(model, specs) {
       for (let a = 0; a < axes; a++) for (let i = 0; i < toks.length; i++) positions[a * toks.length + i] = start + i + (s.spec.delta ?? 0);
       const row = { requestId: s.spec.id, tokens: Int32Array.from(toks), positions, blockTable: Int32Array.from(s.table), contextLen: start };
       if (start + toks.length >= n) {
-        row.sample = { ...GREEDY, counter: s.out.tokens.length, outputTokens: Int32Array.from(s.out.tokens) };
+        row.sample = { ...GREEDY, ...s.spec.sample, counter: s.out.tokens.length, outputTokens: Int32Array.from(s.out.tokens) };
         const k = s.out.tokens.length;
         if (k < (s.spec.logitRows ?? 0) || (prefill && s.spec.wantPrefillLogits) || (s.spec.lastLogits && k === s.spec.maxTokens - 1)) row.wantLogits = true;
       }
@@ -587,6 +590,48 @@ async function errorPaths(addon, device, fx) {
   });
 }
 
+// ---------------------------------------------------------------- logit bias
+
+async function biasChecks(addon, device, fx) {
+  const name = `${fx.name} logit bias`;
+  const model = load(addon, fx.dir, { device, kvCacheBytes: FIXTURE_KV, precision: 'exact' }, 'bias', name);
+  if (!model) return;
+  await guard('bias', name, async () => {
+    try {
+      const [a, b] = fx.ref.prompts;
+      const vocab = model.info().vocabSize;
+      const forced = [5, 6, 7].find((t) => !a.greedy.slice(0, 8).includes(t));
+      const bias = (entries) => ({ tokens: Int32Array.from(entries, (e) => e[0]), values: Float32Array.from(entries, (e) => e[1]) });
+      const logits = (await runSequences(model, [{ id: 'l', prompt: a.ids, maxTokens: 1, logitRows: 1 }])).get('l').logits[0];
+      let second = -1;
+      for (let i = 0; i < vocab; i++) if (i !== a.greedy[0] && (second < 0 || logits[i] > logits[second])) second = i;
+      const up = bias([[forced, 100]]);
+      const out = await runSequences(model, [
+        { id: 'greedy+', prompt: a.ids, maxTokens: 8, sample: { logitBias: up } },
+        { id: 'drawn+', prompt: a.ids, maxTokens: 8, sample: { temperature: 1, topP: 0.9, seed: 3, logitBias: up } },
+        { id: 'logprobs+', prompt: a.ids, maxTokens: 4, sample: { logprobs: 2, logitBias: up } },
+        { id: 'banned', prompt: a.ids, maxTokens: 1, sample: { logitBias: bias([[a.greedy[0], -100]]) } },
+        { id: 'plainA', prompt: a.ids, maxTokens: 8 },
+        { id: 'plainB', prompt: b.ids, maxTokens: 8, startStep: 1 },
+      ]);
+      const problems = [];
+      for (const [id, o] of out) if (o.errors.length) problems.push(`${id}: ${o.errors.join('; ')}`);
+      for (const id of ['greedy+', 'drawn+', 'logprobs+']) {
+        const t = out.get(id).tokens;
+        if (!t.length || t.some((x) => x !== forced)) problems.push(`${id}: tokens ${t.join(',')}, want all ${forced}`);
+      }
+      if (out.get('banned').tokens[0] !== second) problems.push(`banned: token ${out.get('banned').tokens[0]}, want the runner-up ${second}`);
+      for (const [id, p] of [['plainA', a], ['plainB', b]]) {
+        const t = out.get(id).tokens;
+        if (t.join(',') !== p.greedy.slice(0, t.length).join(',')) problems.push(`${id}: tokens ${t.join(',')} differ from the greedy reference`);
+      }
+      report(problems.length ? 'FAIL' : 'PASS', 'bias', name, problems.length ? problems.slice(0, 4).join('; ') : `+100 forced ${forced} (greedy, drawn, logprobs rows); -100 gave the runner-up ${second}; unbiased neighbours greedy`);
+    } finally {
+      model.close();
+    }
+  });
+}
+
 function kvTooLarge(addon, fx) {
   const name = `${fx.name} KV budget beyond device memory`;
   const devs = addon.systemInfo().cuda?.devices ?? [];
@@ -795,6 +840,11 @@ async function main() {
       if (o.device === 'cuda') kvTooLarge(addon, fx);
       else console.log('(KV-budget-beyond-device-memory check is CUDA-only: not run with --device cpu)');
     }
+  }
+
+  if (want('bias')) {
+    const fx = models.find((f) => f.name === 'qwen2-f32') ?? models[0];
+    if (fx) await biasChecks(addon, o.device, fx);
   }
 
   if (want('rope')) {

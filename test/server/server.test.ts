@@ -171,7 +171,7 @@ describe('server on the fake runner', () => {
     expect(r.json().error.param).toBe('messages');
     r = await chat({ model: MODEL_ID, messages: [{ role: 'wizard', content: 'x' }] });
     expect(r.json().error.param).toBe('messages[0].role');
-    r = await chat({ model: MODEL_ID, messages: msgs, n: 2 });
+    r = await chat({ model: MODEL_ID, messages: msgs, n: 17 });
     expect(r.json().error.param).toBe('n');
     r = await chat({ model: MODEL_ID, messages: msgs, top_p: 0 });
     expect(r.json().error.param).toBe('top_p');

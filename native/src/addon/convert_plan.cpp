@@ -62,8 +62,8 @@ struct Where {
 struct Keys {
   Key rows, request_id, tokens, positions, block_table, context_len, sample, want_logits, embeds, offsets, data,
       deepstack, bidirectional, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
-      frequency_penalty, seed, counter, logprobs, prompt_tokens, output_tokens, bitmask, pending_masks, step_id,
-      timeout_ms;
+      frequency_penalty, seed, counter, logprobs, prompt_tokens, output_tokens, bitmask, logit_bias, values,
+      pending_masks, step_id, timeout_ms;
   explicit Keys(Napi::Env e)
       : rows(e, "rows"), request_id(e, "requestId"), tokens(e, "tokens"), positions(e, "positions"),
         block_table(e, "blockTable"), context_len(e, "contextLen"), sample(e, "sample"), want_logits(e, "wantLogits"),
@@ -72,7 +72,7 @@ struct Keys {
         min_p(e, "minP"), repetition_penalty(e, "repetitionPenalty"), presence_penalty(e, "presencePenalty"),
         frequency_penalty(e, "frequencyPenalty"), seed(e, "seed"), counter(e, "counter"), logprobs(e, "logprobs"),
         prompt_tokens(e, "promptTokens"), output_tokens(e, "outputTokens"), bitmask(e, "bitmask"),
-        pending_masks(e, "pendingMasks"), step_id(e, "stepId"), timeout_ms(e, "timeoutMs") {}
+        logit_bias(e, "logitBias"), values(e, "values"), pending_masks(e, "pendingMasks"), step_id(e, "stepId"), timeout_ms(e, "timeoutMs") {}
 };
 
 std::vector<int32_t> int32s(const Napi::Object& o, const Key& key, const Where& where, bool required) {
@@ -124,6 +124,18 @@ SampleParams sample_from_js(const Napi::Object& s, const Keys& k, const Where& w
   p.logprobs = int(lp);
   p.prompt_tokens = int32s(s, k.prompt_tokens, where, false);
   p.output_tokens = int32s(s, k.output_tokens, where, false);
+  // Sparse { tokens, values }; ids and values are checked by validate_sample_params.
+  Napi::Value lb = s.Get(k.logit_bias.js);
+  if (!lb.IsUndefined() && !lb.IsNull()) {
+    if (!lb.IsObject()) throw BadField(where.at(k.logit_bias, " must be an object { tokens, values }"));
+    const Napi::Object o = lb.As<Napi::Object>();
+    const Where bw{"rows", where.index, "sample.logitBias"};
+    const std::vector<int32_t> tokens = int32s(o, k.tokens, bw, true);
+    const std::vector<float> values = floats(o, k.values, bw, true);
+    if (tokens.size() != values.size()) throw BadField(bw + " tokens and values must have the same length");
+    p.logit_bias.resize(tokens.size());
+    for (size_t i = 0; i < tokens.size(); ++i) p.logit_bias[i] = {tokens[i], values[i]};
+  }
   // 'pending': the mask arrives after the forward (ModelWrap::SupplyMasks).
   Napi::Value bm = s.Get(k.bitmask.js);
   mask_pending = bm.IsString() && bm.As<Napi::String>().Utf8Value() == "pending";

@@ -1,6 +1,7 @@
 #include "sampling/sampler.h"
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <stdexcept>
@@ -28,6 +29,13 @@ std::string validate_sample_params(const SampleParams& p, int64_t vocab) {
         return "penalty token id " + std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
   if (!p.bitmask.empty() && int64_t(p.bitmask.size()) != (vocab + 31) / 32)
     return "bitmask has " + std::to_string(p.bitmask.size()) + " words, expected " + std::to_string((vocab + 31) / 32);
+  for (size_t i = 0; i < p.logit_bias.size(); ++i) {
+    const TokenBias& b = p.logit_bias[i];
+    if (b.token < 0 || b.token >= vocab)
+      return "logitBias token id " + std::to_string(b.token) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")";
+    if (i > 0 && b.token <= p.logit_bias[i - 1].token) return "logitBias token ids must be strictly ascending";
+    if (!std::isfinite(b.bias)) return "logitBias values must be finite";
+  }
   return "";
 }
 
@@ -47,9 +55,25 @@ std::vector<TokenPenalty> token_penalties(const SampleParams& p) {
     out.push_back({seen[i].first, rep ? 1 : 0, s});
     i = j;
   }
-  return out;
+  if (p.logit_bias.empty()) return out;
+  // Merge the bias (ascending ids, as `out`): a biased token gets its own entry or joins its penalty's.
+  std::vector<TokenPenalty> merged;
+  merged.reserve(out.size() + p.logit_bias.size());
+  size_t a = 0;
+  for (const TokenBias& b : p.logit_bias) {
+    while (a < out.size() && out[a].token < b.token) merged.push_back(out[a++]);
+    if (a < out.size() && out[a].token == b.token) {
+      merged.push_back({b.token, out[a].repetition, out[a].subtract - b.bias});
+      ++a;
+    } else {
+      merged.push_back({b.token, 0, -b.bias});
+    }
+  }
+  merged.insert(merged.end(), out.begin() + std::ptrdiff_t(a), out.end());
+  return merged;
 }
 
+// Penalties and logit bias (token_penalties).
 static void apply_penalties(float* logits, const SampleParams& p) {
   for (const TokenPenalty& e : token_penalties(p)) {
     float& l = logits[e.token];

@@ -1,7 +1,8 @@
-// Per-row token selection from one logits row: bitmask → penalties → (greedy | temperature → top-k →
-// top-p → min-p → counter-based draw), plus logprobs.
-// Logprobs are the log-softmax of the logits after the bitmask and penalties, before temperature and
-// truncation (so greedy and sampled rows report comparable numbers; masked tokens are -inf).
+// Per-row token selection from one logits row: bitmask → penalties → logit bias → (greedy | temperature →
+// top-k → top-p → min-p → counter-based draw), plus logprobs.
+// Logprobs are the log-softmax of the logits after the bitmask, penalties and logit bias, before temperature
+// and truncation (so greedy and sampled rows report comparable numbers, and a token forced by a +100 bias
+// reports the distribution it was drawn from; masked tokens are -inf).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -9,6 +10,12 @@
 #include <vector>
 
 namespace rapid {
+
+// One entry of a row's logit bias (OpenAI `logit_bias`): `bias` is added to the token's logit.
+struct TokenBias {
+  int32_t token;
+  float bias;
+};
 
 struct SampleParams {
   float temperature = 0;          // 0 = greedy (argmax, lowest id on ties)
@@ -24,6 +31,7 @@ struct SampleParams {
   std::vector<int32_t> prompt_tokens;
   std::vector<int32_t> output_tokens;
   std::vector<uint32_t> bitmask;  // empty = no grammar; else ceil(vocab/32) words, bit set = allowed
+  std::vector<TokenBias> logit_bias;  // sparse, strictly ascending token ids; empty = none
 };
 
 struct SampleOutput {
@@ -32,9 +40,11 @@ struct SampleOutput {
   std::vector<std::pair<int32_t, float>> top;  // [logprobs] best first (ties: lower id first)
 };
 
-// Whether any penalty applies (they read the row's prompt and output tokens).
+// Whether any per-token adjustment applies: a penalty (they read the row's prompt and output tokens) or a logit
+// bias. Both travel as token_penalties' list, so the device samplers handle them on one path.
 inline bool has_penalties(const SampleParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f ||
+         !p.logit_bias.empty();
 }
 
 // True when sample_token reduces to the (masked) argmax: greedy, no penalties, no logprobs. A device
@@ -46,10 +56,11 @@ inline bool is_plain_argmax(const SampleParams& p) { return p.temperature == 0.0
 struct TokenPenalty {
   int32_t token;
   int32_t repetition;  // 1 = the repetition penalty applies (the token is in the prompt or the output)
-  float subtract;      // presence_penalty (if in the output) + frequency_penalty * its count in the output
+  float subtract;      // presence_penalty (if in the output) + frequency_penalty * its count in the output - bias
 };
 
-// p's penalties as one entry per affected token, ascending ids (empty when p has none).
+// p's penalties and logit bias as one entry per affected token, ascending ids (empty when p has neither). The
+// bias is folded into `subtract`, so it is added after the repetition penalty.
 std::vector<TokenPenalty> token_penalties(const SampleParams& p);
 
 // The smallest temperature other than 0 (greedy): the request layer maps smaller ones to 0
