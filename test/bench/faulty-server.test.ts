@@ -152,7 +152,8 @@ describe('rapid bench against a faulty server', () => {
       expect(l.ok).toBe(2);
       expect(l.ttftMs.p50!).toBeGreaterThanOrEqual(115);
       expect(l.itlMs.count).toBe(8);
-      expect(l.itlMs.min!).toBeGreaterThanOrEqual(25);
+      // Gaps of 30 ms: a loaded machine delivers a chunk late and the next one early, so only half is asserted.
+      expect(l.itlMs.min!).toBeGreaterThanOrEqual(15);
       expect(l.runs[0]!.outputTokens).toBe(10);
       expect(l.outputTokPerS).toBeGreaterThan(0);
     } finally {
