@@ -10,6 +10,8 @@ import { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
+import { embeddingModelRefusal, embeddingsDisabled, handleEmbeddings } from './embeddings.js';
+import { parseEmbeddingsRequest } from './embeddings-request.js';
 import { loadRequestImages } from './images.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
@@ -55,6 +57,7 @@ const ROUTES: Record<string, string[]> = {
   '/metrics': ['GET'],
   '/v1/chat/completions': ['POST'],
   '/v1/completions': ['POST'],
+  '/v1/embeddings': ['POST'],
 };
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -227,9 +230,18 @@ export function createServer(options: ServerOptions): RapidServer {
       case '/v1/completions': {
         const body = await readJson(req, maxBody, limits, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        const refusal = embeddingModelRefusal(model, path);
+        if (refusal) throw refusal;
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
         const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
         await handleGeneration(ctx, res, g);
+        return;
+      }
+      case '/v1/embeddings': {
+        if (!model.embeddings) throw embeddingsDisabled(model);
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await handleEmbeddings(engine, model, model.embeddings.size, res, await parseEmbeddingsRequest(body, model, model.embeddings), sendJson);
         return;
       }
     }
