@@ -20,10 +20,13 @@
 //            changes a result: a scripted run (greedy and seeded draws, a row joining and one ending, a fed token
 //            that is not the sampled one, a draw that changes mid-run, block boundaries) gives the same tokens
 //            with RAPID_CUDA_AHEAD=0 as by default, exact and fast.
+//   pool     the pooled hidden states (wantHidden rows) of test/fixtures/embeddings/reference.json's models against
+//            transformers' last-token pooling (exact: cosine > 0.9999 and max |diff| < 2e-4 after L2 normalisation;
+//            fast: cosine > 0.999), each text alone vs all in one step (bitwise), and next to a sampling row;
 //   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
 //            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,pool] [--filter REGEX]
 //          [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -69,7 +72,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,pool] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -243,6 +246,68 @@ const agreePrefix = (a, b) => {
   return k;
 };
 const fmt = (x) => (Number.isFinite(x) ? x.toExponential(2) : String(x));
+
+// ---------------------------------------------------------------- pooled hidden states (embeddings)
+
+const EMBED_REF = resolve(HERE, '..', 'fixtures', 'embeddings', 'reference.json');
+
+function unit(v) {
+  let s = 0;
+  for (const x of v) s += x * x;
+  const n = Math.sqrt(s);
+  return Array.from(v, (x) => x / n);
+}
+
+/** Hidden states of `prompts`, all prefilled in one step (wantHidden on each row); `extra` rows ride along. */
+async function pooledStep(model, prompts, extra = []) {
+  const bs = model.info().blockSize;
+  let next = 0;
+  const table = (n) => Int32Array.from({ length: Math.ceil(n / bs) }, () => next++);
+  const rows = prompts.map((ids, i) => ({
+    requestId: `p${i}`, tokens: Int32Array.from(ids), positions: Int32Array.from(ids, (_, j) => j), blockTable: table(ids.length), contextLen: 0, wantHidden: true,
+  }));
+  for (const e of extra) rows.push({ ...e, blockTable: table(e.tokens.length) });
+  const res = await model.step({ rows });
+  for (const r of res.rows) if (r.error) throw new Error(`${r.requestId}: ${r.error}`);
+  return { hidden: prompts.map((_, i) => res.rows[i].hidden), extra: res.rows.slice(prompts.length) };
+}
+
+async function poolChecks(addon, device) {
+  if (!existsSync(EMBED_REF)) return;
+  const ref = JSON.parse(readFileSync(EMBED_REF, 'utf8'));
+  for (const [name, m] of Object.entries(ref.models)) {
+    for (const precision of ['exact', 'fast']) {
+      const label = `${name} ${precision}`;
+      const model = load(addon, join(MODEL_ROOT, name), { threads: 2, kvCacheBytes: FIXTURE_KV, precision, device }, 'pool', label);
+      if (!model) continue;
+      await guard('pool', label, async () => {
+        const alone = [];
+        for (const ids of m.ids) alone.push((await pooledStep(model, [ids])).hidden[0]);
+        let worstCos = 1, worstDiff = 0;
+        m.ids.forEach((_, i) => {
+          const got = unit(alone[i]), want = m.embeddings[i];
+          let d = 0, na = 0, nb = 0;
+          for (let j = 0; j < got.length; j++) (d += got[j] * want[j]), (na += got[j] ** 2), (nb += want[j] ** 2);
+          worstCos = Math.min(worstCos, d / Math.sqrt(na * nb));
+          worstDiff = Math.max(worstDiff, maxAbsDiff(got, want));
+        });
+        const ok = precision === 'exact' ? worstCos > 0.9999 && worstDiff < 2e-4 : worstCos > 0.999;
+        report(ok ? 'PASS' : 'FAIL', 'pool', `${label} parity`, `min cosine ${(1 - worstCos).toExponential(2)} from 1, max |diff| ${fmt(worstDiff)}`);
+        const together = (await pooledStep(model, m.ids)).hidden;
+        const same = m.ids.every((_, i) => bitwiseEqual(together[i], alone[i]));
+        report(same ? 'PASS' : 'FAIL', 'pool', `${label} batch`, same ? 'all texts in one step: bitwise as each alone' : 'a text pooled in a batch differs from alone');
+        if (model.info().embeddingOnly) return;
+        const a = m.ids[0];
+        const sampler = { requestId: 's', tokens: Int32Array.from(a), positions: Int32Array.from(a, (_, j) => j), contextLen: 0, sample: GREEDY };
+        const soloTok = (await pooledStep(model, [], [sampler])).extra[0].token;
+        const mixed = await pooledStep(model, [m.ids[1]], [sampler]);
+        const mixOk = mixed.extra[0].token === soloTok && bitwiseEqual(mixed.hidden[0], alone[1]);
+        report(mixOk ? 'PASS' : 'FAIL', 'pool', `${label} mixed`, mixOk ? 'a pooled row beside a sampling row: both as alone' : 'a pooled row and a sampling row disturb each other');
+      });
+      model.close();
+    }
+  }
+}
 
 // ---------------------------------------------------------------- reporting
 
@@ -797,6 +862,7 @@ async function main() {
     }
   }
 
+  if (want('pool')) await poolChecks(addon, o.device);
   if (want('rope')) {
     if (o.device === 'cuda') for (const fx of models.filter((f) => /^(llama|qwen2)-q[48]$/.test(f.name))) await ropeEpilogueChecks(addon, fx);
     else console.log('(RoPE-epilogue checks are CUDA-only: not run with --device cpu)');
