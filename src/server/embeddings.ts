@@ -7,6 +7,7 @@ import type { EngineLike, RequestHandle } from '../engine/engine.js';
 import { HttpError, badRequest } from './http-errors.js';
 import { EMBEDDING_LIMITS, type EmbeddingsRequest } from './embeddings-request.js';
 import { InvalidRequestError } from '../engine/errors.js';
+import { EngineUnavailableError } from '../engine/engine-errors.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import type { ServedModel } from './served-model.js';
 
@@ -80,10 +81,26 @@ export async function handleEmbeddings(
   res.once('close', onClose);
   const data: EmbeddingObject[] = new Array<EmbeddingObject>(r.inputs.length);
   let next = 0;
+  // A full waiting queue refuses an input while this request has others in the engine: it waits for
+  // one of them to end instead (a request is not failed by its own inputs).
+  let freed: () => void = () => undefined;
+  let slot = new Promise<void>((resolve) => (freed = resolve));
+  const ended = () => {
+    freed();
+    slot = new Promise<void>((resolve) => (freed = resolve));
+  };
   const worker = async (): Promise<void> => {
     while (next < r.inputs.length && !gone) {
       const i = next++;
-      data[i] = { object: 'embedding', index: i, embedding: await embedOne(engine, r, i, dims, handles) };
+      for (;;) {
+        try {
+          data[i] = { object: 'embedding', index: i, embedding: await embedOne(engine, r, i, dims, handles, ended) };
+          break;
+        } catch (err) {
+          if (!(err instanceof EngineUnavailableError && err.reason === 'overloaded' && handles.size > 0)) throw err;
+          await slot; // resolved only when one of this request's inputs leaves the engine
+        }
+      }
     }
   };
   try {
@@ -100,7 +117,14 @@ export async function handleEmbeddings(
   sendJson(res, 200, body);
 }
 
-async function embedOne(engine: EngineLike, r: EmbeddingsRequest, i: number, dims: number, handles: Set<RequestHandle>): Promise<number[] | string> {
+async function embedOne(
+  engine: EngineLike,
+  r: EmbeddingsRequest,
+  i: number,
+  dims: number,
+  handles: Set<RequestHandle>,
+  ended: () => void,
+): Promise<number[] | string> {
   let h: RequestHandle;
   try {
     h = engine.submit({ promptIds: r.inputs[i]!, params: POOLING_PARAMS, embed: true });
@@ -120,5 +144,6 @@ async function embedOne(engine: EngineLike, r: EmbeddingsRequest, i: number, dim
     throw new HttpError(500, `input[${i}]: the request ended without a result`, 'server_error', null, 'no_embedding');
   } finally {
     handles.delete(h);
+    ended();
   }
 }
