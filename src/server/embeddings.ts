@@ -106,7 +106,8 @@ export async function handleEmbeddings(
   try {
     await Promise.all(Array.from({ length: Math.min(EMBEDDING_LIMITS.maxInFlight, r.inputs.length) }, worker));
   } catch (err) {
-    for (const h of handles) h.abort(); // one input failed: the others stop too
+    gone = true; // one input failed: the others stop too, and no new one starts
+    for (const h of handles) h.abort();
     throw err;
   } finally {
     res.off('close', onClose);
