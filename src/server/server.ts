@@ -10,11 +10,11 @@ import { ServerMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
-import { embeddingModelRefusal, embeddingsDisabled, handleEmbeddings } from './embeddings.js';
-import { parseEmbeddingsRequest } from './embeddings-request.js';
 import { loadRequestImages } from './images.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
+import { embeddingModelRefusal, embeddingsDisabled, handleEmbeddings } from './embeddings.js';
+import { parseEmbeddingsRequest } from './embeddings-request.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
 
@@ -53,11 +53,11 @@ const ROUTES: Record<string, string[]> = {
   '/health': ['GET'],
   '/health/ready': ['GET'],
   '/v1/models': ['GET'],
+  '/v1/embeddings': ['POST'],
   '/v1/status': ['GET'],
   '/metrics': ['GET'],
   '/v1/chat/completions': ['POST'],
   '/v1/completions': ['POST'],
-  '/v1/embeddings': ['POST'],
 };
 
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
@@ -220,6 +220,13 @@ export function createServer(options: ServerOptions): RapidServer {
       case '/v1/status':
         sendJson(res, 200, { model: model.id, ...(model.device ? { device: model.device } : {}), uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
         return;
+      case '/v1/embeddings': {
+        if (!model.embeddings) throw embeddingsDisabled(model);
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await handleEmbeddings(engine, model, model.embeddings.size, res, await parseEmbeddingsRequest(body, model, model.embeddings), sendJson);
+        return;
+      }
       case '/metrics': {
         const text = metrics.render(engine.stats(), model.id);
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
@@ -235,13 +242,6 @@ export function createServer(options: ServerOptions): RapidServer {
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
         const g = path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model)) : await parseCompletionRequest(body, model);
         await handleGeneration(ctx, res, g);
-        return;
-      }
-      case '/v1/embeddings': {
-        if (!model.embeddings) throw embeddingsDisabled(model);
-        const body = await readJson(req, maxBody, limits, maxJsonValues);
-        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
-        await handleEmbeddings(engine, model, model.embeddings.size, res, await parseEmbeddingsRequest(body, model, model.embeddings), sendJson);
         return;
       }
     }

@@ -15,18 +15,18 @@
 //            logits max rel diff <= 1e-3 (exact) / 0.2 (fast, greedy agreement reported);
 //   errors   bad rows (token outside the vocabulary, too few blocks) fail alone while good rows run;
 //            on CUDA, a KV budget larger than device memory is a clear load error;
+//   pool     the pooled hidden states (wantHidden rows) of test/fixtures/embeddings/reference.json's models against
+//            transformers' last-token pooling (exact: cosine > 0.9999 and max |diff| < 2e-4 after L2 normalisation;
+//            fast: cosine > 0.999), each text alone vs all in one step (bitwise), and next to a sampling row;
 //   device   (CUDA only) systemInfo().cuda lists a device; loaded models report device 'cuda'.
 //   ahead    (CUDA only) the step the GPU runs ahead (the next token of every row, before the host has it) never
 //            changes a result: a scripted run (greedy and seeded draws, a row joining and one ending, a fed token
 //            that is not the sampled one, a draw that changes mid-run, block boundaries) gives the same tokens
 //            with RAPID_CUDA_AHEAD=0 as by default, exact and fast.
-//   pool     the pooled hidden states (wantHidden rows) of test/fixtures/embeddings/reference.json's models against
-//            transformers' last-token pooling (exact: cosine > 0.9999 and max |diff| < 2e-4 after L2 normalisation;
-//            fast: cosine > 0.999), each text alone vs all in one step (bitwise), and next to a sampling row;
 //   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
 //            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,pool] [--filter REGEX]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX]
 //          [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -72,7 +72,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,pool] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -862,7 +862,6 @@ async function main() {
     }
   }
 
-  if (want('pool')) await poolChecks(addon, o.device);
   if (want('rope')) {
     if (o.device === 'cuda') for (const fx of models.filter((f) => /^(llama|qwen2)-q[48]$/.test(f.name))) await ropeEpilogueChecks(addon, fx);
     else console.log('(RoPE-epilogue checks are CUDA-only: not run with --device cpu)');
@@ -871,6 +870,8 @@ async function main() {
     if (o.device === 'cuda') for (const fx of models.filter((f) => /^(qwen2-f32|llama-q4|gemma3-q8)$/.test(f.name))) await aheadChecks(addon, fx);
     else console.log('(step-ahead checks are CUDA-only: not run with --device cpu)');
   }
+
+  if (want('pool')) await poolChecks(addon, o.device);
 
   const count = (s) => results.filter((r) => r.status === s).length;
   const [passed, failed, skipped] = [count('PASS'), count('FAIL'), count('SKIP')];
