@@ -81,6 +81,9 @@ export interface SubmitOptions {
   keepSpecialTokens?: boolean;
   /** The request's images (placeholder spans in promptIds) and its mRoPE positions. */
   multimodal?: MultimodalInput;
+  /** Pooling (embeddings): a prefill-only request whose done event carries the last prompt token's
+   *  hidden state (EngineDone.embedding); params are ignored, its KV is freed when it ends. */
+  embed?: boolean;
 }
 
 export interface RequestHandle {
@@ -245,9 +248,10 @@ export class Engine implements EngineLike {
     if (this.unhealthy !== null) throw new EngineUnavailableError(`the engine is unhealthy: ${this.unhealthy}`, 'unhealthy', 5);
     const prompt = options.promptIds;
     if (prompt.length === 0) throw new InvalidRequestError('the prompt is empty', 'prompt');
-    if (prompt.length >= this.contextLength) {
+    // A pooling request generates nothing: its prompt may fill the whole context.
+    if (prompt.length > this.contextLength - (options.embed === true ? 0 : 1)) {
       throw new InvalidRequestError(
-        `the prompt is ${prompt.length} tokens; this model's context is ${this.contextLength} tokens (including at least one generated token). Shorten the prompt.`,
+        `the prompt is ${prompt.length} tokens; this model's context is ${this.contextLength} tokens${options.embed === true ? '' : ' (including at least one generated token)'}. Shorten the prompt.`,
         'prompt',
       );
     }
@@ -274,13 +278,14 @@ export class Engine implements EngineLike {
       id,
       promptIds: prompt,
       params: options.params,
-      maxTotalTokens: Math.min(this.contextLength, prompt.length + options.params.maxTokens),
+      maxTotalTokens: options.embed === true ? prompt.length : Math.min(this.contextLength, prompt.length + options.params.maxTokens),
       stopTokenIds: this.stopTokenIds,
       text: this.newTextStream(options.keepSpecialTokens ? { keepSpecialTokens: true } : undefined),
       cacheSalt: options.cacheSalt,
       grammar: options.grammar,
       multimodal: options.multimodal,
       imageSpans,
+      embed: options.embed,
     });
     this.scheduler.add(req); // throws when the queue is full
     this.requests.set(id, req);
@@ -731,7 +736,8 @@ export class Engine implements EngineLike {
         if (e.embeds !== undefined) row.embeds = e.embeds;
         if (e.bidirectional !== undefined) row.bidirectional = e.bidirectional;
       }
-      if (s.sample) {
+      if (s.sample && req.embed) row.wantHidden = true; // its last prompt token: pooled, not sampled
+      else if (s.sample) {
         row.sample = req.sampleParams();
         if (spec.has(req)) row.sample.logprobs = SPECULATION_CANDIDATES; // no mask: its ranked candidates
         else if (late && req.grammar !== null) row.sample.bitmask = 'pending';
@@ -800,6 +806,14 @@ export class Engine implements EngineLike {
       if (req.status !== 'running') continue; // aborted while the step ran, or failed above
       const r = byId.get(req.id);
       if (!row.sample) continue;
+      if (req.embed) {
+        if (r?.hidden === undefined) this.failRequest(req, new EngineRequestError('the step returned no hidden state for this request', 'step_failed'));
+        else {
+          req.embedding = r.hidden;
+          this.end(req, 'stop'); // prefill only: its KV blocks are freed now (full ones stay in the prefix cache)
+        }
+        continue;
+      }
       if (r?.token === undefined) {
         this.failRequest(req, new EngineRequestError('the step returned no token for this request', 'sampler_failed'));
         continue;

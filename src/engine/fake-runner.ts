@@ -311,7 +311,7 @@ export class FakeModel implements NativeModel {
         const p = mrope ? [row.positions[i]!, row.positions[n + i]!, row.positions[2 * n + i]!] : null;
         this.kvSig[slot] = signature(pos, e, deep, p, bidi[i] === 1);
       }
-      if (!row.sample) {
+      if (!row.sample && !row.wantHidden) {
         out.push({ requestId: row.requestId });
         continue;
       }
@@ -324,6 +324,12 @@ export class FakeModel implements NativeModel {
         if (this.kvPos[slot] !== pos) throw new Error(`${row.requestId}: KV slot for position ${pos} holds position ${this.kvPos[slot]}`);
         ctx[pos] = this.kvToken[slot]!;
         sigs[pos] = this.kvSig[slot]!;
+      }
+      if (!row.sample) {
+        // Pooling: a hidden state that is a function of the context alone (batch invariance is checkable).
+        const h = this.hashItems(ctx, sigs);
+        out.push({ requestId: row.requestId, hidden: Float32Array.from({ length: HIDDEN }, (_, k) => ((h >>> (k % 24)) & 255) / 64 - 2 + k / HIDDEN) });
+        continue;
       }
       const s = row.sample;
       const h = this.hashItems(ctx, sigs);

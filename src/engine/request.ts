@@ -29,6 +29,8 @@ export interface EngineDone {
   usage: { promptTokens: number; completionTokens: number; totalTokens: number; cachedTokens: number };
   timings: { queueMs: number; ttftMs: number; totalMs: number; decodeTokensPerSecond: number };
   preemptions: number;
+  /** A pooling request (SubmitOptions.embed): the prompt's last hidden state after the final norm. */
+  embedding?: Float32Array;
 }
 
 export type EngineEvent = EngineDelta | EngineDone;
@@ -93,6 +95,8 @@ export interface RequestInit {
   /** Images (spans checked by checkMultimodal) and mRoPE positions of this request. */
   multimodal?: MultimodalInput;
   imageSpans?: ImageSpan[];
+  /** Pooling: the prompt is computed, its last hidden state returned, nothing sampled. */
+  embed?: boolean;
 }
 
 export class EngineRequest {
@@ -105,6 +109,9 @@ export class EngineRequest {
   readonly multimodal: MultimodalInput | null;
   /** Image placeholder spans of the prompt, in order (empty for text-only requests). */
   readonly imageSpans: readonly ImageSpan[];
+  /** Pooling request: prefill only; its last row returns the hidden state instead of a token. */
+  readonly embed: boolean;
+  embedding: Float32Array | null = null;
   /** Embeddings of spans (by index) held while a prefill still has to compute them. */
   readonly imageEmbeddings = new Map<number, NativeImageEmbedding>();
   /** Every known token: prompt, then output. */
@@ -142,6 +149,7 @@ export class EngineRequest {
     this.grammar = init.grammar ?? null;
     this.multimodal = init.multimodal ?? null;
     this.imageSpans = init.imageSpans ?? [];
+    this.embed = init.embed === true;
     this.tokens = [...init.promptIds];
     this.detok = init.text;
     this.stops = new StopMatcher({ stopStrings: init.params.stop });
@@ -243,6 +251,7 @@ export class EngineRequest {
         decodeTokensPerSecond: decodeMs > 0 && this.output.length > 1 ? ((this.output.length - 1) / decodeMs) * 1000 : 0,
       },
       preemptions: this.preemptions,
+      ...(this.embedding !== null ? { embedding: this.embedding } : {}),
     });
     this.events.end();
   }

@@ -17,6 +17,8 @@ export interface FamilySpec {
   /** Values the native loader assumes when the text config omits them (transformers class defaults). */
   textDefaults?: Record<string, number>;
   vision?: VisionFamily;
+  /** An embedding model: the decoder without an LM head (keys may have no "model." prefix); serves /v1/embeddings only. */
+  embeddingOnly?: boolean;
 }
 
 const qwen3 = { qkvBias: 'attention_bias', oBias: 'attention_bias', qkNorm: true, sandwichNorms: false } as const;
@@ -50,6 +52,7 @@ const mistral3 = { ...plain, family: 'mistral3', qkvBias: 'never', oBias: 'never
 export const FAMILIES: Record<string, FamilySpec> = {
   Qwen2ForCausalLM: { ...plain, family: 'qwen2', modelType: 'qwen2', qkvBias: 'always', oBias: 'never', qkNorm: false, sandwichNorms: false },
   Qwen3ForCausalLM: { ...plain, ...qwen3, family: 'qwen3', modelType: 'qwen3' },
+  Qwen3Model: { ...plain, ...qwen3, family: 'qwen3', modelType: 'qwen3', embeddingOnly: true },
   LlamaForCausalLM: { ...plain, ...llama, family: 'llama', modelType: 'llama' },
   MistralForCausalLM: { ...plain, ...llama, family: 'llama', modelType: 'mistral' },
   Gemma3ForCausalLM: { ...gemma3, modelType: 'gemma3_text' },

@@ -187,15 +187,15 @@ function checkDecoder(c: CheckedConfig, e: Expect, m: string, head: string | und
   const kd = t.kvHeads * t.headDim;
   const s = c.spec;
   const hiddenWhy = `${w}hidden_size ${t.hidden}`;
-  expectModule(e, `${m}.embed_tokens`, [t.vocab, t.hidden], `${w}vocab_size ${t.vocab}, ${hiddenWhy}`);
+  expectModule(e, `${m}embed_tokens`, [t.vocab, t.hidden], `${w}vocab_size ${t.vocab}, ${hiddenWhy}`);
   if (head) expectModule(e, head, [t.vocab, t.hidden], `${w}vocab_size ${t.vocab}, ${hiddenWhy}`);
-  expectVector(e, `${m}.norm.weight`, t.hidden, hiddenWhy);
+  expectVector(e, `${m}norm.weight`, t.hidden, hiddenWhy);
   const qWhy = `${w}num_attention_heads ${t.heads} × ${t.headDimWhy}, ${hiddenWhy}`;
   const kWhy = `${w}num_key_value_heads ${t.kvHeads} × ${t.headDimWhy}, ${hiddenWhy}`;
   const qkvBias = s.qkvBias === 'always' || (s.qkvBias === 'attention_bias' && t.attentionBias);
   const oBias = s.oBias === 'attention_bias' && t.attentionBias;
   for (let i = 0; i < t.layers; i++) {
-    const p = `${m}.layers.${i}`;
+    const p = `${m}layers.${i}`;
     const norms = ['input_layernorm', 'post_attention_layernorm', ...(s.sandwichNorms ? ['pre_feedforward_layernorm', 'post_feedforward_layernorm'] : [])];
     for (const n of norms) expectVector(e, `${p}.${n}.weight`, t.hidden, hiddenWhy);
     expectModule(e, `${p}.self_attn.q_proj`, [qd, t.hidden], qWhy, qkvBias);
@@ -240,14 +240,14 @@ function checkGemma4(c: CheckedConfig, e: Expect, m: string): void {
   const H = t.hidden;
   const hw = `${w}hidden_size ${H}`;
   const L = t.layers;
-  expectModule(e, `${m}.embed_tokens`, [t.vocab, H], `${w}vocab_size ${t.vocab}, ${hw}`);
-  expectVector(e, `${m}.norm.weight`, H, hw);
+  expectModule(e, `${m}embed_tokens`, [t.vocab, H], `${w}vocab_size ${t.vocab}, ${hw}`);
+  expectVector(e, `${m}norm.weight`, H, hw);
   const ple = num('hidden_size_per_layer_input');
   if (ple > 0) {
     const pw = `${w}num_hidden_layers ${L} × ${w}hidden_size_per_layer_input ${ple}`;
-    expectModule(e, `${m}.embed_tokens_per_layer`, [num('vocab_size_per_layer_input'), L * ple], `${w}vocab_size_per_layer_input ${num('vocab_size_per_layer_input')}, ${pw}`);
-    expectModule(e, `${m}.per_layer_model_projection`, [L * ple, H], `${pw}, ${hw}`);
-    expectVector(e, `${m}.per_layer_projection_norm.weight`, ple, `${w}hidden_size_per_layer_input ${ple}`);
+    expectModule(e, `${m}embed_tokens_per_layer`, [num('vocab_size_per_layer_input'), L * ple], `${w}vocab_size_per_layer_input ${num('vocab_size_per_layer_input')}, ${pw}`);
+    expectModule(e, `${m}per_layer_model_projection`, [L * ple, H], `${pw}, ${hw}`);
+    expectVector(e, `${m}per_layer_projection_norm.weight`, ple, `${w}hidden_size_per_layer_input ${ple}`);
   }
   const types = Array.isArray(tc.layer_types) ? (tc.layer_types as string[]) : undefined;
   const plc = tc.per_layer_config && typeof tc.per_layer_config === 'object' ? (tc.per_layer_config as Record<string, { head_dim?: number; num_key_value_heads?: number }>) : undefined;
@@ -256,9 +256,9 @@ function checkGemma4(c: CheckedConfig, e: Expect, m: string): void {
   const firstShared = L - shared;
   const doubleWide = tc.use_double_wide_mlp === true;
   const moe = tc.enable_moe_block === true;
-  const anyScalar = [...e.tensors.keys()].some((n) => n.startsWith(`${m}.layers.`) && n.endsWith('.layer_scalar'));
+  const anyScalar = [...e.tensors.keys()].some((n) => n.startsWith(`${m}layers.`) && n.endsWith('.layer_scalar'));
   for (let i = 0; i < L; i++) {
-    const p = `${m}.layers.${i}`;
+    const p = `${m}layers.${i}`;
     const full = i === L - 1 || (types ? types[i] === 'full_attention' : (i + 1) % 6 === 0);
     let hd = t.headDim;
     let kv = t.kvHeads;
@@ -318,7 +318,7 @@ function checkGemma4(c: CheckedConfig, e: Expect, m: string): void {
 function checkNoExtras(c: CheckedConfig, e: Expect, m: string, fields: string): void {
   for (const name of e.tensors.keys())
     // Older exports keep RoPE's inv_freq buffer; the loader recomputes it from rope_theta.
-    if (name.startsWith(`${m}.layers.`) && !e.seen.has(name) && !name.endsWith('rotary_emb.inv_freq'))
+    if (name.startsWith(`${m}layers.`) && !e.seen.has(name) && !name.endsWith('rotary_emb.inv_freq'))
       fail(`unexpected tensor ${name}: the ${c.arch} decoder does not read it with this config.json (check ${fields})`);
 }
 
@@ -337,11 +337,13 @@ export function validateCheckpoint(dir: string): CheckedConfig {
   const tensors = readCheckpointTensors(dir);
   checkGeneric(tensors, checked.quant);
   const t = checked.text;
-  const m = DECODER_PREFIXES.find((p) => [...tensors.keys()].some((n) => n.startsWith(`${p}.embed_tokens.`) || n.startsWith(`${p}.layers.`)));
-  if (!m) fail(`missing tensor model.embed_tokens.weight (no text decoder found: tried prefixes ${DECODER_PREFIXES.map((p) => `${p}.`).join(', ')})`);
-  checkLayerCount(tensors, `${m}.layers.`, t.layers, `${t.where}num_hidden_layers`);
+  // m: the decoder's key prefix with its dot ("model."), or "" for a bare decoder (Qwen3Model, as Qwen3-Embedding ships).
+  const prefixes = [...DECODER_PREFIXES.map((p) => `${p}.`), ...(checked.spec.embeddingOnly ? [''] : [])];
+  const m = prefixes.find((p) => [...tensors.keys()].some((n) => n.startsWith(`${p}embed_tokens.`) || n.startsWith(`${p}layers.`)));
+  if (m === undefined) fail(`missing tensor model.embed_tokens.weight (no text decoder found: tried prefixes ${prefixes.map((p) => p || '(none)').join(', ')})`);
+  checkLayerCount(tensors, `${m}layers.`, t.layers, `${t.where}num_hidden_layers`);
   const head = t.tie ? undefined : HEAD_PREFIXES.find((h) => tensors.has(`${h}.weight`) || tensors.has(`${h}.scales`));
-  if (!t.tie && t.tieExplicit && !head) fail(`missing tensor ${HEAD_PREFIXES.map((h) => `${h}.weight`).join(' or ')}: config.json says tie_word_embeddings is false`);
+  if (!t.tie && t.tieExplicit && !head && !checked.spec.embeddingOnly) fail(`missing tensor ${HEAD_PREFIXES.map((h) => `${h}.weight`).join(' or ')}: config.json says tie_word_embeddings is false`);
   if (checked.spec.decoder === 'generic') checkDecoder(checked, { tensors, quant: checked.quant, seen: new Set() }, m, head);
   else checkGemma4(checked, { tensors, quant: checked.quant, seen: new Set() }, m);
   if (checked.vision) {

@@ -38,6 +38,9 @@ export interface NativeStepRow {
   contextLen: number; // tokens already in KV before this step
   sample?: NativeSampleParams;
   wantLogits?: boolean; // tests/diagnostics: return raw logits for every token of this row
+  /** Pooling (embeddings): return the hidden state after the final norm of this row's last token
+   *  (NativeStepRowResult.hidden) instead of sampling; such a row has no sample and no wantLogits. */
+  wantHidden?: boolean;
   embeds?: NativeRowEmbeds;
   /** [2k] pairs [start, end) of row token offsets whose tokens attend to each other both ways
    * (Gemma 3 image blocks during prefill); the engine never splits such a block across steps. */
@@ -68,6 +71,7 @@ export interface NativeStepRowResult {
   logprob?: number;
   topLogprobs?: NativeTopLogprob[];
   logits?: Float32Array; // [tokens.length * vocab] when wantLogits
+  hidden?: Float32Array; // [hiddenSize] when wantHidden
   error?: string;
 }
 
@@ -103,6 +107,7 @@ export interface NativeModelInfo {
   device: 'cpu' | 'cuda'; // where the forward runs
   deviceName: string; // e.g. "NVIDIA H200"; on the CPU, what the runtime calls it
   deviceNote?: string; // why a CUDA build runs this model on the CPU (device auto)
+  embeddingOnly?: boolean; // an embedding model (Qwen3Model): no LM head; rows take wantHidden, never sample
   mropeSections?: number[]; // present iff positions are [3, n] (mRoPE)
   vision?: NativeVisionInfo; // present iff the checkpoint has a vision tower (loaded with the text model)
 }

@@ -6,6 +6,7 @@ import type { ChatMessage } from '../template/chat-template.js';
 import { detectToolFormat } from './tool-parsers/registry.js';
 import { modelDevice, type DeviceInfo, type ModelDevice } from '../engine/model-device.js';
 import type { PromptEncoderPool } from './prompt-encoder-pool.js';
+import type { ServedEmbeddings } from './embeddings-request.js';
 
 export type SamplingDefaults = RecommendedSampling;
 
@@ -39,6 +40,8 @@ export interface ServedModel {
   readonly vision?: ServedVision;
   /** Where the model runs (CPU or a CUDA device), for /v1/status; absent for stand-ins. */
   readonly device?: ModelDevice;
+  /** Present iff /v1/embeddings is served (an embedding model, or `rapid serve --embeddings`). */
+  readonly embeddings?: ServedEmbeddings;
 }
 
 /** /tokenize's options (the served routes use the defaults). */

@@ -17,6 +17,8 @@ import { createMessagesRoute } from './anthropic/messages-route.js';
 import { anthropicErrorBody, isMessagesPath } from './anthropic/messages-errors.js';
 import { jsonShapeProblem } from './json-shape.js';
 import { REQUEST_LIMITS } from './request-limits.js';
+import { embeddingModelRefusal, embeddingsDisabled, handleEmbeddings } from './embeddings.js';
+import { parseEmbeddingsRequest } from './embeddings-request.js';
 import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type ConnectionLimits } from './connection-limits.js';
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
 import { answerOptions, applyCorsHeaders, resolveCorsPolicy } from './cors.js';
@@ -63,6 +65,7 @@ const ROUTES: Record<string, string[]> = {
   '/health': ['GET'],
   '/health/ready': ['GET'],
   '/v1/models': ['GET'],
+  '/v1/embeddings': ['POST'],
   '/v1/status': ['GET'],
   '/metrics': ['GET'],
   '/v1/chat/completions': ['POST'],
@@ -262,6 +265,13 @@ export function createServer(options: ServerOptions): RapidServer {
       case '/v1/status':
         sendJson(res, 200, { model: model.id, ...(model.device ? { device: model.device } : {}), uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
         return;
+      case '/v1/embeddings': {
+        if (!model.embeddings) throw embeddingsDisabled(model);
+        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        await handleEmbeddings(engine, model, model.embeddings.size, res, await parseEmbeddingsRequest(body, model, model.embeddings), sendJson);
+        return;
+      }
       case '/metrics': {
         const text = metrics.render(engine.stats(), model.id);
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
@@ -278,6 +288,8 @@ export function createServer(options: ServerOptions): RapidServer {
       case '/v1/completions': {
         const body = await readJson(req, maxBody, limits, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        const refusal = embeddingModelRefusal(model, path);
+        if (refusal) throw refusal;
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
         const g =
           path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model), policy) : await parseCompletionRequest(body, model, policy);

@@ -15,6 +15,9 @@
 //            logits max rel diff <= 1e-3 (exact) / 0.2 (fast, greedy agreement reported);
 //   errors   bad rows (token outside the vocabulary, too few blocks) fail alone while good rows run;
 //            on CUDA, a KV budget larger than device memory is a clear load error;
+//   pool     the pooled hidden states (wantHidden rows) of test/fixtures/embeddings/reference.json's models against
+//            transformers' last-token pooling (exact: cosine > 0.9999 and max |diff| < 2e-4 after L2 normalisation;
+//            fast: cosine > 0.999), each text alone vs all in one step (bitwise), and next to a sampling row;
 //   device   (CUDA only) systemInfo().cuda lists a device; loaded models report device 'cuda'.
 //   ahead    (CUDA only) the step the GPU runs ahead (the next token of every row, before the host has it) never
 //            changes a result: a scripted run (greedy and seeded draws, a row joining and one ending, a fed token
@@ -246,6 +249,68 @@ const agreePrefix = (a, b) => {
   return k;
 };
 const fmt = (x) => (Number.isFinite(x) ? x.toExponential(2) : String(x));
+
+// ---------------------------------------------------------------- pooled hidden states (embeddings)
+
+const EMBED_REF = resolve(HERE, '..', 'fixtures', 'embeddings', 'reference.json');
+
+function unit(v) {
+  let s = 0;
+  for (const x of v) s += x * x;
+  const n = Math.sqrt(s);
+  return Array.from(v, (x) => x / n);
+}
+
+/** Hidden states of `prompts`, all prefilled in one step (wantHidden on each row); `extra` rows ride along. */
+async function pooledStep(model, prompts, extra = []) {
+  const bs = model.info().blockSize;
+  let next = 0;
+  const table = (n) => Int32Array.from({ length: Math.ceil(n / bs) }, () => next++);
+  const rows = prompts.map((ids, i) => ({
+    requestId: `p${i}`, tokens: Int32Array.from(ids), positions: Int32Array.from(ids, (_, j) => j), blockTable: table(ids.length), contextLen: 0, wantHidden: true,
+  }));
+  for (const e of extra) rows.push({ ...e, blockTable: table(e.tokens.length) });
+  const res = await model.step({ rows });
+  for (const r of res.rows) if (r.error) throw new Error(`${r.requestId}: ${r.error}`);
+  return { hidden: prompts.map((_, i) => res.rows[i].hidden), extra: res.rows.slice(prompts.length) };
+}
+
+async function poolChecks(addon, device) {
+  if (!existsSync(EMBED_REF)) return;
+  const ref = JSON.parse(readFileSync(EMBED_REF, 'utf8'));
+  for (const [name, m] of Object.entries(ref.models)) {
+    for (const precision of ['exact', 'fast']) {
+      const label = `${name} ${precision}`;
+      const model = load(addon, join(MODEL_ROOT, name), { threads: 2, kvCacheBytes: FIXTURE_KV, precision, device }, 'pool', label);
+      if (!model) continue;
+      await guard('pool', label, async () => {
+        const alone = [];
+        for (const ids of m.ids) alone.push((await pooledStep(model, [ids])).hidden[0]);
+        let worstCos = 1, worstDiff = 0;
+        m.ids.forEach((_, i) => {
+          const got = unit(alone[i]), want = m.embeddings[i];
+          let d = 0, na = 0, nb = 0;
+          for (let j = 0; j < got.length; j++) (d += got[j] * want[j]), (na += got[j] ** 2), (nb += want[j] ** 2);
+          worstCos = Math.min(worstCos, d / Math.sqrt(na * nb));
+          worstDiff = Math.max(worstDiff, maxAbsDiff(got, want));
+        });
+        const ok = precision === 'exact' ? worstCos > 0.9999 && worstDiff < 2e-4 : worstCos > 0.999;
+        report(ok ? 'PASS' : 'FAIL', 'pool', `${label} parity`, `min cosine ${(1 - worstCos).toExponential(2)} from 1, max |diff| ${fmt(worstDiff)}`);
+        const together = (await pooledStep(model, m.ids)).hidden;
+        const same = m.ids.every((_, i) => bitwiseEqual(together[i], alone[i]));
+        report(same ? 'PASS' : 'FAIL', 'pool', `${label} batch`, same ? 'all texts in one step: bitwise as each alone' : 'a text pooled in a batch differs from alone');
+        if (model.info().embeddingOnly) return;
+        const a = m.ids[0];
+        const sampler = { requestId: 's', tokens: Int32Array.from(a), positions: Int32Array.from(a, (_, j) => j), contextLen: 0, sample: GREEDY };
+        const soloTok = (await pooledStep(model, [], [sampler])).extra[0].token;
+        const mixed = await pooledStep(model, [m.ids[1]], [sampler]);
+        const mixOk = mixed.extra[0].token === soloTok && bitwiseEqual(mixed.hidden[0], alone[1]);
+        report(mixOk ? 'PASS' : 'FAIL', 'pool', `${label} mixed`, mixOk ? 'a pooled row beside a sampling row: both as alone' : 'a pooled row and a sampling row disturb each other');
+      });
+      model.close();
+    }
+  }
+}
 
 // ---------------------------------------------------------------- reporting
 
@@ -855,6 +920,8 @@ async function main() {
     if (o.device === 'cuda') for (const fx of models.filter((f) => /^(qwen2-f32|llama-q4|gemma3-q8)$/.test(f.name))) await aheadChecks(addon, fx);
     else console.log('(step-ahead checks are CUDA-only: not run with --device cpu)');
   }
+
+  if (want('pool')) await poolChecks(addon, o.device);
 
   const count = (s) => results.filter((r) => r.status === s).length;
   const [passed, failed, skipped] = [count('PASS'), count('FAIL'), count('SKIP')];

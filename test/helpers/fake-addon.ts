@@ -9,7 +9,7 @@ export const H200 = { index: 0, name: 'NVIDIA H200', totalBytes: 150_110_000_000
 
 export interface FakeAddonSpec {
   name: string; // file name stem; also the addon's version string
-  abi?: number; // default 4
+  abi?: number; // default 5 (NATIVE_ABI)
   cuda?: NativeCudaInfo; // default: the CPU-only build's answer
 }
 
@@ -24,7 +24,7 @@ export function writeFakeAddon(dir: string, spec: FakeAddonSpec): string {
 const calls = [];
 const cuda = ${JSON.stringify(cuda)};
 module.exports = {
-  abi: ${spec.abi ?? 4},
+  abi: ${spec.abi ?? 5},
   version: ${JSON.stringify(spec.name)},
   calls,
   systemInfo: () => ({ simd: ['avx2', 'fma'], kernel: 'avx2', threads: 2, cuda }),

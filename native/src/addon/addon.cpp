@@ -13,7 +13,7 @@
 namespace rapid {
 namespace {
 
-constexpr int kAbi = 4;  // must equal NATIVE_ABI in src/native/binding.ts
+constexpr int kAbi = 5;  // must equal NATIVE_ABI in src/native/binding.ts
 constexpr const char* kVersion = "0.1.0";
 
 std::string str_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {

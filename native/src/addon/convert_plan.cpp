@@ -60,13 +60,14 @@ struct Where {
 
 // The names a plan uses.
 struct Keys {
-  Key rows, request_id, tokens, positions, block_table, context_len, sample, want_logits, embeds, offsets, data,
+  Key rows, request_id, tokens, positions, block_table, context_len, sample, want_logits, want_hidden, embeds, offsets, data,
       deepstack, bidirectional, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
       frequency_penalty, seed, counter, logprobs, prompt_tokens, output_tokens, bitmask, logit_bias, values,
       pending_masks, step_id, timeout_ms;
   explicit Keys(Napi::Env e)
       : rows(e, "rows"), request_id(e, "requestId"), tokens(e, "tokens"), positions(e, "positions"),
         block_table(e, "blockTable"), context_len(e, "contextLen"), sample(e, "sample"), want_logits(e, "wantLogits"),
+        want_hidden(e, "wantHidden"),
         embeds(e, "embeds"), offsets(e, "offsets"), data(e, "data"), deepstack(e, "deepstack"),
         bidirectional(e, "bidirectional"), temperature(e, "temperature"), top_p(e, "topP"), top_k(e, "topK"),
         min_p(e, "minP"), repetition_penalty(e, "repetitionPenalty"), presence_penalty(e, "presencePenalty"),
@@ -163,6 +164,8 @@ void row_from_js(const Napi::Object& r, const Keys& k, uint32_t i, StepRow& row)
   }
   Napi::Value wl = r.Get(k.want_logits.js);
   row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
+  Napi::Value wh = r.Get(k.want_hidden.js);
+  row.want_hidden = wh.IsBoolean() && wh.As<Napi::Boolean>().Value();
   // Copies: the step runs on a worker thread after this call returns.
   Napi::Value em = r.Get(k.embeds.js);
   if (!em.IsUndefined() && !em.IsNull()) {
@@ -287,6 +290,11 @@ Napi::Object result_to_js(Napi::Env env, StepResult& r) {
       Napi::Float32Array a = Napi::Float32Array::New(env, rr.logits.size());
       std::memcpy(a.Data(), rr.logits.data(), rr.logits.size() * sizeof(float));
       o.Set("logits", a);
+    }
+    if (!rr.hidden.empty()) {
+      Napi::Float32Array a = Napi::Float32Array::New(env, rr.hidden.size());
+      std::memcpy(a.Data(), rr.hidden.data(), rr.hidden.size() * sizeof(float));
+      o.Set("hidden", a);
     }
     rows.Set(uint32_t(i), o);
   }

@@ -152,6 +152,7 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
   o.Set("device", rt_->device);
   o.Set("deviceName", rt_->device_name);
   if (!rt_->device_note.empty()) o.Set("deviceNote", rt_->device_note);
+  if (m.embedding_only) o.Set("embeddingOnly", Napi::Boolean::New(env, true));
   if (!m.mrope_sections.empty()) {
     Napi::Array a = Napi::Array::New(env, m.mrope_sections.size());
     for (size_t i = 0; i < m.mrope_sections.size(); ++i) a.Set(uint32_t(i), Napi::Number::New(env, m.mrope_sections[i]));

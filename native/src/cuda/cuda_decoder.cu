@@ -189,7 +189,7 @@ int64_t batch_keys(const std::vector<SeqSpan>& spans) {
 }
 
 bool same_batch(const Batch& a, const OwnedBatch& b) {
-  if (!b.valid || !a.embeds.empty() || a.tokens != b.tokens || a.positions != b.positions ||
+  if (!b.valid || !a.embeds.empty() || !a.hidden_rows.empty() || a.tokens != b.tokens || a.positions != b.positions ||
       a.logit_rows != b.logit_rows || a.spans.size() != b.spans.size())
     return false;
   for (size_t i = 0; i < a.spans.size(); ++i) {
@@ -263,7 +263,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   DeviceLogits* device_logits() override { return this; }
   bool ahead() const override { return ahead_.live && ahead_.hit; }
 
-  void forward(const Batch& b, KvPool& kv, ThreadPool&, Precision prec, float* logits) override {
+  void forward(const Batch& b, KvPool& kv, ThreadPool& pool, Precision prec, float* logits) override {
     if (logits) throw std::logic_error("CUDA model: logits stay on the device (forward takes no host buffer)");
     if (prec != precision_)
       throw std::logic_error("CUDA model: loaded for one precision, asked to run another (its weight layout is per precision)");
@@ -299,11 +299,28 @@ class CudaDecoder final : public Model, public DeviceLogits {
     if (embeds) upload_embeds(b);
     if (embeds) enqueue(T, m, int64_t(b.embeds.size()), math_mode(), keys);
     else launch_forward(T, m, keys);
+    if (!b.hidden_rows.empty()) copy_hidden(b, pool);
     // A step that samples nothing (a prefill chunk) still reports its failures in this step.
     if (m == 0) check(cudaStreamSynchronize(stream_), "forward");
     // The next step may be enqueued ahead from it: only if every row samples (try_ahead's first condition), so a
     // prefill chunk's tokens are not copied for nothing.
     else if (!embeds && ahead_max_rows_ > 0 && m == int64_t(b.spans.size())) last_.assign(b);
+  }
+
+  // Pooled rows: their residual rows (h holds the whole step's stream after the last layer: the head reads it and
+  // leaves it as is) come to the host and take the final norm there, as the CPU decoder's final_hidden does. A few
+  // rows of hidden floats per step; waits for the forward.
+  void copy_hidden(const Batch& b, ThreadPool& pool) {
+    const int64_t H = cfg_.hidden, n = int64_t(b.hidden_rows.size()), T = int64_t(b.tokens.size());
+    const float* h = scratch_.as<float>(off_h_);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t t = b.hidden_rows[size_t(i)];
+      if (t < 0 || t >= T) throw std::out_of_range("CUDA model: hidden row out of range");
+      check(cudaMemcpyAsync(b.hidden + i * H, h + t * H, size_t(H) * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+            "copy hidden rows to host");
+    }
+    check(cudaStreamSynchronize(stream_), "forward (hidden copy)");
+    rms_norm_rows(pool, b.hidden, b.hidden, n, *parts_.final_norm);
   }
 
   void copy_rows(const std::vector<int64_t>& rows, float* out) override {

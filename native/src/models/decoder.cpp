@@ -71,11 +71,14 @@ static bool has_module(const Checkpoint& ckpt, const std::string& path) {
 
 DecoderNames find_decoder_names(const Checkpoint& ckpt, bool tie_word_embeddings) {
   DecoderNames n;
+  bool found = false;
   for (const char* p : {"model", "language_model.model", "model.language_model"})
-    if (has_module(ckpt, std::string(p) + ".embed_tokens")) { n.model = p; break; }
-  if (n.model.empty())
+    if (has_module(ckpt, std::string(p) + ".embed_tokens")) { n.model = p; found = true; break; }
+  // A bare decoder saved without its causal-LM wrapper (Qwen3-Embedding's Qwen3Model): no prefix.
+  if (!found && has_module(ckpt, "embed_tokens")) found = true;
+  if (!found)
     throw std::runtime_error("missing tensor embed_tokens.weight in " + ckpt.dir() +
-                             " (tried prefixes model., language_model.model., model.language_model.)");
+                             " (tried prefixes model., language_model.model., model.language_model., none)");
   if (!tie_word_embeddings)
     for (const char* h : {"lm_head", "language_model.lm_head"})
       if (has_module(ckpt, h)) { n.head = h; break; }
@@ -90,11 +93,11 @@ class DecoderModel final : public Model {
                const DecoderNames& names, ModelInfo info, std::unique_ptr<VisionEncoder> vision)
       : ckpt_(std::move(ckpt)), cfg_(std::move(cfg)), info_(std::move(info)), vision_(std::move(vision)) {
     const Checkpoint& c = *ckpt_;
-    const std::string& m = names.model;
+    const std::string m = names.model.empty() ? "" : names.model + ".";  // key prefix, with its dot
     const DecoderConfig& d = cfg_;
-    embed_ = load_embedding(c, qc, m + ".embed_tokens");
+    embed_ = load_embedding(c, qc, m + "embed_tokens");
     if (embed_.out != d.vocab || embed_.in != d.hidden)
-      throw std::runtime_error("module " + m + ".embed_tokens has shape [" + std::to_string(embed_.out) + ", " +
+      throw std::runtime_error("module " + m + "embed_tokens has shape [" + std::to_string(embed_.out) + ", " +
                                std::to_string(embed_.in) + "], expected [" + std::to_string(d.vocab) + ", " +
                                std::to_string(d.hidden) + "]");
     if (!names.head.empty()) {
@@ -102,11 +105,11 @@ class DecoderModel final : public Model {
     } else {
       head_ = embed_;  // tied: x · Eᵀ, quantized or not
     }
-    final_norm_ = load_norm(c, m + ".norm", d.hidden, d.rms_eps, d.norm_offset);
+    final_norm_ = load_norm(c, m + "norm", d.hidden, d.rms_eps, d.norm_offset);
     const int64_t qd = int64_t(d.n_heads) * d.head_dim, kd = int64_t(d.n_kv_heads) * d.head_dim;
     layers_.resize(size_t(d.n_layers));
     for (int i = 0; i < d.n_layers; ++i) {
-      const std::string p = m + ".layers." + std::to_string(i);
+      const std::string p = m + "layers." + std::to_string(i);
       DecoderLayer& L = layers_[size_t(i)];
       L.input_norm = load_norm(c, p + ".input_layernorm", d.hidden, d.rms_eps, d.norm_offset);
       L.post_attn_norm = load_norm(c, p + ".post_attention_layernorm", d.hidden, d.rms_eps, d.norm_offset);
@@ -139,6 +142,7 @@ class DecoderModel final : public Model {
     info_.quantization = qc.describe();
     info_.weight_bytes = ckpt_->mapped_bytes();
     info_.deepstack_layers = d.deepstack_layers;
+    info_.embedding_only = d.embedding_only;
     info_.mrope_sections = d.mrope_sections;
     info_.pos_axes = d.mrope_sections.empty() ? 1 : 3;
     if (d.deepstack_layers > d.n_layers)
@@ -229,6 +233,7 @@ class DecoderModel final : public Model {
     }
 
     head_logits(pool, h, H, b.logit_rows, final_norm_, head_, d.vocab, d.final_softcap, logits, prec);
+    final_hidden(pool, h, H, b.hidden_rows, final_norm_, b.hidden);
   }
 
  private:
@@ -278,6 +283,15 @@ std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, co
   return make_decoder(std::move(ckpt), qc, std::move(d), names, std::move(info), std::move(vision));
 }
 
+void final_hidden(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, const std::vector<int64_t>& rows,
+                  const NormWeight& final_norm, float* out) {
+  const int64_t m = int64_t(rows.size());
+  if (m == 0) return;
+  for (int64_t i = 0; i < m; ++i)
+    std::memcpy(out + i * hidden, h.data() + rows[size_t(i)] * hidden, size_t(hidden) * sizeof(float));
+  rms_norm_rows(pool, out, out, m, final_norm);
+}
+
 void head_logits(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, const std::vector<int64_t>& rows,
                  const NormWeight& final_norm, const Weight& head, int64_t vocab, float softcap, float* logits,
                  Precision prec) {
@@ -285,9 +299,7 @@ void head_logits(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, 
   const int64_t m = int64_t(rows.size());
   if (m == 0) return;
   std::vector<float> sel(static_cast<size_t>(m * hidden));  // [m, hidden]
-  for (int64_t i = 0; i < m; ++i)
-    std::memcpy(sel.data() + i * hidden, h.data() + rows[size_t(i)] * hidden, size_t(hidden) * sizeof(float));
-  rms_norm_rows(pool, sel.data(), sel.data(), m, final_norm);
+  final_hidden(pool, h, hidden, rows, final_norm, sel.data());
   matmul(pool, head, sel.data(), logits, m, prec);
   if (softcap > 0)
     for (int64_t i = 0; i < m * vocab; ++i) logits[i] = softcap * std::tanh(logits[i] / softcap);

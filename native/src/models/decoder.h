@@ -38,6 +38,7 @@ struct DecoderConfig {
   std::vector<RopeSpec> ropes;
   std::vector<int> mrope_sections;  // non-empty: positions are [3, n] (T, H, W) and ropes map sections to axes
   int deepstack_layers = 0;     // Qwen3-VL: decoder layers after which DeepStack features are added
+  bool embedding_only = false;  // Qwen3Model (Qwen3-Embedding): no LM head; ModelInfo::embedding_only
   // Llama-4 query scaling (Ministral 3), after RoPE: q *= 1 + beta·ln(1 + floor(pos / period)); beta 0 = off.
   float q_pos_beta = 0;
   int64_t q_pos_period = 0;
@@ -72,7 +73,7 @@ struct DecoderParts {
 
 // Key prefixes found in the checkpoint: the text decoder ("model.") and the head ("lm_head").
 struct DecoderNames {
-  std::string model;  // e.g. "model", "language_model.model", "model.language_model"
+  std::string model;  // e.g. "model", "language_model.model", "model.language_model"; "" for a bare Qwen3Model
   std::string head;   // e.g. "lm_head", "language_model.lm_head"; empty when tied/absent
 };
 
@@ -102,6 +103,10 @@ std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, co
 // True when the checkpoint holds vision-tower tensors in any supported layout (vision_tower.*,
 // model.vision_tower.*, visual.*, model.visual.*).
 bool has_vision_tower(const Checkpoint& ckpt);
+
+// The pooled output of a forward: out[i] = final_norm(h[rows[i]]) [rows.size(), hidden]. Nothing when rows is empty.
+void final_hidden(ThreadPool& pool, const std::vector<float>& h, int64_t hidden, const std::vector<int64_t>& rows,
+                  const NormWeight& final_norm, float* out);
 
 // The head of a forward: only the `rows` of h [T, hidden] go through final_norm and head, giving
 // logits [rows.size(), vocab]; then cap·tanh(logits/cap) when softcap > 0. Nothing when rows is empty.

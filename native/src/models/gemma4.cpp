@@ -414,6 +414,7 @@ class Gemma4Model final : public Model {
     }
 
     head_logits(pool, h, H, b.logit_rows, final_norm_, embed_, g.vocab, g.softcap, logits, prec);  // tied head
+    final_hidden(pool, h, H, b.hidden_rows, final_norm_, b.hidden);
   }
 
  private:

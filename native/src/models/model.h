@@ -26,6 +26,7 @@ struct ModelInfo {
   int pos_axes = 1;            // 1, or 3 for mRoPE (positions are [3, n] axis-major per row)
   std::vector<int> mrope_sections;
   bool accepts_embeds = false;  // a VLM checkpoint: rows may splice image embeddings
+  bool embedding_only = false;  // an embedding model (Qwen3Model): no LM head; rows return hidden states, never sample
   int deepstack_layers = 0;     // Qwen3-VL: DeepStack rows each embedded token carries
 };
 
@@ -44,6 +45,10 @@ struct Batch {
   std::vector<SeqSpan> spans;       // one per row, in batch order
   std::vector<int64_t> logit_rows;  // token indices into [0, T) whose logits are wanted
   std::vector<TokenEmbed> embeds;   // spliced image features, by batch token (borrowed from the plan)
+  // Pooling: token indices into [0, T) whose hidden state after the final norm forward writes to `hidden`
+  // [hidden_rows.size(), hidden_size] (an output the executor owns, like the logits buffer).
+  std::vector<int64_t> hidden_rows;
+  float* hidden = nullptr;
 };
 
 struct DecoderParts;

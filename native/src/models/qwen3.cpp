@@ -1,4 +1,5 @@
-// Qwen3 text decoder: no biases, RMSNorm on q and k per head before RoPE, SwiGLU.
+// Qwen3 text decoder: no biases, RMSNorm on q and k per head before RoPE, SwiGLU. Also Qwen3Model
+// (Qwen3-Embedding): the same decoder without an LM head.
 #include <stdexcept>
 #include "models/decoder.h"
 #include "models/families.h"
@@ -18,6 +19,7 @@ std::unique_ptr<Model> load_qwen3(std::shared_ptr<const Checkpoint> ckpt, const 
   DecoderConfig d = read_qwen3_config(c, arch);
   d.ropes.push_back(rope_from_params(rope_params(c), d.head_dim, c.get_double("rope_theta", 1e6), arch));
   apply_max_window_layers(c, d);
+  d.embedding_only = arch == "Qwen3Model";  // Qwen3-Embedding: the decoder alone, pooled by the caller
   return finish_decoder(std::move(ckpt), config, c, std::move(d), arch, "qwen3", false);
 }
 

@@ -13,6 +13,7 @@ struct Entry {
 constexpr Entry kEntries[] = {
     {"Qwen2ForCausalLM", "qwen2", load_qwen2},
     {"Qwen3ForCausalLM", "qwen3", load_qwen3},
+    {"Qwen3Model", "qwen3", load_qwen3},  // Qwen3-Embedding (model_type qwen3 resolves to the causal LM above)
     {"LlamaForCausalLM", "llama", load_llama},
     {"MistralForCausalLM", "mistral", load_llama},
     {"Gemma3ForCausalLM", "gemma3_text", load_gemma3},

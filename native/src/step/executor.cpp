@@ -30,6 +30,10 @@ std::string validate_row(const StepRow& row, const ModelInfo& info, const KvPool
   for (int32_t b : row.block_table)
     if (b < 0 || b >= kv.num_blocks())
       return "block id " + std::to_string(b) + " is outside the KV pool [0, " + std::to_string(kv.num_blocks()) + ")";
+  if (row.want_hidden && (row.has_sample || row.want_logits))
+    return "wantHidden: a row that returns its hidden state neither samples nor returns logits";
+  if (info.embedding_only && (row.has_sample || row.want_logits))
+    return "this model (" + info.architecture + ") is an embedding model with no LM head: its rows take wantHidden, never sample";
   if (row.has_sample) {
     std::string e = validate_sample_params(row.sample, info.vocab_size);
     if (!e.empty()) return e;
@@ -127,7 +131,7 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
 
   // One batch over every valid row; logits for each sampling row's last token and wantLogits rows.
   Batch batch;
-  struct Where { int64_t first_logit = -1; int64_t n_logits = 0; int64_t sample_logit = -1; };
+  struct Where { int64_t first_logit = -1; int64_t n_logits = 0; int64_t sample_logit = -1; int64_t hidden_row = -1; };
   std::vector<Where> where(plan.rows.size());
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     if (!ok[r]) continue;
@@ -141,6 +145,10 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
       for (int64_t i = 0; i < m; ++i)
         batch.embeds.push_back({start + row.embed_offsets[size_t(i)], row.embed_data.data() + i * H,
                                 row.embed_deepstack.empty() ? nullptr : row.embed_deepstack.data() + i * H, m * H});
+    }
+    if (row.want_hidden) {
+      where[r].hidden_row = int64_t(batch.hidden_rows.size());
+      batch.hidden_rows.push_back(start + n - 1);
     }
     if (row.want_logits) {
       where[r].first_logit = int64_t(batch.logit_rows.size());
@@ -176,7 +184,15 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
     logits.resize(size_t(m) * size_t(vocab));
     for (int64_t i = 0; i < m; ++i) host_row[size_t(i)] = i;
   }
+  // Pooled rows: every backend's forward writes them to the host (small: one hidden row each).
+  std::vector<float> hidden(batch.hidden_rows.size() * size_t(info.hidden_size));
+  batch.hidden = hidden.empty() ? nullptr : hidden.data();
   model.forward(batch, kv, pool, precision, dev ? nullptr : logits.data());
+  for (size_t r = 0; r < plan.rows.size(); ++r) {
+    if (!ok[r] || where[r].hidden_row < 0) continue;
+    const float* first = hidden.data() + where[r].hidden_row * info.hidden_size;
+    res.rows[r].hidden.assign(first, first + info.hidden_size);
+  }
   res.forward_ms = ms_since(t0);
   res.ahead = dev && dev->ahead();
   if (const MoeStats* ms = model.moe_stats()) {

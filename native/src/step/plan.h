@@ -20,6 +20,7 @@ struct StepRow {
   SampleParams sample;
   bool mask_pending = false;         // sample.bitmask arrives after the forward (MaskSource)
   bool want_logits = false;          // raw logits of every token of the row
+  bool want_hidden = false;          // pooling: the hidden state (after the final norm) of the row's last token
   // Image embeddings: token embed_offsets[i] takes row i of embed_data instead of its token embedding.
   bool has_embeds = false;
   std::vector<int32_t> embed_offsets;  // [m] strictly increasing, < n
@@ -44,6 +45,7 @@ struct StepRowResult {
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top_logprobs;
   std::vector<float> logits;  // [n * vocab] when want_logits
+  std::vector<float> hidden;  // [hidden_size] when want_hidden
   std::string error;          // non-empty: this row failed (the others did not)
 };
 

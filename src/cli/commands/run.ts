@@ -86,6 +86,9 @@ export function registerRun(program: Command): void {
       const format = responseFormat(opts);
       const { model, defaults } = await openCommandModel(spec, { threads: opts.threads, precision: opts.precision, device: opts.device });
       try {
+        if (model.info.embeddingOnly === true) {
+          throw new Error(`${spec} is an embedding model (no language-model head): it cannot generate text; serve it with \`rapid serve\` and call POST /v1/embeddings`);
+        }
         const params = resolveSamplingParams(
           {
             temperature: opts.temperature ?? defaults.temperature ?? 0.7,

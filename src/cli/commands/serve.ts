@@ -7,6 +7,7 @@ import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
 import { openTextModel, type TextModel } from '../../engine/text-model.js';
 import { createServer, type RapidServer } from '../../server/server.js';
 import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
+import { servedEmbeddingsFrom } from '../../server/served-embeddings.js';
 import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
 import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
 import { parseCorsOrigin } from '../../server/cors.js';
@@ -56,6 +57,8 @@ export interface ServeOptions {
   maxConnections?: number;
   corsOrigin?: string[];
   requireJsonContentType?: boolean;
+  /** Serve /v1/embeddings with this decoder's pooled hidden states (embedding models always do). */
+  embeddings?: boolean;
   /** Sampling defaults below the model's generation_config (e.g. the catalog's recommendation). */
   recommended?: SamplingDefaults;
 }
@@ -170,6 +173,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
         maxImagesPerRequest: opts.maxImagesPerRequest,
         fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
       }, prompts),
+      ...servedEmbeddingsFrom(model.info, opts.embeddings === true),
     },
     apiKey: opts.apiKey,
     maxBodyBytes,
@@ -240,6 +244,7 @@ export function registerServe(program: Command): void {
     .option('--max-connections <n>', 'open connections at most; past it requests get 503 and the connection is closed', parsePositiveInt('--max-connections'), CONNECTION_DEFAULTS.maxConnections)
     .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may call the server; repeatable, * for any (default: none without --api-key, any with it)', collectOrigin)
     .option('--no-require-json-content-type', 'without --api-key, also accept POSTs without Content-Type: application/json from clients that are not browsers (no Origin; curl -d without -H)')
+    .option('--embeddings', 'also serve POST /v1/embeddings: the last token\'s hidden state, L2-normalised (embedding models such as Qwen3-Embedding always serve it, and only it)')
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
       checkPrecision(opts.precision);
