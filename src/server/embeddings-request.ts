@@ -2,7 +2,8 @@
 // encoding_format, dimensions, model and user. Every refusal is a 400 naming the field at fault.
 import { InvalidRequestError } from '../engine/errors.js';
 import { badRequest, notFound } from './http-errors.js';
-import type { ServedModel } from './served-model.js';
+import { servesName, type ServedModel } from './served-model.js';
+import { isObject } from '../engine/is-object.js';
 
 /** The bounds of one embeddings request (OpenAI's: 2048 inputs, 300k tokens in all). */
 export const EMBEDDING_LIMITS = {
@@ -33,7 +34,6 @@ export interface ServedEmbeddings {
 
 type Body = Record<string, unknown>;
 
-const isObject = (v: unknown): v is Body => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isTokenList = (v: unknown): v is number[] => Array.isArray(v) && v.length > 0 && v.every((x) => typeof x === 'number');
 
 /** Parses and checks a body; texts are tokenized here (off the event loop through the served model). */
@@ -41,7 +41,7 @@ export async function parseEmbeddingsRequest(body: unknown, model: ServedModel, 
   if (!isObject(body)) throw badRequest('the request body must be a JSON object', null, 'invalid_type');
   if (body.model !== undefined) {
     if (typeof body.model !== 'string') throw badRequest('model must be a string', 'model', 'invalid_type');
-    if (body.model !== model.id) throw notFound(`The model '${body.model}' does not exist; this server serves '${model.id}'`, 'model_not_found');
+    if (!servesName(model, body.model)) throw notFound(`The model '${body.model}' does not exist; this server serves '${model.id}'`, 'model_not_found');
   }
   if (body.user !== undefined && typeof body.user !== 'string') throw badRequest('user must be a string', 'user', 'invalid_type');
   const encodingFormat = body.encoding_format ?? 'float';

@@ -77,6 +77,9 @@ const ROUTES: Record<string, string[]> = {
   '/v1/messages/count_tokens': ['POST'],
 };
 
+/** The routes that generate text (refused by an embedding model). */
+const GENERATION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/v1/responses', '/v1/messages']);
+
 function sendJson(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
   if (res.headersSent || res.destroyed) {
     if (!res.writableEnded) res.end();
@@ -258,6 +261,9 @@ export function createServer(options: ServerOptions): RapidServer {
       const refusal = crossSiteRefusal(req, crossSite);
       if (refusal) throw refusal;
     }
+    // An embedding model has no language-model head: every generating route refuses it up front.
+    const refusal = GENERATION_ROUTES.has(path) ? embeddingModelRefusal(model, path) : null;
+    if (refusal) throw refusal;
     switch (path) {
       case '/v1/models':
         sendJson(res, 200, { object: 'list', data: servedNames(model).map((n) => modelCard(n)) });
@@ -288,8 +294,6 @@ export function createServer(options: ServerOptions): RapidServer {
       case '/v1/completions': {
         const body = await readJson(req, maxBody, limits, maxJsonValues);
         if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
-        const refusal = embeddingModelRefusal(model, path);
-        if (refusal) throw refusal;
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
         const g =
           path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model), policy) : await parseCompletionRequest(body, model, policy);

@@ -84,10 +84,12 @@ describe.skipIf(!nativeAvailable())('an embedding model (qwen3-embedding-f32)', 
     expectParity(full.data[0]!.embedding, ref.embeddings[0]!);
   });
 
-  it('chat and completions get a 400 that says it is an embedding model', async () => {
+  it('every generating route gets a 400 that says it is an embedding model', async () => {
     for (const [path, body] of [
       ['/v1/chat/completions', { model, messages: [{ role: 'user', content: 'hi' }] }],
       ['/v1/completions', { model, prompt: 'hi' }],
+      ['/v1/responses', { model, input: 'hi' }],
+      ['/v1/messages', { model, max_tokens: 8, messages: [{ role: 'user', content: 'hi' }] }],
     ] as const) {
       const r = await post(srv.url, path, body);
       expect(r.status).toBe(400);
