@@ -1,14 +1,17 @@
-// A native model stand-in that writes, byte by byte, the script named by the last user message of a
-// byteModel prompt ("...user: <key>\nassistant:"), then EOS (token 0): exact model output (reasoning,
-// tool-call markup) through the real Engine and server. Context is kept per request id.
+// A native model stand-in that writes, byte by byte, the script named by the last user or tool
+// message of a byteModel prompt ("...user: <key>\nassistant:"), then EOS (token 0): exact model output
+// (reasoning, tool-call markup) through the real Engine and server. Script "echo" writes the prompt
+// back. Context is kept per request id.
 import { FakeModel } from '../../src/engine/fake-runner.js';
 import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 
 export const SCRIPT_EOS = 0;
 
 export class ScriptedModel implements NativeModel {
-  private readonly base = new FakeModel({ contextLength: 2048, numBlocks: 1024, blockSize: 4 });
+  private readonly base = new FakeModel({ contextLength: 4096, numBlocks: 2048, blockSize: 4 });
   private readonly ctx = new Map<string, number[]>();
+  /** Where each request's output starts: the context length at its first sample. */
+  private readonly starts = new Map<string, number>();
   constructor(private readonly scripts: Record<string, string>) {}
   info(): NativeModelInfo {
     return this.base.info();
@@ -25,11 +28,13 @@ export class ScriptedModel implements NativeModel {
       const ctx = [...prev.slice(0, row.contextLen), ...row.tokens];
       this.ctx.set(row.requestId, ctx);
       if (!row.sample) return { requestId: row.requestId };
-      const text = Buffer.from(ctx).toString('latin1');
-      const at = text.lastIndexOf('assistant:');
-      const user = /user: ([^\n]*)\n(?![\s\S]*user: )/.exec(text)?.[1] ?? '';
-      const script = Buffer.from(this.scripts[user] ?? 'no script', 'utf8');
-      const done = ctx.length - (at + 'assistant:'.length);
+      const start = this.starts.get(row.requestId) ?? ctx.length;
+      this.starts.set(row.requestId, start);
+      const text = Buffer.from(ctx.slice(0, start)).toString('latin1');
+      const prompt = text.slice(0, text.lastIndexOf('assistant:'));
+      const key = /(?:^|\n)(?:user|tool): ([^\n]*)\n(?!(?:[\s\S]*\n)?(?:user|tool): )/.exec(prompt)?.[1] ?? '';
+      const script = Buffer.from(key === 'echo' ? prompt : (this.scripts[key] ?? 'no script'), key === 'echo' ? 'latin1' : 'utf8');
+      const done = ctx.length - start;
       return { requestId: row.requestId, token: done < script.length ? script[done]! : SCRIPT_EOS };
     });
     return { rows, timings: { forwardMs: 0, sampleMs: 0, tokens: 0 } };

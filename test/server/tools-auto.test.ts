@@ -4,8 +4,6 @@
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.js';
-import { FakeModel } from '../../src/engine/fake-runner.js';
-import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 import { createServer, type RapidServer } from '../../src/server/server.js';
 import { prepareToolMessages } from '../../src/server/tools.js';
 import { detectToolFormat } from '../../src/server/tool-parsers/registry.js';
@@ -13,43 +11,8 @@ import { ChatTemplate, selectChatTemplate, type ChatMessage } from '../../src/te
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { byteTextStream } from '../engine/helpers.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
+import { SCRIPT_EOS, ScriptedModel } from './scripted-model.js';
 import { byteModel, post } from './helpers.js';
-
-const EOS = 0;
-
-/**
- * Writes, byte by byte, the script named by the last user message (greedy, from its own context:
- * the prompt is "...user: <key>\nassistant:"). Context per request id, rebuilt from each row.
- */
-class ScriptedModel implements NativeModel {
-  private readonly base = new FakeModel({ contextLength: 2048, numBlocks: 1024, blockSize: 4 });
-  private readonly ctx = new Map<string, number[]>();
-  constructor(private readonly scripts: Record<string, string>) {}
-  info(): NativeModelInfo {
-    return this.base.info();
-  }
-  encodeImage(): Promise<NativeImageEmbedding> {
-    return Promise.reject(new Error('no vision'));
-  }
-  close(): void {}
-  async step(plan: NativeStepPlan): Promise<NativeStepResult> {
-    await new Promise<void>((r) => setImmediate(r));
-    const rows = plan.rows.map((row) => {
-      const prev = this.ctx.get(row.requestId) ?? [];
-      if (prev.length < row.contextLen) throw new Error(`${row.requestId}: context ${row.contextLen} unknown`);
-      const ctx = [...prev.slice(0, row.contextLen), ...row.tokens];
-      this.ctx.set(row.requestId, ctx);
-      if (!row.sample) return { requestId: row.requestId };
-      const text = Buffer.from(ctx).toString('latin1');
-      const at = text.lastIndexOf('assistant:');
-      const user = /user: ([^\n]*)\n(?![\s\S]*user: )/.exec(text)?.[1] ?? '';
-      const script = Buffer.from(this.scripts[user] ?? 'no script', 'utf8');
-      const done = ctx.length - (at + 'assistant:'.length);
-      return { requestId: row.requestId, token: done < script.length ? script[done]! : EOS };
-    });
-    return { rows, timings: { forwardMs: 0, sampleMs: 0, tokens: 0 } };
-  }
-}
 
 const HERMES_TWO =
   'Let me check.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo", "days": 2}}\n</tool_call>\n<tool_call>\n{"name": "ping", "arguments": {}}\n</tool_call>';
@@ -79,7 +42,7 @@ async function serve(toolFormat: string, reasoning = false): Promise<{ server: R
   const model = new ScriptedModel(SCRIPTS);
   const streams: unknown[] = []; // the options each request's detokenizer was made with
   const newTextStream = (o?: { keepSpecialTokens?: boolean }) => (streams.push(o), byteTextStream());
-  const engine = new Engine({ model, newTextStream, stopTokenIds: [EOS], enablePrefixCache: false });
+  const engine = new Engine({ model, newTextStream, stopTokenIds: [SCRIPT_EOS], enablePrefixCache: false });
   const server = createServer({ engine, model: { ...byteModel(engine.contextLength), toolFormat, reasoning } });
   const { url } = await server.listen(0, '127.0.0.1');
   return { server, url, streams, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 20_000 }) };
