@@ -8,7 +8,7 @@ import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import type { EngineDone } from '../engine/request.js';
 import { createTextEngine } from '../engine/text-engine.js';
 import { openTextModel, type TextModel } from '../engine/text-model.js';
-import { TEST_ABORT_AFTER_STEPS, TEST_ABORT_ON_START, INCARNATION_ENV } from './test-faults.js';
+import { INCARNATION_ENV, TEST_ABORT_AFTER_STEPS, TEST_ABORT_MIN_LIVE, TEST_ABORT_ON_START } from './test-faults.js';
 import { toWire, type ChildInit, type ChildMessage, type ChildSnapshot, type ParentMessage, type WireDelta, type WireError } from './protocol.js';
 
 /** How often the child pushes its health and stats (the parent serves the last one). */
@@ -35,6 +35,7 @@ let flushQueued = false;
 let stepsSent = 0;
 const incarnation = Number(process.env[INCARNATION_ENV] ?? 0);
 const abortAfter = incarnation === 0 ? Number(process.env[TEST_ABORT_AFTER_STEPS] ?? 0) : 0;
+const abortMinLive = Number(process.env[TEST_ABORT_MIN_LIVE] ?? 1);
 
 function flushSoon(): void {
   if (flushQueued) return;
@@ -45,13 +46,16 @@ function flushSoon(): void {
 function flush(): void {
   flushQueued = false;
   if (deltas.length === 0 && done.length === 0 && failed.length === 0) return;
+  const counts = abortAfter > 0 && live.size >= abortMinLive;
   send({ t: 'step', deltas, done, doneIds, failed });
   deltas = [];
   done = [];
   doneIds = [];
   failed = [];
+  // Gone idle: the counters are final for now, so the parent's view of them should be too.
+  if (live.size === 0) send({ t: 'snapshot', snapshot: snapshot() });
   // Test-only: a real abort() while the next step is in the addon (RAPID_TEST_ABORT_AFTER_STEPS).
-  if (abortAfter > 0 && ++stepsSent === abortAfter) setImmediate(() => process.abort());
+  if (counts && ++stepsSent === abortAfter) setImmediate(() => process.abort());
 }
 
 function snapshot(): ChildSnapshot {

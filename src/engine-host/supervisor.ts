@@ -74,7 +74,8 @@ export class EngineSupervisor {
 
   send(m: ParentMessage): boolean {
     if (this.state.kind !== 'up' || !this.child?.connected) return false;
-    this.child.send(m);
+    // A child that is dying may refuse the write (EPIPE): its exit fails what was sent.
+    this.child.send(m, (err) => err && this.log(`engine process channel: ${err.message}`));
     return true;
   }
 
@@ -86,7 +87,7 @@ export class EngineSupervisor {
     if (this.restartTimer) clearTimeout(this.restartTimer);
     if (!child || child.exitCode !== null || child.signalCode !== null) return;
     const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
-    if (wasUp && child.connected) child.send({ t: 'shutdown', graceMs } satisfies ParentMessage);
+    if (wasUp && child.connected) child.send({ t: 'shutdown', graceMs } satisfies ParentMessage, (err) => err && child.kill('SIGKILL'));
     else child.kill('SIGKILL');
     const timer = setTimeout(() => child.kill('SIGKILL'), graceMs + 5000);
     await exited;
@@ -101,7 +102,8 @@ export class EngineSupervisor {
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
       env: { ...process.env, [INCARNATION_ENV]: String(this.incarnation++) },
     });
-    child.send({ t: 'init', init: this.init } satisfies ParentMessage);
+    child.on('error', (err) => this.log(`engine process: ${err.message}`));
+    child.send({ t: 'init', init: this.init } satisfies ParentMessage, (err) => err && this.log(`engine process channel: ${err.message}`));
     this.child = child;
     if (this.state.kind !== 'down') this.state = { kind: 'starting' }; // a restart keeps saying why
     let ready = false;
