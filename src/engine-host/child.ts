@@ -133,6 +133,7 @@ async function onMessage(m: ParentMessage): Promise<void> {
 
 function start(init: ChildInit): void {
   if (incarnation >= 1 && incarnation <= Number(process.env[TEST_ABORT_ON_START] ?? 0)) process.abort(); // test-only: a crash loop
+  const t0 = performance.now();
   try {
     model = openTextModel(init.dir, init.load);
     engine = createTextEngine(model, { ...init.engine, log: (line) => send({ t: 'log', line }) });
@@ -143,11 +144,14 @@ function start(init: ChildInit): void {
   }
   process.on('message', (m: ParentMessage) => void onMessage(m));
   setInterval(() => send({ t: 'snapshot', snapshot: snapshot() }), SNAPSHOT_MS);
-  send({ t: 'ready', info: model.info, snapshot: snapshot() });
+  send({ t: 'ready', info: model.info, snapshot: snapshot(), loadMs: Math.round(performance.now() - t0) });
 }
 
 // The parent went away: nobody is left to serve.
 process.on('disconnect', () => process.exit(0));
+// Ctrl-C reaches the whole process group: the parent drains this child (shutdown message) instead.
+process.on('SIGINT', () => undefined);
+process.on('SIGTERM', () => undefined);
 process.once('message', (m: ParentMessage) => {
   if (m.t === 'init') start(m.init);
 });

@@ -53,7 +53,8 @@ export interface ChildSnapshot {
 }
 
 export type ChildMessage =
-  | { t: 'ready'; info: NativeModelInfo; snapshot: ChildSnapshot }
+  /** loadMs: opening the model and building the engine, inside the child's start. */
+  | { t: 'ready'; info: NativeModelInfo; snapshot: ChildSnapshot; loadMs: number }
   | { t: 'fatal'; message: string }
   | { t: 'log'; line: string }
   | { t: 'accepted'; id: string }

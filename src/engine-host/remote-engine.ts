@@ -8,7 +8,7 @@ import { InvalidRequestError } from '../engine/errors.js';
 import { EventQueue, type EngineDelta, type EngineEvent } from '../engine/request.js';
 import { fromWire, type ChildMessage, type ChildSnapshot } from './protocol.js';
 import { RemoteGrammarHandle } from './remote-grammar.js';
-import type { EngineSupervisor } from './supervisor.js';
+import type { EngineSupervisor, RestartTiming } from './supervisor.js';
 
 interface Live {
   queue: EventQueue<EngineEvent>;
@@ -72,6 +72,15 @@ export class RemoteEngine implements EngineLike {
         this.sup.send({ t: 'abort', id });
       },
     };
+  }
+
+  /** The engine child's process id (null while none runs). */
+  get pid(): number | null {
+    return this.sup.pid;
+  }
+
+  get lastRestart(): RestartTiming | null {
+    return this.sup.lastRestart;
   }
 
   /** Messages of the child (the supervisor forwards all but its own). */

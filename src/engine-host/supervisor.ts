@@ -10,9 +10,11 @@ import { INCARNATION_ENV } from './test-faults.js';
 
 export const RESTART_BACKOFF = { firstMs: 1000, maxMs: 30_000, /** a child up this long resets the count */ stableMs: 10_000 };
 
-/** Time of the last restart: from the crash to serving again, and the model load inside it. */
+/** Time of the last restart: from the crash to serving again; the new child's start (fork to
+ *  ready) inside it; and the model load inside that. */
 export interface RestartTiming {
   totalMs: number;
+  startMs: number;
   loadMs: number;
 }
 
@@ -47,6 +49,11 @@ export class EngineSupervisor {
   /** Starts the first child; rejects when it cannot load the model (no restarts for that). */
   start(): Promise<{ info: NativeModelInfo; snapshot: ChildSnapshot }> {
     return new Promise((resolve, reject) => this.spawn(resolve, reject));
+  }
+
+  /** The child's process id while there is one. */
+  get pid(): number | null {
+    return this.child?.pid ?? null;
   }
 
   /** Changes with every child: handles a child gave out are only valid while it lives. */
@@ -119,8 +126,9 @@ export class EngineSupervisor {
         if (this.state.kind === 'stopped') return;
         this.state = { kind: 'up', since: performance.now() };
         if (this.downAt > 0) {
-          this.lastRestart = { totalMs: Math.round(performance.now() - this.downAt), loadMs: Math.round(performance.now() - forkedAt) };
-          this.log(`engine process serving again ${this.lastRestart.totalMs} ms after it died (starting it took ${this.lastRestart.loadMs} ms)`);
+          const t = { totalMs: Math.round(performance.now() - this.downAt), startMs: Math.round(performance.now() - forkedAt), loadMs: m.loadMs };
+          this.lastRestart = t;
+          this.log(`engine process serving again ${t.totalMs} ms after it died (the new process started in ${t.startMs} ms, ${t.loadMs} ms of it loading the model)`);
         }
         resolveFirst?.({ info: m.info, snapshot: m.snapshot });
         this.events.up(m.info, m.snapshot);
