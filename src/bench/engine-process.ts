@@ -42,6 +42,7 @@ export async function main(argv: string[]): Promise<number> {
       rounds: { type: 'string', default: '3' },
       tokens: { type: 'string', default: '64' },
       threads: { type: 'string' },
+      levels: { type: 'string', default: '1,16' },
       'kv-cache-memory': { type: 'string', default: String(64 << 20) },
     },
   });
@@ -59,7 +60,7 @@ export async function main(argv: string[]): Promise<number> {
   const child = await startServer(values.model, { ...opts, engineProcess: 'child' });
   try {
     for (const s of [inline, child]) await batch(s.url, 4, 8, -1); // warm-up
-    const levels: Level[] = [1, 16].map((concurrency) => ({ concurrency, inline: [], child: [], ratios: [] }));
+    const levels: Level[] = values.levels.split(',').map(Number).map((concurrency) => ({ concurrency, inline: [], child: [], ratios: [] }));
     for (let r = 0; r < rounds; r++) {
       for (const lv of levels) {
         const order = r % 2 === 0 ? (['inline', 'child'] as const) : (['child', 'inline'] as const);
