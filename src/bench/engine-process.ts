@@ -3,6 +3,7 @@
 // asked for greedy completions over HTTP at 1 and 16 concurrent sequences; rounds alternate which
 // goes first. Reports aggregate output tok/s of each, the child/inline ratio per round and its
 // spread, and the time a killed child takes to serve again (model load inside it stated apart).
+import { readFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -14,9 +15,31 @@ interface Level {
   inline: number[];
   child: number[];
   ratios: number[];
+  /** CPU ms per generated token (all processes of the server, the bench client included). */
+  inlineCpu: number[];
+  childCpu: number[];
 }
 
-async function batch(url: string, concurrency: number, tokens: number, round: number): Promise<number> {
+/** CPU time of this process (ms). */
+const selfCpuMs = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
+
+/** CPU time of another process (ms, 10 ms resolution): utime + stime of /proc/PID/stat. */
+function procCpuMs(pid: number | null): number {
+  if (pid === null) return 0;
+  try {
+    const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]!.split(' ');
+    return (Number(fields[11]) + Number(fields[12])) * 10; // clock ticks of 10 ms (USER_HZ 100)
+  } catch {
+    return 0;
+  }
+}
+
+/** Aggregate output tok/s of `concurrency` greedy completions, and the CPU ms per token they cost. */
+async function batch(url: string, concurrency: number, tokens: number, round: number, cpuMs: () => number = selfCpuMs): Promise<{ tokS: number; cpuPerToken: number }> {
+  const cpu0 = cpuMs();
   const started = performance.now();
   const outs = await Promise.all(
     Array.from({ length: concurrency }, async (_, i) => {
@@ -31,7 +54,8 @@ async function batch(url: string, concurrency: number, tokens: number, round: nu
     }),
   );
   const wallS = (performance.now() - started) / 1000;
-  return outs.reduce((a, b) => a + b, 0) / wallS;
+  const total = outs.reduce((a, b) => a + b, 0);
+  return { tokS: total / wallS, cpuPerToken: (cpuMs() - cpu0) / total };
 }
 
 export async function main(argv: string[]): Promise<number> {
@@ -60,15 +84,18 @@ export async function main(argv: string[]): Promise<number> {
   const child = await startServer(values.model, { ...opts, engineProcess: 'child' });
   try {
     for (const s of [inline, child]) await batch(s.url, 4, 8, -1); // warm-up
-    const levels: Level[] = values.levels.split(',').map(Number).map((concurrency) => ({ concurrency, inline: [], child: [], ratios: [] }));
+    const levels: Level[] = values.levels.split(',').map(Number).map((concurrency) => ({ concurrency, inline: [], child: [], ratios: [], inlineCpu: [], childCpu: [] }));
+    const childCpuMs = () => selfCpuMs() + procCpuMs(child.engine.pid);
     for (let r = 0; r < rounds; r++) {
       for (const lv of levels) {
         const order = r % 2 === 0 ? (['inline', 'child'] as const) : (['child', 'inline'] as const);
-        const got: Record<string, number> = {};
-        for (const mode of order) got[mode] = await batch(mode === 'inline' ? inline.url : child.url, lv.concurrency, tokens, r);
-        lv.inline.push(got.inline!);
-        lv.child.push(got.child!);
-        lv.ratios.push(got.child! / got.inline!);
+        const got: Record<string, { tokS: number; cpuPerToken: number }> = {};
+        for (const mode of order) got[mode] = await (mode === 'inline' ? batch(inline.url, lv.concurrency, tokens, r) : batch(child.url, lv.concurrency, tokens, r, childCpuMs));
+        lv.inline.push(got.inline!.tokS);
+        lv.child.push(got.child!.tokS);
+        lv.ratios.push(got.child!.tokS / got.inline!.tokS);
+        lv.inlineCpu.push(got.inline!.cpuPerToken);
+        lv.childCpu.push(got.child!.cpuPerToken);
       }
     }
     // Restart: a real SIGKILL of the child, then poll /health until it serves again.
@@ -95,6 +122,10 @@ export async function main(argv: string[]): Promise<number> {
       console.log(
         `  ${String(lv.concurrency).padStart(2)} seq: inline ${f(median(lv.inline))} tok/s [${lv.inline.map(f).join(', ')}], ` +
           `child ${f(median(lv.child))} tok/s [${lv.child.map(f).join(', ')}]; child/inline median ${median(lv.ratios).toFixed(3)} (rounds ${lv.ratios.map((x) => x.toFixed(3)).join(', ')}; spread ${lo.toFixed(3)}..${hi.toFixed(3)})`,
+      );
+      const c = (x: number) => x.toFixed(3);
+      console.log(
+        `         CPU ms per token (server processes + client): inline ${c(median(lv.inlineCpu))} [${lv.inlineCpu.map(c).join(', ')}], child ${c(median(lv.childCpu))} [${lv.childCpu.map(c).join(', ')}]; child/inline ${(median(lv.childCpu) / median(lv.inlineCpu)).toFixed(3)}`,
       );
     }
     console.log(`  restart after SIGKILL: /health 200 again in ${restart.totalMs.toFixed(0)} ms; the new child started in ${restart.startMs.toFixed(0)} ms, ${restart.loadMs.toFixed(0)} ms of it loading the model`);
