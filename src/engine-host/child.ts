@@ -93,7 +93,7 @@ async function onMessage(m: ParentMessage): Promise<void> {
           matchers.delete(m.grammar);
           if (g === undefined) throw new EngineUnavailableError('the request\'s grammar was compiled by an engine process that is gone; retry', 'unhealthy');
         }
-        const handle = engine.submit({ promptIds: m.promptIds, params: m.params, id: m.id, grammar: g, multimodal: m.multimodal, keepSpecialTokens: m.keepSpecialTokens });
+        const handle = engine.submit({ ...m.options, id: m.id, grammar: g });
         live.set(m.id, handle);
         send({ t: 'accepted', id: m.id });
         void consume(m.id, handle);

@@ -4,13 +4,11 @@
 // per engine step carries every row's deltas, ends and failures.
 import { EngineRequestError, EngineUnavailableError, type EngineErrorCode } from '../engine/engine-errors.js';
 import { InvalidRequestError } from '../engine/errors.js';
-import type { EngineHealth, EngineStats } from '../engine/engine.js';
+import type { EngineHealth, EngineStats, SubmitOptions } from '../engine/engine.js';
 import type { GrammarHealth } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammarOptions } from '../engine/grammar/guarded-grammar.js';
 import type { ResponseFormat } from '../engine/grammar/response-format.js';
-import type { MultimodalInput } from '../engine/multimodal.js';
 import type { EngineDone } from '../engine/request.js';
-import type { SamplingParams } from '../engine/sampling-params.js';
 import type { TextEngineOptions } from '../engine/text-engine.js';
 import type { NativeLoadOptions, NativeModelInfo, NativeTopLogprob } from '../native/types.js';
 
@@ -36,7 +34,8 @@ export type WireDelta = [id: string, text: string, token: number, logprob?: numb
 
 export type ParentMessage =
   | { t: 'init'; init: ChildInit }
-  | { t: 'submit'; id: string; promptIds: readonly number[]; params: SamplingParams; grammar?: number; multimodal?: MultimodalInput; keepSpecialTokens?: boolean }
+  /** The submit options as given (every field, so new ones cross too), the grammar as its handle. */
+  | { t: 'submit'; id: string; options: Omit<SubmitOptions, 'grammar' | 'id'>; grammar?: number }
   | { t: 'abort'; id: string }
   /** Compile a response format in the child; answered by `grammar` with the matcher's handle. */
   | { t: 'grammar'; rid: number; format: ResponseFormat; options: RequestGrammarOptions }

@@ -58,7 +58,8 @@ export class RemoteEngine implements EngineLike {
     accepted.catch(() => undefined); // the events carry the same error to whoever does not await this
     const entry: Live = { queue, settle };
     this.live.set(id, entry);
-    if (!this.sup.send({ t: 'submit', id, promptIds: o.promptIds, params: o.params, grammar, multimodal: o.multimodal, keepSpecialTokens: o.keepSpecialTokens })) {
+    const { grammar: _local, id: _id, ...options } = o;
+    if (!this.sup.send({ t: 'submit', id, options, grammar })) {
       this.live.delete(id); // the child went away since downReason was read
       throw new EngineUnavailableError(`the engine is unavailable: ${this.sup.downReason ?? 'its process is gone'}`, 'unhealthy', RESTART_RETRY_AFTER_S);
     }
