@@ -10,7 +10,8 @@ export type EngineErrorCode =
   | 'kv_cache_full' // this request alone cannot fit in the KV pool
   | 'encoder_failed' // the vision encoder failed for one of this request's images
   | 'grammar_failed' // a constrained request's grammar can no longer complete (or rejected a token)
-  | 'shutdown'; // the engine stopped before the request finished
+  | 'shutdown' // the engine stopped before the request finished
+  | 'engine_crashed'; // the engine's process died (--engine-process child): it restarts, the request is lost
 
 /** A terminal failure of one request (StepError, so callers of generate() treat it alike). */
 export class EngineRequestError extends StepError {

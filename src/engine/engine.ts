@@ -92,6 +92,9 @@ export interface RequestHandle {
   /** Deltas, then one done event; throws EngineRequestError if the request fails. */
   readonly events: AsyncIterable<EngineEvent>;
   abort(): void;
+  /** An engine in another process: settles when it queued the request, or rejects with why it did not
+   *  (as submit would throw here). Absent: submit already queued it. */
+  readonly accepted?: Promise<void>;
 }
 
 export interface EngineHealth {

@@ -35,7 +35,7 @@ export function toImagePrompt(vp: VisionPrompt): ImagePrompt {
  * Renders `messages` (image content parts as {type: "image"}, in the order of `images`) and expands
  * the placeholders. Throws InvalidRequestError when the model takes no images or the counts differ.
  */
-export function imageChatPrompt(model: TextModel, messages: ChatMessage[], images: readonly PreparedImage[], templateArgs?: Record<string, unknown>): ImagePrompt {
+export function imageChatPrompt(model: Pick<TextModel, 'vision' | 'renderPrompt'>, messages: ChatMessage[], images: readonly PreparedImage[], templateArgs?: Record<string, unknown>): ImagePrompt {
   if (model.vision === null) throw new Error('this model does not accept images (it has no vision tower)');
   const rendered = model.renderPrompt({ messages, templateArgs });
   return toImagePrompt(model.vision.buildPrompt(rendered, images));

@@ -68,7 +68,11 @@ export function checkModelDir(dir: string): string {
   return abs;
 }
 
-export function openTextModel(dir: string, options: NativeLoadOptions = {}): TextModel {
+/** A model's text side without its weights: what a process that never runs the model (the HTTP side of
+ * `rapid serve --engine-process child`) needs to render, tokenize and preprocess images. */
+export type TextSide = Omit<TextModel, 'native' | 'info' | 'blocks' | 'generate' | 'close' | 'vision'>;
+
+export function openTextSide(dir: string): TextSide {
   const abs = checkModelDir(dir);
   // Config and tensor headers are checked here, so native code never sees a checkpoint that disagrees with itself.
   validateCheckpoint(abs);
@@ -82,14 +86,6 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
     topP: num(gen.top_p),
     topK: num(gen.top_k),
   };
-  // --device (else RAPID_DEVICE) picks the binary variant on the first load and the device here.
-  const device = resolveDevice(options.device);
-  const native = loadNative({ device }).addon.loadModel(abs, { ...options, device });
-  const info = native.info();
-  const blocks = new KvBlockAllocator(info.numBlocks, info.blockSize);
-
-  const vision = info.vision !== undefined ? VisionProcessor.load(abs, text) : null;
-
   const renderPrompt = (input: PromptInput): string => {
     if (!template) {
       throw new Error(`${dir} has no chat template: pass --raw to send the prompt as is`);
@@ -110,18 +106,25 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
     if (input.raw) return text.tokenizer.encode(input.prompt ?? '', { addSpecialTokens: true });
     return encodeChatPrompt(text.tokenizer, renderPrompt(input), text.bosToken);
   };
+  return { dir: abs, text, template, defaults, renderPrompt, encodePrompt };
+}
+
+export function openTextModel(dir: string, options: NativeLoadOptions = {}): TextModel {
+  const side = openTextSide(dir);
+  const { dir: abs, text } = side;
+  // --device (else RAPID_DEVICE) picks the binary variant on the first load and the device here.
+  const device = resolveDevice(options.device);
+  const native = loadNative({ device }).addon.loadModel(abs, { ...options, device });
+  const info = native.info();
+  const blocks = new KvBlockAllocator(info.numBlocks, info.blockSize);
+  const vision = info.vision !== undefined ? VisionProcessor.load(abs, text) : null;
 
   return {
-    dir: abs,
+    ...side,
     native,
     info,
-    text,
-    template,
-    defaults,
     blocks,
     vision,
-    renderPrompt,
-    encodePrompt,
     generate: (promptIds, params, signal, grammar) =>
       generate({
         model: native,

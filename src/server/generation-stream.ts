@@ -68,6 +68,7 @@ export async function startGeneration(deps: GenerationDeps, g: GenerationRequest
     grammar = await deps.grammar.matcher(g.responseFormat, { budgetClose: g.budgetClose !== false, maxTokens: g.params.maxTokens }); // InvalidRequestError -> 400
   }
   const handle = deps.engine.submit({ promptIds: g.promptIds, params: g.params, id, grammar, multimodal: g.multimodal, keepSpecialTokens: g.keepSpecialTokens });
+  if (handle.accepted) await handle.accepted; // an engine child refuses a request as submit would throw (400, 503)
   let ended = false;
   return {
     id,

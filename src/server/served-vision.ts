@@ -28,7 +28,7 @@ export const IMAGE_DEFAULTS = { maxImageBytes: 20 * 1024 * 1024, fetchTimeoutMs:
 
 /** undefined for a model without a vision tower. `prompts`: the worker pool that renders and
  * tokenizes (the server's); without it, in this thread. */
-export function servedVisionFrom(model: TextModel, opts: ImageServeOptions = {}, prompts?: PromptEncoderPool): ServedVision | undefined {
+export function servedVisionFrom(model: Pick<TextModel, 'vision' | 'renderPrompt'>, opts: ImageServeOptions = {}, prompts?: PromptEncoderPool): ServedVision | undefined {
   const processor = model.vision;
   if (processor === null) return undefined;
   const allowRemote = opts.allowRemote ?? false;

@@ -52,6 +52,7 @@ describe('npm pack', () => {
     expect(files).toContain('bin/rapid.js');
     expect(files).toContain('dist/cli/index.js');
     expect(files).toContain('dist/vision/preprocess-worker.js'); // spawned by path, not imported
+    expect(files).toContain('dist/engine-host/child.js'); // forked by path (--engine-process child)
     expect(files).toContain('models/tiny-vlm/model.safetensors'); // the embedded default model
     expect(files).toContain('models/tiny-vlm/golden/golden.jsonl');
     expect(files).toContain('models/tiny-vlm-4bit/model.safetensors');

@@ -1,9 +1,11 @@
 // `rapid serve MODEL`: the continuous-batching engine behind the OpenAI-compatible HTTP server.
 import { basename, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
-import type { Engine } from '../../engine/engine.js';
+import type { Engine, EngineLike } from '../../engine/engine.js';
 import { createTextEngine } from '../../engine/text-engine.js';
-import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
+import { grammarServiceFor, type GrammarProvider } from '../../engine/grammar/grammar-service.js';
+import { startEngineHost, type HostModel } from '../../engine-host/engine-host.js';
+import type { RemoteEngine } from '../../engine-host/remote-engine.js';
 import { openTextModel, type TextModel } from '../../engine/text-model.js';
 import { createServer, type RapidServer } from '../../server/server.js';
 import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
@@ -61,13 +63,19 @@ export interface ServeOptions {
   embeddings?: boolean;
   /** Sampling defaults below the model's generation_config (e.g. the catalog's recommendation). */
   recommended?: SamplingDefaults;
+  /** child: the engine and the addon run in a supervised child process (a native crash fails only
+   *  in-flight requests, then it restarts); inline (default): in this process. */
+  engineProcess?: EngineProcess;
 }
 
-export interface RunningServer {
+export type EngineProcess = 'child' | 'inline';
+
+/** Inline: the Engine and TextModel themselves; child: their stand-ins in this process. */
+export interface RunningServer<E extends EngineLike = Engine, M extends HostModel = TextModel> {
   url: string;
   server: RapidServer;
-  engine: Engine;
-  model: TextModel;
+  engine: E;
+  model: M;
   /** Graceful stop: no new requests, in-flight ones finish (or fail after the grace period), model closed. */
   close(graceMs?: number): Promise<void>;
 }
@@ -101,6 +109,11 @@ function parsePositiveInt(flag: string): (value: string) => number {
   };
 }
 
+function parseEngineProcess(value: string): EngineProcess {
+  if (value !== 'child' && value !== 'inline') throw new InvalidArgumentError(`expected child or inline, got "${value}"`);
+  return value;
+}
+
 const collect = (value: string, previous: string[] = []) => [...previous, value];
 const collectOrigin = (value: string, previous: string[] = []) => {
   try {
@@ -132,23 +145,12 @@ function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLi
 }
 
 /** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
-export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer> {
-  const model = openTextModel(dir, {
-    threads: opts.threads,
-    precision: opts.precision ?? 'fast',
-    kvCacheBytes: opts.kvCacheMemory,
-    blockSize: opts.blockSize,
-    device: opts.device,
-  });
-  // Prompts are rendered and tokenized on worker threads; a template that throws or hangs fails the load.
-  let prompts: PromptEncoderPool;
-  try {
-    prompts = await PromptEncoderPool.start(model.dir, { contextLength: model.info.contextLength, vision: model.vision !== null });
-  } catch (err) {
-    model.close();
-    throw err;
-  }
-  const engine = createTextEngine(model, {
+export function startServer(dir: string, opts?: Partial<ServeOptions> & { engineProcess?: 'inline' }, log?: (line: string) => void): Promise<RunningServer>;
+export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
+export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
+export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
+  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device: opts.device };
+  const engineOptions = {
     maxNumSeqs: opts.maxNumSeqs ?? 16,
     maxBatchedTokens: opts.maxBatchedTokens ?? 512,
     maxWaiting: opts.maxWaiting ?? 256,
@@ -156,8 +158,31 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
     encoderCacheBytes: opts.encoderCacheMemory,
-    log,
-  });
+  };
+  let model: HostModel;
+  let engine: EngineLike;
+  let grammar: GrammarProvider;
+  let closeModel: () => void;
+  if (opts.engineProcess === 'child') {
+    const host = await startEngineHost(dir, { load, engine: engineOptions }, log);
+    ({ model, engine, grammar } = host);
+    closeModel = () => void host.supervisor.shutdown(0); // after server.close the child has exited already
+  } else {
+    const m = openTextModel(dir, load);
+    model = m;
+    engine = createTextEngine(m, { ...engineOptions, log });
+    grammar = grammarServiceFor(m.text, m.info.vocabSize);
+    closeModel = () => m.close();
+  }
+  // Prompts are rendered and tokenized on worker threads; a template that throws or hangs fails the load.
+  let prompts: PromptEncoderPool;
+  try {
+    prompts = await PromptEncoderPool.start(model.dir, { contextLength: model.info.contextLength, vision: model.vision !== null });
+  } catch (err) {
+    void engine.shutdown(0);
+    closeModel();
+    throw err;
+  }
   const names = modelNames(opts.servedModelName) ?? [basename(resolve(dir))];
   // Images come inline as base64 (4/3 of the file): a vision model needs room for a few of them.
   const maxBodyBytes = opts.maxBodyBytes ?? (model.vision !== null ? 64 * 1024 * 1024 : 8 * 1024 * 1024);
@@ -182,13 +207,14 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     requireJsonContentType: opts.requireJsonContentType,
     strictRequests: opts.strictRequests,
     log,
-    grammar: grammarServiceFor(model.text, model.info.vocabSize),
+    grammar,
   });
   let addr;
   try {
     addr = await server.listen(opts.port ?? 8000, opts.host ?? '127.0.0.1');
   } catch (err) {
-    model.close();
+    void engine.shutdown(0);
+    closeModel();
     void prompts.close();
     throw err;
   }
@@ -200,7 +226,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     model,
     close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
       closing ??= server.close(graceMs).finally(() => {
-        model.close();
+        closeModel();
         return prompts.close();
       });
       return closing;
@@ -245,6 +271,7 @@ export function registerServe(program: Command): void {
     .option('--cors-origin <origin>', 'an origin (e.g. https://app.example) whose web pages may call the server; repeatable, * for any (default: none without --api-key, any with it)', collectOrigin)
     .option('--no-require-json-content-type', 'without --api-key, also accept POSTs without Content-Type: application/json from clients that are not browsers (no Origin; curl -d without -H)')
     .option('--embeddings', 'also serve POST /v1/embeddings: the last token\'s hidden state, L2-normalised (embedding models such as Qwen3-Embedding always serve it, and only it)')
+    .option('--engine-process <mode>', 'child: run the engine and the native runtime in a supervised child process (a native crash fails only in-flight requests and it restarts); inline: in the server process', parseEngineProcess, 'inline')
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .action(async (spec: string, opts: ServeOptions) => {
       checkPrecision(opts.precision);
@@ -265,8 +292,9 @@ export function registerServe(program: Command): void {
           `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)})`,
       );
       // Why a GPU machine runs on the CPU; on a machine without an NVIDIA driver there is nothing to explain.
-      const native = loadNative();
-      if (info.device === 'cpu' && native.driver !== null && native.device !== 'cpu') {
+      // (With an engine child the addon stays out of this process.)
+      const native = opts.engineProcess === 'child' ? null : loadNative();
+      if (native !== null && info.device === 'cpu' && native.driver !== null && native.device !== 'cpu') {
         const why = native.variant === 'cpu' ? (native.note ?? info.deviceNote) : (info.deviceNote ?? native.note);
         log(`running on the CPU: ${why ?? 'the CUDA backend was not used'}`);
       }
