@@ -340,6 +340,44 @@ static void test_batch_invariance(ThreadPool& pool) {
   std::printf("batch invariance: %d configurations\n", checked);
 }
 
+// Every SIMD family this CPU has gives bit-identical results (x86: the AVX-512 VNNI int8 dot products
+// give the same int32 sums as AVX2's maddubs, and the f32 work is shared), so a model's tokens do not
+// depend on the CPU it runs on within one architecture.
+static void test_isa_identity(ThreadPool& pool) {
+  std::vector<std::string> fams = cpu_kernel_families();
+  fams.pop_back();  // scalar: checked against the reference, its f32 order differs by design
+  if (fams.size() < 2) {
+    std::printf("isa identity: one SIMD family (%s), nothing to compare\n", fams.empty() ? "none" : fams[0].c_str());
+    return;
+  }
+  std::mt19937 rng(4242);
+  int checked = 0;
+  std::vector<OwnedWeight> ws;
+  for (int bits : {4, 8})
+    for (int group : {32, 64, 128})
+      for (DType dt : {DType::BF16, DType::F16, DType::F32}) ws.push_back(make_affine(rng, 37, 384, bits, group, dt));
+  ws.push_back(make_affine(rng, 37, 384, 3, 64, DType::BF16));
+  ws.push_back(make_dense(rng, 37, 200, DType::BF16));
+  for (const OwnedWeight& o : ws)
+    for (Precision p : {Precision::Fast, Precision::Exact})
+      for (int64_t n : {1, 3, 16, 21}) {
+        auto x = random_vec(rng, size_t(n * o.w.in), 3.0f);
+        std::vector<float> y0(size_t(n * o.w.out)), y(y0.size());
+        for (size_t f = 0; f < fams.size(); ++f) {
+          CHECK(force_kernels(fams[f].c_str()), "force_kernels(%s)", fams[f].c_str());
+          matmul(pool, o.w, x.data(), (f ? y : y0).data(), n, p);
+          if (f == 0) continue;
+          CHECK(std::memcmp(y.data(), y0.data(), y.size() * 4) == 0, "%s vs %s: %s b%d g%d %s n=%ld differ",
+                fams[f].c_str(), fams[0].c_str(), o.w.kind == WeightKind::Dense ? "dense" : "affine", o.w.bits,
+                o.w.group, p == Precision::Fast ? "fast" : "exact", long(n));
+          ++checked;
+        }
+      }
+  force_kernels(nullptr);
+  CHECK(!force_kernels("no-such-isa"), "an unknown family is refused");
+  std::printf("isa identity: %d comparisons across %zu families\n", checked, fams.size());
+}
+
 // ------------------------------------------------------------------------------------------------
 // Quantization
 
@@ -830,6 +868,9 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(argc > 1 ? std::atoi(argv[1]) : 2);
   std::printf("kernels: %s\n", matmul_kernel_name());
+  std::printf("families:");
+  for (const std::string& f : cpu_kernel_families()) std::printf(" %s", f.c_str());
+  std::printf("\n");
   test_dtype();
   test_json();
   test_threadpool(pool);
@@ -838,6 +879,7 @@ int main(int argc, char** argv) {
   test_quant_config_and_load();
   test_matmul(pool);
   test_batch_invariance(pool);
+  test_isa_identity(pool);
   test_convert(pool);
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
