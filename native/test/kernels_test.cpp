@@ -848,7 +848,50 @@ static void dbench(int threads, int64_t out, int64_t in, int copies, int bits, i
   }
 }
 
+// Kernel families side by side: the Fast matmuls of `layers` Qwen2.5-0.5B-shaped layers (DRAM resident)
+// at n activation rows, each family timed in turn within every rep (order alternating), so load
+// from other processes hits both alike. Prints each family's median and best, and the median and
+// quartiles of the per-rep ratio to the first family.
+static void isabench(int threads, int64_t n, int bits, int layers, int reps) {
+  ThreadPool pool(threads);
+  std::mt19937 rng(11);
+  const int64_t shapes[][2] = {{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}};
+  std::vector<RawMat> ms(size_t(layers) * 7);
+  for (size_t i = 0; i < ms.size(); ++i) make_raw(ms[i], rng, shapes[i % 7][0], shapes[i % 7][1], bits, 64);
+  std::vector<float> x(size_t(n * 4864), 0.5f), y(size_t(n * 4864));
+  for (auto& v : x) v = std::normal_distribution<float>(0, 1)(rng);
+  std::vector<std::string> fams = cpu_kernel_families();
+  fams.pop_back();
+  std::vector<std::vector<double>> t(fams.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t k = 0; k < fams.size(); ++k) {
+      const size_t f = r % 2 ? fams.size() - 1 - k : k;
+      force_kernels(fams[f].c_str());
+      double t0 = now_s();
+      for (auto& m : ms) matmul(pool, m.w, x.data(), y.data(), n, Precision::Fast);
+      t[f].push_back(now_s() - t0);
+    }
+  force_kernels(nullptr);
+  auto q = [](std::vector<double> v, double at) { std::sort(v.begin(), v.end()); return v[size_t(at * double(v.size() - 1))]; };
+  for (size_t f = 0; f < fams.size(); ++f) {
+    std::printf("isabench %s n=%ld b%d %dT x%d layers: median %.3f ms, best %.3f ms", fams[f].c_str(), long(n), bits,
+                threads, layers, q(t[f], 0.5) * 1e3, q(t[f], 0) * 1e3);
+    if (f > 0) {
+      std::vector<double> ratio;
+      for (size_t i = 0; i < t[f].size(); ++i) ratio.push_back(t[f][i] / t[0][i]);
+      std::printf("; time / %s per rep: median %.3f, quartiles %.3f-%.3f", fams[0].c_str(), q(ratio, 0.5), q(ratio, 0.25),
+                  q(ratio, 0.75));
+    }
+    std::printf("\n");
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "isabench") {
+    auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
+    isabench(int(arg(2, 2)), arg(3, 1), int(arg(4, 4)), int(arg(5, 8)), int(arg(6, 40)));
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "dbench") {
     auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
     dbench(int(arg(2, 1)), arg(3, 4864), arg(4, 896), int(arg(5, 64)), int(arg(6, 4)), int(arg(7, 10)));
