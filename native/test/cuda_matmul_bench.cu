@@ -7,7 +7,7 @@
 //   mkdir -p /tmp/k1 && nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90
 //     -Xcompiler -Wall,-Wextra -Werror all-warnings -Inative/src
 //     native/test/cuda_matmul_bench.cu native/src/cuda/matmul.cu native/src/cuda/matmul_mma.cu native/src/cuda/check.cu native/src/cuda/tiled_codes.cpp
-//     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
+//     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_x86.cpp
 //     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
 //     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_bench -lpthread
 // Run: /tmp/k1/cuda_matmul_bench [label [n,n,... [fast|fast-norm|exact|fast-tiled|fast-norm-tiled [SHAPE]]]]   (one

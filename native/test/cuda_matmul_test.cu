@@ -6,10 +6,10 @@
 //   mkdir -p /tmp/k1 && nvcc -std=c++20 -O3 -gencode arch=compute_90,code=sm_90
 //     -Xcompiler -Wall,-Wextra -Werror all-warnings -Inative/src
 //     native/test/cuda_matmul_test.cu native/src/cuda/matmul.cu native/src/cuda/matmul_mma.cu native/src/cuda/norm_rope.cu native/src/cuda/check.cu native/src/cuda/tiled_codes.cpp
-//     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_avx2.cpp
+//     native/src/cpu/matmul.cpp native/src/cpu/kernels_scalar.cpp native/src/cpu/kernels_x86.cpp
 //     native/src/cpu/threadpool.cpp native/src/quant/quantize.cpp native/src/format/json.cpp
 //     native/src/format/safetensors.cpp -o /tmp/k1/cuda_matmul_test -lpthread
-// (kernels_avx2.cpp selects avx2/fma/f16c with target pragmas itself: no -mavx2 needed.)
+// (kernels_x86.cpp selects AVX2 / AVX-512 with target pragmas itself: no -mavx2 needed.)
 // Run: /tmp/k1/cuda_matmul_test            (RAPID_CUDA_MM_QUICK=1 skips the n=130 sweeps)
 //
 // Error metric: rel = |gpu - cpu| / Σ_i |w_i·x_i| (the dot product's own magnitude scale, so a

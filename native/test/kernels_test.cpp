@@ -340,6 +340,44 @@ static void test_batch_invariance(ThreadPool& pool) {
   std::printf("batch invariance: %d configurations\n", checked);
 }
 
+// Every SIMD family this CPU has gives bit-identical results (x86: the AVX-512 VNNI int8 dot products
+// give the same int32 sums as AVX2's maddubs, and the f32 work is shared), so a model's tokens do not
+// depend on the CPU it runs on within one architecture.
+static void test_isa_identity(ThreadPool& pool) {
+  std::vector<std::string> fams = cpu_kernel_families();
+  fams.pop_back();  // scalar: checked against the reference, its f32 order differs by design
+  if (fams.size() < 2) {
+    std::printf("isa identity: one SIMD family (%s), nothing to compare\n", fams.empty() ? "none" : fams[0].c_str());
+    return;
+  }
+  std::mt19937 rng(4242);
+  int checked = 0;
+  std::vector<OwnedWeight> ws;
+  for (int bits : {4, 8})
+    for (int group : {32, 64, 128})
+      for (DType dt : {DType::BF16, DType::F16, DType::F32}) ws.push_back(make_affine(rng, 37, 384, bits, group, dt));
+  ws.push_back(make_affine(rng, 37, 384, 3, 64, DType::BF16));
+  ws.push_back(make_dense(rng, 37, 200, DType::BF16));
+  for (const OwnedWeight& o : ws)
+    for (Precision p : {Precision::Fast, Precision::Exact})
+      for (int64_t n : {1, 3, 16, 21}) {
+        auto x = random_vec(rng, size_t(n * o.w.in), 3.0f);
+        std::vector<float> y0(size_t(n * o.w.out)), y(y0.size());
+        for (size_t f = 0; f < fams.size(); ++f) {
+          CHECK(force_kernels(fams[f].c_str()), "force_kernels(%s)", fams[f].c_str());
+          matmul(pool, o.w, x.data(), (f ? y : y0).data(), n, p);
+          if (f == 0) continue;
+          CHECK(std::memcmp(y.data(), y0.data(), y.size() * 4) == 0, "%s vs %s: %s b%d g%d %s n=%ld differ",
+                fams[f].c_str(), fams[0].c_str(), o.w.kind == WeightKind::Dense ? "dense" : "affine", o.w.bits,
+                o.w.group, p == Precision::Fast ? "fast" : "exact", long(n));
+          ++checked;
+        }
+      }
+  force_kernels(nullptr);
+  CHECK(!force_kernels("no-such-isa"), "an unknown family is refused");
+  std::printf("isa identity: %d comparisons across %zu families\n", checked, fams.size());
+}
+
 // ------------------------------------------------------------------------------------------------
 // Quantization
 
@@ -810,7 +848,50 @@ static void dbench(int threads, int64_t out, int64_t in, int copies, int bits, i
   }
 }
 
+// Kernel families side by side: the Fast matmuls of `layers` Qwen2.5-0.5B-shaped layers (DRAM resident)
+// at n activation rows, each family timed in turn within every rep (order alternating), so load
+// from other processes hits both alike. Prints each family's median and best, and the median and
+// quartiles of the per-rep ratio to the first family.
+static void isabench(int threads, int64_t n, int bits, int layers, int reps) {
+  ThreadPool pool(threads);
+  std::mt19937 rng(11);
+  const int64_t shapes[][2] = {{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}};
+  std::vector<RawMat> ms(size_t(layers) * 7);
+  for (size_t i = 0; i < ms.size(); ++i) make_raw(ms[i], rng, shapes[i % 7][0], shapes[i % 7][1], bits, 64);
+  std::vector<float> x(size_t(n * 4864), 0.5f), y(size_t(n * 4864));
+  for (auto& v : x) v = std::normal_distribution<float>(0, 1)(rng);
+  std::vector<std::string> fams = cpu_kernel_families();
+  fams.pop_back();
+  std::vector<std::vector<double>> t(fams.size());
+  for (int r = 0; r < reps; ++r)
+    for (size_t k = 0; k < fams.size(); ++k) {
+      const size_t f = r % 2 ? fams.size() - 1 - k : k;
+      force_kernels(fams[f].c_str());
+      double t0 = now_s();
+      for (auto& m : ms) matmul(pool, m.w, x.data(), y.data(), n, Precision::Fast);
+      t[f].push_back(now_s() - t0);
+    }
+  force_kernels(nullptr);
+  auto q = [](std::vector<double> v, double at) { std::sort(v.begin(), v.end()); return v[size_t(at * double(v.size() - 1))]; };
+  for (size_t f = 0; f < fams.size(); ++f) {
+    std::printf("isabench %s n=%ld b%d %dT x%d layers: median %.3f ms, best %.3f ms", fams[f].c_str(), long(n), bits,
+                threads, layers, q(t[f], 0.5) * 1e3, q(t[f], 0) * 1e3);
+    if (f > 0) {
+      std::vector<double> ratio;
+      for (size_t i = 0; i < t[f].size(); ++i) ratio.push_back(t[f][i] / t[0][i]);
+      std::printf("; time / %s per rep: median %.3f, quartiles %.3f-%.3f", fams[0].c_str(), q(ratio, 0.5), q(ratio, 0.25),
+                  q(ratio, 0.75));
+    }
+    std::printf("\n");
+  }
+}
+
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "isabench") {
+    auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
+    isabench(int(arg(2, 2)), arg(3, 1), int(arg(4, 4)), int(arg(5, 8)), int(arg(6, 40)));
+    return 0;
+  }
   if (argc > 1 && std::string(argv[1]) == "dbench") {
     auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
     dbench(int(arg(2, 1)), arg(3, 4864), arg(4, 896), int(arg(5, 64)), int(arg(6, 4)), int(arg(7, 10)));
@@ -830,6 +911,9 @@ int main(int argc, char** argv) {
   }
   ThreadPool pool(argc > 1 ? std::atoi(argv[1]) : 2);
   std::printf("kernels: %s\n", matmul_kernel_name());
+  std::printf("families:");
+  for (const std::string& f : cpu_kernel_families()) std::printf(" %s", f.c_str());
+  std::printf("\n");
   test_dtype();
   test_json();
   test_threadpool(pool);
@@ -838,6 +922,7 @@ int main(int argc, char** argv) {
   test_quant_config_and_load();
   test_matmul(pool);
   test_batch_invariance(pool);
+  test_isa_identity(pool);
   test_convert(pool);
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

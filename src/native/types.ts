@@ -174,7 +174,7 @@ export interface NativeTensorInfo {
 
 export interface NativeSystemInfo {
   simd: string[]; // e.g. ["avx2", "fma", "f16c"] detected at run time
-  kernel: string; // which matmul kernel set is in use: "avx2" | "neon-dotprod" | "neon" | "scalar"
+  kernel: string; // which matmul kernel set is in use: "avx512-vnni" | "avx2" | "neon-dotprod" | "neon" | "scalar"
   threads: number; // default pool size
   cuda: NativeCudaInfo;
 }

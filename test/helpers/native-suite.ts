@@ -36,10 +36,13 @@ export function buildNativeSuite(program: string, sources: string[], dir: string
   return exe;
 }
 
-/** Runs a built suite (through `runner`, e.g. an emulator's command line) and expects no failed check; returns its output. */
-export function runNativeSuite(exe: string, runner: string[] = []): string {
+/**
+ * Runs a built suite (through `runner`, e.g. an emulator's command line) and expects no failed check;
+ * returns its output. `env` adds variables (e.g. RAPID_CPU_ISA) to this process's environment.
+ */
+export function runNativeSuite(exe: string, runner: string[] = [], env: Record<string, string> = {}): string {
   const [cmd, ...args] = [...runner, exe];
-  const run = spawnSync(cmd, args, { encoding: 'utf8', cwd: ROOT });
+  const run = spawnSync(cmd, args, { encoding: 'utf8', cwd: ROOT, env: { ...process.env, ...env } });
   expect(run.status, run.stdout + run.stderr).toBe(0);
   expect(run.stdout).toMatch(/\b\d+ passed, 0 failed\b/);
   return run.stdout;

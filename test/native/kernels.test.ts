@@ -1,11 +1,43 @@
 // Runs the native kernel suite (native/test/kernels_test.cpp): every weight format x precision x
-// group size x bits against a double reference, on the AVX2 and the portable kernels, batch
-// invariance, safetensors corruption cases, JSON, quantize round trips, the thread pool.
-import { describe, it } from 'vitest';
-import { buildAndRunNativeSuite, hasCompiler, kernelSuiteSources } from '../helpers/native-suite.js';
+// group size x bits against a double reference, batch invariance, the bit identity of the SIMD
+// families, safetensors corruption cases, JSON, quantize round trips, the thread pool. It runs once
+// per x86 kernel family this CPU has (RAPID_CPU_ISA=avx512 / avx2), each run also checking the
+// portable kernels; the families the addon detects must be those /proc/cpuinfo reports.
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { osCpuFlags } from '../../src/doctor/checks/cpu-features.js';
+import { buildNativeSuite, hasCompiler, kernelSuiteSources, runNativeSuite } from '../helpers/native-suite.js';
+
+/** The x86 families the OS says this CPU can run, best first, as the addon names them. */
+function x86Families(): string[] {
+  if (process.arch !== 'x64') return [];
+  const f = new Set(osCpuFlags());
+  const out: string[] = [];
+  if (['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni'].every((x) => f.has(x))) out.push('avx512-vnni');
+  if (['avx2', 'fma', 'f16c'].every((x) => f.has(x))) out.push('avx2');
+  return out;
+}
 
 describe.skipIf(!hasCompiler)('native kernel suite', () => {
-  it('builds warning-free and passes every check', () => {
-    buildAndRunNativeSuite('kernels_test', kernelSuiteSources());
+  let work = '';
+  let exe = '';
+  beforeAll(() => {
+    work = mkdtempSync(join(tmpdir(), 'rapid-kernels-'));
+    exe = buildNativeSuite('kernels_test', kernelSuiteSources(), work);
   }, 240_000);
+  afterAll(() => {
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+
+  it('builds warning-free and passes every check on the kernels picked at run time', () => {
+    const out = runNativeSuite(exe);
+    if (process.arch === 'x64') expect(out).toMatch(new RegExp(`^families: ${[...x86Families(), 'scalar'].join(' ')}$`, 'm'));
+  }, 120_000);
+
+  it.each(x86Families().map((f) => [f === 'avx512-vnni' ? 'avx512' : f, f]))('passes every check with RAPID_CPU_ISA=%s (%s)', (isa, family) => {
+    const out = runNativeSuite(exe, [], { RAPID_CPU_ISA: isa });
+    expect(out).toMatch(new RegExp(`^kernels: ${family}$`, 'm'));
+  }, 120_000);
 });

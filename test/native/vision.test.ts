@@ -51,7 +51,7 @@ function headerClosure(file: string): string[] {
 
 /**
  * The translation units the test binary needs: the test, every vision/*.cpp, and for each header they
- * reach the .cpp files that implement it (dir/name.cpp and dir/name_*.cpp, e.g. cpu/kernels_avx2.cpp).
+ * reach the .cpp files that implement it (dir/name.cpp and dir/name_*.cpp, e.g. cpu/kernels_x86.cpp).
  */
 function units(): string[] {
   const out = new Set<string>([join(root, 'native', 'test', 'vision_test.cpp')]);

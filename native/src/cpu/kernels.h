@@ -1,5 +1,5 @@
 // Internal interface between the matmul driver (cpu/matmul.cpp) and the per-ISA kernel files
-// (cpu/kernels_scalar.cpp, cpu/kernels_avx2.cpp, cpu/kernels_neon.cpp). Not for use outside native/src/cpu.
+// (cpu/kernels_scalar.cpp, cpu/kernels_x86.cpp, cpu/kernels_neon.cpp). Not for use outside native/src/cpu.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -54,12 +54,15 @@ extern int g_prefetch_rows;
 const Kernels& scalar_kernels();
 #if defined(__x86_64__)
 const Kernels& avx2_kernels();
+const Kernels& avx512_vnni_kernels();
 #endif
 #if defined(__aarch64__)
 const Kernels& neon_kernels();
 const Kernels& neon_dotprod_kernels();
 #endif
 bool cpu_has_avx2_fma_f16c();
+// AVX-512 F/BW/VL + VNNI, with the OS saving ZMM and opmask state (XCR0).
+bool cpu_has_avx512_vnni();
 // ARMv8.2 dot product instructions (sdot/udot): HWCAP_ASIMDDP on Linux, FEAT_DotProd on macOS.
 bool cpu_has_dotprod();
 

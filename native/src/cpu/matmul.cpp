@@ -5,10 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "cpu/kernels.h"
@@ -42,20 +45,53 @@ int init_prefetch_rows() {
   return cpu_is_intel() ? 20 : 4;  // measured: Intel Xeon 37 → 57 tok/s decode; AMD Zen3 ±5%
 }
 
+// The kernel families this CPU can run, best first (scalar always last).
+std::vector<const kern::Kernels*> available_kernels() {
+  std::vector<const kern::Kernels*> v;
+#if defined(__x86_64__)
+  if (kern::cpu_has_avx512_vnni()) v.push_back(&kern::avx512_vnni_kernels());
+  if (kern::cpu_has_avx2_fma_f16c()) v.push_back(&kern::avx2_kernels());
+#elif defined(__aarch64__)
+  if (kern::cpu_has_dotprod()) v.push_back(&kern::neon_dotprod_kernels());
+  v.push_back(&kern::neon_kernels());
+#endif
+  v.push_back(&kern::scalar_kernels());
+  return v;
+}
+
+// Looks a family up by name among those the CPU can run ("avx512" is short for "avx512-vnni").
+const kern::Kernels* find_kernels(std::string_view isa) {
+  if (isa == "avx512") isa = "avx512-vnni";
+  for (const kern::Kernels* k : available_kernels())
+    if (isa == k->name) return k;
+  return nullptr;
+}
+
+// The best family, or the one RAPID_CPU_ISA names (tests run the kernel suite per ISA with it);
+// RAPID_NO_SIMD forces the portable kernels. An ISA the CPU lacks is reported on stderr and the best
+// family runs (the first matmul may be on a pool thread, where an exception would terminate).
+const kern::Kernels& pick_kernels() {
+  if (std::getenv("RAPID_NO_SIMD") != nullptr) return kern::scalar_kernels();
+  const kern::Kernels& best = *available_kernels().front();
+  const char* isa = std::getenv("RAPID_CPU_ISA");
+  if (isa == nullptr || *isa == '\0') return best;
+  if (const kern::Kernels* k = find_kernels(isa)) return *k;
+  std::string names;
+  for (const kern::Kernels* k : available_kernels()) names += std::string(names.empty() ? "" : ", ") + k->name;
+  std::fprintf(stderr, "rapid: RAPID_CPU_ISA=%s is not one this CPU runs (%s); using %s\n", isa, names.c_str(),
+               best.name);
+  return best;
+}
+
+std::atomic<const kern::Kernels*> g_forced{nullptr};
+
 const kern::Kernels& kernels() {
   static const bool init = (kern::g_prefetch_rows = init_prefetch_rows(), true);
   (void)init;
+  if (const kern::Kernels* f = g_forced.load(std::memory_order_relaxed)) return *f;
   if (g_force_scalar.load(std::memory_order_relaxed)) return kern::scalar_kernels();
-#if defined(__x86_64__)
-  static const bool avx2 = kern::cpu_has_avx2_fma_f16c() && std::getenv("RAPID_NO_SIMD") == nullptr;
-  if (avx2) return kern::avx2_kernels();
-#elif defined(__aarch64__)
-  static const kern::Kernels* neon = std::getenv("RAPID_NO_SIMD") != nullptr ? nullptr
-                                     : kern::cpu_has_dotprod()            ? &kern::neon_dotprod_kernels()
-                                                                          : &kern::neon_kernels();
-  if (neon) return *neon;
-#endif
-  return kern::scalar_kernels();
+  static const kern::Kernels& picked = pick_kernels();
+  return picked;
 }
 
 // Per-thread growable scratch (pool threads are persistent, so this allocates once).
@@ -110,6 +146,22 @@ void split_rows(ThreadPool& pool, int64_t out, int64_t work_per_row, F&& fn) {
 bool force_scalar_kernels(bool on) { return g_force_scalar.exchange(on); }
 
 const char* matmul_kernel_name() { return kernels().name; }
+
+bool force_kernels(const char* isa) {
+  if (isa == nullptr) {
+    g_forced.store(nullptr);
+    return true;
+  }
+  const kern::Kernels* k = find_kernels(isa);
+  if (k != nullptr) g_forced.store(k);
+  return k != nullptr;
+}
+
+std::vector<std::string> cpu_kernel_families() {
+  std::vector<std::string> v;
+  for (const kern::Kernels* k : available_kernels()) v.emplace_back(k->name);
+  return v;
+}
 
 // dst[j, c] = src[c, j] for src [n, m]; dst [m, ldd] with columns n..ldd zeroed.
 static void transpose_padded(const float* src, int64_t n, int64_t m, int64_t ldd, float* dst) {
@@ -216,6 +268,9 @@ std::vector<std::string> cpu_simd_features() {
   if (__builtin_cpu_supports("fma")) f.push_back("fma");
   if (kern::cpu_has_avx2_fma_f16c()) f.push_back("f16c");
   if (__builtin_cpu_supports("avx512f")) f.push_back("avx512f");
+  if (__builtin_cpu_supports("avx512bw")) f.push_back("avx512bw");
+  if (__builtin_cpu_supports("avx512vl")) f.push_back("avx512vl");
+  if (kern::cpu_has_avx512_vnni()) f.push_back("avx512_vnni");  // /proc/cpuinfo's name; OS state checked
 #elif defined(__aarch64__)
   f.push_back("neon");
   if (kern::cpu_has_dotprod()) f.push_back("asimddp");  // /proc/cpuinfo's name, as doctor reports it
@@ -234,6 +289,26 @@ bool cpu_has_avx2_fma_f16c() {
   unsigned a, b, c, d;
   __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
   return (c >> 29) & 1;
+#else
+  return false;
+#endif
+}
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__)
+  if (!cpu_has_avx2_fma_f16c()) return false;
+  unsigned a, b, c, d;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(0), "c"(0));
+  if (a < 7) return false;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(1), "c"(0));
+  if (!((c >> 27) & 1)) return false;  // OSXSAVE: xgetbv is usable
+  // The OS must save the opmask and ZMM state (XCR0 bits 5-7) as well as SSE/AVX (bits 1-2).
+  unsigned lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  if ((lo & 0xE6) != 0xE6) return false;
+  __asm__ volatile("cpuid" : "=a"(a), "=b"(b), "=c"(c), "=d"(d) : "a"(7), "c"(0));
+  const bool f = (b >> 16) & 1, bw = (b >> 30) & 1, vl = (b >> 31) & 1, vnni = (c >> 11) & 1;
+  return f && bw && vl && vnni;
 #else
   return false;
 #endif

@@ -1,5 +1,5 @@
 // Matrix kernels over Weight views: y[n, out] = x[n, in] · Wᵀ for Dense (F32/F16/BF16) and MLX
-// Affine (2..8 bits) weights, with runtime SIMD dispatch (AVX2+FMA+F16C on x86-64; NEON on arm64,
+// Affine (2..8 bits) weights, with runtime SIMD dispatch (AVX-512 VNNI or AVX2+FMA+F16C on x86-64; NEON on arm64,
 // with sdot where the CPU has ARMv8.2 dotprod; scalar elsewhere).
 // Quantized weights are dequantized on the fly inside the kernel; no dequantized copy is ever made.
 #pragma once
@@ -35,8 +35,16 @@ void embedding_rows(const Weight& E, const int32_t* ids, int64_t n, float* out);
 // Detected CPU features used for dispatch, e.g. {"avx2","fma","f16c"} or {"neon","asimddp"} or {}.
 std::vector<std::string> cpu_simd_features();
 
-// Name of the kernel family chosen at runtime: "avx2", "neon-dotprod", "neon" or "scalar".
+// Name of the kernel family chosen at runtime: "avx512-vnni", "avx2", "neon-dotprod", "neon" or "scalar".
+// RAPID_CPU_ISA=<name> (or "avx512") picks one of those the CPU has; RAPID_NO_SIMD=1 forces "scalar".
 const char* matmul_kernel_name();
+
+// The kernel families this CPU can run, best first (the last is always "scalar").
+std::vector<std::string> cpu_kernel_families();
+
+// Forces the named family (tests compare them); nullptr returns to the run-time pick. False, and no
+// change, when the CPU cannot run it.
+bool force_kernels(const char* isa);
 
 // Forces the scalar kernels (tests compare both paths); returns the previous setting.
 bool force_scalar_kernels(bool on);

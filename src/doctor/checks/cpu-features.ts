@@ -18,6 +18,15 @@ export function osCpuFlags(): string[] {
   }
 }
 
+/** What the x86 finding says about AVX-512: the VNNI kernels in use, or why the AVX2 ones run. */
+function avx512Note(kernel: string | undefined, avx512: boolean, vnni: boolean): string {
+  if (kernel === 'avx512-vnni') return '; rapid uses its AVX-512 VNNI kernels';
+  if (!avx512) return '; no AVX-512 (not needed)';
+  if (!vnni) return '; AVX-512 without VNNI (rapid uses its AVX2 kernels)';
+  if (kernel === 'avx2') return '; AVX-512 VNNI present but the AVX2 kernels run (RAPID_CPU_ISA=avx2?)';
+  return '; AVX-512 VNNI present';
+}
+
 export function checkCpuFeatures(sys: NativeSystemInfo | undefined, arch: string = process.arch): CheckResult {
   const simd = sys?.simd ?? osCpuFlags();
   const model = cpus()[0]?.model?.trim() ?? 'unknown CPU';
@@ -33,7 +42,7 @@ export function checkCpuFeatures(sys: NativeSystemInfo | undefined, arch: string
     if (sys && sys.kernel === 'generic') {
       return { ...base, status: 'warn', finding: `${model}: the CPU has AVX2 but the addon runs its generic kernels`, fix: 'rebuild the addon on this machine (`npm run build:native`) or install a prebuild with AVX2 kernels' };
     }
-    const note = avx512 ? '; AVX-512 present (rapid uses its AVX2 kernels)' : '; no AVX-512 (not needed)';
+    const note = avx512Note(sys?.kernel, avx512, has('avx512_vnni'));
     return { ...base, status: 'ok', finding: `${model}: ${list} (${from})${note}` };
   }
   if (arch === 'arm64') {
