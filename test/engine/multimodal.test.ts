@@ -3,7 +3,7 @@
 // encoder cache, chunking around image spans, prefix-cache keys, failures and cancellation.
 import { describe, expect, it } from 'vitest';
 import type { Engine } from '../../src/engine/engine.js';
-import type { FakeModel, FakeModelOptions } from '../../src/engine/fake-runner.js';
+import type { FakeModel, FakeModelOptions } from '../helpers/fake-runner.js';
 import { embeddingBytes } from '../../src/engine/encoder-cache.js';
 import { collect, makeEngine, params, sleep } from './helpers.js';
 import { bytes } from './helpers.js';

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.js';
-import { FakeModel } from '../../src/engine/fake-runner.js';
+import { FakeModel } from '../helpers/fake-runner.js';
 import type { NativeModelInfo } from '../../src/native/types.js';
 import { byteTextStream, bytes, collect, params } from './helpers.js';
 

@@ -5,7 +5,7 @@
 // and a model without supplyMasks still gets its masks in the plan.
 import { describe, expect, it } from 'vitest';
 import { EngineRequestError } from '../../src/engine/engine-errors.js';
-import { FakeModel } from '../../src/engine/fake-runner.js';
+import { FakeModel } from '../helpers/fake-runner.js';
 import type { GrammarNext, RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
 import type { NativeStepRow } from '../../src/native/types.js';
 import { bytes, collect, makeEngine, params, sleep } from '../engine/helpers.js';

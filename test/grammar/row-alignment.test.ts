@@ -11,7 +11,7 @@ import { StreamingDetokenizer } from '../../src/engine/detokenizer.js';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
 import type { GrammarNext, RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
 import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
-import { FakeModel } from '../../src/engine/fake-runner.js';
+import { FakeModel } from '../helpers/fake-runner.js';
 import { resolveSamplingParams } from '../../src/engine/sampling-params.js';
 import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';

@@ -10,7 +10,7 @@ import { StreamingDetokenizer } from '../../src/engine/detokenizer.js';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
 import { parseResponseFormat, type ResponseFormat } from '../../src/engine/grammar/response-format.js';
-import { FakeModel } from '../../src/engine/fake-runner.js';
+import { FakeModel } from '../helpers/fake-runner.js';
 import { resolveSamplingParams, type SamplingParams } from '../../src/engine/sampling-params.js';
 import { openTextModel } from '../../src/engine/text-model.js';
 import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult, NativeStepRowResult } from '../../src/native/types.js';

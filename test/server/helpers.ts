@@ -1,7 +1,7 @@
 // A server on the fake runner for HTTP tests: byte tokens, a trivial chat format, a real Engine.
 import OpenAI from 'openai';
 import type { EngineOptions } from '../../src/engine/engine.js';
-import type { FakeModelOptions } from '../../src/engine/fake-runner.js';
+import type { FakeModelOptions } from '../helpers/fake-runner.js';
 import { createServer, type RapidServer, type ServerOptions } from '../../src/server/server.js';
 import type { ServedModel } from '../../src/server/served-model.js';
 import type { ChatMessage } from '../../src/template/chat-template.js';

@@ -2,7 +2,7 @@
 // message of a byteModel prompt ("...user: <key>\nassistant:"), then EOS (token 0): exact model output
 // (reasoning, tool-call markup) through the real Engine and server. Script "echo" writes the prompt
 // back. Context is kept per request id.
-import { FakeModel } from '../../src/engine/fake-runner.js';
+import { FakeModel } from '../helpers/fake-runner.js';
 import type { NativeImageEmbedding, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';
 
 export const SCRIPT_EOS = 0;

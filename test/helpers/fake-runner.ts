@@ -17,8 +17,8 @@ import type {
   NativeStepRow,
   NativeStepRowResult,
   NativeTopLogprob,
-} from '../native/types.js';
-import type { MultimodalInput } from './multimodal.js';
+} from '../../src/native/types.js';
+import type { MultimodalInput } from '../../src/engine/multimodal.js';
 
 export interface FakeVisionOptions {
   /** Positions are [3, n] (mRoPE, as Qwen2.5-VL / Qwen3-VL); otherwise 1-D (as Gemma 3). */
