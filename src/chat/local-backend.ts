@@ -1,5 +1,6 @@
 // `rapid chat MODEL`: the conversation runs on an engine in this process, built like `rapid run`
 // builds it (chat template, images through the vision processor, schemas through the grammar service).
+import { DEFAULT_TEMPERATURE } from '../engine/defaults.js';
 import { readFileSync } from 'node:fs';
 import { createTextEngine } from '../engine/text-engine.js';
 import { grammarServiceFor } from '../engine/grammar/grammar-service.js';
@@ -58,7 +59,7 @@ export function localBackend(name: string, model: TextModel, defaults: Recommend
       }
       const params = resolveSamplingParams(
         {
-          temperature: o.temperature ?? defaults.temperature ?? 0.7,
+          temperature: o.temperature ?? defaults.temperature ?? DEFAULT_TEMPERATURE,
           topP: defaults.topP,
           topK: defaults.topK,
           minP: defaults.minP,

@@ -3,6 +3,7 @@
 // refuses fails alone; a step that throws is rerun without the rows that make it fail (bounded,
 // logged), so only those fail and the loop goes on; a step that never returns trips a watchdog.
 // Every request ends with a done event or an error.
+import { ENGINE_DEFAULTS } from './defaults.js';
 import { pollsSteps, pollWhile } from '../native/poll-while.js';
 import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult, NativeStepRow, NativeStepRowResult } from '../native/types.js';
 import { BlockManager } from './block-manager.js';
@@ -212,9 +213,9 @@ export class Engine implements EngineLike {
     });
     this.scheduler = new Scheduler(
       {
-        maxNumSeqs: opts.maxNumSeqs ?? 32,
-        maxBatchedTokens: opts.maxBatchedTokens ?? 512,
-        maxWaiting: opts.maxWaiting ?? 256,
+        maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
+        maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
+        maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
         ...(opts.maxPrefillAttention !== undefined ? { maxPrefillAttention: opts.maxPrefillAttention } : {}),
       },
       this.blocks,

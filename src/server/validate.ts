@@ -2,6 +2,7 @@
 // OpenAI's fields without effect here accepted and logged, fields OpenAI does not define accepted
 // and logged too unless the server is strict (openai-fields.ts lists them), then the engine's
 // sampling parameters.
+import { DEFAULT_TEMPERATURE } from '../engine/defaults.js';
 import { InvalidRequestError } from '../engine/errors.js';
 import { resolveSamplingParams, SAMPLING_LIMITS, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
 import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
@@ -145,7 +146,7 @@ function stops(body: Body): string[] | undefined {
 
 function sampling(body: Body, model: ServedModel, maxTokens: number | undefined, defaultMax: number, logprobs: number): SamplingParams {
   const input: SamplingInput = {
-    temperature: num(body, 'temperature') ?? model.defaults.temperature ?? 1,
+    temperature: num(body, 'temperature') ?? model.defaults.temperature ?? DEFAULT_TEMPERATURE,
     topP: num(body, 'top_p') ?? model.defaults.topP,
     topK: int(body, 'top_k') ?? model.defaults.topK, // -1 (vLLM: off) is 0 once resolved
     minP: num(body, 'min_p') ?? model.defaults.minP,

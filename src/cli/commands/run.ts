@@ -1,4 +1,5 @@
 // `rapid run MODEL --prompt TEXT`: one-shot generation in-process, streamed to stdout.
+import { DEFAULT_TEMPERATURE } from '../../engine/defaults.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
@@ -62,7 +63,7 @@ export function registerRun(program: Command): void {
     .option('-p, --prompt <text>', 'the user message (or the raw prompt with --raw); read from stdin when omitted')
     .option('-s, --system <text>', 'system message')
     .option('-n, --max-tokens <n>', 'maximum tokens to generate', parseIntOption('--max-tokens'), 256)
-    .option('-t, --temperature <t>', 'sampling temperature; 0 = greedy (default: the model\'s, else 0.7)', parseFloatOption('--temperature'))
+    .option('-t, --temperature <t>', `sampling temperature; 0 = greedy (default: the model's, else ${DEFAULT_TEMPERATURE})`, parseFloatOption('--temperature'))
     .option('--top-p <p>', 'nucleus sampling mass', parseFloatOption('--top-p'))
     .option('--top-k <k>', 'sample among the k most likely tokens (0 = off)', parseIntOption('--top-k'))
     .option('--min-p <p>', 'drop tokens below p x the top probability', parseFloatOption('--min-p'))
@@ -91,7 +92,7 @@ export function registerRun(program: Command): void {
         }
         const params = resolveSamplingParams(
           {
-            temperature: opts.temperature ?? defaults.temperature ?? 0.7,
+            temperature: opts.temperature ?? defaults.temperature ?? DEFAULT_TEMPERATURE,
             topP: opts.topP ?? defaults.topP,
             topK: opts.topK ?? defaults.topK,
             minP: opts.minP ?? defaults.minP,

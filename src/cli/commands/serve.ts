@@ -1,4 +1,5 @@
 // `rapid serve MODEL`: the continuous-batching engine behind the OpenAI-compatible HTTP server.
+import { ENGINE_DEFAULTS } from '../../engine/defaults.js';
 import { basename, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import type { Engine, EngineLike } from '../../engine/engine.js';
@@ -151,9 +152,9 @@ export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (li
 export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
   const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device: opts.device };
   const engineOptions = {
-    maxNumSeqs: opts.maxNumSeqs ?? 16,
-    maxBatchedTokens: opts.maxBatchedTokens ?? 512,
-    maxWaiting: opts.maxWaiting ?? 256,
+    maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
+    maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
+    maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
     maxPrefillAttention: opts.maxPrefillAttention,
     stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
@@ -245,9 +246,9 @@ export function registerServe(program: Command): void {
     .option('--served-model-name <name>', 'a model name clients send (default: the directory name); repeatable or comma-separated, responses carry the first', collect)
     .option('--accept-any-model-name', 'serve any `model` a request names (clients that hard-code e.g. gpt-4o)', false)
     .option('--strict-requests', 'refuse request fields OpenAI does not define with a 400 (default: accepted and logged once)', false)
-    .option('--max-num-seqs <n>', 'requests decoded together at most', parseIntOption('--max-num-seqs'), 16)
-    .option('--max-batched-tokens <n>', 'tokens per step at most (prefill chunks + decodes)', parseIntOption('--max-batched-tokens'), 512)
-    .option('--max-waiting <n>', 'queued requests at most; more get 503', parseIntOption('--max-waiting'), 256)
+    .option('--max-num-seqs <n>', 'requests decoded together at most', parseIntOption('--max-num-seqs'), ENGINE_DEFAULTS.maxNumSeqs)
+    .option('--max-batched-tokens <n>', 'tokens per step at most (prefill chunks + decodes)', parseIntOption('--max-batched-tokens'), ENGINE_DEFAULTS.maxBatchedTokens)
+    .option('--max-waiting <n>', 'queued requests at most; more get 503', parseIntOption('--max-waiting'), ENGINE_DEFAULTS.maxWaiting)
     .option('--max-prefill-attention <n>', 'while requests decode, a prefill chunk attends to at most N query-key pairs (default: max-batched-tokens x 4096; 0: no cap)', parseIntOption('--max-prefill-attention'))
     .option('--kv-cache-memory <size>', 'KV cache budget, e.g. 2GiB (default: a share of free RAM)', parseByteSize)
     .option('--block-size <n>', 'tokens per KV block', parseIntOption('--block-size'))
