@@ -118,12 +118,9 @@ export function parseResponsesRequest(raw: unknown, store: ResponseStore): Respo
   if (body.tool_choice !== undefined && body.tool_choice !== null) chat.tool_choice = toolChoiceOf(body.tool_choice);
   const format = formatOf(body.text);
   if (format) chat.response_format = format;
+  // The chat parser maps reasoning_effort onto a thinking model's switch, as for Chat Completions.
   const effort = reasoningEffort(body.reasoning);
-  if (effort === 'none' || effort === 'minimal') {
-    // The one reasoning switch rapid has: thinking off (ignored by models without thinking).
-    const kw = isObject(chat.chat_template_kwargs) ? chat.chat_template_kwargs : {};
-    chat.chat_template_kwargs = { ...kw, enable_thinking: false };
-  }
+  if (effort !== undefined) chat.reasoning_effort = effort;
 
   const maxOut = body.max_output_tokens;
   return {
