@@ -1,13 +1,10 @@
 // `rapid chat [MODEL | --url URL]`: an interactive conversation in the terminal (ink), with a model
 // loaded in-process like `rapid run` loads it, or with an OpenAI-compatible server.
 import type { Command } from 'commander';
-import { createElement as h } from 'react';
-import { render } from 'ink';
 import type { ChatBackend } from '../../chat/chat-backend.js';
 import { ChatSession } from '../../chat/chat-session.js';
 import { httpBackend } from '../../chat/http-backend.js';
 import { localBackend } from '../../chat/local-backend.js';
-import { ChatApp } from '../../chat/ui/chat-app.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 import type { NativeDevice } from '../../native/types.js';
 import { openCommandModel } from '../open-model.js';
@@ -23,6 +20,21 @@ interface ChatOptions {
   threads?: number;
   precision: 'exact' | 'fast';
   device?: NativeDevice;
+}
+
+/** Loads the ink UI as interactive. ink (is-in-ci, read once when first imported) draws only the final
+ *  frame where CI or CONTINUOUS_INTEGRATION is set; a chat on a terminal is interactive wherever it runs. */
+async function loadInteractiveUi(): Promise<typeof import('../../chat/ui/render-chat.js')> {
+  const keys = ['CI', 'CONTINUOUS_INTEGRATION'] as const;
+  const saved = keys.map((k) => process.env[k]);
+  for (const k of keys) delete process.env[k];
+  try {
+    return await import('../../chat/ui/render-chat.js');
+  } finally {
+    keys.forEach((k, i) => {
+      if (saved[i] !== undefined) process.env[k] = saved[i];
+    });
+  }
 }
 
 async function openBackend(spec: string | undefined, opts: ChatOptions): Promise<ChatBackend> {
@@ -58,11 +70,8 @@ export function registerChat(program: Command): void {
       const where = opts.url !== undefined ? ` at ${opts.url}` : '';
       const context = backend.contextLength ? `, context ${backend.contextLength} tokens` : '';
       try {
-        const app = render(h(ChatApp, { session, maxTokens: opts.maxTokens, temperature: opts.temperature, greeting: `rapid chat · ${backend.model}${where}${context} · /help for commands` }), {
-          exitOnCtrlC: false,
-          patchConsole: false,
-        });
-        await app.waitUntilExit();
+        const { renderChat } = await loadInteractiveUi();
+        await renderChat({ session, maxTokens: opts.maxTokens, temperature: opts.temperature, greeting: `rapid chat · ${backend.model}${where}${context} · /help for commands` });
       } finally {
         await backend.close();
       }
