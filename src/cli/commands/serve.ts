@@ -23,6 +23,8 @@ import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 import { CONNECTION_DEFAULTS, type ConnectionLimits } from '../../server/connection-limits.js';
+import type { AccessEntry } from '../../server/access-log.js';
+import { createServeLogger, parseLogFormat, type LogFormat } from '../log-format.js';
 
 export interface ServeOptions {
   host: string;
@@ -47,6 +49,11 @@ export interface ServeOptions {
   prefixCache: boolean;
   maxBodyBytes?: number;
   shutdownGrace: number; // seconds
+  /** Seconds /health/ready answers 503 on SIGTERM before the listener closes (load balancers notice first). */
+  drainDelay: number;
+  logFormat: LogFormat;
+  /** One log line per request (text or JSON, as logFormat). */
+  accessLog: boolean | ((e: AccessEntry) => void);
   allowRemoteImages: boolean;
   maxImageBytes: number;
   maxImagesPerRequest: number;
@@ -98,6 +105,14 @@ function parseSecondsOption(flag: string): (value: string) => number {
   return (value: string) => {
     const n = Number(value);
     if (value.trim() === '' || !Number.isFinite(n) || n <= 0) throw new InvalidArgumentError(`${flag} expects a positive number of seconds, got "${value}"`);
+    return n;
+  };
+}
+
+function parseNonNegativeSeconds(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${flag} expects a number of seconds (0 or more), got "${value}"`);
     return n;
   };
 }
@@ -208,6 +223,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     requireJsonContentType: opts.requireJsonContentType,
     strictRequests: opts.strictRequests,
     log,
+    accessLog: typeof opts.accessLog === 'function' ? opts.accessLog : undefined,
     grammar,
   });
   let addr;
@@ -226,7 +242,10 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     engine,
     model,
     close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
-      closing ??= server.close(graceMs).finally(() => {
+      // Rollout order: unready first (still serving) for the drain delay, then no new requests, drain, exit.
+      server.markUnready();
+      const delay = new Promise((r) => setTimeout(r, (opts.drainDelay ?? 0) * 1000));
+      closing ??= delay.then(() => server.close(graceMs)).finally(() => {
         closeModel();
         return prompts.close();
       });
@@ -274,9 +293,14 @@ export function registerServe(program: Command): void {
     .option('--embeddings', 'also serve POST /v1/embeddings: the last token\'s hidden state, L2-normalised (embedding models such as Qwen3-Embedding always serve it, and only it)')
     .option('--engine-process <mode>', 'child: run the engine and the native runtime in a supervised child process (a native crash fails only in-flight requests and it restarts); inline: in the server process', parseEngineProcess, 'inline')
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
+    .option('--drain-delay <s>', 'on SIGTERM, seconds /health/ready answers 503 while requests are still served, before the listener closes (load balancers stop sending first)', parseNonNegativeSeconds('--drain-delay'), 0)
+    .option('--log-format <format>', 'text ([rapid] lines) or json (one object per line, access entries included)', parseLogFormat, 'text')
+    .option('--no-access-log', 'no log line per request (probes of /health and /metrics are only logged when they fail)')
     .action(async (spec: string, opts: ServeOptions) => {
       checkPrecision(opts.precision);
-      const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
+      const logger = createServeLogger(opts.logFormat, (text) => void process.stderr.write(text));
+      const log = logger.log;
+      if (opts.accessLog !== false) opts.accessLog = logger.access;
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;
       const names = modelNames(opts.servedModelName) ?? [resolved.source === 'local' ? basename(resolve(dir)) : spec];
@@ -305,7 +329,8 @@ export function registerServe(program: Command): void {
           log(`${sig} again: exiting now`);
           process.exit(130);
         }
-        log(`${sig}: no longer accepting requests; finishing in-flight ones (up to ${opts.shutdownGrace}s)`);
+        const unready = opts.drainDelay > 0 ? `/health/ready is 503; still serving for ${opts.drainDelay}s, then ` : '';
+        log(`${sig}: ${unready}no longer accepting requests; finishing in-flight ones (up to ${opts.shutdownGrace}s)`);
         running.close(opts.shutdownGrace * 1000).then(
           () => process.exit(0),
           (err: unknown) => {
