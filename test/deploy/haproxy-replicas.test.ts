@@ -21,7 +21,8 @@ const NO_EOS = { '1000': -100, '1002': -100 };
 /** The config's check: inter 1s, fall 2 (then fastinter 500ms). Detection must land within this. */
 const DETECT_BOUND_MS = 4000;
 
-const haproxyAvailable = spawnSync('haproxy', ['-v'], { stdio: 'ignore' }).status === 0;
+/** Debian puts it in /usr/sbin, which a non-root PATH may lack. */
+const HAPROXY = ['haproxy', '/usr/sbin/haproxy'].find((bin) => spawnSync(bin, ['-v'], { stdio: 'ignore' }).status === 0);
 
 interface Replica {
   name: string;
@@ -80,7 +81,7 @@ function startReplica(name: string): Promise<Replica> {
 async function startHaproxy(config: string, replicas: Replica[]): Promise<{ url: string; stats: string; child: ChildProcess; log: () => string }> {
   const [lb, stats] = [await freePort(), await freePort()];
   const env = { ...process.env, RAPID_LB_BIND: `127.0.0.1:${lb}`, RAPID_STATS_BIND: `127.0.0.1:${stats}`, RAPID_R1: replicas[0]!.addr, RAPID_R2: replicas[1]!.addr, RAPID_R3: replicas[2]!.addr };
-  const child = spawn('haproxy', ['-db', '-f', config], { env, stdio: ['ignore', 'ignore', 'pipe'] });
+  const child = spawn(HAPROXY!, ['-db', '-f', config], { env, stdio: ['ignore', 'ignore', 'pipe'] });
   children.push(child);
   let err = '';
   child.stderr!.on('data', (d: Buffer) => void (err += d.toString()));
@@ -175,7 +176,7 @@ async function workload(url: string, tag: string, n: number, sessions: number, c
   return out;
 }
 
-describe.skipIf(!haproxyAvailable || !nativeAvailable())('HAProxy in front of three rapid replicas (deploy/haproxy)', () => {
+describe.skipIf(HAPROXY === undefined || !nativeAvailable())('HAProxy in front of three rapid replicas (deploy/haproxy)', () => {
   let replicas: Replica[] = [];
   let affinity: Awaited<ReturnType<typeof startHaproxy>>;
   let roundRobin: Awaited<ReturnType<typeof startHaproxy>>;
