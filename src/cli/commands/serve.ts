@@ -17,8 +17,9 @@ import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { withWait } from '../wait-spinner.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
-import type { NativeDevice } from '../../native/types.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption, useDevice } from '../options.js';
+import { splitDeviceFlag, visibleDeviceFor, type DeviceFlag } from '../../native/device-index.js';
+import { startDataParallel } from '../../engine-host/data-parallel.js';
 import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
@@ -44,7 +45,9 @@ export interface ServeOptions {
   blockSize?: number;
   threads?: number;
   precision: 'exact' | 'fast';
-  device?: NativeDevice; // default: RAPID_DEVICE, else auto
+  device?: DeviceFlag; // default: RAPID_DEVICE, else auto
+  /** Engine processes on the same model, one per GPU from --device's index (or 0) up; implies engine children. */
+  dataParallel?: number;
   stepTimeout: number; // seconds
   prefixCache: boolean;
   maxBodyBytes?: number;
@@ -165,7 +168,11 @@ export function startServer(dir: string, opts?: Partial<ServeOptions> & { engine
 export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
 export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
 export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
-  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device: opts.device };
+  const dataParallel = opts.dataParallel ?? 1;
+  // cuda:N narrows what the engine sees to GPU N; data parallel gives engine i GPU N+i instead.
+  const flag = opts.device !== undefined ? splitDeviceFlag(opts.device) : null;
+  const device = dataParallel > 1 ? flag?.kind : useDevice(opts.device);
+  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device };
   const engineOptions = {
     maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
     maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
@@ -179,7 +186,14 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
   let engine: EngineLike;
   let grammar: GrammarProvider;
   let closeModel: () => void;
-  if (opts.engineProcess === 'child') {
+  if (dataParallel > 1) {
+    const base = flag?.index ?? 0;
+    const envOf = (i: number): Record<string, string> => (flag?.kind === 'cpu' ? {} : { CUDA_VISIBLE_DEVICES: visibleDeviceFor(base + i) });
+    const dp = await startDataParallel(dir, { load, engine: engineOptions }, dataParallel, envOf, log);
+    ({ engine, grammar } = dp);
+    model = dp.hosts[0]!.model;
+    closeModel = () => void dp.stop(); // after server.close the children have exited already
+  } else if (opts.engineProcess === 'child') {
     const host = await startEngineHost(dir, { load, engine: engineOptions }, log);
     ({ model, engine, grammar } = host);
     closeModel = () => void host.supervisor.shutdown(0); // after server.close the child has exited already
@@ -292,6 +306,7 @@ export function registerServe(program: Command): void {
     .option('--no-require-json-content-type', 'without --api-key, also accept POSTs without Content-Type: application/json from clients that are not browsers (no Origin; curl -d without -H)')
     .option('--embeddings', 'also serve POST /v1/embeddings: the last token\'s hidden state, L2-normalised (embedding models such as Qwen3-Embedding always serve it, and only it)')
     .option('--engine-process <mode>', 'child: run the engine and the native runtime in a supervised child process (a native crash fails only in-flight requests and it restarts); inline: in the server process', parseEngineProcess, 'inline')
+    .option('--data-parallel <n>', 'engine processes on the same model behind this endpoint, one per GPU (cuda:N from --device\'s N); each request goes to the least-loaded one, with affinity for shared prompt prefixes', parsePositiveInt('--data-parallel'), 1)
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
     .option('--drain-delay <s>', 'on SIGTERM, seconds /health/ready answers 503 while requests are still served, before the listener closes (load balancers stop sending first)', parseNonNegativeSeconds('--drain-delay'), 0)
     .option('--log-format <format>', 'text ([rapid] lines) or json (one object per line, access entries included)', parseLogFormat, 'text')
@@ -314,11 +329,11 @@ export function registerServe(program: Command): void {
       log(
         `serving ${name} on ${running.url}/v1 ` +
           `(${info.family}${info.vision ? ` + ${info.vision.family} vision` : ''}, context ${info.contextLength}, ` +
-          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)})`,
+          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)}${(opts.dataParallel ?? 1) > 1 ? `; ${opts.dataParallel} engine processes` : ''})`,
       );
       // Why a GPU machine runs on the CPU; on a machine without an NVIDIA driver there is nothing to explain.
       // (With an engine child the addon stays out of this process.)
-      const native = opts.engineProcess === 'child' ? null : loadNative();
+      const native = opts.engineProcess === 'child' || (opts.dataParallel ?? 1) > 1 ? null : loadNative();
       if (native !== null && info.device === 'cpu' && native.driver !== null && native.device !== 'cpu') {
         const why = native.variant === 'cpu' ? (native.note ?? info.deviceNote) : (info.deviceNote ?? native.note);
         log(`running on the CPU: ${why ?? 'the CUDA backend was not used'}`);
