@@ -32,8 +32,8 @@ export function parseDeviceOption(value: string): DeviceFlag {
   if (indexed) return `cuda:${Number(indexed[1])}`;
   try {
     return parseDevice(value, '--device');
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
+  } catch {
+    throw new InvalidArgumentError(`--device must be auto, cpu, cuda or cuda:N, got "${value}"`);
   }
 }
 

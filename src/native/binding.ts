@@ -80,7 +80,7 @@ export function packageRoot(): string {
 export function parseDevice(value: string, from = '--device'): NativeDevice {
   const v = value.trim().toLowerCase();
   if ((DEVICES as readonly string[]).includes(v)) return v as NativeDevice;
-  throw new Error(`${from} must be auto, cpu, cuda or cuda:N, got "${value}"`);
+  throw new Error(`${from} must be auto, cpu or cuda, got "${value}"`);
 }
 
 /** The device asked for: the flag when given, else RAPID_DEVICE, else auto. */
