@@ -257,9 +257,11 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     model,
     close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
       // Rollout order: unready first (still serving) for the drain delay, then no new requests, drain, exit.
-      server.markUnready();
-      const delay = new Promise((r) => setTimeout(r, (opts.drainDelay ?? 0) * 1000));
-      closing ??= delay.then(() => server.close(graceMs)).finally(() => {
+      closing ??= (async () => {
+        server.markUnready();
+        if (opts.drainDelay) await new Promise((r) => setTimeout(r, opts.drainDelay! * 1000));
+        await server.close(graceMs);
+      })().finally(() => {
         closeModel();
         return prompts.close();
       });
