@@ -2,6 +2,7 @@
 import { InvalidArgumentError } from 'commander';
 import { parseDevice } from '../native/binding.js';
 import type { NativeDevice } from '../native/types.js';
+import { splitDeviceFlag, visibleDeviceFor, type DeviceFlag } from '../native/device-index.js';
 
 export function parseIntOption(flag: string): (value: string) => number {
   return (value: string) => {
@@ -23,13 +24,26 @@ export function checkPrecision(value: string | undefined): void {
   if (value !== 'exact' && value !== 'fast') throw new Error(`--precision must be exact or fast, got "${value}"`);
 }
 
-export const DEVICE_HELP = 'auto (an NVIDIA GPU when present and the CUDA build is installed), cpu or cuda (default: $RAPID_DEVICE, else auto)';
+export const DEVICE_HELP = 'auto (an NVIDIA GPU when present and the CUDA build is installed), cpu, cuda, or cuda:N (GPU N of those visible) (default: $RAPID_DEVICE, else auto)';
 
-/** --device auto|cpu|cuda: checked while parsing, before anything loads the addon. */
-export function parseDeviceOption(value: string): NativeDevice {
+/** --device auto|cpu|cuda|cuda:N: checked while parsing, before anything loads the addon. */
+export function parseDeviceOption(value: string): DeviceFlag {
+  const indexed = /^\s*cuda:(\d{1,3})\s*$/i.exec(value);
+  if (indexed) return `cuda:${Number(indexed[1])}`;
   try {
     return parseDevice(value, '--device');
-  } catch (err) {
-    throw new InvalidArgumentError((err as Error).message);
+  } catch {
+    throw new InvalidArgumentError(`--device must be auto, cpu, cuda or cuda:N, got "${value}"`);
   }
+}
+
+/**
+ * The device kind to load on; a cuda:N flag first narrows this process (and the engine children it
+ * starts) to that GPU. Call before the addon loads.
+ */
+export function useDevice(flag: DeviceFlag | undefined, env: NodeJS.ProcessEnv = process.env): NativeDevice | undefined {
+  if (flag === undefined) return undefined;
+  const { kind, index } = splitDeviceFlag(flag);
+  if (index !== null) env.CUDA_VISIBLE_DEVICES = visibleDeviceFor(index, env);
+  return kind;
 }

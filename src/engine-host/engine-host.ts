@@ -23,7 +23,7 @@ export interface EngineHost {
 }
 
 /** Opens the text side, starts the child and waits until it has loaded the model (its errors reject). */
-export async function startEngineHost(dir: string, init: Omit<ChildInit, 'dir'>, log: (line: string) => void): Promise<EngineHost> {
+export async function startEngineHost(dir: string, init: Omit<ChildInit, 'dir'>, log: (line: string) => void, env: Readonly<Record<string, string>> = {}): Promise<EngineHost> {
   const side = openTextSide(dir);
   let engine: RemoteEngine | null = null;
   let grammar: RemoteGrammar | null = null;
@@ -41,6 +41,7 @@ export async function startEngineHost(dir: string, init: Omit<ChildInit, 'dir'>,
       up: (_info, snapshot) => engine?.onUp(snapshot),
     },
     log,
+    env,
   );
   const { info, snapshot } = await supervisor.start();
   engine = new RemoteEngine(supervisor, info.contextLength, snapshot);

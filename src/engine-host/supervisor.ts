@@ -44,6 +44,8 @@ export class EngineSupervisor {
     private readonly init: ChildInit,
     private readonly events: SupervisorEvents,
     private readonly log: (line: string) => void,
+    /** Set in every child's environment (data parallel: the GPU it may see). */
+    private readonly env: Readonly<Record<string, string>> = {},
   ) {}
 
   /** Starts the first child; rejects when it cannot load the model (no restarts for that). */
@@ -107,7 +109,7 @@ export class EngineSupervisor {
     const child = fork(entry, [], {
       serialization: 'advanced', // structured clone: typed arrays (pixels, positions) cross as they are
       stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-      env: { ...process.env, [INCARNATION_ENV]: String(this.incarnation++) },
+      env: { ...process.env, ...this.env, [INCARNATION_ENV]: String(this.incarnation++) },
     });
     child.on('error', (err) => this.log(`engine process: ${err.message}`));
     child.send({ t: 'init', init: this.init } satisfies ParentMessage, (err) => err && this.log(`engine process channel: ${err.message}`));

@@ -9,6 +9,7 @@ import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { badRequest } from './http-errors.js';
 import type { ServerMetrics } from './metrics.js';
+import { noteDone, noteFailed, noteFirstToken } from './access-log.js';
 import { ReasoningSplitter } from './reasoning.js';
 import { toolCallFrom, truncatedToolCall, type ToolCall } from './tools.js';
 import { ToolCallStream } from './tool-parsers/tool-call-stream.js';
@@ -88,6 +89,7 @@ export async function startGeneration(deps: GenerationDeps, g: GenerationRequest
 async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: RequestHandle, end: () => void): AsyncGenerator<GenerationEvent> {
   const started = performance.now();
   let first = true;
+  let lastToken = started;
   const splitter = g.reasoning ? new ReasoningSplitter() : null;
   // tool_choice auto: content until a call marker; calls as a start and argument fragments.
   const toolStream = g.tools?.auto ? new ToolCallStream(g.tools.auto, g.tools.maxCalls) : null;
@@ -115,10 +117,13 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
   try {
     for await (const ev of handle.events) {
       if (ev.type === 'delta') {
+        const now = performance.now();
         if (first) {
           first = false;
-          metrics.observeTtft((performance.now() - started) / 1000);
-        }
+          metrics.observeTtft((now - started) / 1000);
+          noteFirstToken();
+        } else metrics.observeInterToken((now - lastToken) / 1000);
+        lastToken = now;
         const lp = ev.logprob !== undefined ? [ev] : [];
         logprobs.push(...lp);
         const parts: GenerationPart[] = [];
@@ -158,12 +163,14 @@ async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: Req
       metrics.observeDone(ev, (performance.now() - started) / 1000);
       // A forced call cut before its name was decided: no call and no content (the wrapper JSON is not the model's reply).
       const finalContent = forced ? (calls.length > 0 || ev.finishReason === 'length' ? null : ev.text) : parsed && parsed.calls.length > 0 ? parsed.content : splitContent;
+      noteDone(ev, finishReason);
       yield { type: 'done', finishReason, content: finalContent, reasoning, toolCalls: calls, logprobs, engine: ev };
       return;
     }
   } catch (err) {
     end();
     metrics.failures++;
+    noteFailed();
     throw err;
   } finally {
     end();

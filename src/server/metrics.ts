@@ -3,22 +3,29 @@ import type { EngineStats } from '../engine/engine.js';
 import type { EngineDone } from '../engine/request.js';
 
 const LATENCY_BUCKETS = [0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+/** Gaps between streamed tokens: a decode step is milliseconds on a GPU, tens of them on a CPU. */
+const INTER_TOKEN_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1, 2.5];
 
 class Histogram {
-  readonly counts = new Array<number>(LATENCY_BUCKETS.length).fill(0);
+  readonly counts: number[];
   sum = 0;
   count = 0;
+
+  constructor(private readonly buckets: readonly number[] = LATENCY_BUCKETS) {
+    this.counts = new Array<number>(buckets.length).fill(0);
+  }
 
   observe(v: number): void {
     this.sum += v;
     this.count++;
-    for (let i = 0; i < LATENCY_BUCKETS.length; i++) if (v <= LATENCY_BUCKETS[i]!) this.counts[i]!++;
+    for (let i = 0; i < this.buckets.length; i++) if (v <= this.buckets[i]!) this.counts[i]!++;
   }
 
-  render(name: string, help: string): string[] {
+  /** `labels` is the rendered label set without braces, e.g. model="x". */
+  render(name: string, help: string, labels: string): string[] {
     const lines = [`# HELP ${name} ${help}`, `# TYPE ${name} histogram`];
-    LATENCY_BUCKETS.forEach((b, i) => lines.push(`${name}_bucket{le="${b}"} ${this.counts[i]}`));
-    lines.push(`${name}_bucket{le="+Inf"} ${this.count}`, `${name}_sum ${this.sum}`, `${name}_count ${this.count}`);
+    this.buckets.forEach((b, i) => lines.push(`${name}_bucket{${labels},le="${b}"} ${this.counts[i]}`));
+    lines.push(`${name}_bucket{${labels},le="+Inf"} ${this.count}`, `${name}_sum{${labels}} ${this.sum}`, `${name}_count{${labels}} ${this.count}`);
     return lines;
   }
 }
@@ -28,6 +35,9 @@ export class ServerMetrics {
   private readonly http = new Map<string, number>();
   private readonly ttft = new Histogram();
   private readonly e2e = new Histogram();
+  private readonly interToken = new Histogram(INTER_TOKEN_BUCKETS);
+  private readonly queue = new Histogram();
+  private readonly prefill = new Histogram();
   disconnects = 0;
   failures = 0;
 
@@ -40,8 +50,17 @@ export class ServerMetrics {
     this.ttft.observe(seconds);
   }
 
-  observeDone(_done: EngineDone, seconds: number): void {
+  /** The gap between two consecutive streamed tokens of one request. */
+  observeInterToken(seconds: number): void {
+    this.interToken.observe(seconds);
+  }
+
+  observeDone(done: EngineDone, seconds: number): void {
     this.e2e.observe(seconds);
+    const { queueMs, ttftMs } = done.timings;
+    this.queue.observe(queueMs / 1000);
+    // From its first scheduled step to its first token; a request that produced none had no measured prefill.
+    if (ttftMs > 0) this.prefill.observe(Math.max(0, ttftMs - queueMs) / 1000);
   }
 
   render(s: EngineStats, modelId: string): string {
@@ -83,8 +102,11 @@ export class ServerMetrics {
         const [route, status] = key.split(' ');
         return `rapid_http_responses_total{route="${route}",status="${status}"} ${v}`;
       }),
-      ...this.ttft.render('rapid_time_to_first_token_seconds', 'time from request to first token'),
-      ...this.e2e.render('rapid_request_duration_seconds', 'time from request to its last token'),
+      ...this.ttft.render('rapid_time_to_first_token_seconds', 'time from request to first token', m),
+      ...this.e2e.render('rapid_request_duration_seconds', 'time from request to its last token', m),
+      ...this.interToken.render('rapid_inter_token_latency_seconds', 'time between two consecutive tokens of a request', m),
+      ...this.queue.render('rapid_request_queue_seconds', 'time a request waited before its first scheduled step', m),
+      ...this.prefill.render('rapid_request_prefill_seconds', 'time from a request\'s first scheduled step to its first token', m),
     ];
     return `${lines.join('\n')}\n`;
   }

@@ -23,6 +23,7 @@ import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type Conne
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
 import { answerOptions, applyCorsHeaders, resolveCorsPolicy } from './cors.js';
 import { requestIdOf } from './request-id.js';
+import { trackAccess, type AccessEntry, type AccessTracker } from './access-log.js';
 import { createResponse, storedResponse, type ResponsesContext } from './responses/route.js';
 import { ResponseStore, type ResponseStoreLimits } from './responses/store.js';
 
@@ -48,12 +49,16 @@ export interface ServerOptions {
   responseStore?: Partial<ResponseStoreLimits>;
   /** --strict-requests: fields OpenAI does not define are a 400 (default: accepted and logged once). */
   strictRequests?: boolean;
+  /** One entry per request when its response closes (access-log.ts; probes only when they fail). */
+  accessLog?: (entry: AccessEntry) => void;
 }
 
 export interface RapidServer {
   readonly http: Server;
   readonly metrics: ServerMetrics;
   listen(port: number, host?: string): Promise<{ host: string; port: number; url: string }>;
+  /** /health/ready answers 503 from now on while requests are still served: load balancers stop sending first. */
+  markUnready(): void;
   /** Stops accepting, lets in-flight requests finish for up to graceMs (then fails them), closes. */
   close(graceMs?: number): Promise<void>;
 }
@@ -186,6 +191,7 @@ export function createServer(options: ServerOptions): RapidServer {
   const log = options.log ?? (() => undefined);
   const startedAt = Date.now();
   let closing = false;
+  let unready = false;
 
   const policy = requestPolicy({ strict: options.strictRequests, log });
   const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson, grammar: options.grammar };
@@ -229,7 +235,7 @@ export function createServer(options: ServerOptions): RapidServer {
       return;
     }
     if (path === '/health/ready' && method === 'GET') {
-      const r = closing ? { ok: false, reason: 'shutting down' } : engine.ready();
+      const r = closing || unready ? { ok: false, reason: 'shutting down' } : engine.ready();
       sendJson(res, r.ok ? 200 : 503, r.ok ? { status: 'ready' } : { status: 'not_ready', reason: r.reason });
       return;
     }
@@ -320,6 +326,7 @@ export function createServer(options: ServerOptions): RapidServer {
     // Set before anything is written, so every answer below carries them (writeHead merges).
     const requestId = requestIdOf(req);
     res.setHeader('x-request-id', requestId);
+    const access: AccessTracker | null = options.accessLog ? trackAccess(req, res, requestId, model.id, options.accessLog) : null;
     applyCorsHeaders(req, res, cors);
     guard.responding(req.socket, (done) => res.once('close', done));
     if (guard.isOverLimit(req.socket)) {
@@ -336,7 +343,8 @@ export function createServer(options: ServerOptions): RapidServer {
     }
     const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : path.startsWith('/v1/responses/') ? '/v1/responses/:id' : 'other';
     res.on('finish', () => metrics.countHttp(label, res.statusCode));
-    route(req, res, path).catch((err: unknown) => {
+    access?.setRoute(label);
+    (access ? access.run(() => route(req, res, path)) : route(req, res, path)).catch((err: unknown) => {
       const e = toHttpError(err);
       if (e.status >= 500 && !(err instanceof HttpError)) log(`${req.method} ${path} [${requestId}]: ${(err as Error)?.stack ?? String(err)}`);
       // An answer before the body is all in (413, 408, a refusal) leaves it unread: close rather than reuse the socket.
@@ -360,6 +368,9 @@ export function createServer(options: ServerOptions): RapidServer {
           resolve({ host: a.address, port: a.port, url: `http://${shownHost}:${a.port}` });
         });
       });
+    },
+    markUnready() {
+      unready = true;
     },
     async close(graceMs = 10_000) {
       if (closing) return;

@@ -148,7 +148,7 @@ describe('server on the fake runner', () => {
     expect(m.headers.get('content-type')).toMatch(/text\/plain/);
     expect(m.text).toMatch(/rapid_generation_tokens_total\{model="fake-model"\} \d+/);
     expect(m.text).toMatch(/rapid_http_responses_total\{route="\/v1\/chat\/completions",status="200"\}/);
-    expect(m.text).toMatch(/rapid_time_to_first_token_seconds_count \d+/);
+    expect(m.text).toMatch(/rapid_time_to_first_token_seconds_count\{model="[^"]+"\} \d+/);
     expect(m.text).toMatch(/rapid_steps_ahead_total\{model="fake-model"\} 0/);
   });
 

@@ -3,7 +3,7 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
 import { parseByteSize } from './serve.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption, useDevice } from '../options.js';
 
 /** "1,2,4,16" -> [1, 2, 4, 16] */
 export function parseConcurrencyList(value: string): number[] {
@@ -50,8 +50,8 @@ export function registerBench(program: Command, version = '0.0.0'): void {
       checkPrecision(opts.precision);
       if (!['auto', 'live', 'plain', 'none'].includes(opts.progress ?? 'auto')) throw new Error(`--progress must be auto, live, plain or none, got "${opts.progress}"`);
       // commander puts --model on opts.model; the positional is the model to serve.
-      const { model: modelName, ...rest } = opts;
-      const report = await runBench({ ...rest, model, modelName }, { stdout: process.stdout, stderr: process.stderr, version });
+      const { model: modelName, device, ...rest } = opts;
+      const report = await runBench({ ...rest, device: useDevice(device), model, modelName }, { stdout: process.stdout, stderr: process.stderr, version });
       if (opts.longPrompt === undefined && report.levels.every((l) => l.ok === 0)) process.exitCode = 1; // nothing worked: say so to scripts
     });
 }

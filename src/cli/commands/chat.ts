@@ -6,7 +6,7 @@ import { ChatSession } from '../../chat/chat-session.js';
 import { httpBackend } from '../../chat/http-backend.js';
 import { localBackend } from '../../chat/local-backend.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
-import type { NativeDevice } from '../../native/types.js';
+import type { DeviceFlag } from '../../native/device-index.js';
 import { openCommandModel } from '../open-model.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 
@@ -19,7 +19,7 @@ interface ChatOptions {
   temperature?: number;
   threads?: number;
   precision: 'exact' | 'fast';
-  device?: NativeDevice;
+  device?: DeviceFlag;
 }
 
 /** Loads the ink UI as interactive. ink (is-in-ci, read once when first imported) draws only the final

@@ -6,7 +6,7 @@ import { openCommandModel } from '../open-model.js';
 import { withWait } from '../wait-spinner.js';
 import type { GenerateDone } from '../../engine/generate.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
-import type { NativeDevice } from '../../native/types.js';
+import type { DeviceFlag } from '../../native/device-index.js';
 import { modelDevice } from '../../engine/model-device.js';
 import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
@@ -29,7 +29,7 @@ interface RunOptions {
   json?: boolean;
   threads?: number;
   precision: 'exact' | 'fast';
-  device?: NativeDevice;
+  device?: DeviceFlag;
   schema?: string;
   /** false: max_tokens may cut constrained output mid-JSON (--no-budget-close). */
   budgetClose?: boolean;

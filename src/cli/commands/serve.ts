@@ -17,12 +17,15 @@ import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { withWait } from '../wait-spinner.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
-import type { NativeDevice } from '../../native/types.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption, useDevice } from '../options.js';
+import { splitDeviceFlag, visibleDeviceFor, type DeviceFlag } from '../../native/device-index.js';
+import { startDataParallel } from '../../engine-host/data-parallel.js';
 import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 import { CONNECTION_DEFAULTS, type ConnectionLimits } from '../../server/connection-limits.js';
+import type { AccessEntry } from '../../server/access-log.js';
+import { createServeLogger, parseLogFormat, type LogFormat } from '../log-format.js';
 
 export interface ServeOptions {
   host: string;
@@ -42,11 +45,18 @@ export interface ServeOptions {
   blockSize?: number;
   threads?: number;
   precision: 'exact' | 'fast';
-  device?: NativeDevice; // default: RAPID_DEVICE, else auto
+  device?: DeviceFlag; // default: RAPID_DEVICE, else auto
+  /** Engine processes on the same model, one per GPU from --device's index (or 0) up; implies engine children. */
+  dataParallel?: number;
   stepTimeout: number; // seconds
   prefixCache: boolean;
   maxBodyBytes?: number;
   shutdownGrace: number; // seconds
+  /** Seconds /health/ready answers 503 on SIGTERM before the listener closes (load balancers notice first). */
+  drainDelay: number;
+  logFormat: LogFormat;
+  /** One log line per request (text or JSON, as logFormat). */
+  accessLog: boolean | ((e: AccessEntry) => void);
   allowRemoteImages: boolean;
   maxImageBytes: number;
   maxImagesPerRequest: number;
@@ -102,6 +112,14 @@ function parseSecondsOption(flag: string): (value: string) => number {
   };
 }
 
+function parseNonNegativeSeconds(flag: string): (value: string) => number {
+  return (value: string) => {
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError(`${flag} expects a number of seconds (0 or more), got "${value}"`);
+    return n;
+  };
+}
+
 function parsePositiveInt(flag: string): (value: string) => number {
   return (value: string) => {
     const n = parseIntOption(flag)(value);
@@ -150,7 +168,11 @@ export function startServer(dir: string, opts?: Partial<ServeOptions> & { engine
 export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
 export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
 export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
-  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device: opts.device };
+  const dataParallel = opts.dataParallel ?? 1;
+  // cuda:N narrows what the engine sees to GPU N; data parallel gives engine i GPU N+i instead.
+  const flag = opts.device !== undefined ? splitDeviceFlag(opts.device) : null;
+  const device = dataParallel > 1 ? flag?.kind : useDevice(opts.device);
+  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device };
   const engineOptions = {
     maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
     maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
@@ -164,7 +186,14 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
   let engine: EngineLike;
   let grammar: GrammarProvider;
   let closeModel: () => void;
-  if (opts.engineProcess === 'child') {
+  if (dataParallel > 1) {
+    const base = flag?.index ?? 0;
+    const envOf = (i: number): Record<string, string> => (flag?.kind === 'cpu' ? {} : { CUDA_VISIBLE_DEVICES: visibleDeviceFor(base + i) });
+    const dp = await startDataParallel(dir, { load, engine: engineOptions }, dataParallel, envOf, log);
+    ({ engine, grammar } = dp);
+    model = dp.hosts[0]!.model;
+    closeModel = () => void dp.stop(); // after server.close the children have exited already
+  } else if (opts.engineProcess === 'child') {
     const host = await startEngineHost(dir, { load, engine: engineOptions }, log);
     ({ model, engine, grammar } = host);
     closeModel = () => void host.supervisor.shutdown(0); // after server.close the child has exited already
@@ -208,6 +237,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     requireJsonContentType: opts.requireJsonContentType,
     strictRequests: opts.strictRequests,
     log,
+    accessLog: typeof opts.accessLog === 'function' ? opts.accessLog : undefined,
     grammar,
   });
   let addr;
@@ -226,7 +256,12 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     engine,
     model,
     close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
-      closing ??= server.close(graceMs).finally(() => {
+      // Rollout order: unready first (still serving) for the drain delay, then no new requests, drain, exit.
+      closing ??= (async () => {
+        server.markUnready();
+        if (opts.drainDelay) await new Promise((r) => setTimeout(r, opts.drainDelay! * 1000));
+        await server.close(graceMs);
+      })().finally(() => {
         closeModel();
         return prompts.close();
       });
@@ -273,10 +308,16 @@ export function registerServe(program: Command): void {
     .option('--no-require-json-content-type', 'without --api-key, also accept POSTs without Content-Type: application/json from clients that are not browsers (no Origin; curl -d without -H)')
     .option('--embeddings', 'also serve POST /v1/embeddings: the last token\'s hidden state, L2-normalised (embedding models such as Qwen3-Embedding always serve it, and only it)')
     .option('--engine-process <mode>', 'child: run the engine and the native runtime in a supervised child process (a native crash fails only in-flight requests and it restarts); inline: in the server process', parseEngineProcess, 'inline')
+    .option('--data-parallel <n>', 'engine processes on the same model behind this endpoint, one per GPU (cuda:N from --device\'s N); each request goes to the least-loaded one, with affinity for shared prompt prefixes', parsePositiveInt('--data-parallel'), 1)
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
+    .option('--drain-delay <s>', 'on SIGTERM, seconds /health/ready answers 503 while requests are still served, before the listener closes (load balancers stop sending first)', parseNonNegativeSeconds('--drain-delay'), 0)
+    .option('--log-format <format>', 'text ([rapid] lines) or json (one object per line, access entries included)', parseLogFormat, 'text')
+    .option('--no-access-log', 'no log line per request (probes of /health and /metrics are only logged when they fail)')
     .action(async (spec: string, opts: ServeOptions) => {
       checkPrecision(opts.precision);
-      const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
+      const logger = createServeLogger(opts.logFormat, (text) => void process.stderr.write(text));
+      const log = logger.log;
+      if (opts.accessLog !== false) opts.accessLog = logger.access;
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;
       const names = modelNames(opts.servedModelName) ?? [resolved.source === 'local' ? basename(resolve(dir)) : spec];
@@ -290,11 +331,11 @@ export function registerServe(program: Command): void {
       log(
         `serving ${name} on ${running.url}/v1 ` +
           `(${info.family}${info.vision ? ` + ${info.vision.family} vision` : ''}, context ${info.contextLength}, ` +
-          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)})`,
+          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)}${(opts.dataParallel ?? 1) > 1 ? `; ${opts.dataParallel} engine processes` : ''})`,
       );
       // Why a GPU machine runs on the CPU; on a machine without an NVIDIA driver there is nothing to explain.
       // (With an engine child the addon stays out of this process.)
-      const native = opts.engineProcess === 'child' ? null : loadNative();
+      const native = opts.engineProcess === 'child' || (opts.dataParallel ?? 1) > 1 ? null : loadNative();
       if (native !== null && info.device === 'cpu' && native.driver !== null && native.device !== 'cpu') {
         const why = native.variant === 'cpu' ? (native.note ?? info.deviceNote) : (info.deviceNote ?? native.note);
         log(`running on the CPU: ${why ?? 'the CUDA backend was not used'}`);
@@ -305,7 +346,8 @@ export function registerServe(program: Command): void {
           log(`${sig} again: exiting now`);
           process.exit(130);
         }
-        log(`${sig}: no longer accepting requests; finishing in-flight ones (up to ${opts.shutdownGrace}s)`);
+        const unready = opts.drainDelay > 0 ? `/health/ready is 503; still serving for ${opts.drainDelay}s, then ` : '';
+        log(`${sig}: ${unready}no longer accepting requests; finishing in-flight ones (up to ${opts.shutdownGrace}s)`);
         running.close(opts.shutdownGrace * 1000).then(
           () => process.exit(0),
           (err: unknown) => {
