@@ -23,6 +23,7 @@ import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 import { CONNECTION_DEFAULTS, type ConnectionLimits } from '../../server/connection-limits.js';
+import { servePool, type PoolServeOptions } from '../serve-pool.js';
 
 export interface ServeOptions {
   host: string;
@@ -239,7 +240,10 @@ export function registerServe(program: Command): void {
   program
     .command('serve')
     .description('Serve a model over an OpenAI-compatible HTTP API with continuous batching')
-    .argument('[model]', `a model directory, a catalog alias (see \`rapid models\`) or an org/name repo; pulled on first use (default: ${DEFAULT_MODEL}, embedded)`, DEFAULT_MODEL)
+    .argument('[models...]', `a model directory, a catalog alias (see \`rapid models\`) or an org/name repo; pulled on first use (default: ${DEFAULT_MODEL}, embedded); several: one server, each loaded on its first request`)
+    .option('--models-config <file>', 'JSON file of models to serve, each with aliases, pin and its own options (docs/serving.md)')
+    .option('--max-loaded-bytes <size>', 'with several models: bytes all loaded ones may hold (weights + KV cache); idle unpinned ones are unloaded, least recently used first', parseByteSize)
+    .option('--model-load-timeout <s>', 'with several models: seconds a request waits for its model to load', parseSecondsOption('--model-load-timeout'), 300)
     .option('--host <host>', 'interface to bind (loopback by default; 0.0.0.0 exposes it to the network)', '127.0.0.1')
     .option('--port <port>', 'TCP port', parseIntOption('--port'), 8000)
     .option('--api-key <key>', 'require Authorization: Bearer <key> on every route but /health (default: $RAPID_API_KEY)')
@@ -274,8 +278,10 @@ export function registerServe(program: Command): void {
     .option('--embeddings', 'also serve POST /v1/embeddings: the last token\'s hidden state, L2-normalised (embedding models such as Qwen3-Embedding always serve it, and only it)')
     .option('--engine-process <mode>', 'child: run the engine and the native runtime in a supervised child process (a native crash fails only in-flight requests and it restarts); inline: in the server process', parseEngineProcess, 'inline')
     .option('--shutdown-grace <s>', 'seconds in-flight requests get to finish on SIGINT/SIGTERM', parseIntOption('--shutdown-grace'), 30)
-    .action(async (spec: string, opts: ServeOptions) => {
+    .action(async (specs: string[], opts: ServeOptions & PoolServeOptions & { modelsConfig?: string }) => {
       checkPrecision(opts.precision);
+      if (specs.length > 1 || opts.modelsConfig !== undefined || opts.maxLoadedBytes !== undefined) return servePool(specs, opts, parseByteSize);
+      const spec = specs[0] ?? DEFAULT_MODEL;
       const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;
