@@ -95,7 +95,7 @@ export async function startPoolServer(models: readonly PoolModelSpec[], opts: Po
   });
   const preload = models.filter((m) => m.pin || opts.preload?.includes(m.names[0]!)).map((m) => m.names[0]!);
   try {
-    for (const id of preload) await pool.admin('load', id, undefined);
+    for (const id of preload) await pool.preload(id);
   } catch (err) {
     await pool.shutdown(0);
     throw err;

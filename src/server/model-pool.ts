@@ -66,6 +66,8 @@ interface Entry {
   /** Old instances still finishing their requests; their bytes still count. */
   retiring: Set<Instance>;
   lastUsed: number;
+  /** While its load waits for room: why (a request that times out then says so). */
+  noRoom: (() => HttpError) | null;
   /** Requests waiting for this model to load: a fresh instance is not evicted before they lease it. */
   wanted: number;
   /** load/unload/swap of this model run one at a time. */
@@ -98,7 +100,7 @@ export class ModelPool implements ModelRouter {
     private readonly opts: PoolOptions,
   ) {
     if (configs.length === 0) throw new Error('a model pool needs at least one model');
-    this.entries = configs.map((cfg) => ({ cfg, spec: cfg.spec, current: null, loading: null, reserved: 0, retiring: new Set(), lastUsed: 0, wanted: 0, admin: Promise.resolve() }));
+    this.entries = configs.map((cfg) => ({ cfg, spec: cfg.spec, current: null, loading: null, reserved: 0, retiring: new Set(), lastUsed: 0, wanted: 0, noRoom: null, admin: Promise.resolve() }));
     for (const e of this.entries) {
       for (const n of e.cfg.names) {
         const other = this.byName.get(n);
@@ -128,7 +130,7 @@ export class ModelPool implements ModelRouter {
         const inst = entry.current;
         if (inst) return this.lease(entry, inst);
         await withDeadline(this.ensureLoaded(entry, deadline), deadline, () =>
-          unavailable(`the model '${entry.cfg.id}' did not load within ${this.opts.loadTimeoutMs / 1000} s (rapid serve --model-load-timeout); retry shortly`, 'model_loading', 10),
+          entry.noRoom?.() ?? unavailable(`the model '${entry.cfg.id}' did not load within ${this.opts.loadTimeoutMs / 1000} s (rapid serve --model-load-timeout); retry shortly`, 'model_loading', 10),
         );
       }
     } finally {
@@ -186,6 +188,13 @@ export class ModelPool implements ModelRouter {
     const next = entry.admin.then(run, run);
     entry.admin = next.catch(() => undefined);
     return next;
+  }
+
+  /** Loads a model at startup (pinned ones): no request waits, so a model that does not fit fails at once. */
+  async preload(name: string): Promise<void> {
+    const entry = this.byName.get(name);
+    if (!entry) throw this.unknown(name);
+    if (!entry.current) await this.ensureLoaded(entry, Date.now());
   }
 
   async shutdown(graceMs: number): Promise<void> {
@@ -320,10 +329,11 @@ export class ModelPool implements ModelRouter {
       }
       const left = deadline - Date.now();
       if (left <= 0) throw this.noRoom(entry, bytes, max);
+      entry.noRoom = () => this.noRoom(entry, bytes, max);
       await new Promise<void>((resolve) => {
         const t = setTimeout(resolve, left);
         this.changed.push(() => (clearTimeout(t), resolve()));
-      });
+      }).finally(() => (entry.noRoom = null));
     }
   }
 

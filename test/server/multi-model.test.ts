@@ -177,11 +177,12 @@ describe.skipIf(!nativeAvailable())('several models behind one server', () => {
 describe.skipIf(!nativeAvailable())('a model that fails to load', () => {
   let tmp: string;
   let srv: RunningPoolServer;
+  const logged: string[] = [];
 
   beforeAll(async () => {
     tmp = mkdtempSync(join(tmpdir(), 'rapid-multi-'));
     cpSync(MODELS[0]!.dir, join(tmp, 'm'), { recursive: true });
-    srv = await startServePool([spec({ id: 'flaky', dir: join(tmp, 'm') })], { port: 0, modelLoadTimeout: 60 });
+    srv = await startServePool([spec({ id: 'flaky', dir: join(tmp, 'm') })], { port: 0, modelLoadTimeout: 60 }, (l) => logged.push(l));
   });
   afterAll(async () => {
     await srv?.close(1000);
@@ -202,8 +203,40 @@ describe.skipIf(!nativeAvailable())('a model that fails to load', () => {
     }
     expect((await statuses(srv.url)).flaky).toBe('available');
     renameSync(`${weights}.bak`, weights);
-    const ok = await post(srv.url, '/v1/chat/completions', body);
-    expect(ok.status).toBe(200);
+    const oks = await Promise.all(Array.from({ length: 3 }, () => post(srv.url, '/v1/chat/completions', body)));
+    for (const ok of oks) expect(ok.status).toBe(200);
+    expect(logged.filter((l) => l.startsWith('loaded flaky')).length).toBe(1); // the three shared one load
     expect((await statuses(srv.url)).flaky).toBe('loaded');
   }, 120_000);
+});
+
+describe.skipIf(!nativeAvailable())('waits for a model are bounded', () => {
+  const [qwen3, qwen2, vlm] = MODELS as [(typeof MODELS)[0], (typeof MODELS)[0], (typeof MODELS)[0]];
+  let srv: RunningPoolServer;
+
+  beforeAll(async () => {
+    // qwen3 is pinned and fills the budget; tiny-vlm alone is larger than it.
+    srv = await startServePool([spec(qwen3, { pin: true }), spec(qwen2), spec(vlm)], { port: 0, maxLoadedBytes: estimate(qwen3.dir) + (1 << 20), modelLoadTimeout: 0.5 });
+  }, 60_000);
+  afterAll(async () => {
+    await srv?.close(1000);
+  });
+
+  const chat = (model: string) => post(srv.url, '/v1/chat/completions', { model, messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 });
+
+  it('loads a pinned model at startup and never evicts it: a request that needs its room gets a 503 saying why', async () => {
+    expect((await statuses(srv.url)).qwen3).toBe('loaded');
+    const r = await chat('qwen2');
+    expect(r.status).toBe(503);
+    const e = (await r.json()) as { error: { message: string; code: string } };
+    expect(e.error.code).toBe('model_memory_budget');
+    expect(e.error.message).toMatch(/no room to load 'qwen2'.*qwen3 \(pinned\)/);
+    expect((await chat('qwen3')).status).toBe(200);
+  });
+
+  it('refuses at once a model larger than the whole budget', async () => {
+    const r = await chat('tiny-vlm');
+    expect(r.status).toBe(503);
+    expect(((await r.json()) as { error: { code: string } }).error.code).toBe('model_too_large');
+  });
 });
