@@ -301,6 +301,26 @@ export class ModelPool implements ModelRouter {
     entry.reserved -= inst.reserved;
     inst.reserved = 0;
     entry.current = inst;
+    this.trim(entry);
+  }
+
+  /** A model larger than its estimate can leave the pool over budget: idle unpinned others go (no waiting). */
+  private trim(keep: Entry): void {
+    const max = this.opts.maxLoadedBytes;
+    if (max === undefined) return;
+    while (this.usedBytes() > max) {
+      const victim = this.entries
+        .filter((e) => e !== keep && e.current && e.current.leases === 0 && e.wanted === 0 && !e.cfg.pin)
+        .sort((a, b) => a.lastUsed - b.lastUsed)[0];
+      if (!victim) {
+        this.opts.log?.(`over --max-loaded-bytes (${formatBytes(this.usedBytes())} of ${formatBytes(max)}): ${keep.cfg.id} is larger than its estimate and nothing idle can be unloaded`);
+        return;
+      }
+      const inst = victim.current!;
+      victim.current = null;
+      this.opts.log?.(`evicting ${victim.cfg.id}: ${keep.cfg.id} holds more than its estimate`);
+      void this.retire(victim, inst, Date.now());
+    }
   }
 
   /** Evicts idle unpinned models, least recently used first, until `bytes` more fit, and reserves
