@@ -279,21 +279,28 @@ export class ModelPool implements ModelRouter {
 
   /** Makes room, reserves the estimate, loads; the reservation becomes the model's own bytes. */
   private async loadInstance(entry: Entry, spec: string, deadline: number): Promise<Instance> {
-    const estimate = this.opts.maxLoadedBytes === undefined ? 0 : await this.loader.estimate(entry.cfg, spec);
-    await this.reserveRoom(entry, estimate, deadline);
+    let estimate: number;
+    try {
+      estimate = await this.loader.estimate(entry.cfg, spec); // resolves the spec: a bad one fails here
+    } catch (err) {
+      const why = err instanceof Error ? err.message : String(err);
+      if (spec === entry.cfg.spec) throw new HttpError(500, `the model '${entry.cfg.id}' failed to load: ${why}`, 'server_error', null, 'model_load_failed');
+      throw badRequest(`cannot load '${spec}' as '${entry.cfg.id}': ${why}`, 'spec', 'invalid_spec');
+    }
+    const reserved = await this.reserveRoom(entry, estimate, deadline);
     const started = Date.now();
     let model: PoolModel;
     try {
       model = await this.loader.load(entry.cfg, spec);
     } catch (err) {
-      entry.reserved -= estimate;
+      entry.reserved -= reserved;
       const why = err instanceof Error ? err.message : String(err);
       this.opts.log?.(`loading ${entry.cfg.id} (${spec}) failed: ${why}`);
       throw new HttpError(500, `the model '${entry.cfg.id}' failed to load: ${why}`, 'server_error', null, 'model_load_failed');
     }
     this.opts.log?.(`loaded ${entry.cfg.id} (${spec}) in ${((Date.now() - started) / 1000).toFixed(1)} s: ${formatBytes(model.bytes)} (estimated ${formatBytes(estimate)})`);
     entry.lastUsed = Date.now();
-    return { model, spec, reserved: estimate, leases: 0, idle: [] };
+    return { model, spec, reserved, leases: 0, idle: [] };
   }
 
   /** Makes a loaded instance the entry's current one; its bytes replace its reservation in the same turn. */
@@ -325,9 +332,9 @@ export class ModelPool implements ModelRouter {
 
   /** Evicts idle unpinned models, least recently used first, until `bytes` more fit, and reserves
    *  them for the entry; waits (until the deadline) for a busy one to go idle when nothing can go now. */
-  private async reserveRoom(entry: Entry, bytes: number, deadline: number): Promise<void> {
+  private async reserveRoom(entry: Entry, bytes: number, deadline: number): Promise<number> {
     const max = this.opts.maxLoadedBytes;
-    if (max === undefined) return;
+    if (max === undefined) return 0;
     if (bytes > max) {
       throw unavailable(`the model '${entry.cfg.id}' needs about ${formatBytes(bytes)} (weights + KV budget), more than --max-loaded-bytes ${formatBytes(max)}; raise the budget or lower its kv-cache-memory`, 'model_too_large', 60);
     }
@@ -335,7 +342,7 @@ export class ModelPool implements ModelRouter {
       // Checked and taken in one turn: two loads never both count on the same room.
       if (this.usedBytes() + bytes <= max) {
         entry.reserved += bytes;
-        return;
+        return bytes;
       }
       const victim = this.entries
         .filter((e) => e !== entry && e.current && e.current.leases === 0 && e.wanted === 0 && !e.cfg.pin)

@@ -12,7 +12,7 @@ import { endpointOptions, startServePool } from '../../src/cli/serve-pool.js';
 import { weightFileBytes, type PoolModelSpec, type RunningPoolServer } from '../../src/app/pool-server.js';
 import { embeddedModelDir } from '../../src/models/default-model.js';
 import { nativeAvailable } from '../helpers/addon.js';
-import { loadFixture } from '../helpers/fixtures.js';
+import { FIXTURE_ROOT, loadFixture } from '../helpers/fixtures.js';
 import { servedClient } from '../helpers/openai-chat.js';
 
 const KV = 4 << 20;
@@ -167,6 +167,10 @@ describe.skipIf(!nativeAvailable())('several models behind one server', () => {
     expect(outs.length).toBeGreaterThan(3);
     const allowed = [expected.get(`qwen3 ${PROMPTS[0]}`), expected.get(`qwen2 ${PROMPTS[0]}`)];
     for (const o of outs) expect(allowed).toContain(o);
+    // A spec that is no model is a 400; the name keeps serving what it served.
+    const bad = await post(srv.url, '/v1/models/qwen3/load', { spec: '/nonexistent/model' }, KEY);
+    expect(bad.status).toBe(400);
+    expect(((await bad.json()) as { error: { message: string; code: string } }).error).toMatchObject({ code: 'invalid_spec', message: expect.stringContaining("cannot load '/nonexistent/model' as 'qwen3'") });
     // From now on the name serves the new checkpoint.
     expect(await answer(client, 'qwen3', PROMPTS[0]!)).toBe(expected.get(`qwen2 ${PROMPTS[0]}`));
     await post(srv.url, '/v1/models/qwen3/load', { spec: MODELS[0]!.dir }, KEY);
@@ -208,6 +212,27 @@ describe.skipIf(!nativeAvailable())('a model that fails to load', () => {
     expect(logged.filter((l) => l.startsWith('loaded flaky')).length).toBe(1); // the three shared one load
     expect((await statuses(srv.url)).flaky).toBe('loaded');
   }, 120_000);
+});
+
+describe.skipIf(!nativeAvailable())('an embedding model beside a generating one', () => {
+  let srv: RunningPoolServer;
+  beforeAll(async () => {
+    srv = await startServePool([spec(MODELS[0]!), spec({ id: 'embed', dir: join(FIXTURE_ROOT, 'qwen3-embedding-f32') })], { port: 0 });
+  }, 60_000);
+  afterAll(async () => {
+    await srv?.close(1000);
+  });
+
+  it('each route reaches the model the request names, and refuses the one that cannot serve it', async () => {
+    const chat = await post(srv.url, '/v1/chat/completions', { model: 'embed', messages: [{ role: 'user', content: 'hi' }] });
+    expect(chat.status).toBe(400);
+    expect(((await chat.json()) as { error: { code: string } }).error.code).toBe('embedding_model');
+    const emb = await post(srv.url, '/v1/embeddings', { model: 'embed', input: 'hello' });
+    expect(emb.status).toBe(200);
+    expect(((await emb.json()) as { data: { embedding: number[] }[] }).data[0]!.embedding.length).toBeGreaterThan(0);
+    expect((await post(srv.url, '/v1/embeddings', { model: 'qwen3', input: 'hello' })).status).toBe(404);
+    expect((await post(srv.url, '/v1/chat/completions', { model: 'qwen3', messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 })).status).toBe(200);
+  }, 60_000);
 });
 
 describe.skipIf(!nativeAvailable())('waits for a model are bounded', () => {
