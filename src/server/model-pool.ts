@@ -93,6 +93,8 @@ export class ModelPool implements ModelRouter {
   /** Woken whenever bytes may have been freed (a release to idle, an unload, a failed load). */
   private changed: (() => void)[] = [];
   private closing = false;
+  /** Unix seconds: what /v1/models says for a model not loaded yet. */
+  private readonly created = Math.floor(Date.now() / 1000);
 
   constructor(
     configs: readonly PoolEntryConfig[],
@@ -228,7 +230,7 @@ export class ModelPool implements ModelRouter {
     return {
       id,
       object: 'model',
-      created: m?.created ?? 0,
+      created: m?.created ?? this.created,
       owned_by: 'rapid',
       ...(m ? { max_model_len: m.contextLength } : {}),
       status: e.current ? 'loaded' : e.loading ? 'loading' : 'available',
@@ -259,10 +261,11 @@ export class ModelPool implements ModelRouter {
   }
 
   /** The entry's first load: shared by everyone who asks while it runs; a failure clears it for a retry. */
-  private ensureLoaded(entry: Entry, deadline: number): Promise<Instance> {
-    entry.loading ??= this.loadInstance(entry, entry.spec, deadline)
+  private ensureLoaded(entry: Entry, deadline: number, spec = entry.spec): Promise<Instance> {
+    entry.loading ??= this.loadInstance(entry, spec, deadline)
       .then((inst) => {
         this.install(entry, inst);
+        entry.spec = inst.spec;
         if (this.closing) {
           entry.current = null;
           void inst.model.close(0);
@@ -390,8 +393,7 @@ export class ModelPool implements ModelRouter {
     const deadline = Date.now() + this.opts.loadTimeoutMs;
     if (entry.loading) await entry.loading.catch(() => undefined);
     if (!entry.current) {
-      if (spec !== undefined) entry.spec = spec;
-      await withDeadline(this.ensureLoaded(entry, deadline), deadline, () => unavailable(`the model '${entry.cfg.id}' is still loading after ${this.opts.loadTimeoutMs / 1000} s`, 'model_loading', 10));
+      await withDeadline(this.ensureLoaded(entry, deadline, spec), deadline, () => unavailable(`the model '${entry.cfg.id}' is still loading after ${this.opts.loadTimeoutMs / 1000} s`, 'model_loading', 10));
       return;
     }
     const next = await this.loadInstance(entry, spec ?? entry.spec, deadline);

@@ -120,6 +120,21 @@ describe('ModelPool', () => {
     expect(pool.usedBytes()).toBe(10);
   });
 
+  it('keeps the spec it had when a load of another one fails', async () => {
+    const { loader, pending } = manualLoader({ a: 10 });
+    const pool = new ModelPool(entries('a'), loader, { loadTimeoutMs: 5000, drainTimeoutMs: 1000 });
+    const swap = pool.admin('load', 'a', { spec: 'a-broken' }).catch((e: unknown) => e);
+    await tick();
+    expect(pending[0]!.spec).toBe('a-broken');
+    pending[0]!.reject(new Error('no such checkpoint'));
+    expect(await swap).toMatchObject({ status: 500, code: 'model_load_failed' });
+    const next = pool.acquire('a');
+    await tick();
+    expect(pending[1]!.spec).toBe('a-v1');
+    pending[1]!.resolve();
+    await expect(next).resolves.toBeDefined();
+  });
+
   it('refuses two models sharing a name', () => {
     const { loader } = manualLoader({});
     expect(() => new ModelPool([...entries('a'), { id: 'b', names: ['b', 'a'], spec: 'b', pin: false }], loader, { loadTimeoutMs: 1, drainTimeoutMs: 1 })).toThrow(/the name 'a' is given to two models/);
