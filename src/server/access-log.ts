@@ -37,7 +37,7 @@ class AccessRecord {
   constructor(
     readonly requestId: string,
     readonly method: string,
-    readonly model: string,
+    public model: string,
   ) {}
 
   entry(status: number, incomplete: boolean): AccessEntry {
@@ -59,6 +59,12 @@ class AccessRecord {
 }
 
 const current = new AsyncLocalStorage<AccessRecord>();
+
+/** The request was routed to this model (several models: known once the body is read). */
+export function noteModel(id: string): void {
+  const r = current.getStore();
+  if (r) r.model = id;
+}
 
 /** The generation of the request being served produced its first token. */
 export function noteFirstToken(): void {

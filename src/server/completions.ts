@@ -9,7 +9,7 @@ import type { EngineDelta, EngineDone } from '../engine/request.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { badRequest, toHttpError } from './http-errors.js';
-import type { ServerMetrics } from './metrics.js';
+import type { GenerationMetrics } from './metrics.js';
 import type { ServedModel } from './served-model.js';
 import type { ToolCall } from './tools.js';
 import type { GenerationEvent, GenerationPart } from './generation-stream.js';
@@ -23,7 +23,7 @@ export interface CompletionContext {
   engine: EngineLike;
   model: ServedModel;
   keepAliveMs: number;
-  metrics: ServerMetrics;
+  metrics: GenerationMetrics;
   /** Structured output; without it, response_format json requests get 400. */
   grammar?: GrammarProvider;
   sendJson(res: ServerResponse, status: number, body: unknown, headers?: Record<string, string>): void;

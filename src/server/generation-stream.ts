@@ -8,7 +8,7 @@ import type { EngineDelta, EngineDone } from '../engine/request.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { badRequest } from './http-errors.js';
-import type { ServerMetrics } from './metrics.js';
+import type { GenerationMetrics } from './metrics.js';
 import { noteDone, noteFailed, noteFirstToken } from './access-log.js';
 import { ReasoningSplitter } from './reasoning.js';
 import { toolCallFrom, truncatedToolCall, type ToolCall } from './tools.js';
@@ -17,7 +17,7 @@ import type { GenerationRequest } from './validate.js';
 
 export interface GenerationDeps {
   engine: EngineLike;
-  metrics: ServerMetrics;
+  metrics: GenerationMetrics;
   /** Structured output; without it, constrained requests get 400. */
   grammar?: GrammarProvider;
 }
@@ -86,7 +86,7 @@ export async function startGeneration(deps: GenerationDeps, g: GenerationRequest
   };
 }
 
-async function* events(metrics: ServerMetrics, g: GenerationRequest, handle: RequestHandle, end: () => void): AsyncGenerator<GenerationEvent> {
+async function* events(metrics: GenerationMetrics, g: GenerationRequest, handle: RequestHandle, end: () => void): AsyncGenerator<GenerationEvent> {
   const started = performance.now();
   let first = true;
   let lastToken = started;

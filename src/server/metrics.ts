@@ -30,14 +30,32 @@ class Histogram {
   }
 }
 
+/** The latency histograms of one model (its `model` label). */
+class ModelLatency {
+  readonly ttft = new Histogram();
+  readonly e2e = new Histogram();
+  readonly interToken = new Histogram(INTER_TOKEN_BUCKETS);
+  readonly queue = new Histogram();
+  readonly prefill = new Histogram();
+}
+
+/** What a generation route records: its model's latencies, and the server-wide disconnect and failure counts. */
+export interface GenerationMetrics {
+  observeTtft(seconds: number): void;
+  /** The gap between two consecutive streamed tokens of one request. */
+  observeInterToken(seconds: number): void;
+  observeDone(done: EngineDone, seconds: number): void;
+  disconnects: number;
+  failures: number;
+}
+
+const labelOf = (modelId: string) => `model="${modelId.replace(/["\\\n]/g, '_')}"`;
+
 export class ServerMetrics {
   /** HTTP responses by "route status". */
   private readonly http = new Map<string, number>();
-  private readonly ttft = new Histogram();
-  private readonly e2e = new Histogram();
-  private readonly interToken = new Histogram(INTER_TOKEN_BUCKETS);
-  private readonly queue = new Histogram();
-  private readonly prefill = new Histogram();
+  /** Latencies by model id; kept after a model unloads (Prometheus counters do not go back). */
+  private readonly latency = new Map<string, ModelLatency>();
   disconnects = 0;
   failures = 0;
 
@@ -46,67 +64,96 @@ export class ServerMetrics {
     this.http.set(key, (this.http.get(key) ?? 0) + 1);
   }
 
-  observeTtft(seconds: number): void {
-    this.ttft.observe(seconds);
+  /** The recorder for one model's requests. */
+  forModel(modelId: string): GenerationMetrics {
+    let h = this.latency.get(modelId);
+    if (!h) this.latency.set(modelId, (h = new ModelLatency()));
+    const lat = h;
+    const server = this;
+    return {
+      observeTtft: (seconds) => lat.ttft.observe(seconds),
+      observeInterToken: (seconds) => lat.interToken.observe(seconds),
+      observeDone: (done, seconds) => {
+        lat.e2e.observe(seconds);
+        const { queueMs, ttftMs } = done.timings;
+        lat.queue.observe(queueMs / 1000);
+        // From its first scheduled step to its first token; a request that produced none had no measured prefill.
+        if (ttftMs > 0) lat.prefill.observe(Math.max(0, ttftMs - queueMs) / 1000);
+      },
+      get disconnects() {
+        return server.disconnects;
+      },
+      set disconnects(v: number) {
+        server.disconnects = v;
+      },
+      get failures() {
+        return server.failures;
+      },
+      set failures(v: number) {
+        server.failures = v;
+      },
+    };
   }
 
-  /** The gap between two consecutive streamed tokens of one request. */
-  observeInterToken(seconds: number): void {
-    this.interToken.observe(seconds);
+  /** One histogram family: a series per model that has observations. */
+  private histograms(name: string, help: string, pick: (h: ModelLatency) => Histogram): string[] {
+    const rows = [...this.latency].flatMap(([id, h]) => pick(h).render(name, help, labelOf(id)).slice(2));
+    return rows.length > 0 ? [`# HELP ${name} ${help}`, `# TYPE ${name} histogram`, ...rows] : [];
   }
 
-  observeDone(done: EngineDone, seconds: number): void {
-    this.e2e.observe(seconds);
-    const { queueMs, ttftMs } = done.timings;
-    this.queue.observe(queueMs / 1000);
-    // From its first scheduled step to its first token; a request that produced none had no measured prefill.
-    if (ttftMs > 0) this.prefill.observe(Math.max(0, ttftMs - queueMs) / 1000);
-  }
-
-  render(s: EngineStats, modelId: string): string {
-    const m = `model="${modelId.replace(/["\\\n]/g, '_')}"`;
-    const gauge = (name: string, help: string, v: number) => [`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name}{${m}} ${v}`];
-    const counter = (name: string, help: string, v: number) => [`# HELP ${name} ${help}`, `# TYPE ${name} counter`, `${name}{${m}} ${v}`];
+  /** Each engine metric once, with one series per loaded model (its `model` label); then the server's. */
+  render(engines: readonly { stats: EngineStats; modelId: string }[]): string {
+    // A loaded model shows its (empty) histograms before its first request.
+    for (const e of engines) if (!this.latency.has(e.modelId)) this.latency.set(e.modelId, new ModelLatency());
+    const series = engines.map((e) => ({ s: e.stats, m: labelOf(e.modelId) }));
+    const metric = (type: 'gauge' | 'counter', name: string, help: string, v: (s: EngineStats) => number | undefined) => {
+      const rows = series.flatMap(({ s, m }) => {
+        const x = v(s);
+        return x === undefined ? [] : [`${name}{${m}} ${x}`];
+      });
+      return rows.length > 0 ? [`# HELP ${name} ${help}`, `# TYPE ${name} ${type}`, ...rows] : [];
+    };
+    const gauge = (name: string, help: string, v: (s: EngineStats) => number | undefined) => metric('gauge', name, help, v);
+    const counter = (name: string, help: string, v: (s: EngineStats) => number | undefined) => metric('counter', name, help, v);
+    // Disconnects are counted by the server, not per model: one model keeps its label, several share none.
+    const disconnects = series.length === 1 ? `{${series[0]!.m}}` : '';
     const lines: string[] = [
-      ...gauge('rapid_healthy', '1 when the engine is healthy', s.healthy ? 1 : 0),
-      ...gauge('rapid_requests_running', 'requests in the running batch', s.running),
-      ...gauge('rapid_requests_waiting', 'requests in the waiting queue', s.waiting),
-      ...gauge('rapid_kv_cache_usage_ratio', 'share of KV blocks referenced by requests', s.kv.usage),
-      ...gauge('rapid_kv_cache_blocks_used', 'KV blocks referenced by requests', s.kv.usedBlocks),
-      ...gauge('rapid_kv_cache_blocks_total', 'KV blocks in the pool', s.kv.numBlocks),
-      ...gauge('rapid_generation_tokens_per_second', 'generated tokens per second over the last 10 s', s.generatedTokensPerSecond),
-      ...counter('rapid_prompt_tokens_total', 'prompt tokens submitted', s.tokens.prompt),
-      ...counter('rapid_generation_tokens_total', 'tokens generated', s.tokens.generated),
-      ...counter('rapid_prefix_cache_queries_total', 'prompt tokens looked up in the prefix cache', s.prefixCache.queryTokens),
-      ...counter('rapid_prefix_cache_hits_total', 'prompt tokens served from the prefix cache', s.prefixCache.hitTokens),
-      ...(s.encoderCache
-        ? [
-            ...counter('rapid_image_encodes_total', 'images run through the vision encoder', s.encoderCache.encodes),
-            ...counter('rapid_image_encode_seconds_total', 'time spent in the vision encoder', s.encoderCache.encodeMs / 1000),
-            ...counter('rapid_encoder_cache_hits_total', 'images whose embeddings came from the encoder cache', s.encoderCache.hits),
-            ...gauge('rapid_encoder_cache_bytes', 'bytes of image embeddings in the encoder cache', s.encoderCache.bytes),
-          ]
-        : []),
-      ...counter('rapid_steps_total', 'engine steps run', s.steps),
-      ...counter('rapid_steps_ahead_total', 'engine steps the GPU had started before they were asked for', s.stepsAhead),
-      ...counter('rapid_step_failures_total', 'engine steps that failed', s.stepFailures),
-      ...counter('rapid_watchdog_trips_total', 'steps that did not return in time', s.watchdogTrips),
-      ...counter('rapid_preemptions_total', 'requests preempted for KV space', s.preemptions),
-      ...counter('rapid_client_disconnects_total', 'requests aborted by their client', this.disconnects),
-      '# HELP rapid_requests_finished_total requests ended, by reason',
-      '# TYPE rapid_requests_finished_total counter',
-      ...(['stop', 'length', 'abort', 'error'] as const).map((r) => `rapid_requests_finished_total{${m},reason="${r}"} ${s.requests[r]}`),
+      ...gauge('rapid_healthy', '1 when the engine is healthy', (s) => (s.healthy ? 1 : 0)),
+      ...gauge('rapid_requests_running', 'requests in the running batch', (s) => s.running),
+      ...gauge('rapid_requests_waiting', 'requests in the waiting queue', (s) => s.waiting),
+      ...gauge('rapid_kv_cache_usage_ratio', 'share of KV blocks referenced by requests', (s) => s.kv.usage),
+      ...gauge('rapid_kv_cache_blocks_used', 'KV blocks referenced by requests', (s) => s.kv.usedBlocks),
+      ...gauge('rapid_kv_cache_blocks_total', 'KV blocks in the pool', (s) => s.kv.numBlocks),
+      ...gauge('rapid_generation_tokens_per_second', 'generated tokens per second over the last 10 s', (s) => s.generatedTokensPerSecond),
+      ...counter('rapid_prompt_tokens_total', 'prompt tokens submitted', (s) => s.tokens.prompt),
+      ...counter('rapid_generation_tokens_total', 'tokens generated', (s) => s.tokens.generated),
+      ...counter('rapid_prefix_cache_queries_total', 'prompt tokens looked up in the prefix cache', (s) => s.prefixCache.queryTokens),
+      ...counter('rapid_prefix_cache_hits_total', 'prompt tokens served from the prefix cache', (s) => s.prefixCache.hitTokens),
+      ...counter('rapid_image_encodes_total', 'images run through the vision encoder', (s) => s.encoderCache?.encodes),
+      ...counter('rapid_image_encode_seconds_total', 'time spent in the vision encoder', (s) => (s.encoderCache ? s.encoderCache.encodeMs / 1000 : undefined)),
+      ...counter('rapid_encoder_cache_hits_total', 'images whose embeddings came from the encoder cache', (s) => s.encoderCache?.hits),
+      ...gauge('rapid_encoder_cache_bytes', 'bytes of image embeddings in the encoder cache', (s) => s.encoderCache?.bytes),
+      ...counter('rapid_steps_total', 'engine steps run', (s) => s.steps),
+      ...counter('rapid_steps_ahead_total', 'engine steps the GPU had started before they were asked for', (s) => s.stepsAhead),
+      ...counter('rapid_step_failures_total', 'engine steps that failed', (s) => s.stepFailures),
+      ...counter('rapid_watchdog_trips_total', 'steps that did not return in time', (s) => s.watchdogTrips),
+      ...counter('rapid_preemptions_total', 'requests preempted for KV space', (s) => s.preemptions),
+      '# HELP rapid_client_disconnects_total requests aborted by their client',
+      '# TYPE rapid_client_disconnects_total counter',
+      `rapid_client_disconnects_total${disconnects} ${this.disconnects}`,
+      ...(series.length > 0 ? ['# HELP rapid_requests_finished_total requests ended, by reason', '# TYPE rapid_requests_finished_total counter'] : []),
+      ...series.flatMap(({ s, m }) => (['stop', 'length', 'abort', 'error'] as const).map((r) => `rapid_requests_finished_total{${m},reason="${r}"} ${s.requests[r]}`)),
       '# HELP rapid_http_responses_total HTTP responses by route and status',
       '# TYPE rapid_http_responses_total counter',
       ...[...this.http].map(([key, v]) => {
         const [route, status] = key.split(' ');
         return `rapid_http_responses_total{route="${route}",status="${status}"} ${v}`;
       }),
-      ...this.ttft.render('rapid_time_to_first_token_seconds', 'time from request to first token', m),
-      ...this.e2e.render('rapid_request_duration_seconds', 'time from request to its last token', m),
-      ...this.interToken.render('rapid_inter_token_latency_seconds', 'time between two consecutive tokens of a request', m),
-      ...this.queue.render('rapid_request_queue_seconds', 'time a request waited before its first scheduled step', m),
-      ...this.prefill.render('rapid_request_prefill_seconds', 'time from a request\'s first scheduled step to its first token', m),
+      ...this.histograms('rapid_time_to_first_token_seconds', 'time from request to first token', (h) => h.ttft),
+      ...this.histograms('rapid_request_duration_seconds', 'time from request to its last token', (h) => h.e2e),
+      ...this.histograms('rapid_inter_token_latency_seconds', 'time between two consecutive tokens of a request', (h) => h.interToken),
+      ...this.histograms('rapid_request_queue_seconds', 'time a request waited before its first scheduled step', (h) => h.queue),
+      ...this.histograms('rapid_request_prefill_seconds', 'time from a request\'s first scheduled step to its first token', (h) => h.prefill),
     ];
     return `${lines.join('\n')}\n`;
   }

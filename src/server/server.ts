@@ -7,7 +7,7 @@ import type { EngineLike } from '../engine/engine.js';
 import { handleGeneration, type CompletionContext } from './completions.js';
 import { HttpError, badRequest, notFound, toHttpError } from './http-errors.js';
 import { ServerMetrics } from './metrics.js';
-import { servedNames, servesName, type ServedModel } from './served-model.js';
+import type { ServedModel } from './served-model.js';
 import { requestPolicy } from './request-policy.js';
 import type { GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { parseChatRequest, parseCompletionRequest } from './validate.js';
@@ -23,13 +23,17 @@ import { ConnectionGuard, httpServerOptions, resolveConnectionLimits, type Conne
 import { crossSiteRefusal, type CrossSitePolicy } from './cross-site.js';
 import { answerOptions, applyCorsHeaders, resolveCorsPolicy } from './cors.js';
 import { requestIdOf } from './request-id.js';
-import { trackAccess, type AccessEntry, type AccessTracker } from './access-log.js';
+import { noteModel, trackAccess, type AccessEntry, type AccessTracker } from './access-log.js';
 import { createResponse, storedResponse, type ResponsesContext } from './responses/route.js';
 import { ResponseStore, type ResponseStoreLimits } from './responses/store.js';
+import { singleModelRouter, statusOf, type EndpointLease, type ModelRouter, type ServedEndpoint } from './model-routes.js';
 
-export interface ServerOptions {
-  engine: EngineLike;
-  model: ServedModel;
+/** One model (today's `rapid serve MODEL`), or a router over several (model-pool.ts). */
+export type ServedModels = { engine: EngineLike; model: ServedModel; /** Structured output (response_format json_object / json_schema). */ grammar?: GrammarProvider } | { models: ModelRouter };
+
+export type ServerOptions = ServedModels & ServerSettings;
+
+export interface ServerSettings {
   /** When set, every route but /health and /health/ready needs `Authorization: Bearer <key>` (or `x-api-key: <key>`). */
   apiKey?: string;
   /** Largest request body accepted (default 8 MiB); larger ones get 413. */
@@ -37,8 +41,6 @@ export interface ServerOptions {
   /** SSE keep-alive comment interval while a stream is quiet (default 10 s; 0 = off). */
   keepAliveMs?: number;
   log?: (line: string) => void;
-  /** Structured output (response_format json_object / json_schema). */
-  grammar?: GrammarProvider;
   /** Header/body/keep-alive timeouts and the connection limit (defaults in connection-limits.ts). */
   limits?: Partial<ConnectionLimits>;
   /** Origins whose pages may call the server ("*": any); default none, or any with apiKey (cors.ts). */
@@ -179,10 +181,10 @@ async function readJson(req: IncomingMessage, limit: number, l: ConnectionLimits
 }
 
 export function createServer(options: ServerOptions): RapidServer {
-  const { engine, model } = options;
+  const router = 'models' in options ? options.models : singleModelRouter({ engine: options.engine, model: options.model, grammar: options.grammar });
   const maxBody = options.maxBodyBytes ?? 8 * 1024 * 1024;
-  // A prompt of token ids has up to a context's worth of values.
-  const maxJsonValues = Math.max(REQUEST_LIMITS.maxJsonValues, 2 * model.contextLength);
+  // A prompt of token ids has up to a context's worth of values (a pool: of its largest loaded model).
+  const jsonValuesLimit = () => Math.max(REQUEST_LIMITS.maxJsonValues, 2 * router.contextLength());
   const limits = resolveConnectionLimits(options.limits);
   const keyDigest = options.apiKey ? digest(options.apiKey) : null;
   const cors = resolveCorsPolicy(options.corsOrigins, keyDigest !== null);
@@ -194,17 +196,27 @@ export function createServer(options: ServerOptions): RapidServer {
   let unready = false;
 
   const policy = requestPolicy({ strict: options.strictRequests, log });
-  const ctx: CompletionContext = { engine, model, keepAliveMs: options.keepAliveMs ?? 10_000, metrics, sendJson, grammar: options.grammar };
-  const responses: ResponsesContext = {
-    deps: { engine, metrics, grammar: options.grammar },
-    model,
-    keepAliveMs: ctx.keepAliveMs,
-    store: new ResponseStore(options.responseStore),
-    policy,
-    sendJson,
+  const keepAliveMs = options.keepAliveMs ?? 10_000;
+  const store = new ResponseStore(options.responseStore);
+  // Each model's route contexts, built once per loaded engine.
+  const contexts = new WeakMap<ServedEndpoint, ReturnType<typeof contextsFor>>();
+  const contextsFor = ({ engine, model, grammar }: ServedEndpoint) => {
+    const ctx: CompletionContext = { engine, model, keepAliveMs, metrics: metrics.forModel(model.id), sendJson, grammar };
+    const responses: ResponsesContext = { deps: { engine, metrics: ctx.metrics, grammar }, model, keepAliveMs, store, policy, sendJson };
+    return { engine, model, ctx, responses, messages: createMessagesRoute({ ...ctx, policy }) };
   };
-
-  const messages = createMessagesRoute({ ...ctx, policy });
+  /** The model a request body names, held until its response closes (a pool may load it first). */
+  const acquire = async (body: unknown, res: ServerResponse) => {
+    const name = typeof body === 'object' && body !== null && typeof (body as { model?: unknown }).model === 'string' ? (body as { model: string }).model : undefined;
+    const lease: EndpointLease = await router.acquire(name);
+    noteModel(lease.endpoint.model.id);
+    if (res.writableFinished || res.destroyed) lease.release();
+    else res.once('close', () => lease.release());
+    let c = contexts.get(lease.endpoint);
+    if (!c) contexts.set(lease.endpoint, (c = contextsFor(lease.endpoint)));
+    return c;
+  };
+  const responsesCtx: Pick<ResponsesContext, 'store' | 'sendJson'> = { store, sendJson };
 
   // Anthropic's clients send the key as x-api-key.
   const authorized = (req: IncomingMessage): boolean => {
@@ -215,27 +227,26 @@ export function createServer(options: ServerOptions): RapidServer {
     return key !== undefined && timingSafeEqual(digest(key.trim()), keyDigest);
   };
 
-  const modelCard = (id = model.id) => ({ id, object: 'model', created: model.created, owned_by: 'rapid', max_model_len: model.contextLength });
-
   async function route(req: IncomingMessage, res: ServerResponse, path: string): Promise<void> {
     const method = req.method ?? 'GET';
     // Preflights carry no credentials: they are answered before the key is checked.
     if (method === 'OPTIONS') {
-      const methods = ROUTES[path] ?? (path.startsWith('/v1/models/') ? ['GET'] : path.startsWith('/v1/responses/') ? ['GET', 'DELETE'] : null);
+      const admin = /^\/v1\/models\/.+\/(load|unload)$/.test(path);
+      const methods = ROUTES[path] ?? (admin ? ['POST'] : path.startsWith('/v1/models/') ? ['GET'] : path.startsWith('/v1/responses/') ? ['GET', 'DELETE'] : null);
       if (!methods) throw notFound(`no route ${path}`);
       answerOptions(req, res, cors, methods);
       return;
     }
     if (path === '/health' && method === 'GET') {
-      const h = engine.health();
+      const h = router.health();
       // A grammar engine being rebuilt still serves (requests wait for it): 200, but said.
-      const g = options.grammar?.health?.();
+      const g = router.loaded().map((l) => l.endpoint.grammar?.health?.()).find((x) => x?.status === 'degraded');
       if (h.ok && g?.status === 'degraded') sendJson(res, 200, { status: 'degraded', serving: true, component: 'grammar', reason: g.reason });
       else sendJson(res, h.ok ? 200 : 503, h.ok ? { status: 'ok' } : { status: 'unhealthy', reason: h.reason });
       return;
     }
     if (path === '/health/ready' && method === 'GET') {
-      const r = closing || unready ? { ok: false, reason: 'shutting down' } : engine.ready();
+      const r = closing || unready ? { ok: false, reason: 'shutting down' } : router.ready();
       sendJson(res, r.ok ? 200 : 503, r.ok ? { status: 'ready' } : { status: 'not_ready', reason: r.reason });
       return;
     }
@@ -245,16 +256,26 @@ export function createServer(options: ServerOptions): RapidServer {
       });
     }
     if (path.startsWith('/v1/models/') && method === 'GET') {
-      const id = decodePath(path.slice('/v1/models/'.length));
-      if (!servesName(model, id)) throw notFound(`The model '${id}' does not exist`, 'model_not_found');
-      sendJson(res, 200, modelCard(id));
+      sendJson(res, 200, router.card(decodePath(path.slice('/v1/models/'.length))));
+      return;
+    }
+    const admin = method === 'POST' ? /^\/v1\/models\/(.+)\/(load|unload)$/.exec(path) : null;
+    if (admin) {
+      if (!router.admin) throw notFound(`no route ${method} ${path}: loading and unloading need several models (rapid serve A B, or --models-config)`);
+      if (!keyDigest) {
+        const refusal = crossSiteRefusal(req, { ...crossSite, requireJsonContentType: false });
+        if (refusal) throw refusal;
+      }
+      const body = Number(req.headers['content-length'] ?? 0) > 0 || req.headers['transfer-encoding'] ? await readJson(req, maxBody, limits, REQUEST_LIMITS.maxJsonValues) : undefined;
+      if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+      sendJson(res, 200, await router.admin(admin[2] as 'load' | 'unload', decodePath(admin[1]!), body));
       return;
     }
     if (path.startsWith('/v1/responses/')) {
       // DELETE has no body (so no JSON type to require); a foreign Origin is still refused.
       const refusal = keyDigest ? null : crossSiteRefusal(req, { ...crossSite, requireJsonContentType: false });
       if (refusal) throw refusal;
-      storedResponse(responses, res, method, decodePath(path.slice('/v1/responses/'.length)));
+      storedResponse(responsesCtx, res, method, decodePath(path.slice('/v1/responses/'.length)));
       return;
     }
     const allowed = ROUTES[path];
@@ -268,55 +289,68 @@ export function createServer(options: ServerOptions): RapidServer {
       if (refusal) throw refusal;
     }
     // An embedding model has no language-model head: every generating route refuses it up front.
-    const refusal = GENERATION_ROUTES.has(path) ? embeddingModelRefusal(model, path) : null;
-    if (refusal) throw refusal;
+    const refusal = (m: ServedModel) => (GENERATION_ROUTES.has(path) ? embeddingModelRefusal(m, path) : null);
+    const fixed = 'models' in options ? null : options.model;
+    if (fixed && refusal(fixed)) throw refusal(fixed);
+    /** The body, then the model it names (refused if it cannot serve this route). */
+    const bodyAndModel = async () => {
+      const body = await readJson(req, maxBody, limits, jsonValuesLimit());
+      if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+      const c = await acquire(body, res);
+      const r = refusal(c.model);
+      if (r) throw r;
+      return { body, c };
+    };
     switch (path) {
       case '/v1/models':
-        sendJson(res, 200, { object: 'list', data: servedNames(model).map((n) => modelCard(n)) });
+        sendJson(res, 200, { object: 'list', data: router.cards() });
         return;
-      case '/v1/status':
-        sendJson(res, 200, { model: model.id, ...(model.device ? { device: model.device } : {}), uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing, ...engine.stats() });
+      case '/v1/status': {
+        const loaded = router.loaded();
+        const one = 'models' in options ? null : loaded[0]!.endpoint;
+        const uptime = { uptime_seconds: Math.round((Date.now() - startedAt) / 1000), closing };
+        if (one) sendJson(res, 200, { model: one.model.id, ...(one.model.device ? { device: one.model.device } : {}), ...uptime, ...one.engine.stats() });
+        else sendJson(res, 200, { ...uptime, models: router.cards(), engines: statusOf(router) });
         return;
+      }
       case '/v1/embeddings': {
-        if (!model.embeddings) throw embeddingsDisabled(model);
-        const body = await readJson(req, maxBody, limits, maxJsonValues);
-        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
-        await handleEmbeddings(engine, model, model.embeddings.size, res, await parseEmbeddingsRequest(body, model, model.embeddings), sendJson);
+        if (fixed && !fixed.embeddings) throw embeddingsDisabled(fixed);
+        const { body, c } = await bodyAndModel();
+        if (!c.model.embeddings) throw embeddingsDisabled(c.model);
+        await handleEmbeddings(c.engine, c.model, c.model.embeddings.size, res, await parseEmbeddingsRequest(body, c.model, c.model.embeddings), sendJson);
         return;
       }
       case '/metrics': {
-        const text = metrics.render(engine.stats(), model.id);
+        const text = metrics.render(router.loaded().map((l) => ({ stats: l.endpoint.engine.stats(), modelId: l.label })));
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
         res.end(text);
         return;
       }
       case '/tokenize':
       case '/detokenize': {
-        const body = await readJson(req, maxBody, limits, maxJsonValues);
+        const body = await readJson(req, maxBody, limits, jsonValuesLimit());
+        const { model } = await acquire(body, res);
         sendJson(res, 200, path === '/tokenize' ? await tokenize(body, model) : detokenize(body, model));
         return;
       }
       case '/v1/chat/completions':
       case '/v1/completions': {
-        const body = await readJson(req, maxBody, limits, maxJsonValues);
-        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
+        const { body, c } = await bodyAndModel();
         // Images are fetched/decoded first (async); a bad one is a 400 before anything is queued.
         const g =
-          path === '/v1/chat/completions' ? await parseChatRequest(body, model, await loadRequestImages(body, model), policy) : await parseCompletionRequest(body, model, policy);
-        await handleGeneration(ctx, res, g);
+          path === '/v1/chat/completions' ? await parseChatRequest(body, c.model, await loadRequestImages(body, c.model), policy) : await parseCompletionRequest(body, c.model, policy);
+        await handleGeneration(c.ctx, res, g);
         return;
       }
       case '/v1/responses': {
-        const body = await readJson(req, maxBody, limits, maxJsonValues);
-        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
-        await createResponse(responses, res, body);
+        const { body, c } = await bodyAndModel();
+        await createResponse(c.responses, res, body);
         return;
       }
       case '/v1/messages':
       case '/v1/messages/count_tokens': {
-        const body = await readJson(req, maxBody, limits, maxJsonValues);
-        if (closing) throw new HttpError(503, 'the server is shutting down', 'server_error', null, 'shutting_down', { 'retry-after': '5' });
-        await (path === '/v1/messages' ? messages.create(res, body) : messages.countTokens(res, body));
+        const { body, c } = await bodyAndModel();
+        await (path === '/v1/messages' ? c.messages.create(res, body) : c.messages.countTokens(res, body));
         return;
       }
     }
@@ -326,7 +360,7 @@ export function createServer(options: ServerOptions): RapidServer {
     // Set before anything is written, so every answer below carries them (writeHead merges).
     const requestId = requestIdOf(req);
     res.setHeader('x-request-id', requestId);
-    const access: AccessTracker | null = options.accessLog ? trackAccess(req, res, requestId, model.id, options.accessLog) : null;
+    const access: AccessTracker | null = options.accessLog ? trackAccess(req, res, requestId, router.loaded()[0]?.endpoint.model.id ?? '-', options.accessLog) : null;
     applyCorsHeaders(req, res, cors);
     guard.responding(req.socket, (done) => res.once('close', done));
     if (guard.isOverLimit(req.socket)) {
@@ -341,7 +375,8 @@ export function createServer(options: ServerOptions): RapidServer {
       sendJson(res, 400, invalidUrl(req.url ?? '').body(), req.complete ? {} : { connection: 'close' });
       return;
     }
-    const label = ROUTES[path] ? path : path.startsWith('/v1/models/') ? '/v1/models/:id' : path.startsWith('/v1/responses/') ? '/v1/responses/:id' : 'other';
+    const admin = /^\/v1\/models\/.+\/(load|unload)$/.exec(path);
+    const label = ROUTES[path] ? path : admin ? `/v1/models/:id/${admin[1]}` : path.startsWith('/v1/models/') ? '/v1/models/:id' : path.startsWith('/v1/responses/') ? '/v1/responses/:id' : 'other';
     res.on('finish', () => metrics.countHttp(label, res.statusCode));
     access?.setRoute(label);
     (access ? access.run(() => route(req, res, path)) : route(req, res, path)).catch((err: unknown) => {
@@ -377,13 +412,12 @@ export function createServer(options: ServerOptions): RapidServer {
       closing = true;
       const closed = new Promise<void>((resolve) => http.close(() => resolve()));
       http.closeIdleConnections();
-      await engine.shutdown(graceMs);
+      await router.shutdown(graceMs);
       // Give the last responses a moment to flush, then drop whatever is left.
       await new Promise((r) => setTimeout(r, 50));
       http.closeAllConnections();
       guard.stop();
       await closed;
-      await options.grammar?.close?.(); // the grammar worker thread
     },
   };
 }

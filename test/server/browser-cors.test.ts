@@ -112,7 +112,7 @@ describe.skipIf(executablePath === undefined)('a headless Chromium page on anoth
     const ok = await pageFetch(page, `${keyed.url}/v1/chat/completions`, { method: 'POST', headers: { ...json, authorization: 'Bearer page-key' }, body: chatBody() });
     expect(ok.error).toBeUndefined();
     expect(ok.status).toBe(200);
-    expect(keyed.server.metrics.render(keyed.engine.stats(), MODEL_ID)).toMatch(/status="204"/); // the preflight was answered
+    expect(keyed.server.metrics.render([{ stats: keyed.engine.stats(), modelId: MODEL_ID }])).toMatch(/status="204"/); // the preflight was answered
     const denied = await pageFetch(page, `${keyed.url}/v1/models`, { headers: { authorization: 'Bearer wrong' } });
     expect(denied.status).toBe(401);
     expect(JSON.parse(denied.body!).error.code).toBe('invalid_api_key');

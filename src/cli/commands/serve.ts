@@ -26,6 +26,7 @@ import { DEFAULT_MODEL } from '../../models/default-model.js';
 import { CONNECTION_DEFAULTS, type ConnectionLimits } from '../../server/connection-limits.js';
 import type { AccessEntry } from '../../server/access-log.js';
 import { createServeLogger, parseLogFormat, type LogFormat } from '../log-format.js';
+import { servePool, type PoolServeOptions } from '../serve-pool.js';
 
 export interface ServeOptions {
   host: string;
@@ -274,7 +275,10 @@ export function registerServe(program: Command): void {
   program
     .command('serve')
     .description('Serve a model over an OpenAI-compatible HTTP API with continuous batching')
-    .argument('[model]', `a model directory, a catalog alias (see \`rapid models\`) or an org/name repo; pulled on first use (default: ${DEFAULT_MODEL}, embedded)`, DEFAULT_MODEL)
+    .argument('[models...]', `a model directory, a catalog alias (see \`rapid models\`) or an org/name repo; pulled on first use (default: ${DEFAULT_MODEL}, embedded); several: one server, each loaded on its first request`)
+    .option('--models-config <file>', 'JSON file of models to serve, each with aliases, pin and its own options (docs/serving.md)')
+    .option('--max-loaded-bytes <size>', 'with several models: bytes all loaded ones may hold (weights + KV cache); idle unpinned ones are unloaded, least recently used first', parseByteSize)
+    .option('--model-load-timeout <s>', 'with several models: seconds a request waits for its model to load', parseSecondsOption('--model-load-timeout'), 300)
     .option('--host <host>', 'interface to bind (loopback by default; 0.0.0.0 exposes it to the network)', '127.0.0.1')
     .option('--port <port>', 'TCP port', parseIntOption('--port'), 8000)
     .option('--api-key <key>', 'require Authorization: Bearer <key> on every route but /health (default: $RAPID_API_KEY)')
@@ -313,11 +317,13 @@ export function registerServe(program: Command): void {
     .option('--drain-delay <s>', 'on SIGTERM, seconds /health/ready answers 503 while requests are still served, before the listener closes (load balancers stop sending first)', parseNonNegativeSeconds('--drain-delay'), 0)
     .option('--log-format <format>', 'text ([rapid] lines) or json (one object per line, access entries included)', parseLogFormat, 'text')
     .option('--no-access-log', 'no log line per request (probes of /health and /metrics are only logged when they fail)')
-    .action(async (spec: string, opts: ServeOptions) => {
+    .action(async (specs: string[], opts: ServeOptions & PoolServeOptions & { modelsConfig?: string }) => {
       checkPrecision(opts.precision);
       const logger = createServeLogger(opts.logFormat, (text) => void process.stderr.write(text));
       const log = logger.log;
       if (opts.accessLog !== false) opts.accessLog = logger.access;
+      if (specs.length > 1 || opts.modelsConfig !== undefined || opts.maxLoadedBytes !== undefined) return servePool(specs, opts, parseByteSize);
+      const spec = specs[0] ?? DEFAULT_MODEL;
       const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
       const dir = resolved.dir;
       const names = modelNames(opts.servedModelName) ?? [resolved.source === 'local' ? basename(resolve(dir)) : spec];

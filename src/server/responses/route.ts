@@ -89,7 +89,7 @@ export async function createResponse(ctx: ResponsesContext, res: ServerResponse,
 }
 
 /** GET / DELETE /v1/responses/{id} and GET /v1/responses/{id}/input_items. */
-export function storedResponse(ctx: ResponsesContext, res: ServerResponse, method: string, rest: string): void {
+export function storedResponse(ctx: Pick<ResponsesContext, 'store' | 'sendJson'>, res: ServerResponse, method: string, rest: string): void {
   const [id, sub, ...more] = rest.split('/');
   const notStored = () => new HttpError(404, `Response with id '${id}' not found (unknown, stored with store: false, or evicted)`, 'invalid_request_error', 'response_id', 'not_found');
   if (!id || more.length > 0 || (sub !== undefined && sub !== 'input_items')) throw new HttpError(404, `no route ${method} /v1/responses/${rest}`, 'invalid_request_error', null, 'not_found');

@@ -1,0 +1,119 @@
+// `rapid serve A B C` and `rapid serve --models-config FILE`: resolves every model up front (so a
+// bad spec fails at startup), then serves them from one pool that loads each on its first request.
+import { basename, resolve } from 'node:path';
+import { ENGINE_DEFAULTS } from '../engine/defaults.js';
+import { resolveModelDetailed } from '../models/resolve-model.js';
+import { createProgressPrinter } from '../models/progress-printer.js';
+import { formatBytes } from '../models/format-bytes.js';
+import { startPoolServer, type PoolModelSpec, type RunningPoolServer } from '../app/pool-server.js';
+import type { EndpointOptions } from '../app/open-endpoint.js';
+import { readModelsConfig, type ModelConfigEntry } from './models-config.js';
+import { checkPrecision, useDevice } from './options.js';
+import type { ServeOptions } from './commands/serve.js';
+
+/** What a model loads with: the command's options, overridden by its config entry's. */
+export function endpointOptions(opts: Partial<ServeOptions>): EndpointOptions {
+  return {
+    load: { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device: useDevice(opts.device) },
+    engine: {
+      maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
+      maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
+      maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
+      maxPrefillAttention: opts.maxPrefillAttention,
+      stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
+      enablePrefixCache: opts.prefixCache ?? true,
+      encoderCacheBytes: opts.encoderCacheMemory,
+    },
+    engineProcess: opts.engineProcess,
+    embeddings: opts.embeddings,
+    recommended: opts.recommended,
+    images: {
+      allowRemote: opts.allowRemoteImages ?? false,
+      maxImageBytes: opts.maxImageBytes,
+      maxImagesPerRequest: opts.maxImagesPerRequest,
+      fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
+    },
+  };
+}
+
+export interface PoolServeOptions extends Partial<ServeOptions> {
+  /** Bytes all loaded models may hold together; none: no eviction. */
+  maxLoadedBytes?: number;
+  /** Seconds a request waits for its model to load. */
+  modelLoadTimeout?: number;
+}
+
+/** The models of the command line and the config, resolved (pulled when `pull`), with their names. */
+export async function poolModels(entries: readonly ModelConfigEntry[], opts: Partial<ServeOptions>, pull: boolean): Promise<PoolModelSpec[]> {
+  const out: PoolModelSpec[] = [];
+  for (const e of entries) {
+    const r = await resolveModelDetailed(e.spec, { pull, onProgress: pull ? createProgressPrinter(process.stderr) : undefined });
+    const names = e.aliases ?? [r.source === 'local' ? basename(resolve(r.dir)) : e.spec];
+    const merged = { ...opts, ...e.options, recommended: r.entry?.sampling };
+    checkPrecision(merged.precision ?? 'fast');
+    out.push({ spec: e.spec, dir: r.dir, names, pin: e.pin, options: endpointOptions(merged) });
+  }
+  return out;
+}
+
+/** Starts the pool server; used by the command and by tests. */
+export function startServePool(models: readonly PoolModelSpec[], opts: PoolServeOptions, log: (line: string) => void = () => undefined): Promise<RunningPoolServer> {
+  const ms = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1000));
+  const limits = Object.fromEntries(
+    Object.entries({
+      headersTimeoutMs: ms(opts.headersTimeout),
+      bodyTimeoutMs: ms(opts.bodyTimeout),
+      bodyIdleTimeoutMs: ms(opts.bodyIdleTimeout),
+      keepAliveTimeoutMs: ms(opts.keepAliveTimeout),
+      sendStallTimeoutMs: ms(opts.sendStallTimeout),
+      maxConnections: opts.maxConnections,
+    }).filter(([, v]) => v !== undefined),
+  );
+  return startPoolServer(
+    models,
+    {
+      host: opts.host,
+      port: opts.port,
+      apiKey: opts.apiKey,
+      maxBodyBytes: opts.maxBodyBytes,
+      limits,
+      corsOrigins: opts.corsOrigin,
+      requireJsonContentType: opts.requireJsonContentType,
+      strictRequests: opts.strictRequests,
+      maxLoadedBytes: opts.maxLoadedBytes,
+      loadTimeoutMs: (opts.modelLoadTimeout ?? 300) * 1000,
+      drainTimeoutMs: (opts.shutdownGrace ?? 30) * 1000,
+      acceptAnyName: opts.acceptAnyModelName,
+    },
+    log,
+  );
+}
+
+/** The command's multi-model path: every model of `specs` and of --models-config. */
+export async function servePool(specs: readonly string[], opts: PoolServeOptions & { modelsConfig?: string }, parseSize: (s: string) => number): Promise<void> {
+  const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
+  if (opts.servedModelName !== undefined) throw new Error('--served-model-name names one model; with several, give each its names with "aliases" in --models-config');
+  const entries: ModelConfigEntry[] = [...specs.map((spec) => ({ spec, pin: false, options: {} })), ...(opts.modelsConfig ? readModelsConfig(opts.modelsConfig, parseSize) : [])];
+  const models = await poolModels(entries, opts, true);
+  const running = await startServePool(models, { ...opts, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY }, log);
+  const budget = opts.maxLoadedBytes !== undefined ? `, at most ${formatBytes(opts.maxLoadedBytes)} loaded` : '';
+  log(`serving ${models.length} models on ${running.url}/v1${budget}, each loaded on its first request: ${models.map((m) => `${m.names.join('|')}${m.pin ? ' (pinned)' : ''}`).join(', ')}`);
+  const grace = opts.shutdownGrace ?? 30;
+  let signals = 0;
+  const stop = (sig: string) => {
+    if (++signals > 1) {
+      log(`${sig} again: exiting now`);
+      process.exit(130);
+    }
+    log(`${sig}: no longer accepting requests; finishing in-flight ones (up to ${grace}s)`);
+    running.close(grace * 1000).then(
+      () => process.exit(0),
+      (err: unknown) => {
+        log(`shutdown failed: ${(err as Error).message}`);
+        process.exit(1);
+      },
+    );
+  };
+  process.on('SIGINT', () => stop('SIGINT'));
+  process.on('SIGTERM', () => stop('SIGTERM'));
+}
