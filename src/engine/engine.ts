@@ -10,7 +10,7 @@ import { BlockManager } from './block-manager.js';
 import { EncoderCache, type EncoderCacheStats } from './encoder-cache.js';
 import { EngineRequestError, EngineUnavailableError, grammarDeadEnd } from './engine-errors.js';
 import { InvalidRequestError } from './errors.js';
-import type { TextStream } from './generate.js';
+import type { TextStream } from './detokenizer.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from './grammar/request-grammar.js';
 import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type MultimodalInput } from './multimodal.js';
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';

@@ -1,10 +1,10 @@
-// `rapid run MODEL --prompt TEXT`: one-shot generation in-process, streamed to stdout.
+// `rapid run MODEL --prompt TEXT`: one request through the serving engine in-process, streamed to stdout.
 import { DEFAULT_TEMPERATURE } from '../../engine/defaults.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
 import { withWait } from '../wait-spinner.js';
-import type { GenerateDone } from '../../engine/generate.js';
+import { runOneRequest } from '../../app/one-request.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 import type { NativeDevice } from '../../native/types.js';
 import { modelDevice } from '../../engine/model-device.js';
@@ -114,13 +114,7 @@ export function registerRun(program: Command): void {
           return;
         }
         const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
-        let done: GenerateDone | undefined;
-        for await (const ev of model.generate(promptIds, params, undefined, grammar)) {
-          if (ev.type === 'delta') {
-            if (!opts.json) process.stdout.write(ev.text);
-          } else done = ev;
-        }
-        if (!done) throw new Error('generation ended without a result');
+        const { done, timings: t } = await runOneRequest(model, { promptIds, params, grammar }, opts.json ? undefined : (text) => process.stdout.write(text));
         if (opts.json) {
           process.stdout.write(
             `${JSON.stringify({
@@ -130,17 +124,16 @@ export function registerRun(program: Command): void {
               usage: { prompt_tokens: done.usage.promptTokens, completion_tokens: done.usage.completionTokens, total_tokens: done.usage.totalTokens },
               device: modelDevice(model.info),
               timings: {
-                prefill_ms: round(done.timings.prefillMs),
-                decode_ms: round(done.timings.decodeMs),
-                prefill_tokens_per_second: round(done.timings.prefillTokensPerSecond),
-                decode_tokens_per_second: round(done.timings.decodeTokensPerSecond),
+                prefill_ms: round(t.prefillMs),
+                decode_ms: round(t.decodeMs),
+                prefill_tokens_per_second: round(t.prefillTokensPerSecond),
+                decode_tokens_per_second: round(t.decodeTokensPerSecond),
               },
             })}\n`,
           );
         } else {
           process.stdout.write('\n');
           if (process.stderr.isTTY) {
-            const t = done.timings;
             process.stderr.write(
               `[${done.usage.promptTokens} prompt tokens at ${t.prefillTokensPerSecond.toFixed(1)} tok/s, ` +
                 `${done.usage.completionTokens} generated at ${t.decodeTokensPerSecond.toFixed(1)} tok/s, finish: ${done.finishReason}]\n`,
