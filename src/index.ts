@@ -4,7 +4,7 @@ export type { LoadedNative, NativeRejection, NativeSource } from './native/bindi
 export type * from './native/types.js';
 export { resolveSamplingParams } from './engine/sampling-params.js';
 export type { SamplingParams } from './engine/sampling-params.js';
-export { InvalidRequestError, StepError } from './engine/errors.js';
+export { InvalidRequestError, StepError } from './errors/request-errors.js';
 export { Engine } from './engine/engine.js';
 export { createTextEngine } from './engine/text-engine.js';
 export { openTextModel } from './engine/text-model.js';

@@ -4,7 +4,7 @@ import { DEFAULT_TEMPERATURE } from '../engine/defaults.js';
 import { readFileSync } from 'node:fs';
 import { createTextEngine } from '../engine/text-engine.js';
 import { grammarServiceFor } from '../engine/grammar/grammar-service.js';
-import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../server/response-format.js';
 import { imageChatPrompt, imageUserMessage } from '../engine/image-prompt.js';
 import type { MultimodalInput } from '../engine/multimodal.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';

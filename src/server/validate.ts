@@ -3,9 +3,9 @@
 // and logged too unless the server is strict (openai-fields.ts lists them), then the engine's
 // sampling parameters.
 import { DEFAULT_TEMPERATURE } from '../engine/defaults.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { resolveSamplingParams, SAMPLING_LIMITS, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
-import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from './response-format.js';
 import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
 import { badRequest, notFound } from './http-errors.js';
 import { IMAGE_TYPES, type RequestImages } from './images.js';

@@ -10,7 +10,7 @@ import type { NativeDevice } from '../../native/types.js';
 import { modelDevice } from '../../engine/model-device.js';
 import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
-import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../../server/response-format.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { runWithImages } from './run-images.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
