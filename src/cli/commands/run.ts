@@ -1,5 +1,5 @@
 // `rapid run MODEL --prompt TEXT`: one request through the serving engine in-process, streamed to stdout.
-import { DEFAULT_TEMPERATURE } from '../../engine/defaults.js';
+import { DEFAULT_TEMPERATURE, withSamplingDefaults } from '../../engine/defaults.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
@@ -91,16 +91,18 @@ export function registerRun(program: Command): void {
           throw new Error(`${spec} is an embedding model (no language-model head): it cannot generate text; serve it with \`rapid serve\` and call POST /v1/embeddings`);
         }
         const params = resolveSamplingParams(
-          {
-            temperature: opts.temperature ?? defaults.temperature ?? DEFAULT_TEMPERATURE,
-            topP: opts.topP ?? defaults.topP,
-            topK: opts.topK ?? defaults.topK,
-            minP: opts.minP ?? defaults.minP,
-            repetitionPenalty: defaults.repetitionPenalty,
-            seed: opts.seed,
-            maxTokens: opts.maxTokens,
-            stop: format ? [] : opts.stop, // a stop string would cut a constrained object
-          },
+          withSamplingDefaults(
+            {
+              temperature: opts.temperature,
+              topP: opts.topP,
+              topK: opts.topK,
+              minP: opts.minP,
+              seed: opts.seed,
+              maxTokens: opts.maxTokens,
+              stop: format ? [] : opts.stop, // a stop string would cut a constrained object
+            },
+            defaults,
+          ),
           { maxTokens: 256 },
         );
         let grammar: RequestGrammar | undefined;
