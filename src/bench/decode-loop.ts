@@ -1,11 +1,9 @@
 // The decode measurement the random-weight decode benches (bench:cuda, bench:moe, gemma4) share: the
-// Engine drives the steps (the one step driver, as `rapid serve` runs them) and the bench watches
-// each native step from outside, through a model whose step reports its timings.
+// Engine drives the steps (bench-engine.ts) and the bench times them from outside.
 import { loadNative } from '../native/binding.js';
-import type { NativeModel, NativeSampleParams, NativeStepPlan, NativeStepResult } from '../native/types.js';
-import { Engine } from '../engine/engine.js';
-import type { EngineDone } from '../engine/request.js';
-import { GREEDY_SAMPLE, resolveSamplingParams } from '../engine/sampling-params.js';
+import type { NativeModel, NativeSampleParams, NativeStepResult } from '../native/types.js';
+import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
+import { benchEngine, benchRequest } from './bench-engine.js';
 
 export interface DecodeLoop {
   concurrency: number;
@@ -21,9 +19,6 @@ export interface DecodeLoop {
   sample?: Partial<Omit<NativeSampleParams, 'counter'>>;
 }
 
-/** Bench rows detokenize nothing: the text is never read. */
-const NO_TEXT = { push: () => '', flush: () => '' };
-
 /** Submits `concurrency` prompts together (prefilled in one step), lets the engine decode `steps`
  *  steps of all rows together, and returns the decode ms (end of the prefill step to the last step). */
 export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<number> {
@@ -33,43 +28,24 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
   let steps = 0;
   let decodeStart = 0;
   let decodeEnd = 0;
-  const watched: NativeModel = {
-    info: () => info,
-    close: () => model.close(),
-    encodeImage: (image) => model.encodeImage(image),
-    async step(plan: NativeStepPlan) {
-      const r = await model.step(plan); // a row's error fails its request through the engine
+  const engine = benchEngine(model, {
+    maxNumSeqs: o.concurrency,
+    maxBatchedTokens: o.concurrency * o.prompt,
+    onStep: (r) => {
       const decode = steps++ > 0;
       o.onTimings?.(r.timings, decode);
-      if (decode) decodeEnd = performance.now();
-      else decodeStart = decodeEnd = performance.now();
-      return r;
+      decodeEnd = performance.now();
+      if (!decode) decodeStart = decodeEnd;
     },
-  };
-  const engine = new Engine({
-    model: watched,
-    newTextStream: () => NO_TEXT,
-    stopTokenIds: [], // every row decodes all its steps
-    maxNumSeqs: o.concurrency,
-    maxWaiting: o.concurrency,
-    maxBatchedTokens: o.concurrency * o.prompt,
-    enablePrefixCache: false, // rows that share a prompt still compute it, as the bench always did
-    maxPrefillAttention: 0,
   });
   const s = { ...GREEDY_SAMPLE, ...o.sample };
+  const sampling = { temperature: s.temperature, topP: s.topP, topK: s.topK, minP: s.minP, repetitionPenalty: s.repetitionPenalty };
   try {
-    const runs = Array.from({ length: o.concurrency }, async (_, i): Promise<EngineDone | undefined> => {
-      const params = resolveSamplingParams(
-        { temperature: s.temperature, topP: s.topP, topK: s.topK, minP: s.minP, repetitionPenalty: s.repetitionPenalty, seed: s.seed + i, maxTokens: o.steps + 1 },
-        { maxTokens: o.steps + 1 },
-      );
-      const promptIds = Array.from({ length: o.prompt }, (_, k) => o.promptToken(i, k, info.vocabSize));
-      let done: EngineDone | undefined;
-      for await (const ev of engine.generate({ id: `${o.idPrefix}-${o.concurrency}-${i}`, promptIds, params })) if (ev.type === 'done') done = ev;
-      return done;
-    });
-    const done = await Promise.all(runs);
-    if (done.some((d) => d?.usage.completionTokens !== o.steps + 1)) throw new Error('a bench row ended before its last step');
+    await Promise.all(
+      Array.from({ length: o.concurrency }, (_, i) =>
+        benchRequest(engine, `${o.idPrefix}-${o.concurrency}-${i}`, Array.from({ length: o.prompt }, (_, k) => o.promptToken(i, k, info.vocabSize)), o.steps + 1, { ...sampling, seed: s.seed + i }),
+      ),
+    );
   } finally {
     await engine.shutdown(0);
   }
