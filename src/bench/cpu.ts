@@ -7,7 +7,7 @@ import { cpus, loadavg } from 'node:os';
 import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadNative, packageRoot } from '../native/binding.js';
-import type { NativeAddon, NativeModel, NativeModelInfo, NativeStepResult } from '../native/types.js';
+import type { NativeAddon, NativeModel, NativeModelInfo } from '../native/types.js';
 import { median } from './median.js';
 import { intOption, precisionOption, samplingOptions, type BenchSampling } from './bench-options.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, type RandomCheckpoint } from './random-checkpoint.js';
