@@ -53,30 +53,22 @@ const SAMPLINGS: [string, Sampling][] = [
   ['seeded sampling', { temperature: 0.9, seed: 1234 }],
 ];
 
-describe.skipIf(!nativeAvailable())('rapid run equals rapid serve: text', () => {
+const MODELS: [string, string, string | undefined][] = [
+  ['text', TEXT, undefined],
+  ['an image', VLM, IMAGE],
+];
+
+describe.skipIf(!nativeAvailable()).each(MODELS)('rapid run equals rapid serve: %s', (_, dir, image) => {
+  const ready = image === undefined || vlmFixtureReady(dir);
   let srv: RunningServer;
   beforeAll(async () => {
-    srv = await startServer(TEXT, { port: 0, threads: 1, servedModelName: 'm' });
+    if (ready) srv = await startServer(dir, { port: 0, threads: 1, servedModelName: 'm' });
   }, 60_000);
   afterAll(() => srv?.close(1000));
 
-  it.each(SAMPLINGS)('%s', async (_, s) => {
-    const served = await http(srv, s);
+  it.skipIf(!ready).each(SAMPLINGS)('%s', async (_, s) => {
+    const served = await http(srv, s, image);
     expect(served.completionTokens).toBeGreaterThan(0);
-    expect(cli(TEXT, s)).toEqual(served);
-  });
-});
-
-describe.skipIf(!nativeAvailable() || !vlmFixtureReady(VLM))('rapid run equals rapid serve: an image', () => {
-  let srv: RunningServer;
-  beforeAll(async () => {
-    srv = await startServer(VLM, { port: 0, threads: 1, servedModelName: 'm' });
-  }, 60_000);
-  afterAll(() => srv?.close(1000));
-
-  it.each(SAMPLINGS)('%s', async (_, s) => {
-    const served = await http(srv, s, IMAGE);
-    expect(served.completionTokens).toBeGreaterThan(0);
-    expect(cli(VLM, s, IMAGE)).toEqual(served);
+    expect(cli(dir, s, image)).toEqual(served);
   });
 });
