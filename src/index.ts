@@ -8,6 +8,8 @@ export { InvalidRequestError, StepError } from './errors/request-errors.js';
 export { Engine } from './engine/engine.js';
 export { createTextEngine } from './engine/text-engine.js';
 export { openTextModel } from './engine/text-model.js';
+// One request on a fresh Engine over an opened model (what `rapid run` does).
+export { runOneRequest } from './app/one-request.js';
 export { InvalidCheckpointError } from './models/errors.js';
 export { validateCheckpoint } from './models/validate-checkpoint.js';
 export { createServer } from './server/server.js';
