@@ -4,10 +4,12 @@ export type { LoadedNative, NativeRejection, NativeSource } from './native/bindi
 export type * from './native/types.js';
 export { resolveSamplingParams } from './engine/sampling-params.js';
 export type { SamplingParams } from './engine/sampling-params.js';
-export { InvalidRequestError, StepError } from './engine/errors.js';
+export { InvalidRequestError, StepError } from './errors/request-errors.js';
 export { Engine } from './engine/engine.js';
 export { createTextEngine } from './engine/text-engine.js';
 export { openTextModel } from './engine/text-model.js';
+// One request on a fresh Engine over an opened model (what `rapid run` does).
+export { runOneRequest } from './app/one-request.js';
 export { InvalidCheckpointError } from './models/errors.js';
 export { validateCheckpoint } from './models/validate-checkpoint.js';
 export { createServer } from './server/server.js';

@@ -7,12 +7,12 @@ import { cpus, loadavg } from 'node:os';
 import { basename, join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { loadNative, packageRoot } from '../native/binding.js';
-import type { NativeAddon, NativeModel, NativeModelInfo, NativeStepResult } from '../native/types.js';
+import type { NativeAddon, NativeModel, NativeModelInfo } from '../native/types.js';
 import { median } from './median.js';
 import { intOption, precisionOption, samplingOptions, type BenchSampling } from './bench-options.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, type RandomCheckpoint } from './random-checkpoint.js';
 import { runPeer, type PeerResult } from './peer.js';
-import { GREEDY_SAMPLE } from '../engine/sampling-params.js';
+import { benchEngine, benchRequest } from './bench-engine.js';
 
 export interface CpuBenchOptions {
   threads: number;
@@ -98,72 +98,62 @@ interface StepStats {
   lastToken: number;
 }
 
+const newStats = (): StepStats => ({ wallMs: 0, forwardMs: 0, sampleMs: 0, steps: 0, lastToken: 0 });
+
+/** One request at a time through the Engine (bench-engine.ts); each native step it drives is timed from
+ *  outside and counted to the prefill (the prompt's steps) or the decode (one token per step after them). */
 class Runner {
   private serial = 0;
 
   constructor(
     private readonly model: NativeModel,
-    private readonly blockTable: Int32Array,
     private readonly sampling: BenchSampling = { temperature: 0, topP: 1 },
   ) {}
 
-  private async step(tokens: Int32Array, start: number, counter: number, sample: boolean): Promise<NativeStepResult> {
-    const positions = new Int32Array(tokens.length);
-    for (let i = 0; i < tokens.length; i++) positions[i] = start + i;
-    const requestId = `bench-${this.serial}`;
-    const result = await this.model.step({
-      rows: [
-        {
-          requestId,
-          tokens,
-          positions,
-          blockTable: this.blockTable,
-          contextLen: start,
-          sample: sample ? { ...GREEDY_SAMPLE, ...this.sampling, counter } : undefined,
-        },
-      ],
+  /** Prefills `prompt` in steps of `chunk` tokens (the last one samples), then decodes `decode` more tokens. */
+  private async request(prompt: Int32Array, chunk: number, decode: number): Promise<{ prefill: StepStats; decode: StepStats }> {
+    const prefillSteps = Math.ceil(prompt.length / chunk);
+    const pre = newStats();
+    const dec = newStats();
+    let at = performance.now();
+    const engine = benchEngine(this.model, {
+      maxNumSeqs: 1,
+      maxBatchedTokens: chunk,
+      onStep: (r) => {
+        const s = pre.steps < prefillSteps ? pre : dec;
+        const now = performance.now();
+        s.wallMs += now - at;
+        at = now;
+        s.forwardMs += r.timings.forwardMs;
+        s.sampleMs += r.timings.sampleMs;
+        s.steps++;
+        s.lastToken = r.rows[0]?.token ?? 0;
+      },
     });
-    const row = result.rows.find((r) => r.requestId === requestId);
-    if (!row) throw new Error('step returned no row for the bench request');
-    if (row.error) throw new Error(`step failed: ${row.error}`);
-    if (sample && row.token === undefined) throw new Error('step sampled no token');
-    return result;
+    try {
+      at = performance.now();
+      await benchRequest(engine, `bench-${++this.serial}`, Array.from(prompt), decode + 1, { ...this.sampling, seed: 0 });
+    } finally {
+      await engine.shutdown(0);
+    }
+    return { prefill: pre, decode: dec };
   }
 
   /** Prefills `prompt` from position 0 in steps of `chunk` tokens; samples after the last one. */
   async prefill(prompt: Int32Array, chunk: number): Promise<StepStats> {
-    this.serial++;
-    const s: StepStats = { wallMs: 0, forwardMs: 0, sampleMs: 0, steps: 0, lastToken: 0 };
-    const t0 = performance.now();
-    for (let at = 0; at < prompt.length; at += chunk) {
-      const part = prompt.subarray(at, Math.min(prompt.length, at + chunk));
-      const last = at + part.length >= prompt.length;
-      const r = await this.step(part, at, 0, last);
-      s.forwardMs += r.timings.forwardMs;
-      s.sampleMs += r.timings.sampleMs;
-      s.steps++;
-      if (last) s.lastToken = r.rows[0].token ?? 0;
-    }
-    s.wallMs = performance.now() - t0;
-    return s;
+    return (await this.request(prompt, chunk, 0)).prefill;
   }
 
-  /** Batch-1 decode of `n` tokens starting at `start` (greedy unless the bench samples), feeding each token back. */
-  async decode(first: number, start: number, n: number, newRequest: boolean): Promise<StepStats> {
-    if (newRequest) this.serial++;
-    const s: StepStats = { wallMs: 0, forwardMs: 0, sampleMs: 0, steps: 0, lastToken: first };
-    const one = new Int32Array(1);
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) {
-      one[0] = s.lastToken;
-      const r = await this.step(one, start + i, i + 1, true);
-      s.forwardMs += r.timings.forwardMs;
-      s.sampleMs += r.timings.sampleMs;
-      s.steps++;
-      s.lastToken = r.rows[0].token ?? 0;
-    }
-    s.wallMs = performance.now() - t0;
-    return s;
+  /** Batch-1 decode of `n` tokens from an empty context (as llama-bench tg): `first` at position 0,
+   *  then each sampled token fed back; all `n` steps count as decode. */
+  async decode(first: number, n: number): Promise<StepStats> {
+    const { prefill, decode } = await this.request(Int32Array.of(first), 1, n - 1);
+    return { wallMs: prefill.wallMs + decode.wallMs, forwardMs: prefill.forwardMs + decode.forwardMs, sampleMs: prefill.sampleMs + decode.sampleMs, steps: prefill.steps + decode.steps, lastToken: decode.lastToken };
+  }
+
+  /** A `prompt`-token prefill in one step, then `n` decode steps; the decode's figures. */
+  async decodeAfter(prompt: Int32Array, n: number): Promise<StepStats> {
+    return (await this.request(prompt, prompt.length, n)).decode;
   }
 }
 
@@ -220,16 +210,15 @@ export async function runCpuBench(o: CpuBenchOptions): Promise<CpuBenchReport> {
   const info = model.info();
   const needBlocks = Math.ceil(contextTokens / info.blockSize);
   if (info.numBlocks < needBlocks) throw new Error(`KV pool has ${info.numBlocks} blocks; the bench needs ${needBlocks}`);
-  const blockTable = Int32Array.from({ length: needBlocks }, (_, i) => i);
   log(`loaded in ${loadMs.toFixed(0)} ms: ${info.family}, ${info.quantization}, ${info.threads} threads, ${info.precision}`);
 
-  const runner = new Runner(model, blockTable, { temperature: o.temperature ?? 0, topP: o.topP ?? 1 });
+  const runner = new Runner(model, { temperature: o.temperature ?? 0, topP: o.topP ?? 1 });
   const prompt = randomPrompt(o.promptTokens, QWEN25_05B.vocab);
   let report: CpuBenchReport;
   try {
     log('warm-up');
     await runner.prefill(prompt, o.promptTokens);
-    await runner.decode(prompt[0], 0, Math.min(16, o.genTokens), true);
+    await runner.decode(prompt[0], Math.min(16, o.genTokens));
 
     const pre: StepStats[] = [];
     for (let r = 0; r < o.runs; r++) pre.push(await runner.prefill(prompt, o.promptTokens));
@@ -244,14 +233,11 @@ export async function runCpuBench(o: CpuBenchOptions): Promise<CpuBenchReport> {
 
     // Like llama-bench tg: decode from an empty context, one token per step.
     const dec: StepStats[] = [];
-    for (let r = 0; r < o.runs; r++) dec.push(await runner.decode(prompt[0], 0, o.genTokens, true));
+    for (let r = 0; r < o.runs; r++) dec.push(await runner.decode(prompt[0], o.genTokens));
     log(`decode ${o.genTokens} from empty context: ${dec.map((s) => s.wallMs.toFixed(0)).join(', ')} ms`);
 
     const decAfter: StepStats[] = [];
-    for (let r = 0; r < o.runs; r++) {
-      const p = await runner.prefill(prompt, o.promptTokens);
-      decAfter.push(await runner.decode(p.lastToken, o.promptTokens, o.genTokens, false));
-    }
+    for (let r = 0; r < o.runs; r++) decAfter.push(await runner.decodeAfter(prompt, o.genTokens));
     log(`decode ${o.genTokens} after a ${o.promptTokens}-token prompt: ${decAfter.map((s) => s.wallMs.toFixed(0)).join(', ')} ms`);
 
     log(`memory bandwidth (${o.bandwidthBytes >> 20} MiB, ${o.threads} threads)`);

@@ -70,7 +70,7 @@ export async function main(argv: string[]): Promise<number> {
       'kv-cache-memory': { type: 'string', default: String(64 << 20) },
     },
   });
-  const { startServer } = await import('../cli/commands/serve.js');
+  const { startServer } = await import('../app/start-server.js');
   const rounds = Number(values.rounds);
   const tokens = Number(values.tokens);
   const opts = {

@@ -4,7 +4,7 @@
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
-import { startServer } from '../cli/commands/serve.js';
+import { startServer } from '../app/start-server.js';
 import { packageRoot } from '../native/binding.js';
 import { intOption } from './bench-options.js';
 import { formatReport, runFuzz } from './fuzz/fuzz-run.js';

@@ -6,7 +6,7 @@
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { GrammarService } from '../engine/grammar/grammar-service.js';
-import { parseResponseFormat } from '../engine/grammar/response-format.js';
+import { parseResponseFormat } from '../server/response-format.js';
 import type { RequestGrammar } from '../engine/grammar/request-grammar.js';
 import { median } from './median.js';
 import { DEFAULT_BENCH_SCHEMA, syntheticByteLevelTokenizer } from './serving.js';

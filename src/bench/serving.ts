@@ -12,7 +12,7 @@ import { Engine } from '../engine/engine.js';
 import { median } from './median.js';
 import { GrammarService, type GrammarTokenizer } from '../engine/grammar/grammar-service.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from '../engine/grammar/request-grammar.js';
-import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../server/response-format.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import { loadNative } from '../native/binding.js';
 import type { NativeLateMask, NativeModel } from '../native/types.js';

@@ -6,7 +6,7 @@
 //   npm run bench:validity [-- --model DIR --levels 1,2,4 --runs 3 --seed 0 --temperature 1
 //     --no-budget-close --json]
 import { parseArgs } from 'node:util';
-import { startServer } from '../cli/commands/serve.js';
+import { startServer } from '../app/start-server.js';
 import { VALIDITY_SCHEMAS } from './validity-schemas.js';
 
 export interface ValidityLevel {

@@ -1,10 +1,10 @@
 // `rapid chat MODEL`: the conversation runs on an engine in this process, built like `rapid run`
 // builds it (chat template, images through the vision processor, schemas through the grammar service).
-import { DEFAULT_TEMPERATURE } from '../engine/defaults.js';
+import { withSamplingDefaults } from '../engine/defaults.js';
 import { readFileSync } from 'node:fs';
 import { createTextEngine } from '../engine/text-engine.js';
 import { grammarServiceFor } from '../engine/grammar/grammar-service.js';
-import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../server/response-format.js';
 import { imageChatPrompt, imageUserMessage } from '../engine/image-prompt.js';
 import type { MultimodalInput } from '../engine/multimodal.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
@@ -57,17 +57,7 @@ export function localBackend(name: string, model: TextModel, defaults: Recommend
       } else {
         promptIds = model.encodePrompt({ messages });
       }
-      const params = resolveSamplingParams(
-        {
-          temperature: o.temperature ?? defaults.temperature ?? DEFAULT_TEMPERATURE,
-          topP: defaults.topP,
-          topK: defaults.topK,
-          minP: defaults.minP,
-          repetitionPenalty: defaults.repetitionPenalty,
-          maxTokens: o.maxTokens,
-        },
-        { maxTokens: o.maxTokens },
-      );
+      const params = resolveSamplingParams(withSamplingDefaults({ temperature: o.temperature, maxTokens: o.maxTokens }, defaults), { maxTokens: o.maxTokens });
       const format: ResponseFormat | null = o.schema ? parseResponseFormat({ type: 'json_schema', json_schema: { name: 'schema', schema: o.schema, strict: true } }) : null;
       const matcher = format ? await grammar.matcher(format, { maxTokens: params.maxTokens, budgetClose: true }) : undefined;
       // Stopped while images or the schema were being prepared: the engine's listener would never fire.

@@ -37,13 +37,4 @@ export function parseDeviceOption(value: string): DeviceFlag {
   }
 }
 
-/**
- * The device kind to load on; a cuda:N flag first narrows this process (and the engine children it
- * starts) to that GPU. Call before the addon loads.
- */
-export function useDevice(flag: DeviceFlag | undefined, env: NodeJS.ProcessEnv = process.env): NativeDevice | undefined {
-  if (flag === undefined) return undefined;
-  const { kind, index } = splitDeviceFlag(flag);
-  if (index !== null) env.CUDA_VISIBLE_DEVICES = visibleDeviceFor(index, env);
-  return kind;
-}
+export { useDevice } from '../native/device-index.js';

@@ -1,7 +1,7 @@
 // The engine child of `rapid serve --engine-process child`: opens one model, runs its Engine and its
 // grammar service, and talks to the HTTP process over the IPC channel (protocol.ts). A native fault
 // here kills this process only; the parent fails its in-flight requests and starts another.
-import { EngineUnavailableError } from '../engine/engine-errors.js';
+import { EngineUnavailableError } from '../errors/request-errors.js';
 import type { Engine, RequestHandle } from '../engine/engine.js';
 import { grammarServiceFor, type GrammarService } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammar } from '../engine/grammar/request-grammar.js';

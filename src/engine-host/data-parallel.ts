@@ -1,12 +1,12 @@
 // `rapid serve --data-parallel N`: N engine processes (one per GPU) behind one HTTP endpoint. Each
 // request goes to one engine (prefix-router.ts: prefix affinity under bounded loads); grammars are
 // compiled in the engine that runs the request, so a constrained request picks its engine first.
-import { EngineUnavailableError } from '../engine/engine-errors.js';
+import { EngineUnavailableError } from '../errors/request-errors.js';
 import type { EngineHealth, EngineLike, EngineStats, RequestHandle, SubmitOptions } from '../engine/engine.js';
 import type { GrammarHealth, GrammarProvider } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammarOptions } from '../engine/grammar/guarded-grammar.js';
 import type { GrammarNext, RequestGrammar } from '../engine/grammar/request-grammar.js';
-import type { ResponseFormat } from '../engine/grammar/response-format.js';
+import type { GrammarSpec } from '../engine/grammar/grammar-spec.js';
 import type { EngineEvent } from '../engine/request.js';
 import { startEngineHost, type EngineHost } from './engine-host.js';
 import type { ChildInit } from './protocol.js';
@@ -15,7 +15,7 @@ import { prefixBlockHashes, PrefixRouter } from './prefix-router.js';
 /** A response format not compiled yet: the engine chosen for the request compiles it. */
 class DeferredGrammar implements RequestGrammar {
   constructor(
-    readonly format: ResponseFormat,
+    readonly format: GrammarSpec,
     readonly options: RequestGrammarOptions,
   ) {}
 
@@ -34,7 +34,7 @@ class DeferredGrammar implements RequestGrammar {
 export class DataParallelGrammar implements GrammarProvider {
   constructor(private readonly hosts: readonly EngineHost[]) {}
 
-  matcher(format: ResponseFormat, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
+  matcher(format: GrammarSpec, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
     return Promise.resolve(new DeferredGrammar(format, options));
   }
 

@@ -2,12 +2,12 @@
 // runs over child_process's channel with advanced serialization (structured clone), so typed
 // arrays (image pixels, mRoPE positions) cross as they are. Token output is batched: one message
 // per engine step carries every row's deltas, ends and failures.
-import { EngineRequestError, EngineUnavailableError, type EngineErrorCode } from '../engine/engine-errors.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { EngineRequestError, type EngineErrorCode } from '../engine/engine-errors.js';
+import { InvalidRequestError, EngineUnavailableError } from '../errors/request-errors.js';
 import type { EngineHealth, EngineStats, SubmitOptions } from '../engine/engine.js';
 import type { GrammarHealth } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammarOptions } from '../engine/grammar/guarded-grammar.js';
-import type { ResponseFormat } from '../engine/grammar/response-format.js';
+import type { GrammarSpec } from '../engine/grammar/grammar-spec.js';
 import type { EngineDone } from '../engine/request.js';
 import type { TextEngineOptions } from '../engine/text-engine.js';
 import type { NativeLoadOptions, NativeModelInfo, NativeTopLogprob } from '../native/types.js';
@@ -38,7 +38,7 @@ export type ParentMessage =
   | { t: 'submit'; id: string; options: Omit<SubmitOptions, 'grammar' | 'id'>; grammar?: number }
   | { t: 'abort'; id: string }
   /** Compile a response format in the child; answered by `grammar` with the matcher's handle. */
-  | { t: 'grammar'; rid: number; format: ResponseFormat; options: RequestGrammarOptions }
+  | { t: 'grammar'; rid: number; format: GrammarSpec; options: RequestGrammarOptions }
   /** A matcher that will never be submitted (the request failed before it was queued). */
   | { t: 'grammar-drop'; handle: number }
   | { t: 'shutdown'; graceMs: number };

@@ -2,9 +2,9 @@
 // step's output comes back as one message and is fanned out to the requests' event queues. When the
 // child dies every in-flight request ends with an error (none hangs) and, until a new child serves,
 // submits are refused with 503 and health says why. Stats are the last snapshot the child pushed.
-import { EngineRequestError, EngineUnavailableError } from '../engine/engine-errors.js';
+import { EngineRequestError } from '../engine/engine-errors.js';
 import type { EngineHealth, EngineLike, EngineStats, RequestHandle, SubmitOptions } from '../engine/engine.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError, EngineUnavailableError } from '../errors/request-errors.js';
 import { EventQueue, type EngineDelta, type EngineEvent } from '../engine/request.js';
 import { fromWire, type ChildMessage, type ChildSnapshot } from './protocol.js';
 import { RemoteGrammarHandle } from './remote-grammar.js';

@@ -1,11 +1,11 @@
 // The grammar provider of the HTTP process when the engine runs in a child: response formats are
 // compiled there (the engine needs each step's masks at hand), and matcher() answers with a handle
 // to the child's matcher, so a format xgrammar refuses is still a 400 before anything is queued.
-import { EngineUnavailableError } from '../engine/engine-errors.js';
+import { EngineUnavailableError } from '../errors/request-errors.js';
 import type { GrammarHealth, GrammarProvider } from '../engine/grammar/grammar-service.js';
 import type { RequestGrammarOptions } from '../engine/grammar/guarded-grammar.js';
 import type { GrammarNext, RequestGrammar } from '../engine/grammar/request-grammar.js';
-import type { ResponseFormat } from '../engine/grammar/response-format.js';
+import type { GrammarSpec } from '../engine/grammar/grammar-spec.js';
 import { fromWire, type ChildMessage, type ChildSnapshot } from './protocol.js';
 import type { EngineSupervisor } from './supervisor.js';
 
@@ -48,7 +48,7 @@ export class RemoteGrammar implements GrammarProvider {
 
   constructor(private readonly sup: EngineSupervisor) {}
 
-  matcher(format: ResponseFormat, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
+  matcher(format: GrammarSpec, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
     const rid = ++this.nextRid;
     const generation = this.sup.generation;
     return new Promise((resolve, reject) => {

@@ -4,6 +4,14 @@
 import { isByteFallbackToken } from '../tokenizer/decoders.js';
 
 /** The part of the tokenizer the detokenizer relies on. */
+/** Token ids in, text out: what a request streams its output through (a StreamingDetokenizer, or a test's stand-in). */
+export interface TextStream {
+  /** Text completed by this token (may be empty while a UTF-8 character is incomplete). */
+  push(token: number): string;
+  /** Whatever is still held back at the end. */
+  flush(): string;
+}
+
 export interface DecodingTokenizer {
   decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string;
   idToToken(id: number): string | undefined;
@@ -54,7 +62,7 @@ function cachedAnchor(tok: DecodingTokenizer): number | null {
   return anchorCache.get(tok) ?? null;
 }
 
-export class StreamingDetokenizer {
+export class StreamingDetokenizer implements TextStream {
   private readonly skipSpecial: boolean;
   private readonly byteFallback: boolean;
   /** null: no usable anchor, so every step re-decodes all ids (quadratic but exact). */

@@ -1,6 +1,6 @@
 // Errors a request can end with inside the engine. Each carries a code the server maps to an HTTP
 // status (before a stream starts) or to an SSE error event (after).
-import { StepError } from './errors.js';
+import { StepError } from '../errors/request-errors.js';
 
 export type EngineErrorCode =
   | 'step_failed' // the forward pass of a step threw
@@ -27,16 +27,4 @@ export class EngineRequestError extends StepError {
 /** A constrained request whose grammar allows no continuation (every path that samples under a grammar). */
 export function grammarDeadEnd(): EngineRequestError {
   return new EngineRequestError('the output can no longer satisfy the requested format (grammar dead end)', 'grammar_failed');
-}
-
-/** The engine cannot take the request now (queue full, draining, unhealthy): retry later. */
-export class EngineUnavailableError extends Error {
-  constructor(
-    message: string,
-    readonly reason: 'overloaded' | 'shutting_down' | 'unhealthy',
-    readonly retryAfterSeconds = 1,
-  ) {
-    super(message);
-    this.name = 'EngineUnavailableError';
-  }
 }

@@ -3,7 +3,7 @@
 // the prefix cache), plus the request's own mRoPE positions and rope delta. All of it travels with
 // the request; the model never holds per-request state.
 import type { NativeImageEmbedding, NativeImageInput, NativeRowEmbeds } from '../native/types.js';
-import { InvalidRequestError } from './errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 
 export interface RequestImage {
   /** Content hash of the decoded image (TV's imageHash). */

@@ -1,7 +1,7 @@
 // One request inside the engine: everything it needs travels with it (tokens, KV block table,
 // sampling params with its seed, detokenizer, stop matcher), so nothing is shared between rows.
 import type { NativeImageEmbedding, NativeSampleParams, NativeTopLogprob } from '../native/types.js';
-import type { TextStream } from './generate.js';
+import type { TextStream } from './detokenizer.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
 import type { ImageSpan, MultimodalInput } from './multimodal.js';
 import type { SamplingParams } from './sampling-params.js';

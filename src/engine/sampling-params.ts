@@ -1,6 +1,6 @@
 // Sampling parameters of one request: defaults, validation with messages that say what to fix.
 import type { NativeSampleParams } from '../native/types.js';
-import { InvalidRequestError } from './errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 
 export interface SamplingParams {
   temperature: number;

@@ -7,7 +7,8 @@
 // its blocks are freed and it is recomputed later. A prefill chunk never splits an image's
 // placeholder span (it is encoded and spliced whole).
 import { BlockManager } from './block-manager.js';
-import { EngineRequestError, EngineUnavailableError } from './engine-errors.js';
+import { EngineRequestError } from './engine-errors.js';
+import { EngineUnavailableError } from '../errors/request-errors.js';
 import { chunkEnd } from './multimodal.js';
 import type { EngineRequest } from './request.js';
 

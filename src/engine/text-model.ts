@@ -1,18 +1,11 @@
-// A text model ready to generate in-process: the native model, its tokenizer, chat template, stop
-// ids and generation defaults, loaded from one local directory.
+// A text model loaded in-process for an Engine (text-engine.ts): the native model, its tokenizer, chat
+// template, stop ids and generation defaults, loaded from one local directory.
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { loadNative, resolveDevice } from '../native/binding.js';
-import { pollsSteps } from '../native/poll-while.js';
 import type { NativeLoadOptions, NativeModel, NativeModelInfo } from '../native/types.js';
 import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
 import { ChatTemplate, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../template/chat-template.js';
-import { StreamingDetokenizer } from './detokenizer.js';
-import { StopMatcher } from './stop-matcher.js';
-import { generate, type GenerateEvent } from './generate.js';
-import { KvBlockAllocator } from './kv-blocks.js';
-import type { SamplingParams } from './sampling-params.js';
-import type { RequestGrammar } from './grammar/request-grammar.js';
 import { VisionProcessor } from '../vision/index.js';
 import { validateCheckpoint } from '../models/validate-checkpoint.js';
 
@@ -39,13 +32,11 @@ export interface TextModel {
   text: TokenizerBundle;
   template: ChatTemplate | null;
   defaults: GenerationDefaults;
-  blocks: KvBlockAllocator;
   /** Image preprocessing and prompt expansion; present iff the checkpoint loaded with a vision tower. */
   vision: VisionProcessor | null;
   /** The chat template's output for `input` (before tokenization); throws without a template. */
   renderPrompt(input: PromptInput): string;
   encodePrompt(input: PromptInput): number[];
-  generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal, grammar?: RequestGrammar): AsyncGenerator<GenerateEvent>;
   close(): void;
 }
 
@@ -70,7 +61,7 @@ export function checkModelDir(dir: string): string {
 
 /** A model's text side without its weights: what a process that never runs the model (the HTTP side of
  * `rapid serve --engine-process child`) needs to render, tokenize and preprocess images. */
-export type TextSide = Omit<TextModel, 'native' | 'info' | 'blocks' | 'generate' | 'close' | 'vision'>;
+export type TextSide = Omit<TextModel, 'native' | 'info' | 'close' | 'vision'>;
 
 export function openTextSide(dir: string): TextSide {
   const abs = checkModelDir(dir);
@@ -116,30 +107,13 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
   const device = resolveDevice(options.device);
   const native = loadNative({ device }).addon.loadModel(abs, { ...options, device });
   const info = native.info();
-  const blocks = new KvBlockAllocator(info.numBlocks, info.blockSize);
   const vision = info.vision !== undefined ? VisionProcessor.load(abs, text) : null;
 
   return {
     ...side,
     native,
     info,
-    blocks,
     vision,
-    generate: (promptIds, params, signal, grammar) =>
-      generate({
-        model: native,
-        blocks,
-        contextLength: info.contextLength,
-        mrope: info.mropeSections !== undefined,
-        promptIds,
-        params,
-        stopTokenIds: text.stopTokenIds,
-        text: new StreamingDetokenizer(text.tokenizer, { skipSpecialTokens: true }),
-        stops: new StopMatcher({ stopStrings: params.stop }),
-        signal,
-        grammar,
-        pollSteps: pollsSteps(info.device),
-      }),
     close: () => native.close(),
   };
 }

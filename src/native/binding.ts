@@ -230,7 +230,7 @@ function cudaUnavailable(plan: NativePlan, rejected: readonly NativeRejection[])
   return new Error(`--device cuda: ${plan.cudaSkipped ?? 'no CUDA build loaded'}.\n${failed.length ? `${failed.join('\n')}\n` : ''}Fix: ${fixes.join('; ')}.`);
 }
 
-export const NATIVE_ABI = 5;
+export const NATIVE_ABI = 6;
 
 let cached: LoadedNative | undefined;
 

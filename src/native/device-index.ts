@@ -20,3 +20,14 @@ export function visibleDeviceFor(index: number, env: NodeJS.ProcessEnv = process
   if (index >= list.length) throw new Error(`cuda:${index}: only ${list.length} GPU${list.length === 1 ? ' is' : 's are'} visible (CUDA_VISIBLE_DEVICES=${current}); the index counts those, from 0`);
   return list[index]!;
 }
+
+/**
+ * The device kind to load on; a cuda:N flag first narrows this process (and the engine children it
+ * starts) to that GPU. Call before the addon loads.
+ */
+export function useDevice(flag: DeviceFlag | undefined, env: NodeJS.ProcessEnv = process.env): NativeDevice | undefined {
+  if (flag === undefined) return undefined;
+  const { kind, index } = splitDeviceFlag(flag);
+  if (index !== null) env.CUDA_VISIBLE_DEVICES = visibleDeviceFor(index, env);
+  return kind;
+}

@@ -210,4 +210,6 @@ export interface NativeAddon {
   systemInfo(): NativeSystemInfo;
   /** Measures sustained read bandwidth in bytes/s (bench roofline). */
   memoryBandwidth(bytes: number, threads: number): number;
+  /** config.json `architectures` values the native registry loads, in registry order. */
+  architectures(): string[];
 }

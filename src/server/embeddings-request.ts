@@ -1,6 +1,6 @@
 // POST /v1/embeddings request parsing: `input` as text, texts, token ids or lists of token ids;
 // encoding_format, dimensions, model and user. Every refusal is a 400 naming the field at fault.
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { badRequest, notFound } from './http-errors.js';
 import { servesName, type ServedModel } from './served-model.js';
 import { isObject } from '../engine/is-object.js';

@@ -6,8 +6,7 @@ import type { ServerResponse } from 'node:http';
 import type { EngineLike, RequestHandle } from '../engine/engine.js';
 import { HttpError, badRequest } from './http-errors.js';
 import { EMBEDDING_LIMITS, type EmbeddingsRequest } from './embeddings-request.js';
-import { InvalidRequestError } from '../engine/errors.js';
-import { EngineUnavailableError } from '../engine/engine-errors.js';
+import { InvalidRequestError, EngineUnavailableError } from '../errors/request-errors.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import type { ServedModel } from './served-model.js';
 

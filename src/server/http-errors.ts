@@ -1,7 +1,7 @@
 // HTTP errors in OpenAI's JSON shape ({error: {message, type, param, code}}), and the mapping from
 // engine errors to statuses.
-import { EngineRequestError, EngineUnavailableError } from '../engine/engine-errors.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { EngineRequestError } from '../engine/engine-errors.js';
+import { InvalidRequestError, EngineUnavailableError } from '../errors/request-errors.js';
 
 export class HttpError extends Error {
   constructor(

@@ -2,7 +2,7 @@
 // the request is validated and encoded: checked for shape and count first (nothing is fetched or
 // decoded for a request that is refused anyway), then fetched/decoded/preprocessed one by one. Any
 // problem is a 400 that names the part and says what to fix; other requests are unaffected.
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { badRequest } from './http-errors.js';
 import type { ImageDetail, LoadedImage, ServedModel } from './served-model.js';
 import { isObject } from '../engine/is-object.js';

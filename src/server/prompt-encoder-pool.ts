@@ -8,7 +8,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 
-import { EngineUnavailableError } from '../engine/engine-errors.js';
+import { EngineUnavailableError } from '../errors/request-errors.js';
 import type { ChatMessage } from '../template/chat-template.js';
 import { badRequest, HttpError } from './http-errors.js';
 import type { ImageLayout, ImageShape, PromptEncoderInit, PromptEncoderReady, PromptReply, PromptTask } from './prompt-encoder-protocol.js';

@@ -6,7 +6,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { parentPort, workerData } from 'node:worker_threads';
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { ChatTemplate, ChatTemplateError, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../template/chat-template.js';
 import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
 import { maxBytesPerToken } from '../tokenizer/max-token-bytes.js';

@@ -4,8 +4,8 @@
 // (tool-parsers/) into calls. "none" generates text. Also: assistant tool_calls and role "tool"
 // messages checked and shaped for chat templates (arguments as objects, as HF templates expect).
 import { randomUUID } from 'node:crypto';
-import { InvalidRequestError } from '../engine/errors.js';
-import type { ResponseFormat } from '../engine/grammar/response-format.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
+import type { ResponseFormat } from './response-format.js';
 import { checkJsonDepth, checkSchemaLimits } from '../engine/grammar/schema-limits.js';
 import { checkSchemaSupported } from '../engine/grammar/schema-support.js';
 import { badRequest } from './http-errors.js';

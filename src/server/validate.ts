@@ -2,10 +2,10 @@
 // OpenAI's fields without effect here accepted and logged, fields OpenAI does not define accepted
 // and logged too unless the server is strict (openai-fields.ts lists them), then the engine's
 // sampling parameters.
-import { DEFAULT_TEMPERATURE } from '../engine/defaults.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { withSamplingDefaults } from '../engine/defaults.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { resolveSamplingParams, SAMPLING_LIMITS, type SamplingInput, type SamplingParams } from '../engine/sampling-params.js';
-import { parseResponseFormat, type ResponseFormat } from '../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from './response-format.js';
 import type { ChatContentPart, ChatMessage } from '../template/chat-template.js';
 import { badRequest, notFound } from './http-errors.js';
 import { IMAGE_TYPES, type RequestImages } from './images.js';
@@ -145,14 +145,14 @@ function stops(body: Body): string[] | undefined {
 }
 
 function sampling(body: Body, model: ServedModel, maxTokens: number | undefined, defaultMax: number, logprobs: number): SamplingParams {
-  const input: SamplingInput = {
-    temperature: num(body, 'temperature') ?? model.defaults.temperature ?? DEFAULT_TEMPERATURE,
-    topP: num(body, 'top_p') ?? model.defaults.topP,
-    topK: int(body, 'top_k') ?? model.defaults.topK, // -1 (vLLM: off) is 0 once resolved
-    minP: num(body, 'min_p') ?? model.defaults.minP,
+  const given: SamplingInput = {
+    temperature: num(body, 'temperature'),
+    topP: num(body, 'top_p'),
+    topK: int(body, 'top_k'), // -1 (vLLM: off) is 0 once resolved
+    minP: num(body, 'min_p'),
     presencePenalty: num(body, 'presence_penalty'),
     frequencyPenalty: num(body, 'frequency_penalty'),
-    repetitionPenalty: num(body, 'repetition_penalty') ?? model.defaults.repetitionPenalty,
+    repetitionPenalty: num(body, 'repetition_penalty'),
     seed: int(body, 'seed'),
     maxTokens: maxTokens ?? defaultMax,
     stop: stops(body),
@@ -160,7 +160,7 @@ function sampling(body: Body, model: ServedModel, maxTokens: number | undefined,
     logitBias: present(body, 'logit_bias') ? (body.logit_bias as Record<string, number>) : undefined,
   };
   try {
-    return resolveSamplingParams(input, { maxTokens: defaultMax, vocabSize: model.vocabSize });
+    return resolveSamplingParams(withSamplingDefaults(given, model.defaults), { maxTokens: defaultMax, vocabSize: model.vocabSize });
   } catch (err) {
     if (err instanceof InvalidRequestError) throw badRequest(err.message, err.param ?? null, 'invalid_value');
     throw err;

@@ -4,7 +4,7 @@
 
 import sharp, { type Metadata } from 'sharp';
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 
 /** Decoded pixels, row-major [height, width, 3] RGB. */
 export interface DecodedImage {

@@ -3,7 +3,7 @@
 // (<start_of_image> -> "\n\n<start_of_image>" + soft x N + "<end_of_image>\n\n") before tokenizing, so
 // the newlines merge with their neighbours; only text-level expansion reproduces its input_ids.
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 
 /** The error for a prompt whose placeholder count differs from the number of images sent. */
 export function placeholderMismatch(placeholders: number, images: number): InvalidRequestError {

@@ -8,7 +8,7 @@ import { isIP, type LookupFunction } from 'node:net';
 import { request } from 'undici';
 import { pinnedAgent } from '../net/dispatchers.js';
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { blockedAddressKind, type IpPolicyOptions } from './ip-policy.js';
 
 export interface FetchImageOptions {

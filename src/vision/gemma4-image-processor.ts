@@ -3,7 +3,7 @@
 // mean/std by default, patch rows in (py, px, c) order. The processor pads rows to max_patches with position
 // -1; those rows are dropped here (the native tower takes only the real h*w patches and derives positions).
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import type { NativeImageInput } from '../native/types.js';
 import type { DecodedImage } from './decode-image.js';
 import { bool, type Json, normalizeParams, num, obj, resampleFilter } from './image-processor-config.js';

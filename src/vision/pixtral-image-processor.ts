@@ -3,7 +3,7 @@
 // patch_size * spatial_merge_size, PIL resize, rescale + normalize, [3, H, W] with grid [1, H/patch, W/patch].
 
 import type { NativeImageInput } from '../native/types.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import type { DecodedImage } from './decode-image.js';
 import { bool, type Json, normalizeParams, num, obj, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';

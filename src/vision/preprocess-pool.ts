@@ -6,8 +6,7 @@
 import { availableParallelism } from 'node:os';
 import { Worker } from 'node:worker_threads';
 
-import { EngineUnavailableError } from '../engine/engine-errors.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError, EngineUnavailableError } from '../errors/request-errors.js';
 import type { DecodedImage } from './decode-image.js';
 import type { PreparedImage, PrepareImageOptions, PreprocessSpec } from './prepare-image.js';
 import type { PreprocessReply, PreprocessRequest } from './preprocess-protocol.js';

@@ -3,7 +3,7 @@
 
 import { parentPort } from 'node:worker_threads';
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { prepareWithSpec } from './prepare-image.js';
 import type { PreprocessReply, PreprocessRequest } from './preprocess-protocol.js';
 

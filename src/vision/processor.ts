@@ -4,7 +4,7 @@
 
 import { join } from 'node:path';
 
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import { encodeChatPrompt } from '../template/chat-template.js';
 import { specialTokenString, type TokenizerBundle } from '../tokenizer/load-tokenizer.js';
 import { decodeImage, type DecodedImage, type DecodeImageOptions } from './decode-image.js';

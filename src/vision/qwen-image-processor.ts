@@ -2,7 +2,7 @@
 // a multiple of patch*merge, PIL resize, rescale + normalize, then patch rows in the processor's order.
 
 import type { NativeImageInput } from '../native/types.js';
-import { InvalidRequestError } from '../engine/errors.js';
+import { InvalidRequestError } from '../errors/request-errors.js';
 import type { DecodedImage } from './decode-image.js';
 import { bool, type Json, normalizeParams, num, obj, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD, resampleFilter } from './image-processor-config.js';
 import { normalizeToChw, type NormalizeParams } from './normalize-image.js';

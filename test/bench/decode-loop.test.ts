@@ -1,4 +1,4 @@
-// The decode loop the GPU/MoE benches time, without a model: every row of every step carries the sampling asked
+// The decode loop the GPU/MoE benches time, through the Engine, without a model: every row of every step carries the sampling asked
 // for (greedy by default; with a temperature, each row its own seed and the token index as counter), decode
 // rows feed back the previous token at the next position, and a too-small KV pool is an error up front.
 import { describe, expect, it } from 'vitest';
@@ -9,7 +9,7 @@ import type { NativeModel, NativeStepPlan, NativeStepResult } from '../../src/na
 function recorder(numBlocks: number): { model: NativeModel; steps: NativeStepPlan[] } {
   const steps: NativeStepPlan[] = [];
   const model = {
-    info: () => ({ blockSize: 16, numBlocks, vocabSize: 50_000 }),
+    info: () => ({ blockSize: 16, numBlocks, vocabSize: 50_000, contextLength: 4096, device: 'cpu' }),
     step: async (req: NativeStepPlan): Promise<NativeStepResult> => {
       steps.push(req);
       const k = steps.length - 1;

@@ -8,6 +8,7 @@
 //   stream  the same request streamed: SSE chunks ending in [DONE], the same text;
 //   batch   N distinct greedy prompts alone, then all at once: the same texts (batch invariance over HTTP);
 //   seeded  the same with seeded sampling (top-p, top-k, min-p, penalties, logprobs): alone == all at once;
+//   run     `rapid run --json` on the same device, greedy and seeded: the same text as the server (one engine);
 //   schema  json_schema requests mixed with plain ones, all at once: every constrained reply parses and
 //           validates against its schema, every plain reply equals its solo run;
 //   errors  a malformed body, an unknown model, a negative max_tokens, an invalid schema and empty messages are
@@ -19,7 +20,7 @@
 //          [--requests N] [--threads N] [--json OUT]
 // Default models: test/fixtures/models/qwen2-q4 and gemma3-q4. Prints one PASS/FAIL/INFO line per check, then
 // 'N passed, M failed'; exits 1 on any failure.
-import { spawn } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { basename, dirname, join, resolve } from 'node:path';
@@ -278,6 +279,22 @@ async function runModel(model, o) {
       if (bad >= 0) return `request ${bad}: together ${JSON.stringify(together[bad].text)} != alone ${JSON.stringify(alone[bad])}`;
       if (solo.length === prompts.length && alone.every((t, i) => t === solo[i])) return 'every sampled reply equals its greedy one: sampling had no effect';
       return { detail: `(${prompts.length} seeded sampled requests alone == together)` };
+    });
+
+    await check(`run ${tag}`, async () => {
+      // `rapid run` is one request on the engine `rapid serve` runs: the same prompt and sampling, the same text.
+      for (const sampling of [{ temperature: 0 }, { temperature: 0.9, seed: 7 }]) {
+        const served = await chat(base, chatBody(prompts[0], sampling));
+        const args = [join(ROOT, 'bin', 'rapid.js'), 'run', model, '--device', o.device, '--precision', o.precision, '--prompt', prompts[0]];
+        args.push('--max-tokens', '12', '--json', '--temperature', String(sampling.temperature));
+        if (sampling.seed !== undefined) args.push('--seed', String(sampling.seed));
+        if (o.threads > 0) args.push('--threads', String(o.threads));
+        const r = spawnSync(process.execPath, args, { encoding: 'utf8', timeout: START_TIMEOUT_MS });
+        if (r.status !== 0) return `rapid run exited ${r.status ?? r.signal}: ${tail(r.stderr ?? '')}`;
+        const ran = JSON.parse(r.stdout).text;
+        if (ran !== served.text) return `${JSON.stringify(sampling)}: run ${JSON.stringify(ran)} != serve ${JSON.stringify(served.text)}`;
+      }
+      return { detail: '(greedy and seeded: run == serve)' };
     });
 
     await check(`schema ${tag}`, async () => {

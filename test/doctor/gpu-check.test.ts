@@ -80,7 +80,7 @@ describe('doctor GPU check', () => {
     expect(probe.loaded?.variant).toBe('cpu');
     const r = await checkGpu({ probe, requested: 'auto', platform: 'linux', nvidia: smiH200 });
     expect(r.status).toBe('warn');
-    expect(r.finding).toMatch(/\(the CUDA build did not load \(.*old-cuda\.cjs: addon ABI 3 does not match this package's 5\); using the CPU build\)/);
+    expect(r.finding).toMatch(/\(the CUDA build did not load \(.*old-cuda\.cjs: addon ABI 3 does not match this package's \d+\); using the CPU build\)/);
     expect(r.fix).toMatch(/rebuild the CUDA variant with `npm run build:cuda`/);
   });
 

@@ -1,8 +1,8 @@
 // The engine loop on the fake runner: batch and seeded-sampling invariance, preemption, prefix
 // cache, stops, cancellation, failure semantics (step, sampler, detokenizer, watchdog), shutdown.
 import { describe, expect, it } from 'vitest';
-import { EngineUnavailableError } from '../../src/engine/engine-errors.js';
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { EngineUnavailableError } from '../../src/errors/request-errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { bytes, collect, makeEngine, params, randomPrompts, sleep, type Collected } from './helpers.js';
 
 describe('Engine: correctness under batching', () => {

@@ -1,7 +1,7 @@
 // Shared pieces for engine tests: a byte-level text stream, sampling params, event collection.
 import { Engine, type EngineOptions, type RequestHandle } from '../../src/engine/engine.js';
 import { FakeModel, type FakeModelOptions } from '../helpers/fake-runner.js';
-import type { TextStream } from '../../src/engine/generate.js';
+import type { TextStream } from '../../src/engine/detokenizer.js';
 import type { EngineDone, EngineEvent } from '../../src/engine/request.js';
 import { resolveSamplingParams, type SamplingInput, type SamplingParams } from '../../src/engine/sampling-params.js';
 

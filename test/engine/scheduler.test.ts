@@ -2,7 +2,7 @@
 // sequences, FCFS with a bounded queue, preemption of the newest request when KV runs out.
 import { describe, expect, it } from 'vitest';
 import { BlockManager } from '../../src/engine/block-manager.js';
-import { EngineUnavailableError } from '../../src/engine/engine-errors.js';
+import { EngineUnavailableError } from '../../src/errors/request-errors.js';
 import { EngineRequest } from '../../src/engine/request.js';
 import { Scheduler, type SchedulerOutput } from '../../src/engine/scheduler.js';
 import type { ImageSpan } from '../../src/engine/multimodal.js';

@@ -5,7 +5,7 @@
 import Ajv from 'ajv';
 import { afterAll, describe, expect, it } from 'vitest';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
-import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { parseResponseFormat } from '../../src/server/response-format.js';
 import { resolveSamplingParams } from '../../src/engine/sampling-params.js';
 import { createTextEngine } from '../../src/engine/text-engine.js';
 import { openTextModel, type TextModel } from '../../src/engine/text-model.js';

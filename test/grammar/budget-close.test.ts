@@ -6,7 +6,7 @@ import Ajv from 'ajv';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
-import { parseResponseFormat, type ResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../../src/server/response-format.js';
 import type { RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';

@@ -3,8 +3,8 @@
 // always decode to JSON that validates; compiled grammars are cached by schema hash.
 import { describe, expect, it } from 'vitest';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
-import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { parseResponseFormat } from '../../src/server/response-format.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 import { schemaViolation } from './json-schema-check.mjs';

@@ -2,11 +2,11 @@
 // injected trap mid-mask and a compile past its time limit each fail only the call that caused
 // them; live matchers are replayed in the fresh instance and give the same masks as a reference.
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { grammarFaults } from '../../src/engine/grammar/grammar-faults.js';
 import { GrammarService } from '../../src/engine/grammar/grammar-service.js';
 import type { RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
-import type { ResponseFormat } from '../../src/engine/grammar/response-format.js';
+import type { ResponseFormat } from '../../src/server/response-format.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { FIXTURE_ROOT } from '../helpers/fixtures.js';
 

@@ -10,7 +10,7 @@ import { Engine, type RequestHandle } from '../../src/engine/engine.js';
 import { StreamingDetokenizer } from '../../src/engine/detokenizer.js';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
 import type { GrammarNext, RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
-import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { parseResponseFormat } from '../../src/server/response-format.js';
 import { FakeModel } from '../helpers/fake-runner.js';
 import { resolveSamplingParams } from '../../src/engine/sampling-params.js';
 import type { NativeImageEmbedding, NativeLateMask, NativeModel, NativeModelInfo, NativeStepPlan, NativeStepResult } from '../../src/native/types.js';

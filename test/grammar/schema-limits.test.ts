@@ -2,8 +2,8 @@
 // path; walks safe at depth 10,000 (no RangeError); refs that can never end refused, recursive
 // schemas with a way out accepted.
 import { describe, expect, it } from 'vitest';
-import { InvalidRequestError } from '../../src/engine/errors.js';
-import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
+import { parseResponseFormat } from '../../src/server/response-format.js';
 import { checkSchemaLimits, SCHEMA_LIMITS } from '../../src/engine/grammar/schema-limits.js';
 import { parseToolRequest } from '../../src/server/tools.js';
 

@@ -9,7 +9,7 @@ import { Engine, type RequestHandle } from '../../src/engine/engine.js';
 import { StreamingDetokenizer } from '../../src/engine/detokenizer.js';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
-import { parseResponseFormat, type ResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../../src/server/response-format.js';
 import { FakeModel } from '../helpers/fake-runner.js';
 import { resolveSamplingParams, type SamplingParams } from '../../src/engine/sampling-params.js';
 import { openTextModel } from '../../src/engine/text-model.js';

@@ -4,7 +4,7 @@
 // output, and maxLength / minLength hold by code points.
 import { describe, expect, it } from 'vitest';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
-import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { parseResponseFormat } from '../../src/server/response-format.js';
 import type { RequestGrammar } from '../../src/engine/grammar/request-grammar.js';
 import { CHAR_TO_BYTE } from '../../src/tokenizer/byte-level-alphabet.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';

@@ -3,13 +3,14 @@
 // loadModel options it was given, so tests can check what reached the native side.
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { NATIVE_ABI } from '../../src/native/binding.js';
 import type { NativeCudaInfo } from '../../src/native/types.js';
 
 export const H200 = { index: 0, name: 'NVIDIA H200', totalBytes: 150_110_000_000, freeBytes: 149_000_000_000, computeCapability: '9.0' };
 
 export interface FakeAddonSpec {
   name: string; // file name stem; also the addon's version string
-  abi?: number; // default 5 (NATIVE_ABI)
+  abi?: number; // default NATIVE_ABI
   cuda?: NativeCudaInfo; // default: the CPU-only build's answer
 }
 
@@ -24,10 +25,11 @@ export function writeFakeAddon(dir: string, spec: FakeAddonSpec): string {
 const calls = [];
 const cuda = ${JSON.stringify(cuda)};
 module.exports = {
-  abi: ${spec.abi ?? 5},
+  abi: ${spec.abi ?? NATIVE_ABI},
   version: ${JSON.stringify(spec.name)},
   calls,
   systemInfo: () => ({ simd: ['avx2', 'fma'], kernel: 'avx2', threads: 2, cuda }),
+  architectures: () => ['FakeForCausalLM'],
   loadModel(dir, options) {
     calls.push({ dir, options });
     const gpu = ${onGpu} && options.device !== 'cpu';

@@ -5,7 +5,7 @@ import { copyFileSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from '
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { EngineUnavailableError } from '../../src/engine/engine-errors.js';
+import { EngineUnavailableError } from '../../src/errors/request-errors.js';
 import { HttpError } from '../../src/server/http-errors.js';
 import { PromptEncoderPool } from '../../src/server/prompt-encoder-pool.js';
 import { ChatTemplate, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../../src/template/chat-template.js';

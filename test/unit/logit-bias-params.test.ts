@@ -2,7 +2,7 @@
 // sparse form (or none), and refuses bad maps naming logit_bias; the engine refuses ids past the
 // vocabulary and sends the bias in every sampled row.
 import { describe, expect, it } from 'vitest';
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { resolveLogitBias, resolveSamplingParams, SAMPLING_LIMITS } from '../../src/engine/sampling-params.js';
 import { makeEngine } from '../engine/helpers.js';
 

@@ -6,7 +6,7 @@ import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
-import { cudaPackageName, loadNativeFrom, nvidiaDriverPresent, parseDevice, planNative, resolveDevice } from '../../src/native/binding.js';
+import { cudaPackageName, loadNativeFrom, NATIVE_ABI, nvidiaDriverPresent, parseDevice, planNative, resolveDevice } from '../../src/native/binding.js';
 import { H200, writeFakeAddon } from '../helpers/fake-addon.js';
 
 const tuple = `${process.platform}-${process.arch}`;
@@ -135,7 +135,7 @@ describe('loading a variant', () => {
     const n = loadNativeFrom(root, { device: 'auto', env, driverPaths: [driver] });
     expect(n).toMatchObject({ variant: 'cpu', path: env.RAPID_NATIVE_PATH });
     expect(n.rejected.map((r) => [r.variant, r.reason])).toEqual([
-      ['cuda', "addon ABI 3 does not match this package's 5"],
+      ['cuda', `addon ABI 3 does not match this package's ${NATIVE_ABI}`],
       ['cuda', expect.stringMatching(/^failed to load: .*(invalid ELF header|too short)/)],
     ]);
     expect(n.note).toMatch(/^the CUDA build did not load \(.*old-cuda\.cjs: addon ABI 3 .*; .*rapid_native\.node: failed to load: .*\); using the CPU build$/);

@@ -4,7 +4,7 @@ import { crc32 } from 'node:zlib';
 
 import { describe, expect, it } from 'vitest';
 
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { decodeImage } from '../../src/vision/decode-image.js';
 
 const dir = join(import.meta.dirname, 'fixtures', 'decode');

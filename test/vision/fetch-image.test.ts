@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net';
 
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { fetchImageBytes, type FetchImageOptions } from '../../src/vision/fetch-image.js';
 import { blockedAddressKind } from '../../src/vision/ip-policy.js';
 import { ForwardProxy } from '../helpers/forward-proxy.js';

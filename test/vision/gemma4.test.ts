@@ -11,7 +11,7 @@ import { gunzipSync } from 'node:zlib';
 
 import { describe, expect, it } from 'vitest';
 
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { ChatTemplate, type ChatMessage, encodeChatPrompt, selectChatTemplate } from '../../src/template/chat-template.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { decodeImage, type DecodedImage } from '../../src/vision/decode-image.js';

@@ -4,7 +4,7 @@ import { gunzipSync } from 'node:zlib';
 
 import { describe, expect, it } from 'vitest';
 
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { gemma3ImageConfig, gemma3Preprocess } from '../../src/vision/gemma3-image-processor.js';
 import type { Json } from '../../src/vision/image-processor-config.js';
 import { qwenImageConfig, qwenPreprocess, roundHalfEven, smartResize } from '../../src/vision/qwen-image-processor.js';

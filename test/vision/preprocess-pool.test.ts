@@ -7,8 +7,8 @@ import { join } from 'node:path';
 
 import { afterAll, describe, expect, it } from 'vitest';
 
-import { EngineUnavailableError } from '../../src/engine/engine-errors.js';
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { EngineUnavailableError } from '../../src/errors/request-errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { decodeImage, type DecodedImage } from '../../src/vision/decode-image.js';
 import { gemma3ImageConfig } from '../../src/vision/gemma3-image-processor.js';

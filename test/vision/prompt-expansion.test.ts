@@ -3,7 +3,7 @@ import { join } from 'node:path';
 
 import { describe, expect, it } from 'vitest';
 
-import { InvalidRequestError } from '../../src/engine/errors.js';
+import { InvalidRequestError } from '../../src/errors/request-errors.js';
 import { loadTokenizerDir } from '../../src/tokenizer/load-tokenizer.js';
 import { expandImageTokenIds, expandPlaceholderText, locateImageRuns } from '../../src/vision/expand-prompt.js';
 import { decodePositions, mropePositions, slicePositions } from '../../src/vision/mrope-positions.js';

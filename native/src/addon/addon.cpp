@@ -1,4 +1,5 @@
-// Module entry: loadModel, inspectCheckpoint, convert, systemInfo, memoryBandwidth, version, abi.
+// Module entry: loadModel, inspectCheckpoint, convert, systemInfo, memoryBandwidth, architectures,
+// version, abi.
 // Type conversion only; C++ exceptions surface as JS errors with their message intact.
 #include <napi.h>
 #include <thread>
@@ -8,12 +9,13 @@
 #include "backend/device.h"
 #include "cpu/matmul.h"
 #include "format/safetensors.h"
+#include "models/registry.h"
 #include "quant/quantize.h"
 
 namespace rapid {
 namespace {
 
-constexpr int kAbi = 5;  // must equal NATIVE_ABI in src/native/binding.ts
+constexpr int kAbi = 6;  // must equal NATIVE_ABI in src/native/binding.ts
 constexpr const char* kVersion = "0.1.0";
 
 std::string str_arg(const Napi::CallbackInfo& info, size_t i, const char* name) {
@@ -142,6 +144,14 @@ Napi::Value MemoryBandwidth(const Napi::CallbackInfo& info) {
   }));
 }
 
+// config.json architectures the registry loads, in registry order: TS checks a download against it.
+Napi::Value Architectures(const Napi::CallbackInfo& info) {
+  const std::vector<std::string> names = supported_architectures();
+  Napi::Array out = Napi::Array::New(info.Env(), names.size());  // string [n_architectures]
+  for (size_t i = 0; i < names.size(); ++i) out.Set(uint32_t(i), names[i]);
+  return out;
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("abi", Napi::Number::New(env, kAbi));
   exports.Set("version", Napi::String::New(env, kVersion));
@@ -150,6 +160,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("convert", Napi::Function::New(env, Convert, "convert"));
   exports.Set("systemInfo", Napi::Function::New(env, SystemInfo, "systemInfo"));
   exports.Set("memoryBandwidth", Napi::Function::New(env, MemoryBandwidth, "memoryBandwidth"));
+  exports.Set("architectures", Napi::Function::New(env, Architectures, "architectures"));
   ModelWrap::Init(env);
   return exports;
 }

@@ -51,7 +51,7 @@ export async function openUrlTarget(url: string, model: string | undefined, apiK
 
 export async function openInProcessTarget(spec: string, o: InProcessOptions): Promise<OpenTarget> {
   // Loaded lazily: a --url bench never touches the native addon.
-  const { startServer } = await import('../../cli/commands/serve.js');
+  const { startServer } = await import('../../app/start-server.js');
   const { resolveModelDetailed } = await import('../../models/resolve-model.js');
   const { createProgressPrinter } = await import('../../models/progress-printer.js');
   const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });

@@ -1,10 +1,9 @@
 // `rapid run MODEL --image FILE [--image FILE2] --prompt TEXT`: local image files through the same
 // engine path as the server (encoder, image spans, mRoPE positions), streamed to stdout.
 import { readFileSync } from 'node:fs';
-import { createTextEngine } from '../../engine/text-engine.js';
+import { runOneRequest } from '../../app/one-request.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { imageChatPrompt, imageUserMessage } from '../../engine/image-prompt.js';
-import type { EngineDone } from '../../engine/request.js';
 import type { SamplingParams } from '../../engine/sampling-params.js';
 import type { TextModel } from '../../engine/text-model.js';
 import { modelDevice } from '../../engine/model-device.js';
@@ -48,19 +47,7 @@ export async function runWithImages(model: TextModel, o: RunImagesOptions): Prom
   }
   const messages: ChatMessage[] = [...(o.system !== undefined ? [{ role: 'system', content: o.system }] : []), imageUserMessage(o.prompt, prepared.length)];
   const { promptIds, multimodal } = imageChatPrompt(model, messages, prepared);
-  const engine = createTextEngine(model, { maxNumSeqs: 1 });
-  let done: EngineDone | undefined;
-  try {
-    for await (const ev of engine.generate({ promptIds, params: o.params, multimodal, grammar: o.grammar })) {
-      if (ev.type === 'delta') {
-        if (!o.json) process.stdout.write(ev.text);
-      } else done = ev;
-    }
-  } finally {
-    await engine.shutdown(0);
-  }
-  if (!done) throw new Error('generation ended without a result');
-  const enc = engine.stats().encoderCache;
+  const { done, imageEncodeMs } = await runOneRequest(model, { promptIds, params: o.params, multimodal, grammar: o.grammar }, o.json ? undefined : (text) => process.stdout.write(text));
   if (o.json) {
     process.stdout.write(
       `${JSON.stringify({
@@ -71,7 +58,7 @@ export async function runWithImages(model: TextModel, o: RunImagesOptions): Prom
         images: multimodal.images.map((im) => ({ grid: im.input.grid, tokens: im.length })),
         device: modelDevice(model.info),
         timings: {
-          image_encode_ms: round(enc.encodeMs),
+          image_encode_ms: round(imageEncodeMs),
           ttft_ms: round(done.timings.ttftMs),
           total_ms: round(done.timings.totalMs),
           decode_tokens_per_second: round(done.timings.decodeTokensPerSecond),
@@ -84,7 +71,7 @@ export async function runWithImages(model: TextModel, o: RunImagesOptions): Prom
   if (process.stderr.isTTY) {
     process.stderr.write(
       `[${done.usage.promptTokens} prompt tokens incl. ${multimodal.images.reduce((n, im) => n + im.length, 0)} image tokens ` +
-        `(encode ${enc.encodeMs.toFixed(0)} ms), first token after ${done.timings.ttftMs.toFixed(0)} ms, ` +
+        `(encode ${imageEncodeMs.toFixed(0)} ms), first token after ${done.timings.ttftMs.toFixed(0)} ms, ` +
         `${done.usage.completionTokens} generated at ${done.timings.decodeTokensPerSecond.toFixed(1)} tok/s, finish: ${done.finishReason}]\n`,
     );
   }

@@ -1,16 +1,16 @@
-// `rapid run MODEL --prompt TEXT`: one-shot generation in-process, streamed to stdout.
-import { DEFAULT_TEMPERATURE } from '../../engine/defaults.js';
+// `rapid run MODEL --prompt TEXT`: one request through the serving engine in-process, streamed to stdout.
+import { DEFAULT_TEMPERATURE, withSamplingDefaults } from '../../engine/defaults.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
 import { withWait } from '../wait-spinner.js';
-import type { GenerateDone } from '../../engine/generate.js';
+import { runOneRequest } from '../../app/one-request.js';
 import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 import type { DeviceFlag } from '../../native/device-index.js';
 import { modelDevice } from '../../engine/model-device.js';
 import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
-import { parseResponseFormat, type ResponseFormat } from '../../engine/grammar/response-format.js';
+import { parseResponseFormat, type ResponseFormat } from '../../server/response-format.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { runWithImages } from './run-images.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
@@ -91,16 +91,18 @@ export function registerRun(program: Command): void {
           throw new Error(`${spec} is an embedding model (no language-model head): it cannot generate text; serve it with \`rapid serve\` and call POST /v1/embeddings`);
         }
         const params = resolveSamplingParams(
-          {
-            temperature: opts.temperature ?? defaults.temperature ?? DEFAULT_TEMPERATURE,
-            topP: opts.topP ?? defaults.topP,
-            topK: opts.topK ?? defaults.topK,
-            minP: opts.minP ?? defaults.minP,
-            repetitionPenalty: defaults.repetitionPenalty,
-            seed: opts.seed,
-            maxTokens: opts.maxTokens,
-            stop: format ? [] : opts.stop, // a stop string would cut a constrained object
-          },
+          withSamplingDefaults(
+            {
+              temperature: opts.temperature,
+              topP: opts.topP,
+              topK: opts.topK,
+              minP: opts.minP,
+              seed: opts.seed,
+              maxTokens: opts.maxTokens,
+              stop: format ? [] : opts.stop, // a stop string would cut a constrained object
+            },
+            defaults,
+          ),
           { maxTokens: 256 },
         );
         let grammar: RequestGrammar | undefined;
@@ -114,13 +116,7 @@ export function registerRun(program: Command): void {
           return;
         }
         const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
-        let done: GenerateDone | undefined;
-        for await (const ev of model.generate(promptIds, params, undefined, grammar)) {
-          if (ev.type === 'delta') {
-            if (!opts.json) process.stdout.write(ev.text);
-          } else done = ev;
-        }
-        if (!done) throw new Error('generation ended without a result');
+        const { done, timings: t } = await runOneRequest(model, { promptIds, params, grammar }, opts.json ? undefined : (text) => process.stdout.write(text));
         if (opts.json) {
           process.stdout.write(
             `${JSON.stringify({
@@ -130,17 +126,16 @@ export function registerRun(program: Command): void {
               usage: { prompt_tokens: done.usage.promptTokens, completion_tokens: done.usage.completionTokens, total_tokens: done.usage.totalTokens },
               device: modelDevice(model.info),
               timings: {
-                prefill_ms: round(done.timings.prefillMs),
-                decode_ms: round(done.timings.decodeMs),
-                prefill_tokens_per_second: round(done.timings.prefillTokensPerSecond),
-                decode_tokens_per_second: round(done.timings.decodeTokensPerSecond),
+                prefill_ms: round(t.prefillMs),
+                decode_ms: round(t.decodeMs),
+                prefill_tokens_per_second: round(t.prefillTokensPerSecond),
+                decode_tokens_per_second: round(t.decodeTokensPerSecond),
               },
             })}\n`,
           );
         } else {
           process.stdout.write('\n');
           if (process.stderr.isTTY) {
-            const t = done.timings;
             process.stderr.write(
               `[${done.usage.promptTokens} prompt tokens at ${t.prefillTokensPerSecond.toFixed(1)} tok/s, ` +
                 `${done.usage.completionTokens} generated at ${t.decodeTokensPerSecond.toFixed(1)} tok/s, finish: ${done.finishReason}]\n`,

@@ -1,96 +1,23 @@
 // `rapid serve MODEL`: the continuous-batching engine behind the OpenAI-compatible HTTP server.
-import { ENGINE_DEFAULTS } from '../../engine/defaults.js';
 import { basename, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
-import type { Engine, EngineLike } from '../../engine/engine.js';
-import { createTextEngine } from '../../engine/text-engine.js';
-import { grammarServiceFor, type GrammarProvider } from '../../engine/grammar/grammar-service.js';
-import { startEngineHost, type HostModel } from '../../engine-host/engine-host.js';
-import type { RemoteEngine } from '../../engine-host/remote-engine.js';
-import { openTextModel, type TextModel } from '../../engine/text-model.js';
-import { createServer, type RapidServer } from '../../server/server.js';
-import { servedModelFrom, type SamplingDefaults } from '../../server/served-model.js';
-import { servedEmbeddingsFrom } from '../../server/served-embeddings.js';
-import { IMAGE_DEFAULTS, servedVisionFrom } from '../../server/served-vision.js';
-import { PromptEncoderPool } from '../../server/prompt-encoder-pool.js';
+import { modelNames, startServer, type EngineProcess, type ServeOptions } from '../../app/start-server.js';
+import { ENGINE_DEFAULTS } from '../../engine/defaults.js';
+import { IMAGE_DEFAULTS } from '../../server/served-vision.js';
 import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { withWait } from '../wait-spinner.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption, useDevice } from '../options.js';
-import { splitDeviceFlag, visibleDeviceFor, type DeviceFlag } from '../../native/device-index.js';
-import { startDataParallel } from '../../engine-host/data-parallel.js';
+import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
 import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
-import { CONNECTION_DEFAULTS, type ConnectionLimits } from '../../server/connection-limits.js';
-import type { AccessEntry } from '../../server/access-log.js';
-import { createServeLogger, parseLogFormat, type LogFormat } from '../log-format.js';
+import { CONNECTION_DEFAULTS } from '../../server/connection-limits.js';
+import { createServeLogger, parseLogFormat } from '../log-format.js';
 import { servePool, type PoolServeOptions } from '../serve-pool.js';
 
-export interface ServeOptions {
-  host: string;
-  port: number;
-  apiKey?: string;
-  /** The names clients send; the first is the one responses carry. A string may list several, comma-separated. */
-  servedModelName?: string | readonly string[];
-  /** Any `model` a request names is served by this model. */
-  acceptAnyModelName?: boolean;
-  /** Fields OpenAI does not define are a 400 instead of accepted and logged. */
-  strictRequests?: boolean;
-  maxNumSeqs: number;
-  maxBatchedTokens: number;
-  maxWaiting: number;
-  maxPrefillAttention?: number;
-  kvCacheMemory?: number; // bytes
-  blockSize?: number;
-  threads?: number;
-  precision: 'exact' | 'fast';
-  device?: DeviceFlag; // default: RAPID_DEVICE, else auto
-  /** Engine processes on the same model, one per GPU from --device's index (or 0) up; implies engine children. */
-  dataParallel?: number;
-  stepTimeout: number; // seconds
-  prefixCache: boolean;
-  maxBodyBytes?: number;
-  shutdownGrace: number; // seconds
-  /** Seconds /health/ready answers 503 on SIGTERM before the listener closes (load balancers notice first). */
-  drainDelay: number;
-  logFormat: LogFormat;
-  /** One log line per request (text or JSON, as logFormat). */
-  accessLog: boolean | ((e: AccessEntry) => void);
-  allowRemoteImages: boolean;
-  maxImageBytes: number;
-  maxImagesPerRequest: number;
-  imageFetchTimeout: number; // seconds
-  encoderCacheMemory: number; // bytes
-  headersTimeout?: number; // seconds
-  bodyTimeout?: number; // seconds
-  bodyIdleTimeout?: number; // seconds
-  keepAliveTimeout?: number; // seconds
-  sendStallTimeout?: number; // seconds
-  maxConnections?: number;
-  corsOrigin?: string[];
-  requireJsonContentType?: boolean;
-  /** Serve /v1/embeddings with this decoder's pooled hidden states (embedding models always do). */
-  embeddings?: boolean;
-  /** Sampling defaults below the model's generation_config (e.g. the catalog's recommendation). */
-  recommended?: SamplingDefaults;
-  /** child: the engine and the addon run in a supervised child process (a native crash fails only
-   *  in-flight requests, then it restarts); inline (default): in this process. */
-  engineProcess?: EngineProcess;
-}
-
-export type EngineProcess = 'child' | 'inline';
-
-/** Inline: the Engine and TextModel themselves; child: their stand-ins in this process. */
-export interface RunningServer<E extends EngineLike = Engine, M extends HostModel = TextModel> {
-  url: string;
-  server: RapidServer;
-  engine: E;
-  model: M;
-  /** Graceful stop: no new requests, in-flight ones finish (or fail after the grace period), model closed. */
-  close(graceMs?: number): Promise<void>;
-}
+// Tests and scripts start servers through the command's module; the wiring lives in src/app.
+export { modelNames, startServer, type EngineProcess, type RunningServer, type ServeOptions } from '../../app/start-server.js';
 
 const SIZE_UNITS: Record<string, number> = { '': 1, b: 1, k: 1024, kb: 1e3, kib: 1024, m: 1024 ** 2, mb: 1e6, mib: 1024 ** 2, g: 1024 ** 3, gb: 1e9, gib: 1024 ** 3 };
 
@@ -142,134 +69,6 @@ const collectOrigin = (value: string, previous: string[] = []) => {
     throw new InvalidArgumentError((err as Error).message);
   }
 };
-
-/** --served-model-name values (repeated, each maybe comma-separated) -> the names; undefined when none. */
-export function modelNames(given: string | readonly string[] | undefined): string[] | undefined {
-  if (given === undefined) return undefined;
-  const names = [...new Set((typeof given === 'string' ? [given] : given).flatMap((v) => v.split(',')).map((n) => n.trim()).filter((n) => n.length > 0))];
-  return names.length > 0 ? names : undefined;
-}
-
-/** The serve options in seconds -> the server's limits in ms; unset ones keep their defaults. */
-function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLimits> {
-  const ms = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1000));
-  const given: Partial<ConnectionLimits> = {
-    headersTimeoutMs: ms(opts.headersTimeout),
-    bodyTimeoutMs: ms(opts.bodyTimeout),
-    bodyIdleTimeoutMs: ms(opts.bodyIdleTimeout),
-    keepAliveTimeoutMs: ms(opts.keepAliveTimeout),
-    sendStallTimeoutMs: ms(opts.sendStallTimeout),
-    maxConnections: opts.maxConnections,
-  };
-  return Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined));
-}
-
-/** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
-export function startServer(dir: string, opts?: Partial<ServeOptions> & { engineProcess?: 'inline' }, log?: (line: string) => void): Promise<RunningServer>;
-export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
-export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
-export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
-  const dataParallel = opts.dataParallel ?? 1;
-  // cuda:N narrows what the engine sees to GPU N; data parallel gives engine i GPU N+i instead.
-  const flag = opts.device !== undefined ? splitDeviceFlag(opts.device) : null;
-  const device = dataParallel > 1 ? flag?.kind : useDevice(opts.device);
-  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device };
-  const engineOptions = {
-    maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
-    maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
-    maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
-    maxPrefillAttention: opts.maxPrefillAttention,
-    stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
-    enablePrefixCache: opts.prefixCache ?? true,
-    encoderCacheBytes: opts.encoderCacheMemory,
-  };
-  let model: HostModel;
-  let engine: EngineLike;
-  let grammar: GrammarProvider;
-  let closeModel: () => void;
-  if (dataParallel > 1) {
-    const base = flag?.index ?? 0;
-    const envOf = (i: number): Record<string, string> => (flag?.kind === 'cpu' ? {} : { CUDA_VISIBLE_DEVICES: visibleDeviceFor(base + i) });
-    const dp = await startDataParallel(dir, { load, engine: engineOptions }, dataParallel, envOf, log);
-    ({ engine, grammar } = dp);
-    model = dp.hosts[0]!.model;
-    closeModel = () => void dp.stop(); // after server.close the children have exited already
-  } else if (opts.engineProcess === 'child') {
-    const host = await startEngineHost(dir, { load, engine: engineOptions }, log);
-    ({ model, engine, grammar } = host);
-    closeModel = () => void host.supervisor.shutdown(0); // after server.close the child has exited already
-  } else {
-    const m = openTextModel(dir, load);
-    model = m;
-    engine = createTextEngine(m, { ...engineOptions, log });
-    grammar = grammarServiceFor(m.text, m.info.vocabSize);
-    closeModel = () => m.close();
-  }
-  // Prompts are rendered and tokenized on worker threads; a template that throws or hangs fails the load.
-  let prompts: PromptEncoderPool;
-  try {
-    prompts = await PromptEncoderPool.start(model.dir, { contextLength: model.info.contextLength, vision: model.vision !== null });
-  } catch (err) {
-    void engine.shutdown(0);
-    closeModel();
-    throw err;
-  }
-  const names = modelNames(opts.servedModelName) ?? [basename(resolve(dir))];
-  // Images come inline as base64 (4/3 of the file): a vision model needs room for a few of them.
-  const maxBodyBytes = opts.maxBodyBytes ?? (model.vision !== null ? 64 * 1024 * 1024 : 8 * 1024 * 1024);
-  const server = createServer({
-    engine,
-    model: {
-      ...servedModelFrom(model, names[0]!, opts.recommended, prompts),
-      names,
-      acceptAnyName: opts.acceptAnyModelName ?? false,
-      vision: servedVisionFrom(model, {
-        allowRemote: opts.allowRemoteImages ?? false,
-        maxImageBytes: opts.maxImageBytes,
-        maxImagesPerRequest: opts.maxImagesPerRequest,
-        fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
-      }, prompts),
-      ...servedEmbeddingsFrom(model.info, opts.embeddings === true),
-    },
-    apiKey: opts.apiKey,
-    maxBodyBytes,
-    limits: connectionLimitsFrom(opts),
-    corsOrigins: opts.corsOrigin,
-    requireJsonContentType: opts.requireJsonContentType,
-    strictRequests: opts.strictRequests,
-    log,
-    accessLog: typeof opts.accessLog === 'function' ? opts.accessLog : undefined,
-    grammar,
-  });
-  let addr;
-  try {
-    addr = await server.listen(opts.port ?? 8000, opts.host ?? '127.0.0.1');
-  } catch (err) {
-    void engine.shutdown(0);
-    closeModel();
-    void prompts.close();
-    throw err;
-  }
-  let closing: Promise<void> | undefined;
-  return {
-    url: addr.url,
-    server,
-    engine,
-    model,
-    close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
-      // Rollout order: unready first (still serving) for the drain delay, then no new requests, drain, exit.
-      closing ??= (async () => {
-        server.markUnready();
-        if (opts.drainDelay) await new Promise((r) => setTimeout(r, opts.drainDelay! * 1000));
-        await server.close(graceMs);
-      })().finally(() => {
-        closeModel();
-        return prompts.close();
-      });
-      return closing;
-    },
-  };
-}
 
 export function registerServe(program: Command): void {
   program

@@ -1,4 +1,5 @@
-// `--model M`: resolve the model (no download), load it and generate a few greedy tokens.
+// `--model M`: resolve the model (no download), load it and generate a few greedy tokens
+// through the serving engine.
 // Runs only after the native binary loaded cleanly in a child process.
 import { formatBytes } from '../../models/format-bytes.js';
 import type { Env } from '../../models/hub-env.js';
@@ -27,23 +28,19 @@ export async function checkSmokeTest(spec: string, probe: NativeProbe, opts: Smo
   try {
     const { openTextModel } = await import('../../engine/text-model.js');
     const { resolveSamplingParams } = await import('../../engine/sampling-params.js');
+    const { runOneRequest } = await import('../../app/one-request.js');
     const model = openTextModel(dir, { threads: opts.threads });
     const loadMs = performance.now() - t0;
     try {
       const raw = model.template === null;
       const ids = model.encodePrompt({ prompt: raw ? 'The capital of France is' : 'Say hello in one short sentence.', raw });
       const params = resolveSamplingParams({ temperature: 0, maxTokens: opts.maxTokens ?? 16, seed: 0 }, { maxTokens: 16 });
-      let text = '';
-      let done;
-      for await (const ev of model.generate(ids, params)) {
-        if (ev.type === 'delta') text += ev.text;
-        else done = ev;
-      }
-      if (!done || done.usage.completionTokens === 0) {
+      const { done, timings: t } = await runOneRequest(model, { promptIds: ids, params });
+      const text = done.text;
+      if (done.usage.completionTokens === 0) {
         return { ...base, status: 'fail', finding: `${spec}: loaded ${dir} but generated no tokens`, fix: 'report this with the output of `rapid models info`', details: { dir } };
       }
       const info = model.info;
-      const t = done.timings;
       const details = {
         dir,
         loadMs: Math.round(loadMs),

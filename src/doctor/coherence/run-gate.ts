@@ -2,7 +2,7 @@
 // ephemeral port, one server per run) as an OpenAI chat request, greedy, at each requested
 // concurrency; json items go through structured output with their schema. Scored by check-output.ts.
 import { readFileSync } from 'node:fs';
-import { startServer } from '../../cli/commands/serve.js';
+import { startServer } from '../../app/start-server.js';
 import { categoryGroup, checkOutput } from './check-output.js';
 import { goldenImagePath, loadGoldenSet, type GoldenItem, type GoldenSet } from './golden-set.js';
 

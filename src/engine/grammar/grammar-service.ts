@@ -4,11 +4,10 @@
 // serving never pays for it; its limits are checked here first (schema-limits.ts). There each
 // matcher runs behind a UTF-8 guard and budget-aware closing (guarded-grammar.ts).
 import { createHash } from 'node:crypto';
-import { EngineUnavailableError } from '../engine-errors.js';
-import { InvalidRequestError } from '../errors.js';
+import { InvalidRequestError, EngineUnavailableError } from '../../errors/request-errors.js';
 import { maxTokensTooLowMessage, type RequestGrammarOptions } from './guarded-grammar.js';
 import type { GrammarNext, GrammarPick, RequestGrammar } from './request-grammar.js';
-import type { ResponseFormat } from './response-format.js';
+import type { GrammarSpec } from './grammar-spec.js';
 import { checkSchemaLimits, type WorkerLimits } from './schema-limits.js';
 import { XgrammarHost, type MatcherRecord } from './xgrammar-host.js';
 
@@ -41,7 +40,7 @@ export interface GrammarProvider {
    * Compiles (or finds cached) and returns a fresh matcher; InvalidRequestError when unsupported,
    * or when budget closing finds no valid output within options.maxTokens.
    */
-  matcher(format: ResponseFormat, options?: RequestGrammarOptions): Promise<RequestGrammar>;
+  matcher(format: GrammarSpec, options?: RequestGrammarOptions): Promise<RequestGrammar>;
   /** Degraded while the grammar engine is being rebuilt (requests still run; they wait for it). */
   health?(): GrammarHealth;
   /** Stops its worker (server shutdown). */
@@ -114,7 +113,7 @@ export class GrammarService implements GrammarProvider {
   }
 
   /** The schema a format compiles, its JSON, and its cache key. */
-  private prepare(format: ResponseFormat): { text: string; strict: boolean; key: string } {
+  private prepare(format: GrammarSpec): { text: string; strict: boolean; key: string } {
     // json_object is "any object": the schema {"type":"object"} in non-strict mode, compact.
     const schema = format.type === 'json_object' ? { type: 'object' } : format.schema;
     const strict = format.type === 'json_schema' && format.strict;
@@ -125,11 +124,11 @@ export class GrammarService implements GrammarProvider {
   }
 
   /** Compiles a response format in the worker, cached by the hash of its schema. */
-  async compile(format: ResponseFormat): Promise<string> {
+  async compile(format: GrammarSpec): Promise<string> {
     return (await this.prepareAndCompile(format)).key;
   }
 
-  private async prepareAndCompile(format: ResponseFormat): Promise<{ text: string; strict: boolean; key: string }> {
+  private async prepareAndCompile(format: GrammarSpec): Promise<{ text: string; strict: boolean; key: string }> {
     const prepared = this.prepare(format);
     const { text, strict, key } = prepared;
     const refusal = this.refused.get(key);
@@ -153,7 +152,7 @@ export class GrammarService implements GrammarProvider {
     return prepared;
   }
 
-  async matcher(format: ResponseFormat, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
+  async matcher(format: GrammarSpec, options: RequestGrammarOptions = {}): Promise<RequestGrammar> {
     const { text, strict, key } = await this.prepareAndCompile(format);
     const record: MatcherRecord = { id: ++this.nextId, key, schema: text, strict, options: { ...options }, history: [], dead: null };
     let shortest: number | null;

@@ -2,7 +2,7 @@
 // traps on deep nesting (objects ~54 levels, anyOf ~100, const values ~1000) and compiles in time
 // superlinear in the property count (10,000 properties: 38 s), so these are checked first, by
 // iterative walks that are safe at any depth. Every refusal names the limit and the path.
-import { InvalidRequestError } from '../errors.js';
+import { InvalidRequestError } from '../../errors/request-errors.js';
 import { isObject } from '../is-object.js';
 
 /** The one source of truth for schema limits (a refusal's message quotes the name and value). */

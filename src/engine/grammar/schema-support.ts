@@ -1,6 +1,6 @@
 // The JSON Schema subset rapid constrains decoding to. Anything else is refused up front with the
 // construct named: a keyword the grammar would silently ignore could let invalid output through.
-import { InvalidRequestError } from '../errors.js';
+import { InvalidRequestError } from '../../errors/request-errors.js';
 import { isObject } from '../is-object.js';
 
 /** Keywords that only annotate a schema; they never constrain output. */

@@ -5,7 +5,7 @@
 // accepted again through its UTF-8 guard and budget closing) and the other queued ops go on there.
 // Meanwhile health() says degraded.
 import { Worker } from 'node:worker_threads';
-import { InvalidRequestError } from '../errors.js';
+import { InvalidRequestError } from '../../errors/request-errors.js';
 import { grammarFaults } from './grammar-faults.js';
 import type { RequestGrammarOptions } from './guarded-grammar.js';
 import { GRAMMAR_WORKER_LIMITS, type WorkerLimits } from './schema-limits.js';

@@ -1,11 +1,14 @@
-// response_format of a request, checked: json_object, or json_schema with the schema subset the
-// grammar enforces. Shared by the server (request bodies) and the CLI (--schema, --json-object).
-import { InvalidRequestError } from '../errors.js';
-import { checkSchemaLimits } from './schema-limits.js';
-import { checkSchemaSupported } from './schema-support.js';
-import { isObject } from '../is-object.js';
+// OpenAI's response_format of a request, checked, to the engine's grammar spec: json_object, or
+// json_schema with the schema subset the grammar enforces. The server parses request bodies with it;
+// the CLI (--schema, --json-object) builds the same wire object and parses it here too.
+import { InvalidRequestError } from '../errors/request-errors.js';
+import type { GrammarSpec } from '../engine/grammar/grammar-spec.js';
+import { checkSchemaLimits } from '../engine/grammar/schema-limits.js';
+import { checkSchemaSupported } from '../engine/grammar/schema-support.js';
+import { isObject } from '../engine/is-object.js';
 
-export type ResponseFormat = { type: 'json_object' } | { type: 'json_schema'; name: string; schema: unknown; strict: boolean };
+/** A parsed response_format is the engine's grammar spec. */
+export type ResponseFormat = GrammarSpec;
 
 const bad = (message: string) => new InvalidRequestError(message, 'response_format');
 
