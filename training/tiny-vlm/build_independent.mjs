@@ -140,10 +140,10 @@ const multi = scenes.slice(24).map((sc, i) => [sc, files[24 + i]]);
 const uniqueKind = (sc) => KINDS.filter((k) => sc.shapes.filter((s) => s.kind === k).length === 1);
 
 const COLOUR_Q = ['Which colour does the shape have?', 'Tell me what colour the shape is.', 'What colour is this shape?', 'Can you name the color of the shape?'];
-const COLOUR_K = (k) => pick([`Which colour does the ${k} have?`, `What color does the ${k} have?`, `Tell me what color the ${k} is.`]);
+const COLOUR_K = (k) => pick([`Name the colour of the ${k}.`, `The ${k} is which color?`, `Tell me what color the ${k} is.`]);
 const SHAPE_Q = ['Which shape do you see?', 'What kind of shape is shown in this image?', 'Tell me which shape this is.', 'What shape can you see here?'];
 const COUNT_Q = ['How many shapes does this picture contain?', 'Tell me how many shapes there are.', 'How many shapes are drawn here?', 'Can you count the shapes in this image?'];
-const POS_K = (k) => pick([`Where in the image is the ${k}?`, `Which part of the picture is the ${k} in?`, `Where is the ${k} located?`]);
+const POS_K = (k) => pick([`Where in the image is the ${k}?`, `Which part of the picture is the ${k} in?`, `Where in this picture is the ${k}?`]);
 const DESCRIBE_Q = ['Can you describe this image?', 'What does this picture contain?', 'Please describe the picture.', 'Tell me what you see in this image.'];
 const JSON_Q = ['Give me the shapes in this image as JSON.', 'Describe this picture as JSON.', 'Produce JSON describing the image.', 'Return a JSON object for this image.'];
 

@@ -14,12 +14,12 @@ import numpy as np
 
 from dialogues import text_question, image_question
 from shapes import COLOR_NAMES, KINDS, POSITIONS, sample_scene
-from user_dialogues import (ARITH_FORMS, COL_WORDS, IMG_WORDS, OPS, PREFIXES, REFUSE, T, user_image_question,
-                            user_text_question)
+from user_dialogues import (ARITH_FORMS, COL_WORDS, EMBED, FUTURE, IMG_WORDS, LEADS, MY_THINGS, OPS, PERSONAL, REFUSE,
+                            REFUSE_FORMS, T, user_image_question, user_text_question)
 from user_scenes import sample_user_scene
 from dialogues import PLURAL, _where
 
-PREFIX_RE = re.compile(r"^(please answer: |look at the (image|picture|photo|drawing)\. |question: |can you tell me: )")
+PREFIX_RE = re.compile(r"^(please answer: |look at the (image|picture|photo|drawing)\. |question: )")
 
 
 def norm(q):
@@ -33,12 +33,13 @@ def template_prompts():
     out = set()
     slots = {"img": IMG_WORDS, "col": COL_WORDS, "k": KINDS, "ks": list(PLURAL.values()), "c": COLOR_NAMES,
              "where": [_where(p) for p in POSITIONS]}
-    for ts in T.values():
+    embedded = [lead.replace("{x}", core) for cores in EMBED.values() for core in cores for lead in LEADS]
+    for ts in list(T.values()) + [embedded]:
         for t in ts:
             names = sorted(set(re.findall(r"{(\w+)}", t)))
             for combo in itertools.product(*(slots[n] for n in names)):
                 out.add(norm(t.format(**dict(zip(names, combo)))))
-    for q in REFUSE:
+    for q in REFUSE + FUTURE + PERSONAL + [f.format(t=t) for f in REFUSE_FORMS for t in MY_THINGS]:
         out.add(norm(q))
     return out
 

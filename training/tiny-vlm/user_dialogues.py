@@ -15,44 +15,65 @@ IMG_WORDS = ["image", "picture", "photo", "drawing"]
 COL_WORDS = ["color", "colour"]
 
 T = {
-    "count": ["How many shapes are there?", "How many shapes are in the {img}?", "Count the shapes.",
+    "count": ["How many shapes are here?", "How many shapes are in this {img}?", "How many shapes do you count?", "What's the number of shapes?", "How many shapes are there?", "How many shapes are in the {img}?", "Count the shapes.",
               "How many objects do you see?", "How many shapes can you see in the {img}?", "Count the shapes in the {img}.",
               "How many shapes does the {img} have?", "How many shapes are shown?", "What is the number of shapes in the {img}?",
               "How many things are in this {img}?", "How many objects are in the {img}?", "Count the objects."],
-    "describe": ["Describe the {img}.", "What do you see?", "What is in the {img}?", "What is in this {img}?",
+    "describe": ["What's in the {img}?", "What's in this {img}?", "What is shown here?", "What does this {img} show?", "Describe everything in the {img}.", "Describe the {img}.", "What do you see?", "What is in the {img}?", "What is in this {img}?",
                  "Tell me about the {img}.", "Describe this {img}.", "What does the {img} show?",
                  "What can you see in the {img}?", "Describe what you see.", "What is shown in the {img}?",
                  "Explain what is in the {img}.", "Describe the shapes in the {img}."],
-    "json": ["Describe the {img} as JSON.", "Return the shapes as JSON.", "Extract the shapes in this {img} as JSON.",
+    "json": ["Give me the {img} as JSON.", "Describe what you see as JSON.", "JSON for this {img}, please.", "Write JSON that describes the {img}.", "Describe the {img} as JSON.", "Return the shapes as JSON.", "Extract the shapes in this {img} as JSON.",
              "List the shapes in JSON.", "Give me a JSON description of the {img}.", "Describe the {img} in JSON format.",
              "Output the shapes in the {img} as JSON.", "Convert the {img} to JSON.", "Return JSON for this {img}.",
              "Answer in JSON: what is in the {img}?"],
     "background": ["What {col} is the background?", "What is the background {col}?", "Which {col} is the background?",
                    "What is the {col} of the background?", "Tell me the background {col}."],
-    "color_one": ["What {col} is the shape?", "What {col} is it?", "Which {col} is the shape?",
+    "color_one": ["What's the {col} of the shape?", "What {col} does the shape have?", "Which {col} does it have?", "What {col} is the shape here?", "What {col} is the shape?", "What {col} is it?", "Which {col} is the shape?",
                   "What is the {col} of the shape?", "What {col} is the shape in the {img}?", "What {col} is the object?"],
-    "kind_one": ["What shape is this?", "What shape is it?", "What shape is in the {img}?", "Which shape is shown?",
+    "kind_one": ["What shape do you see?", "What shape is shown here?", "Which shape is in the {img}?", "What kind of shape do you see?", "What shape does the {img} show?", "What shape is this?", "What shape is it?", "What shape is in the {img}?", "Which shape is shown?",
                  "What is the shape?", "What kind of shape is this?", "What object is in the {img}?", "Name the shape."],
-    "where_one": ["Where is the shape?", "Where is the shape in the {img}?", "Where is it?", "In which part of the {img} is the shape?"],
-    "color_of": ["What {col} is the {k}?", "Which {col} is the {k}?", "What is the {col} of the {k}?",
+    "where_one": ["Where is the shape located?", "Where does the shape appear?", "In which part is the shape?", "Where is the shape?", "Where is the shape in the {img}?", "Where is it?", "In which part of the {img} is the shape?"],
+    "color_of": ["What {col} does the {k} have?", "What's the {col} of the {k}?", "Which {col} does the {k} have?", "What {col} is the {k}?", "Which {col} is the {k}?", "What is the {col} of the {k}?",
                  "What {col} is the {k} in the {img}?", "Tell me the {col} of the {k}."],
     "kind_of_color": ["What shape is {c}?", "Which shape is {c}?", "What is the {c} shape?", "Which shape is the {c} one?"],
     "kind_at": ["What is {where}?", "What shape is {where}?", "Which shape is {where}?", "What do you see {where}?"],
-    "where": ["Where is the {k}?", "Where is the {k} in the {img}?", "In which part of the {img} is the {k}?",
+    "where": ["Where is the {k} located?", "Where does the {k} appear?", "In which part of the {img} is the {k} located?", "Where is the {k}?", "Where is the {k} in the {img}?", "In which part of the {img} is the {k}?",
               "Where can I find the {k}?", "What is the position of the {k}?"],
     "count_color": ["How many {c} shapes are there?", "How many shapes are {c}?", "Count the {c} shapes.",
                     "How many {c} shapes do you see?", "How many {c} objects are in the {img}?"],
     "count_kind": ["How many {ks} are there?", "How many {ks} do you see?", "Count the {ks}.",
                    "How many {ks} are in the {img}?", "What is the number of {ks}?"],
-    "exists": ["Is there a {c} {k}?", "Do you see a {c} {k}?", "Is there a {c} {k} in the {img}?",
+    "exists": ["Is a {c} {k} in the {img}?", "Is there any {c} {k}?", "Does this {img} have a {c} {k}?", "Is there a {c} {k}?", "Do you see a {c} {k}?", "Is there a {c} {k} in the {img}?",
                "Does the {img} contain a {c} {k}?", "Can you see a {c} {k}?"],
-    "exists_kind": ["Is there a {k}?", "Is there a {k} in the {img}?", "Do you see a {k}?", "Does the {img} have a {k}?"],
+    "exists_kind": ["Is there any {k}?", "Does this {img} contain a {k}?", "Can you see a {k}?", "Is there a {k}?", "Is there a {k} in the {img}?", "Do you see a {k}?", "Does the {img} have a {k}?"],
     "size_of": ["Is the {k} large or small?", "How big is the {k}?", "What size is the {k}?", "Is the {k} big or small?"],
     "unknown_img": ["Who made this {img}?", "What is the name of this {img}?", "When was this {img} made?",
                     "Who is the artist?", "What city is this?", "What is the price of this {img}?",
                     "Who drew this {img}?", "Where was this {img} taken?", "What camera took this {img}?"],
 }
-PREFIXES = ["", "", "", "Please answer: ", "Look at the {img}. ", "Question: ", "Can you tell me: "]
+PREFIXES = ["", "", "", "Please answer: ", "Look at the {img}. ", "Question: "]
+# Embedded questions ("can you tell me what colour the shape is?"): the clause per intent and the
+# lead-ins that carry it.
+EMBED = {
+    "count": ["how many shapes there are", "how many shapes are in the {img}", "how many objects you see",
+              "the number of shapes in the {img}"],
+    "describe": ["what you see", "what is in the {img}", "what the {img} shows", "what you see in this {img}"],
+    "color_one": ["what {col} the shape is", "the {col} of the shape", "which {col} the shape has"],
+    "kind_one": ["what shape this is", "what shape is in the {img}", "which shape is shown", "what the shape is"],
+    "where_one": ["where the shape is", "where the shape is in the {img}", "where the shape is located"],
+    "color_of": ["what {col} the {k} is", "the {col} of the {k}", "which {col} the {k} has"],
+    "where": ["where the {k} is", "where the {k} is located", "the position of the {k}"],
+    "count_kind": ["how many {ks} there are", "the number of {ks}"],
+    "count_color": ["how many {c} shapes there are", "how many shapes are {c}"],
+    "background": ["the background {col}", "what {col} the background is"],
+    "exists": ["if there is a {c} {k}", "whether there is a {c} {k}", "whether you see a {c} {k}"],
+    "exists_kind": ["if there is a {k}", "whether there is a {k} in the {img}"],
+    "size_of": ["how big the {k} is", "if the {k} is large or small"],
+    "kind_at": ["what is {where}", "what shape is {where}"],
+}
+LEADS = ["Can you tell me {x}?", "Please tell me {x}.", "I want to know {x}.", "Could you tell me {x}?", "Let me know {x}.",
+         "I'd like to know {x}.", "Show me {x}."]
 # Arithmetic: only the memorised table (dialogues.ARITH) is answered; any other sum or product gets
 # "I don't know." (a few million parameters in minutes do not learn + - x exactly: issue 42 allows removing it).
 ARITH_FORMS = ["{a}{s}{b}", "{a} {s} {b}", "What is {a}{s}{b}?", "What is {a} {s} {b}?", "What is {a} {w} {b}?",
@@ -69,6 +90,31 @@ REFUSE = ["What is my name?", "What am I thinking?", "What will the weather be t
           "What did I say yesterday?", "How tall am I?", "What is my favorite food?", "Where am I right now?"]
 
 
+# Generated refusals: questions about the user, the future or things out of sight (the independent set's
+# nouns are not among these).
+MY_THINGS = ["name", "password", "phone number", "address", "email", "age", "job", "car", "house", "dog's name",
+             "mother's name", "favorite food", "favorite song", "favorite movie", "shoe size", "salary", "plan for today",
+             "wife's name", "boss's name", "son's name", "PIN", "blood type", "zip code", "last name", "username"]
+REFUSE_FORMS = ["What is my {t}?", "Do you know my {t}?", "Can you tell me my {t}?", "Guess my {t}."]
+FUTURE = ["What will happen tomorrow?", "Who will win the match on Sunday?", "What will the price of gold be next year?",
+          "Will it rain next week?", "What will I dream tonight?", "Which horse will win the race?",
+          "What will my score be?", "When will my train arrive?", "What will the news say tomorrow?"]
+PERSONAL = ["Where am I?", "Where do I live?", "Who am I?", "What am I doing?", "What do I look like?", "How do I feel?",
+            "Where did I go yesterday?", "What did I buy today?", "Who called me?", "How many children do I have?",
+            "What languages do I speak?", "What is in my bag?", "What is on my desk?", "Where is my phone?"]
+
+
+def refusal_question(rng):
+    r = rng.random()
+    if r < 0.4:
+        return _pick(rng, REFUSE_FORMS).format(t=_pick(rng, MY_THINGS))
+    if r < 0.6:
+        return _pick(rng, FUTURE)
+    if r < 0.8:
+        return _pick(rng, PERSONAL)
+    return _pick(rng, REFUSE)
+
+
 def fill(rng, template, **slots):
     slots.setdefault("img", _pick(rng, IMG_WORDS))
     slots.setdefault("col", _pick(rng, COL_WORDS))
@@ -76,6 +122,8 @@ def fill(rng, template, **slots):
 
 
 def ask(rng, intent, **slots):
+    if intent in EMBED and rng.random() < 0.3:
+        return _vary(rng, _pick(rng, LEADS).format(x=fill(rng, _pick(rng, EMBED[intent]), **slots)))
     q = fill(rng, _pick(rng, T[intent]), **slots)
     p = _pick(rng, PREFIXES)
     if p:
@@ -175,7 +223,7 @@ def user_text_question(rng):
     """(category, question, answer): refusals and arithmetic outside the table ("I don't know.")."""
     r = rng.random()
     if r < 0.45:
-        return "refuse", _vary(rng, _pick(rng, REFUSE)), DONT_KNOW
+        return "refuse", _vary(rng, refusal_question(rng)), DONT_KNOW
     if r < 0.7:
         a, op, b = _pick(rng, ARITH)
         return "arith", arith_prompt(rng, a, op, b), str(arith_value(a, op, b))
