@@ -22,8 +22,10 @@ for f in config.json generation_config.json; do
   if ! cmp -s "$ck/$f" "$m/$f"; then echo "after_run: $ck/$f differs from $m/$f (architecture changed?): copying it" >&2; cp "$ck/$f" "$m/$f"; fi
 done
 cp "$ck/model.safetensors" "$m/.model.safetensors.tmp" && mv -f "$m/.model.safetensors.tmp" "$m/model.safetensors"
-for f in eval_results.json training_meta.json; do [ -f "$ck/$f" ] && cp "$ck/$f" "$t/$f"; done
-[ -n "$log" ] && cp "$log" "$t/train_run4.log"
+for f in eval_results.json training_meta.json; do
+  if [ -f "$ck/$f" ]; then cp "$ck/$f" "$t/$f"; else echo "after_run: no $ck/$f" >&2; fi
+done
+if [ -n "$log" ]; then cp "$log" "$t/train_run4.log"; fi
 ls -la "$m/model.safetensors"
 
 echo "== transformers references (CPU)"
@@ -53,5 +55,5 @@ node bin/rapid.js doctor --coherence models/tiny-vlm-4bit --golden "$m/golden,$m
 
 echo "== tests that cover the model"
 timeout 900 npx vitest run test/doctor/coherence.test.ts test/doctor/independent-gate.test.ts test/doctor/coherence-4bit.test.ts || status=1
-[ "$status" = 0 ] && echo "after_run: all checks passed" || echo "after_run: SOME CHECKS FAILED (see above)"
+if [ "$status" = 0 ]; then echo "after_run: all checks passed"; else echo "after_run: SOME CHECKS FAILED (see above)"; fi
 exit "$status"

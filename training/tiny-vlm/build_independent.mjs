@@ -57,6 +57,22 @@ function where(pos) {
 }
 const article = (w) => ('aeiou'.includes(w[0]) ? 'an' : 'a');
 
+/** transformers' smart_resize for the model's processor (factor 28, 3136-18816 pixels): [h, w]. */
+function smartResize(h, w, factor = 28, minPixels = 3136, maxPixels = 18816) {
+  let hb = Math.round(h / factor) * factor;
+  let wb = Math.round(w / factor) * factor;
+  if (hb * wb > maxPixels) {
+    const beta = Math.sqrt((h * w) / maxPixels);
+    hb = Math.max(factor, Math.floor(h / beta / factor) * factor);
+    wb = Math.max(factor, Math.floor(w / beta / factor) * factor);
+  } else if (hb * wb < minPixels) {
+    const beta = Math.sqrt(minPixels / (h * w));
+    hb = Math.ceil((h * beta) / factor) * factor;
+    wb = Math.ceil((w * beta) / factor) * factor;
+  }
+  return [hb, wb];
+}
+
 /** A scene: picture size, background, 1-5 shapes in distinct 3x3 cells (reading order). */
 function scene(n, opts = {}) {
   const long = Math.round(Math.exp(uni(Math.log(64), Math.log(1024))));
@@ -67,12 +83,14 @@ function scene(n, opts = {}) {
   const bg = pick(BACKGROUNDS[bgName]);
   const cells = opts.cells ?? [...Array(9).keys()].sort(() => rand() - 0.5).slice(0, n).sort((a, b) => a - b);
   const s = Math.min(w, h);
+  // at least 5.5 (small) or 8.5 (large) pixels of radius once resized for the model, as in training
+  const scale = Math.min(...smartResize(h, w)) / s;
   const shapes = [];
   for (const cell of cells) {
     const [row, col] = [Math.floor(cell / 3), cell % 3];
     const size = opts.size ?? (rand() < 0.5 ? 'small' : 'large');
     // radius as a fraction of the short side, inside training's classes (small 0.055-0.09, large 0.12+)
-    const r = (size === 'small' ? uni(0.062, 0.085) : uni(0.13, n <= 2 ? 0.24 : 0.18)) * s;
+    const r = Math.max((size === 'small' ? uni(0.062, 0.085) : uni(0.13, n <= 2 ? 0.24 : 0.18)) * s, (size === 'small' ? 5.5 : 8.5) / scale);
     const cx = Math.min(w - r - 1, Math.max(r + 1, ((col + 0.5 + uni(-0.18, 0.18)) * w) / 3));
     const cy = Math.min(h - r - 1, Math.max(r + 1, ((row + 0.5 + uni(-0.18, 0.18)) * h) / 3));
     const color = opts.color ?? pick(COLOR_NAMES);

@@ -7,6 +7,7 @@ short side), so it can be drawn at any resolution; the answers depend only on it
 """
 import numpy as np
 
+from pil_resize import smart_resize
 from shapes import BACKGROUND_NAMES, COLOR_NAMES, KINDS, POSITIONS
 
 MAX_USER_SHAPES = 5
@@ -26,6 +27,9 @@ BG_LEVELS = {"white": (228, 255, 10), "gray": (105, 165, 8), "black": (0, 40, 8)
 SMALL_R = (0.055, 0.09)
 LARGE_R = (0.12, 0.2)
 LARGE_R_FEW = (0.12, 0.3)  # one or two shapes: users draw them big
+# Smallest radius in pixels of the model's input (a 64-px picture becomes 56 px): below about 5 px a
+# shape covers under a 14-px patch and its kind cannot be seen.
+MIN_R_PX = {"small": 5.5, "large": 8.5}
 
 
 def hsv_to_rgb(h, s, v):
@@ -74,6 +78,7 @@ def sample_user_scene(rng, size=None, n=None):
     # single shapes are what a first-time user shows: a third of the scenes
     n = int(rng.choice(MAX_USER_SHAPES, p=[0.32, 0.2, 0.18, 0.15, 0.15])) + 1 if n is None else n
     short = min(w, h)
+    model_short = min(smart_resize(h, w))
     cells = sorted(rng.choice(9, size=n, replace=False).tolist())
     if n == 1 and rng.random() < 0.4:
         cells = [4]  # a single shape is most often centred
@@ -86,7 +91,7 @@ def sample_user_scene(rng, size=None, n=None):
             cy = (row + 0.5 + rng.uniform(-0.3, 0.3)) / 3
             size_name = "small" if rng.random() < 0.5 else "large"
             lo, hi = SMALL_R if size_name == "small" else (LARGE_R_FEW if n <= 2 else LARGE_R)
-            r = rng.uniform(lo, hi)
+            r = max(rng.uniform(lo, hi), MIN_R_PX[size_name] / model_short)
             # stay inside the picture, and overlap a neighbour by at most a quarter of the radii
             rp = r * short
             inside = rp <= cx * w and rp <= (1 - cx) * w and rp <= cy * h and rp <= (1 - cy) * h
