@@ -18,8 +18,16 @@ cd "$(dirname "$0")/../.."
 m=models/tiny-vlm
 t=training/tiny-vlm
 
+# The configs should come back as shipped (transformers' version stamp aside): a difference means the
+# architecture changed, and the run's own file is taken.
+same_json() {
+  python3 -c 'import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for d in (a, b): d.pop("transformers_version", None)
+sys.exit(a != b)' "$1" "$2"
+}
 for f in config.json generation_config.json; do
-  if ! cmp -s "$ck/$f" "$m/$f"; then echo "after_run: $ck/$f differs from $m/$f (architecture changed?): copying it" >&2; cp "$ck/$f" "$m/$f"; fi
+  if ! same_json "$ck/$f" "$m/$f"; then echo "after_run: $ck/$f differs from $m/$f: copying it" >&2; cp "$ck/$f" "$m/$f"; fi
 done
 cp "$ck/model.safetensors" "$m/.model.safetensors.tmp" && mv -f "$m/.model.safetensors.tmp" "$m/model.safetensors"
 for f in eval_results.json training_meta.json; do
