@@ -51,9 +51,10 @@ node scripts/fixtures/tiny-vlm/decode-set.mjs "$m/independent" "$rgb"
 "$PY" scripts/fixtures/tiny-vlm/independent_reference_f32.py "$rgb"
 rm -rf "$rgb"
 
-echo "== 4-bit copy"
-rm -rf models/tiny-vlm-4bit
-node bin/rapid.js convert "$m" models/tiny-vlm-4bit --quantize 4 --group-size 64
+echo "== 4-bit copy (its README.md stays)"
+q4="$(mktemp -d)/q4"
+node bin/rapid.js convert "$m" "$q4" --quantize 4 --group-size 64
+mkdir -p models/tiny-vlm-4bit && cp "$q4"/* models/tiny-vlm-4bit/ && rm -rf "$(dirname "$q4")"
 
 echo "== coherence gate: golden and independent sets, bf16 then 4-bit"
 status=0
