@@ -3,6 +3,7 @@ Pillow's bicubic resize in its fixed-point arithmetic (src/vision/pil-resample.t
 
 Training resizes with this, so it sees the pixels rapid's preprocessor produces for a 64-1024 px picture.
 """
+import functools
 import math
 
 import numpy as np
@@ -64,14 +65,10 @@ def _coeff_matrix(in_size, out_size):
     return m
 
 
-_CACHE = {}
-
-
+@functools.lru_cache(maxsize=256)
 def _coeffs(in_size, out_size):
-    key = (in_size, out_size)
-    if key not in _CACHE:
-        _CACHE[key] = _coeff_matrix(in_size, out_size)
-    return _CACHE[key]
+    # bounded: picture sizes are continuous, and 14 workers each caching every pair would hold gigabytes
+    return _coeff_matrix(in_size, out_size).astype(np.float64)
 
 
 def _clip8(acc):
@@ -86,12 +83,12 @@ def pil_resize(img, out_w, out_h):
     half = 1 << (PRECISION_BITS - 1)
     # float64 matmuls are exact here: every sum of uint8 x 22-bit weights stays far below 2^53
     if out_w != w:
-        m = _coeffs(w, out_w).astype(np.float64)  # [w, out_w]
+        m = _coeffs(w, out_w)  # [w, out_w]
         rows = np.ascontiguousarray(cur.transpose(0, 2, 1), np.float64).reshape(h * 3, w)
         acc = (rows @ m).reshape(h, 3, out_w)
         cur = _clip8(acc.astype(np.int64).transpose(0, 2, 1) + half)
     if out_h != h:
-        m = _coeffs(h, out_h).astype(np.float64)  # [h, out_h]
+        m = _coeffs(h, out_h)  # [h, out_h]
         acc = m.T @ cur.astype(np.float64).reshape(h, -1)  # [out_h, out_w * 3]
         cur = _clip8(acc.astype(np.int64).reshape(out_h, -1, 3) + half)
     return cur
