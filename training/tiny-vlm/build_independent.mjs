@@ -88,14 +88,21 @@ function scene(n, opts = {}) {
   const shapes = [];
   for (const cell of cells) {
     const [row, col] = [Math.floor(cell / 3), cell % 3];
-    const size = opts.size ?? (rand() < 0.5 ? 'small' : 'large');
-    // radius as a fraction of the short side, inside training's classes (small 0.055-0.09, large 0.12+)
-    const r = Math.max((size === 'small' ? uni(0.062, 0.085) : uni(0.13, n <= 2 ? 0.24 : 0.18)) * s, (size === 'small' ? 5.5 : 8.5) / scale);
-    const cx = Math.min(w - r - 1, Math.max(r + 1, ((col + 0.5 + uni(-0.18, 0.18)) * w) / 3));
-    const cy = Math.min(h - r - 1, Math.max(r + 1, ((row + 0.5 + uni(-0.18, 0.18)) * h) / 3));
+    // overlapping a neighbour by at most a quarter of the two radii (a hidden shape cannot be answered)
+    let shape;
+    for (let tries = 0; tries < 30 && !shape; tries++) {
+      const size = opts.size ?? (rand() < 0.5 ? 'small' : 'large');
+      // radius as a fraction of the short side, inside training's classes (small 0.055-0.09, large 0.12+)
+      const r = Math.max((size === 'small' ? uni(0.062, 0.085) : uni(0.13, n <= 2 ? 0.24 : 0.18)) * s, (size === 'small' ? 5.5 : 8.5) / scale);
+      const cx = Math.min(w - r - 1, Math.max(r + 1, ((col + 0.5 + uni(-0.18, 0.18)) * w) / 3));
+      const cy = Math.min(h - r - 1, Math.max(r + 1, ((row + 0.5 + uni(-0.18, 0.18)) * h) / 3));
+      if (shapes.every((o) => Math.hypot(o.cx - cx, o.cy - cy) >= 0.75 * (o.r + r))) shape = { size, cell, position: POSITIONS[cell], cx, cy, r };
+    }
+    if (!shape) continue;
     const color = opts.color ?? pick(COLOR_NAMES);
-    shapes.push({ kind: opts.kind ?? pick(KINDS), color, hex: pick(COLORS[color]), size, cell, position: POSITIONS[cell], cx, cy, r });
+    shapes.push({ kind: opts.kind ?? pick(KINDS), color, hex: pick(COLORS[color]), ...shape });
   }
+  if (shapes.length === 0) return scene(n, opts);
   return { w, h, background: bgName, bg, shapes };
 }
 

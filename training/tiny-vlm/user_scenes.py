@@ -19,7 +19,7 @@ HSV_RANGES = {
     "yellow": ((48, 62), (0.7, 1.0), (0.88, 1.0)),
     "green": ((95, 150), (0.6, 1.0), (0.4, 0.85)),
     "blue": ((205, 245), (0.65, 1.0), (0.55, 1.0)),
-    "purple": ((265, 305), (0.45, 0.9), (0.4, 0.85)),
+    "purple": ((265, 305), (0.45, 1.0), (0.4, 0.85)),
 }
 # Background classes: (low, high) of the mean level, and the largest per-channel tint.
 BG_LEVELS = {"white": (228, 255, 10), "gray": (105, 165, 8), "black": (0, 40, 8)}
