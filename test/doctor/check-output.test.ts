@@ -4,8 +4,9 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { checkOutput, garbage, normalize } from '../../src/doctor/coherence/check-output.js';
+import { checkOutput, garbage, namedAbsent, normalize } from '../../src/doctor/coherence/check-output.js';
 import { loadGoldenSet, type GoldenItem } from '../../src/doctor/coherence/golden-set.js';
+import { runPasses, scoreOutputs } from '../../src/doctor/coherence/run-gate.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const words = new Set(['red', 'blue', 'circle', 'the', 'is', 'at', 'top', 'a', 'tokyo', 'i', 'don', 't', 'know', 'count', 'shapes']);
@@ -67,5 +68,28 @@ describe.skipIf(!existsSync(refFile) || !existsSync(goldenDir))('golden items', 
       return [it.id, ok, why.startsWith('invalid JSON') ? 'invalid JSON' : why];
     });
     expect(ours).toEqual(theirs);
+  });
+});
+
+describe('hallucinated shapes (items with "absent")', () => {
+  const words = new Set(['a', 'blue', 'square', 'squares', 'circle', 'circles', 'shape', 'shapes', 'on', 'white', 'background', 'there', 'is', 'no']);
+  const item: GoldenItem = { id: 'h', category: 'describe', prompt: 'Describe it.', image: 'x.png', match: 'exact', expected: 'a blue square', absent: ['circle'] };
+
+  it('fails an answer naming a kind the picture lacks, singular or plural, whatever the case', () => {
+    expect(checkOutput(item, 'a blue square', words)).toEqual({ ok: true, why: 'ok' });
+    expect(checkOutput(item, 'a blue Circle', words)).toEqual({ ok: false, why: 'names a shape not in the picture: circle' });
+    expect(namedAbsent('two circles on white', ['circle', 'diamond'])).toEqual(['circle']);
+    expect(namedAbsent('circled', ['circle'])).toEqual([]);
+  });
+
+  it('the gate counts them, and --per-category fails a set with one', () => {
+    const set = { dir: '/nowhere', items: [item, { ...item, id: 'h2', category: 'colour', expected: 'blue', absent: ['circle'] }], words, schemas: new Map() };
+    const run = scoreOutputs(set, { h: 'a blue square', h2: 'There is no circle.' });
+    expect(run.hallucinations).toBe(1);
+    expect(run.perCategory).toEqual({ describe: { passed: 1, total: 1 }, colour: { passed: 0, total: 1 } });
+    expect(runPasses(run, 0.5, false)).toBe(true);
+    expect(runPasses(run, 0.5, true)).toBe(false);
+    const clean = scoreOutputs(set, { h: 'a blue square', h2: 'blue' });
+    expect(runPasses(clean, 0.95, true)).toBe(true);
   });
 });

@@ -8,6 +8,7 @@ import numpy as np
 import torch
 
 from dialogues import sample_dialogue
+from user_batches import sample_user_batch
 from shapes import kind_token_labels, render, sample_scene, scene_signature
 from vlm import MERGE, PATCH, encode_sample, n_image_tokens, patchify
 
@@ -56,11 +57,12 @@ def collate(tok, samples, pad_id, image_pad_id, max_len=None, kind_labels=False)
     for s in samples:
         grid = None
         if s["image"] is not None:
-            pv, grid = patchify(render(s["image"]))  # uint8: 4x less to move; normalised on the device
+            # uint8: 4x less to move; normalised on the device. User scenes come drawn and resized.
+            pv, grid = patchify(s["pixels"] if "pixels" in s else render(s["image"]))
             pixels.append(pv)
             grids.append(grid)
             if kind_labels:
-                klabels.append(kind_token_labels(s["image"], PATCH * MERGE))
+                klabels.append(s["kind_labels"] if "pixels" in s else kind_token_labels(s["image"], PATCH * MERGE))
         ids, labels = encode_sample(tok, s, n_image_tokens(grid) if grid else 0)
         if max_len is not None and len(ids) > max_len:  # never expected; keeps a bad sample from blowing up memory
             ids, labels = ids[:max_len], labels[:max_len]
@@ -97,19 +99,27 @@ class BatchStream(torch.utils.data.IterableDataset):
     loader interleaves them round-robin, so the order is the same for any run with the same seed.
     """
 
-    def __init__(self, tokenizer_path, batch_size, seed, heldout, pad_id, image_pad_id, start=0, kind_labels=False):
+    def __init__(self, tokenizer_path, batch_size, seed, heldout, pad_id, image_pad_id, start=0, kind_labels=False,
+                 user_frac=0.0):
         self.tokenizer_path, self.batch_size, self.seed = tokenizer_path, batch_size, seed
+        self.user_frac = user_frac  # share of batches drawn from user scenes (user_batches.py)
         self.kind_labels = kind_labels
         self.heldout, self.pad_id, self.image_pad_id, self.start = heldout, pad_id, image_pad_id, start
 
     def __iter__(self):
         from tokenizers import Tokenizer
+        torch.set_num_threads(1)  # numpy/torch in 14 workers: one thread each, or they thrash the cores
         tok = Tokenizer.from_file(self.tokenizer_path)
         info = torch.utils.data.get_worker_info()
         wid, nw = (info.id, info.num_workers) if info else (0, 1)
         k = self.start + wid
         while True:
             rng = np.random.default_rng([self.seed, k])
+            if self.user_frac > 0 and rng.random() < self.user_frac:
+                samples = sample_user_batch(rng, self.batch_size, self.kind_labels)
+                yield collate(tok, samples, self.pad_id, self.image_pad_id, max_len=512, kind_labels=self.kind_labels)
+                k += nw
+                continue
             # one image size per batch keeps the vision attention chunks equal-length (batched sdpa)
             size = [(112, 112), (112, 112), (112, 112), (168, 112), (112, 168)][int(rng.integers(5))]
             fn = fresh_scene_fn(self.heldout, size)

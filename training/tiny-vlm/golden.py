@@ -109,7 +109,12 @@ def build(model_dir):
 
 
 def load(model_dir):
-    with open(os.path.join(model_dir, "golden", "golden.jsonl")) as f:
+    return load_set(os.path.join(model_dir, "golden"))
+
+
+def load_set(set_dir):
+    """The items of a set folder in this layout (golden/, or the independent set)."""
+    with open(os.path.join(set_dir, "golden.jsonl")) as f:
         return [json.loads(line) for line in f if line.strip()]
 
 
@@ -153,6 +158,9 @@ def check_output(item, output):
     g = garbage(output)
     if g:
         return False, g
+    named = [k for k in item.get("absent", []) if re.search(rf"\b{k}s?\b", output.lower())]
+    if named:
+        return False, "names a shape not in the picture: " + ", ".join(named)
     if item["match"] == "json":
         try:
             got = json.loads(output)

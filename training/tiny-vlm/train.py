@@ -16,7 +16,10 @@ import shutil
 import sys
 import time
 
-import numpy as np
+# before numpy loads: 14 data workers each with a multi-threaded BLAS would thrash the cores
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -90,7 +93,7 @@ def cmd_train(a):
         model.model.visual.register_forward_hook(lambda mod, inp, out: captured.__setitem__("merged", out.pooler_output))
     heldout = heldout_signatures()
     stream = BatchStream(tok_path, a.batch, a.seed, heldout, ids["<|endoftext|>"], ids["<|image_pad|>"],
-                         start=a.start_batch, kind_labels=aux_head is not None)
+                         start=a.start_batch, kind_labels=aux_head is not None, user_frac=a.user_frac)
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=a.workers,
                                          prefetch_factor=4 if a.workers else None, persistent_workers=False)
     groups = []
@@ -192,7 +195,7 @@ def cmd_train(a):
         json.dump(generation_config_dict(tok), f, indent=2)
     meta = {"steps": step, "skipped_steps": skipped, "train_seconds": round(train_s), "batch": a.batch, "lr": a.lr, "seed": a.seed,
             "init": a.init, "start_batch": a.start_batch, "warmup": a.warmup, "aux_weight": a.aux_weight,
-            "vis_lr_mult": a.vis_lr_mult,
+            "vis_lr_mult": a.vis_lr_mult, "user_frac": a.user_frac,
             "params": n_params, "vision_params": n_vis, "max_pixels": MAX_PIXELS, "final_loss": losses[-1]}
     with open(os.path.join(a.out, "training_meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -217,13 +220,17 @@ def run_eval(a, dev):
     h = evaluate_heldout(m2, tok2, dev, per_kind=a.eval_per_kind)
     print("HELDOUT", json.dumps(h, indent=1), f"({time.time() - t1:.0f}s)", flush=True)
     t1 = time.time()
+    from user_eval import evaluate_user_heldout
+    u = evaluate_user_heldout(m2, tok2, dev, per_intent=a.eval_per_kind // 2)
+    print("USER HELDOUT", json.dumps(u, indent=1), f"({time.time() - t1:.0f}s)", flush=True)
+    t1 = time.time()
     g = evaluate_golden(m2, tok2, a.out, dev, batch_size=1)
     print("GOLDEN", json.dumps({k: v for k, v in g.items() if k != "results"}), f"({time.time() - t1:.0f}s)")
     for r in g["results"]:
         if not r["ok"]:
             print("GOLDEN FAIL", r)
     with open(os.path.join(a.out, "eval_results.json"), "w") as f:
-        json.dump({"heldout": h, "golden": g}, f, indent=1)
+        json.dump({"heldout": h, "user_heldout": u, "golden": g}, f, indent=1)
     shutil.rmtree(os.path.join(a.out, "golden"))
 
 
@@ -252,6 +259,8 @@ def main():
     r.add_argument("--log-every", type=int, default=100)
     r.add_argument("--aux-weight", type=float, default=0.0, help="weight of the auxiliary kind loss (0: off)")
     r.add_argument("--vis-lr-mult", type=float, default=1.0, help="learning-rate multiplier of the vision tower")
+    r.add_argument("--user-frac", type=float, default=0.0,
+                   help="share of batches drawn from user scenes (user_batches.py: any size, two rasterisers, JPEG)")
     r.add_argument("--hard-stop", type=float, default=0, help="stop training this many seconds after start")
     r.add_argument("--eval", action="store_true")
     r.add_argument("--eval-per-kind", type=int, default=40)

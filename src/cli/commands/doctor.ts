@@ -20,7 +20,8 @@ interface DoctorCliOptions {
   minScore: number;
   concurrency: number[];
   precision: 'exact' | 'fast';
-  golden?: string;
+  golden?: string[];
+  perCategory?: boolean;
 }
 
 function parsePercent(value: string): number {
@@ -37,23 +38,40 @@ function parseConcurrencies(value: string): number[] {
   return list;
 }
 
+function parseDirs(value: string): string[] {
+  const dirs = value.split(',').map((s) => s.trim()).filter((s) => s.length > 0);
+  if (dirs.length === 0) throw new InvalidArgumentError(`expected one or more comma-separated folders, got "${value}"`);
+  return dirs;
+}
+
+/** The sets a model is gated on: its golden/ and, where shipped, independent/ (issue 42's held-out set). */
+function ownSets(modelDir: string): string[] {
+  return ['golden', 'independent'].map((d) => join(modelDir, d)).filter((d) => existsSync(join(d, 'golden.jsonl')));
+}
+
 async function coherence(spec: string, opts: DoctorCliOptions): Promise<void> {
   checkPrecision(opts.precision);
   const model = await resolveModelDetailed(spec, { pull: false });
-  // A model without its own golden set (e.g. a converted copy) is gated on the default model's.
-  const own = join(model.dir, 'golden');
-  const goldenDir = opts.golden ?? (existsSync(join(own, 'golden.jsonl')) ? own : join((await resolveModelDetailed(DEFAULT_MODEL, { pull: false })).dir, 'golden'));
-  const report = await runCoherenceGate(model.dir, {
-    goldenDir,
-    concurrencies: opts.concurrency,
-    minScore: opts.minScore / 100,
-    precision: opts.precision,
-    threads: opts.threads,
-    onProgress: opts.json ? undefined : (line) => process.stderr.write(`${line}\n`),
-  });
-  if (opts.json) process.stdout.write(`${JSON.stringify(report, null, 2)}\n`);
-  else process.stdout.write(formatCoherence(report));
-  if (!report.ok) process.exitCode = 1;
+  // A model without its own sets (e.g. a converted copy) is gated on the default model's.
+  let dirs = opts.golden ?? ownSets(model.dir);
+  if (dirs.length === 0) dirs = ownSets((await resolveModelDetailed(DEFAULT_MODEL, { pull: false })).dir);
+  const reports = [];
+  for (const goldenDir of dirs) {
+    reports.push(
+      await runCoherenceGate(model.dir, {
+        goldenDir,
+        concurrencies: opts.concurrency,
+        minScore: opts.minScore / 100,
+        perCategory: opts.perCategory,
+        precision: opts.precision,
+        threads: opts.threads,
+        onProgress: opts.json ? undefined : (line) => process.stderr.write(`${line}\n`),
+      }),
+    );
+  }
+  if (opts.json) process.stdout.write(`${JSON.stringify(reports.length === 1 ? reports[0] : reports, null, 2)}\n`);
+  else process.stdout.write(reports.map((r) => formatCoherence(r)).join('\n'));
+  if (!reports.every((r) => r.ok)) process.exitCode = 1;
 }
 
 /** `overrides` lets tests point the probe at another package root; the CLI passes none. */
@@ -72,7 +90,8 @@ export function registerDoctor(program: Command, overrides: Pick<DoctorOptions, 
     .option('--min-score <percent>', 'coherence: the pass threshold at every concurrency', parsePercent, 95)
     .addOption(new Option('--concurrency <list>', 'coherence: concurrent requests, one run each').argParser(parseConcurrencies).default([1, 16], '1,16'))
     .option('--precision <mode>', 'coherence: exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
-    .option('--golden <dir>', 'coherence: the golden/ folder to use (golden.jsonl, images, words.txt)')
+    .option('--golden <dirs>', "coherence: the set folders to use, comma-separated (golden.jsonl, images, words.txt; default: the model's golden/ and independent/)", parseDirs)
+    .option('--per-category', 'coherence: --min-score applies to every category too, and an answer naming a shape not in a single-shape picture fails the set')
     .action(async (opts: DoctorCliOptions) => {
       if (opts.coherence !== undefined) {
         await coherence(typeof opts.coherence === 'string' ? opts.coherence : DEFAULT_MODEL, opts);

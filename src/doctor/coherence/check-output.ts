@@ -62,9 +62,17 @@ export function jsonEqual(a: unknown, b: unknown): boolean {
   return ka.every((k) => Object.hasOwn(ob, k) && jsonEqual((a as Record<string, unknown>)[k], ob[k]));
 }
 
+/** The kinds in `absent` that `output` names, singular or plural, in any case. */
+export function namedAbsent(output: string, absent: readonly string[]): string[] {
+  const lower = output.toLowerCase();
+  return absent.filter((k) => new RegExp(`\\b${k}s?\\b`).test(lower));
+}
+
 export function checkOutput(item: GoldenItem, output: string, words: ReadonlySet<string>): CheckResult {
   const g = garbage(output, words);
   if (g) return { ok: false, why: g };
+  const named = namedAbsent(output, item.absent ?? []);
+  if (named.length > 0) return { ok: false, why: `names a shape not in the picture: ${named.join(', ')}` };
   if (item.match === 'json') {
     let got: unknown;
     try {

@@ -1,6 +1,6 @@
 // Human-readable coherence report: per concurrency, the score and per-category scores, then each
 // failure with its expected answer, the model's output and why it failed.
-import type { CoherenceReport } from './run-gate.js';
+import { runPasses, type CoherenceReport } from './run-gate.js';
 
 function pct(x: number): string {
   return `${(x * 100).toFixed(1)}%`;
@@ -18,8 +18,9 @@ export function formatCoherence(report: CoherenceReport): string {
     const cats = Object.entries(run.perCategory)
       .map(([k, v]) => `${k} ${v.passed}/${v.total}`)
       .join(', ');
-    const mark = run.score >= report.minScore ? 'ok  ' : 'FAIL';
-    lines.push(`${mark}  concurrency ${String(run.concurrency).padStart(2)}: ${run.passed}/${run.total} = ${pct(run.score)}  (${cats})`);
+    const mark = runPasses(run, report.minScore, report.perCategory) ? 'ok  ' : 'FAIL';
+    const halluc = report.runs.some((r) => r.hallucinations > 0) || report.perCategory ? `; ${run.hallucinations} naming a shape not in the picture` : '';
+    lines.push(`${mark}  concurrency ${String(run.concurrency).padStart(2)}: ${run.passed}/${run.total} = ${pct(run.score)}  (${cats}${halluc})`);
   }
   const first = report.runs[0];
   for (const run of report.runs) {
@@ -33,6 +34,7 @@ export function formatCoherence(report: CoherenceReport): string {
       lines.push(`  ${r.id} [${r.category}] ${r.ok ? 'ok' : r.why}`, `      expected ${clip(expected)}`, `      got      ${clip(r.output)}`);
     }
   }
-  lines.push('', `${report.ok ? 'passed' : 'FAILED'}: threshold ${pct(report.minScore)} at every concurrency`);
+  const scope = report.perCategory ? ' in every category, no shape named that is not in the picture,' : '';
+  lines.push('', `${report.ok ? 'passed' : 'FAILED'}: threshold ${pct(report.minScore)}${scope} at every concurrency`);
   return `${lines.join('\n')}\n`;
 }

@@ -12,6 +12,7 @@ export interface GoldenItem {
   match: 'exact' | 'json';
   expected: unknown; // a string, or the object a json item must equal
   schema?: string; // json items: the JSON Schema file their structured output is constrained by
+  absent?: string[]; // single-shape pictures: the shape kinds not in it; an answer naming one hallucinates
 }
 
 export interface GoldenSet {

@@ -2,8 +2,9 @@
 // ephemeral port, one server per run) as an OpenAI chat request, greedy, at each requested
 // concurrency; json items go through structured output with their schema. Scored by check-output.ts.
 import { readFileSync } from 'node:fs';
+import { extname } from 'node:path';
 import { startServer } from '../../app/start-server.js';
-import { categoryGroup, checkOutput } from './check-output.js';
+import { categoryGroup, checkOutput, namedAbsent } from './check-output.js';
 import { goldenImagePath, loadGoldenSet, type GoldenItem, type GoldenSet } from './golden-set.js';
 
 export interface ItemResult {
@@ -21,6 +22,8 @@ export interface GateRun {
   total: number;
   score: number; // passed / total, 0..1
   perCategory: Record<string, { passed: number; total: number }>;
+  /** Answers on single-shape pictures naming a shape kind not in the picture (items with `absent`). */
+  hallucinations: number;
   results: ItemResult[]; // in golden-set order
 }
 
@@ -29,8 +32,9 @@ export interface CoherenceReport {
   goldenDir: string;
   precision: 'exact' | 'fast';
   minScore: number; // 0..1
+  perCategory: boolean; // minScore applies to each category too, and one hallucination fails
   runs: GateRun[];
-  ok: boolean; // every run scored at least minScore
+  ok: boolean; // every run scored at least minScore (and, with perCategory, every category; no hallucination)
 }
 
 export interface CoherenceOptions {
@@ -40,10 +44,17 @@ export interface CoherenceOptions {
   precision?: 'exact' | 'fast'; // default fast, as `rapid serve`
   threads?: number;
   maxTokens?: number; // default 256, as the reference generation
+  perCategory?: boolean; // default false: the threshold on the whole set only
   onProgress?: (line: string) => void;
 }
 
 type ContentPart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } };
+
+/** The media type a data URL names for a golden image (PNG or JPEG sets). */
+function imageMime(path: string): string {
+  const ext = extname(path).toLowerCase();
+  return ext === '.jpg' || ext === '.jpeg' ? 'image/jpeg' : 'image/png';
+}
 
 /** The chat request body for one item: the user turn is [image, text] as in training. */
 export function goldenRequest(set: GoldenSet, item: GoldenItem, maxTokens: number): Record<string, unknown> {
@@ -52,7 +63,7 @@ export function goldenRequest(set: GoldenSet, item: GoldenItem, maxTokens: numbe
     image === null
       ? item.prompt
       : [
-          { type: 'image_url', image_url: { url: `data:image/png;base64,${readFileSync(image).toString('base64')}` } },
+          { type: 'image_url', image_url: { url: `data:${imageMime(image)};base64,${readFileSync(image).toString('base64')}` } },
           { type: 'text', text: item.prompt },
         ];
   const body: Record<string, unknown> = {
@@ -115,7 +126,16 @@ export function scoreOutputs(set: GoldenSet, outputs: Map<string, string> | Reco
     if (r.ok) g.passed++;
   }
   const passed = results.filter((r) => r.ok).length;
-  return { concurrency, passed, total: results.length, score: results.length ? passed / results.length : 0, perCategory, results };
+  const byId = new Map(set.items.map((it) => [it.id, it]));
+  const hallucinations = results.filter((r) => namedAbsent(r.output, byId.get(r.id)?.absent ?? []).length > 0).length;
+  return { concurrency, passed, total: results.length, score: results.length ? passed / results.length : 0, perCategory, hallucinations, results };
+}
+
+/** Whether a run passes: the whole set at minScore; with perCategory also each category, and no hallucination. */
+export function runPasses(run: GateRun, minScore: number, perCategory: boolean): boolean {
+  if (run.score < minScore) return false;
+  if (!perCategory) return true;
+  return run.hallucinations === 0 && Object.values(run.perCategory).every((c) => c.passed / c.total >= minScore);
 }
 
 /** Starts `rapid serve` on MODEL_DIR, runs the golden set at each concurrency, stops the server. */
@@ -147,5 +167,6 @@ export async function runCoherenceGate(modelDir: string, opts: CoherenceOptions)
       await srv.close(5000);
     }
   }
-  return { model: modelDir, goldenDir: set.dir, precision, minScore, runs, ok: runs.every((r) => r.score >= minScore) };
+  const perCategory = opts.perCategory ?? false;
+  return { model: modelDir, goldenDir: set.dir, precision, minScore, perCategory, runs, ok: runs.every((r) => runPasses(r, minScore, perCategory)) };
 }
