@@ -43,7 +43,7 @@ export async function main(argv: string[]): Promise<number> {
       'ban-tokens': { type: 'string', default: '' },
     },
   });
-  const { startServer } = await import('../cli/commands/serve.js');
+  const { startServer } = await import('../app/start-server.js');
   const engines = Number(values.engines);
   const rounds = Number(values.rounds);
   const tokens = Number(values.tokens);
