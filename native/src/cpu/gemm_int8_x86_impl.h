@@ -45,6 +45,7 @@ struct GemmTile {
   const float* sxT;    // x group sums, group-major: sxT[g * ldd + c]
   int64_t ldd, nu, ng;
   __mmask16 cols;      // live activation rows of the tile
+  const uint8_t* pf;   // the next tile's packed codes, prefetched R/2 lines per unit; nullptr: none
 };
 
 // Integer sums of half H of unit u for R weight rows × 16 activation rows, folded into f (exact ints,
@@ -81,6 +82,10 @@ void gemm4_tile(const GemmTile& t, float* out) {
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) flo[r] = fhi[r] = _mm512_setzero_ps();
   for (int64_t u = 0; u < t.nu; ++u) {
+    // The unpack of the next tile would otherwise wait on memory: no loads reach the hardware
+    // prefetcher's stream while this tile computes. Unit u of R rows spans R * 32 bytes.
+    if (t.pf != nullptr)
+      for (int l = 0; l < R * 32; l += 64) _mm_prefetch(reinterpret_cast<const char*>(t.pf + u * R * 32 + l), _MM_HINT_T0);
     const __m512 d = _mm512_maskz_loadu_ps(t.cols, t.dT + u * t.ldd);
     const float* s = t.sw + (u / UPG) * 8;
     gemm4_half<R, UNIT, 0>(t, u, d, s, flo);
@@ -140,6 +145,8 @@ void gemm4_rows_t(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int6
       t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
       t.dT = xq.dT + c0;
       t.sxT = xq.sxT + c0;
+      // Whole-tile bytes: UNIT 32 packs 16 bytes per unit per row, so the same R * 32 covers two of its units.
+      t.pf = c0 == 0 && r + 2 * kGemmRows <= r1 ? wbase + size_t(r + R) * row_bytes : nullptr;
       fns[R - 1](t, out);
       for (int i = 0; i < R; ++i)
         for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
