@@ -54,8 +54,8 @@ struct Kernels {
   void (*gemv_exact)(const Weight& W, const float* x, int64_t r0, int64_t r1, float* y, float* scratch);
   // Reads n uint64 words (bandwidth probe); returns a checksum so the reads are not elided.
   uint64_t (*read_sum)(const uint64_t* p, size_t n);
-  // Batched decode GEMM, W Affine 4-bit, xq.xp packed: same contract and results as fast_rows.
-  // nullptr where the family has none.
+  // Batched GEMM (decode of 9+ sequences, prefill), W Affine 4-bit, xq.xp packed: same contract and
+  // results as fast_rows; nullptr where the family has none.
   void (*gemm_rows)(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
                     float* scratch);
 };
