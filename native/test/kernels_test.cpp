@@ -330,6 +330,12 @@ static void test_batch_invariance(ThreadPool& pool) {
         std::vector<float> ys(size_t(5 * O));
         matmul(pool, o.w, x.data() + 33 * K, ys.data(), 5, p);
         if (std::memcmp(ys.data(), &yb[size_t(33 * O)], size_t(5 * O) * 4) != 0) ++bad;
+        // Both sides of the batched GEMM's threshold and its 16-row column tiles (avx512-vnni).
+        for (int64_t m : {8, 9, 15, 16, 17, 31, 32, 33}) {
+          std::vector<float> ym(size_t(m * O));
+          matmul(pool, o.w, x.data() + 3 * K, ym.data(), m, p);
+          if (std::memcmp(ym.data(), &yb[size_t(3 * O)], size_t(m * O) * 4) != 0) ++bad;
+        }
         CHECK(bad == 0, "%s batch invariance %s b%d g%d %s: %d rows differ", matmul_kernel_name(),
               o.w.kind == WeightKind::Dense ? "dense" : "affine", o.w.bits, o.w.group,
               p == Precision::Fast ? "fast" : "exact", bad);

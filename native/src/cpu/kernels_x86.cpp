@@ -37,7 +37,8 @@ constexpr bool kVnni = false;
 #endif
 
 // 256-bit registers with EVEX encodings: the memory-bound decode gains nothing from zmm, and zmm
-// lowers the clock on several Intel server parts.
+// lowers the clock on several Intel server parts. The batched GEMM (gemm_int8_x86_impl.h) is compute
+// bound and uses zmm: one lane per activation row.
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \
                              apply_to = function)
@@ -50,6 +51,7 @@ namespace rapid::kern::x86_avx512 {
 namespace {
 constexpr bool kVnni = true;
 #include "cpu/kernels_x86_impl.h"
+#include "cpu/gemm_int8_x86_impl.h"
 }  // namespace
 }  // namespace rapid::kern::x86_avx512
 #if defined(__clang__)
@@ -62,13 +64,14 @@ namespace rapid::kern {
 
 const Kernels& avx2_kernels() {
   using namespace x86_avx2;
-  static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum};
+  static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr};
   return k;
 }
 
 const Kernels& avx512_vnni_kernels() {
   using namespace x86_avx512;
-  static const Kernels k{"avx512-vnni", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum};
+  static const Kernels k{"avx512-vnni", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum,
+                         gemm4_rows};
   return k;
 }
 

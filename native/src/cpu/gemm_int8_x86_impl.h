@@ -1,0 +1,162 @@
+// Batched decode GEMM for 4-bit affine weights on the Fast path (int8 activations), AVX-512 VNNI.
+// Included by cpu/kernels_x86.cpp inside its AVX-512 target region only (no include guard; expects
+// <immintrin.h>, cpu/kernels.h and tensor/dtype.h, and cvt_floats from kernels_x86_impl.h).
+//
+// Layout: one zmm lane per activation row (kGemmCols = 16 of them), so the int8 dot products need no
+// horizontal reductions: each weight dword (4 codes) is broadcast against the 16 rows' dwords of the
+// same 4 positions (vpdpbusd), and a tile of up to kGemmRows weight rows reuses every activation load.
+// Each weight block is read from memory once per step for all 16 rows.
+//
+// Arithmetic per output element is exactly fast4_h's (and gemv4_h's): the same exact int32 sums per
+// (unit, half), the same f32 products d·s, the same FMA order (units, then biases by group) and the
+// same final lo + hi, so results are bit-identical to the other kernels and to any batch size.
+// The weight codes (0..15) are vpdpbusd's unsigned operand, broadcast; x (xq.xp, packed by the driver
+// with one activation row per dword lane) the signed one.
+
+constexpr int kGemmRows = 8;  // weight rows per tile: 8 int32 + 16 f32 accumulators fit the 32 zmm
+// (the register-tile loops carry unroll pragmas: GCC keeps arrays of zmm in registers only when unrolled)
+
+// One row of 4-bit codes as bytes in the activation's permuted order: wq[pos] pairs with xq[pos].
+template <int UNIT>
+inline void gemm_unpack4(const uint8_t* w, int64_t nu, uint8_t* wq) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+  for (int64_t u = 0; u < nu; ++u) {
+    if constexpr (UNIT == 64) {
+      // lo nibbles: positions 0..31 (x evens), hi: 32..63 (x odds).
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + u * 32));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + u * 64), _mm256_and_si256(v, m4));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(wq + u * 64 + 32), _mm256_and_si256(_mm256_srli_epi16(v, 4), m4));
+    } else {
+      // g32: lo nibbles (x evens) at 0..15, hi nibbles (x odds) at 16..31.
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w + u * 16));
+      const __m128i m = _mm256_castsi256_si128(m4);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wq + u * 32), _mm_and_si128(v, m));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(wq + u * 32 + 16), _mm_and_si128(_mm_srli_epi16(v, 4), m));
+    }
+  }
+}
+
+struct GemmTile {
+  const uint8_t* wq[kGemmRows];  // [K] codes per row (see gemm_unpack4)
+  const float* sw;     // [ng][8] scales
+  const float* bw;     // [ng][8] biases
+  const uint32_t* xp;  // [K/4][16] x dwords of this column tile
+  const float* dT;     // x block scales, block-major: dT[u * ldd + c]
+  const float* sxT;    // x group sums, group-major: sxT[g * ldd + c]
+  int64_t ldd, nu, ng;
+  __mmask16 cols;      // live activation rows of the tile
+  const uint8_t* pf;   // the next tile's packed codes, prefetched R/2 lines per unit; nullptr: none
+};
+
+// Integer sums of half H of unit u for R weight rows × 16 activation rows, folded into f (exact ints,
+// then one FMA with d·s as fast4_h does).
+template <int R, int UNIT, int H>
+inline void gemm4_half(const GemmTile& t, int64_t u, __m512 d, const float* s, __m512 (&f)[R]) {
+  constexpr int DW = UNIT / 8;  // dwords per half: g64 {0..3, 8..11} / {4..7, 12..15}; g32 {0..3} / {4..7}
+  __m512i acc[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) acc[r] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int j = 0; j < DW; ++j) {
+    const int64_t p = u * (UNIT / 4) + (UNIT == 64 ? (j & 3) + 4 * H + 8 * (j >> 2) : j + 4 * H);
+    const __m512i xv = _mm512_loadu_si512(t.xp + p * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      int32_t wd;
+      std::memcpy(&wd, t.wq[r] + p * 4, 4);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_set1_epi32(wd), xv);
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    // maskz form: GCC 12's plain _mm512_cvtepi32_ps trips -Wmaybe-uninitialized (undefined source).
+    const __m512 v = _mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), acc[r]);
+    f[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(d, _mm512_set1_ps(s[r])), f[r]);
+  }
+}
+
+// out[r * 16 + c] for R weight rows × 16 activation rows.
+template <int R, int UNIT, int UPG>
+void gemm4_tile(const GemmTile& t, float* out) {
+  __m512 flo[R], fhi[R];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) flo[r] = fhi[r] = _mm512_setzero_ps();
+  for (int64_t u = 0; u < t.nu; ++u) {
+    // The unpack of the next tile would otherwise wait on memory: no loads reach the hardware
+    // prefetcher's stream while this tile computes. Unit u of R rows spans R * 32 bytes.
+    if (t.pf != nullptr)
+      for (int l = 0; l < R * 32; l += 64) _mm_prefetch(reinterpret_cast<const char*>(t.pf + u * R * 32 + l), _MM_HINT_T0);
+    const __m512 d = _mm512_maskz_loadu_ps(t.cols, t.dT + u * t.ldd);
+    const float* s = t.sw + (u / UPG) * 8;
+    gemm4_half<R, UNIT, 0>(t, u, d, s, flo);
+    gemm4_half<R, UNIT, 1>(t, u, d, s, fhi);
+  }
+  for (int64_t g = 0; g < t.ng; ++g) {
+    const __m512 sx = _mm512_maskz_loadu_ps(t.cols, t.sxT + g * t.ldd);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) flo[r] = _mm512_fmadd_ps(_mm512_set1_ps(t.bw[g * 8 + r]), sx, flo[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * 16, _mm512_add_ps(flo[r], fhi[r]));
+}
+
+// Rows [r0, r1) of y for all n activation rows: tiles of kGemmRows weight rows, unpacked once and
+// swept over every 16-row column tile of xq.xp.
+template <int UNIT, int UPG>
+void gemm4_rows_t(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
+                  float* scratch) {
+  using TileFn = void (*)(const GemmTile&, float*);
+  static const TileFn fns[kGemmRows] = {gemm4_tile<1, UNIT, UPG>, gemm4_tile<2, UNIT, UPG>, gemm4_tile<3, UNIT, UPG>,
+                                        gemm4_tile<4, UNIT, UPG>, gemm4_tile<5, UNIT, UPG>, gemm4_tile<6, UNIT, UPG>,
+                                        gemm4_tile<7, UNIT, UPG>, gemm4_tile<8, UNIT, UPG>};
+  const int64_t K = W.in, ng = K / W.group, nu = K / UNIT;
+  const size_t row_bytes = size_t(K) / 2;
+  const uint8_t* wbase = static_cast<const uint8_t*>(W.data);
+  // Scratch (kern::fast_scratch_floats): out [8][16] | sw, bw [ng][8] | wq [8][K] bytes.
+  float* out = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+  float* swb = out + kGemmRows * 16;
+  float* bwb = swb + kGemmRows * ng;
+  uint8_t* wqb = reinterpret_cast<uint8_t*>(bwb + kGemmRows * ng);
+  GemmTile t{};
+  for (int i = 0; i < kGemmRows; ++i) t.wq[i] = wqb + size_t(i) * size_t(K);
+  t.sw = swb;
+  t.bw = bwb;
+  t.ldd = xq.ldd;
+  t.nu = nu;
+  t.ng = ng;
+  alignas(32) float tmp[2][512];
+  for (int64_t r = r0; r < r1; r += kGemmRows) {
+    const int R = r + kGemmRows <= r1 ? kGemmRows : int(r1 - r);
+    for (int i = 0; i < R; ++i) {
+      gemm_unpack4<UNIT>(wbase + size_t(r + i) * row_bytes, nu, wqb + size_t(i) * size_t(K));
+      for (int64_t g0 = 0; g0 < ng; g0 += 512) {
+        const int64_t cnt = ng - g0 < 512 ? ng - g0 : 512;
+        cvt_floats(W.scales, W.dtype, (r + i) * ng + g0, cnt, tmp[0]);
+        cvt_floats(W.biases, W.dtype, (r + i) * ng + g0, cnt, tmp[1]);
+        for (int64_t g = 0; g < cnt; ++g) {
+          swb[(g0 + g) * 8 + i] = tmp[0][g];
+          bwb[(g0 + g) * 8 + i] = tmp[1][g];
+        }
+      }
+    }
+    for (int64_t c0 = 0; c0 < n; c0 += 16) {
+      const int C = n - c0 < 16 ? int(n - c0) : 16;
+      t.cols = __mmask16((1u << C) - 1u);
+      t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
+      t.dT = xq.dT + c0;
+      t.sxT = xq.sxT + c0;
+      // Whole-tile bytes: UNIT 32 packs 16 bytes per unit per row, so the same R * 32 covers two of its units.
+      t.pf = c0 == 0 && r + 2 * kGemmRows <= r1 ? wbase + size_t(r + R) * row_bytes : nullptr;
+      fns[R - 1](t, out);
+      for (int i = 0; i < R; ++i)
+        for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
+    }
+  }
+}
+
+void gemm4_rows(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
+                float* scratch) {
+  if (W.group == 32) gemm4_rows_t<32, 1>(W, xq, n, r0, r1, y, ldy, scratch);
+  else if (W.group == 64) gemm4_rows_t<64, 1>(W, xq, n, r0, r1, y, ldy, scratch);
+  else gemm4_rows_t<64, 2>(W, xq, n, r0, r1, y, ldy, scratch);
+}
