@@ -85,7 +85,8 @@ describe.skipIf(!hasTmux)('rapid chat in tmux', () => {
     await term.waitFor((x) => x.includes('replies are free text again'), '/schema off');
     term.line('hello there');
     // The stopped reply stays in the conversation (the model sees it): any answer will do.
-    await term.waitFor((x) => /› hello there\n\S[^\n]*\n/.test(x) && idle(x), 'a reply after the stop');
+    // A reply line, then a fresh empty prompt: typed-but-unsent input would show the status line right under it.
+    await term.waitFor((x) => /› hello there\n\S[\s\S]*\n\n›/.test(x) && idle(x), 'a reply after the stop');
     term.send('C-c');
     await term.waitFor((x) => x.includes('Ctrl-C again to quit'), 'the quit hint');
     term.send('C-c');
