@@ -4,13 +4,14 @@ import { samplingDefaults, type RecommendedSampling } from '../models/catalog.js
 import { createProgressPrinter } from '../models/progress-printer.js';
 import { resolveModelDetailed, type ResolvedModel } from '../models/resolve-model.js';
 import { openTextModel, type TextModel } from '../engine/text-model.js';
-import type { NativeDevice } from '../native/types.js';
+import type { KvCacheDtype, NativeDevice } from '../native/types.js';
 import { withWait } from './wait-spinner.js';
 
 export interface OpenModelOptions {
   threads?: number;
   precision: 'exact' | 'fast';
   device?: NativeDevice;
+  kvCacheDtype?: KvCacheDtype;
 }
 
 export interface OpenedModel {
@@ -22,6 +23,6 @@ export interface OpenedModel {
 
 export async function openCommandModel(spec: string, o: OpenModelOptions): Promise<OpenedModel> {
   const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: createProgressPrinter(process.stderr) });
-  const model = await withWait(`loading ${spec}`, () => openTextModel(resolved.dir, { threads: o.threads, precision: o.precision, device: o.device }));
+  const model = await withWait(`loading ${spec}`, () => openTextModel(resolved.dir, { threads: o.threads, precision: o.precision, device: o.device, kvCacheDtype: o.kvCacheDtype }));
   return { resolved, model, defaults: samplingDefaults(model.defaults, resolved.entry?.sampling) };
 }

@@ -1,7 +1,7 @@
 // Option parsers shared by subcommands: each rejects bad input with a message naming the flag.
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 import { parseDevice } from '../native/binding.js';
-import type { NativeDevice } from '../native/types.js';
+import type { KvCacheDtype, NativeDevice } from '../native/types.js';
 
 export function parseIntOption(flag: string): (value: string) => number {
   return (value: string) => {
@@ -32,4 +32,18 @@ export function parseDeviceOption(value: string): NativeDevice {
   } catch (err) {
     throw new InvalidArgumentError((err as Error).message);
   }
+}
+
+const KV_CACHE_DTYPES: readonly KvCacheDtype[] = ['f32', 'f16', 'bf16', 'int8'];
+
+/** --kv-cache-dtype, one definition for serve, run, chat and bench (`prefix` e.g. 'in-process model: '). */
+export function kvCacheDtypeOption(prefix = ''): Option {
+  return new Option(
+    '--kv-cache-dtype <type>',
+    `${prefix}KV cache element type: f32, f16, bf16 or int8 (default: f16 on the CPU; f32 with --precision exact; see docs/kv-cache.md)`,
+  ).argParser((value: string): KvCacheDtype => {
+    const t = KV_CACHE_DTYPES.find((d) => d === value);
+    if (t === undefined) throw new InvalidArgumentError(`--kv-cache-dtype must be f32, f16, bf16 or int8, got "${value}"`);
+    return t;
+  });
 }

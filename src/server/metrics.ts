@@ -44,7 +44,8 @@ export class ServerMetrics {
     this.e2e.observe(seconds);
   }
 
-  render(s: EngineStats, modelId: string): string {
+  /** kvCacheDtype: what the KV pool stores (absent for stand-in models). */
+  render(s: EngineStats, modelId: string, kvCacheDtype?: string): string {
     const m = `model="${modelId.replace(/["\\\n]/g, '_')}"`;
     const gauge = (name: string, help: string, v: number) => [`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name}{${m}} ${v}`];
     const counter = (name: string, help: string, v: number) => [`# HELP ${name} ${help}`, `# TYPE ${name} counter`, `${name}{${m}} ${v}`];
@@ -55,6 +56,8 @@ export class ServerMetrics {
       ...gauge('rapid_kv_cache_usage_ratio', 'share of KV blocks referenced by requests', s.kv.usage),
       ...gauge('rapid_kv_cache_blocks_used', 'KV blocks referenced by requests', s.kv.usedBlocks),
       ...gauge('rapid_kv_cache_blocks_total', 'KV blocks in the pool', s.kv.numBlocks),
+      ...gauge('rapid_kv_cache_tokens_total', 'tokens the KV pool holds', s.kv.numBlocks * s.kv.blockSize),
+      ...(kvCacheDtype ? ['# HELP rapid_kv_cache_info the KV cache element type', '# TYPE rapid_kv_cache_info gauge', `rapid_kv_cache_info{${m},dtype="${kvCacheDtype}"} 1`] : []),
       ...gauge('rapid_generation_tokens_per_second', 'generated tokens per second over the last 10 s', s.generatedTokensPerSecond),
       ...counter('rapid_prompt_tokens_total', 'prompt tokens submitted', s.tokens.prompt),
       ...counter('rapid_generation_tokens_total', 'tokens generated', s.tokens.generated),

@@ -279,7 +279,7 @@ export function createServer(options: ServerOptions): RapidServer {
         return;
       }
       case '/metrics': {
-        const text = metrics.render(engine.stats(), model.id);
+        const text = metrics.render(engine.stats(), model.id, model.kvCacheDtype);
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
         res.end(text);
         return;

@@ -1,6 +1,7 @@
 #include "layers/attention_tile.h"
 #include <algorithm>
 #include <cmath>
+#include "kv/kv_convert.h"
 #include "layers/vec_math.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -161,22 +162,43 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
   // otherwise keys are transposed to [hd, Nkp] (zero padded) for the panel kernel.
   std::vector<const float*> vrow(static_cast<size_t>(Nk));
   sc.s.resize(size_t(M * Nkp));
+  // Rows of key/value j as f32 [hd]: f32 caches are read in place, others converted (exactly the same
+  // values whatever the tile, so batch invariance holds for every dtype).
+  const bool f32 = t.dtype == KvDtype::F32;
+  const size_t eb = kv_elem_bytes(t.dtype);
+  if (!f32) {
+    sc.kr.resize(size_t(hd));
+    sc.vc.resize(size_t(Nk * hd));
+  }
+  auto slot_of = [&](int64_t j) {
+    const int64_t k = kstart + j;
+    return size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
+  };
+  auto key_row = [&](size_t off) -> const float* {
+    if (f32) return reinterpret_cast<const float*>(t.k_base) + off;
+    kv::load_row(t.dtype, t.k_base + off * eb, t.ks_base ? t.ks_base + off / size_t(hd) : nullptr, sc.kr.data(), hd);
+    return sc.kr.data();
+  };
+  auto value_row = [&](size_t off, int64_t j) -> const float* {
+    if (f32) return reinterpret_cast<const float*>(t.v_base) + off;
+    float* dst = sc.vc.data() + j * hd;
+    kv::load_row(t.dtype, t.v_base + off * eb, t.vs_base ? t.vs_base + off / size_t(hd) : nullptr, dst, hd);
+    return dst;
+  };
   if (t.n_q == 1) {
     for (int64_t j = 0; j < Nk; ++j) {
-      const int64_t k = kstart + j;
-      const size_t off = size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
-      const float* kr = t.k_base + off;  // [hd]
+      const size_t off = slot_of(j);
+      const float* kr = key_row(off);  // [hd]
       for (int g = 0; g < G; ++g) sc.s[size_t(g * Nkp + j)] = vec::dot(sc.qt.data() + g * hd, kr, hd);
-      vrow[size_t(j)] = t.v_base + off;
+      vrow[size_t(j)] = value_row(off, j);
     }
   } else {
     sc.kt.assign(size_t(hd * Nkp), 0.0f);
     for (int64_t j = 0; j < Nk; ++j) {
-      const int64_t k = kstart + j;
-      const size_t off = size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
-      const float* kr = t.k_base + off;  // [hd]
+      const size_t off = slot_of(j);
+      const float* kr = key_row(off);  // [hd]
       for (int d = 0; d < hd; ++d) sc.kt[size_t(d * Nkp + j)] = kr[d];
-      vrow[size_t(j)] = t.v_base + off;
+      vrow[size_t(j)] = value_row(off, j);
     }
 #if defined(__x86_64__)
     if (simd) scores_avx2(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
