@@ -4,12 +4,20 @@
 // - parity per dtype under exact precision (f32 activations, so the KV type is the only change):
 //   logits vs transformers within the stated tolerance, greedy agreement reported (the table in the docs);
 // - batch invariance and prefix-cache exactness per dtype; capacity per dtype; the defaults.
+import { spawnSync } from 'node:child_process';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Command, type CommanderError } from 'commander';
 import { afterAll, describe, expect, it } from 'vitest';
+import { registerBench } from '../../src/cli/commands/bench.js';
+import { registerChat } from '../../src/cli/commands/chat.js';
+import { registerRun } from '../../src/cli/commands/run.js';
+import { registerServe, startServer } from '../../src/cli/commands/serve.js';
 import type { KvCacheDtype, NativeModel } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { fixtureNames, loadFixture, maxAbsDiff, refRow } from '../helpers/fixtures.js';
-import { buildAndRunNativeSuite, hasCompiler, nativeSources, NATIVE_SRC } from '../helpers/native-suite.js';
+import { buildAndRunNativeSuite, buildNativeSuite, hasCompiler, nativeSources, NATIVE_SRC, runNativeSuite } from '../helpers/native-suite.js';
 import { runSequences } from '../helpers/runner.js';
 
 const DTYPES: readonly KvCacheDtype[] = ['f32', 'f16', 'bf16', 'int8'];
@@ -23,11 +31,28 @@ afterAll(() => {
   if (report.length) console.log(`KV dtype parity (exact precision):\n${report.join('\n')}`);
 });
 
+const suiteSources = () => [
+  ...nativeSources('kv'),
+  ...['attention.cpp', 'attention_tile.cpp', 'vec_math.cpp'].map((f) => join(NATIVE_SRC, 'layers', f)),
+  join(NATIVE_SRC, 'cpu', 'threadpool.cpp'),
+];
+const ARM64_CXX = 'aarch64-linux-gnu-g++';
+const hasArm64 = spawnSync(ARM64_CXX, ['--version']).status === 0 && spawnSync('qemu-aarch64', ['--version']).status === 0;
+
 describe.skipIf(!hasCompiler)('KV conversion suite', () => {
   it('builds warning-free; round trips, F16C, attention equivalence hold', () => {
-    const layers = ['attention.cpp', 'attention_tile.cpp', 'vec_math.cpp'].map((f) => join(NATIVE_SRC, 'layers', f));
-    buildAndRunNativeSuite('kv_cache_test', [...nativeSources('kv'), ...layers, join(NATIVE_SRC, 'cpu', 'threadpool.cpp')]);
+    buildAndRunNativeSuite('kv_cache_test', suiteSources());
   }, 240_000);
+
+  // The portable loads arm64 uses (no NEON conversion yet), cross-compiled and run under qemu.
+  it.skipIf(!hasArm64)('passes on arm64 (qemu)', () => {
+    const work = mkdtempSync(join(tmpdir(), 'rapid-kv-arm64-'));
+    try {
+      runNativeSuite(buildNativeSuite('kv_cache_test', suiteSources(), work, ARM64_CXX), ['qemu-aarch64', '-L', '/usr/aarch64-linux-gnu']);
+    } finally {
+      rmSync(work, { recursive: true, force: true });
+    }
+  }, 300_000);
 });
 
 describe.each(dense)('%s', (name) => {
@@ -115,4 +140,48 @@ describe('capacity and defaults', () => {
   it('an unknown dtype is refused naming the accepted ones', () => {
     expect(() => info({ kvCacheDtype: 'fp8' as KvCacheDtype })).toThrow(/'f32', 'f16', 'bf16' or 'int8', got 'fp8'/);
   });
+});
+
+describe('--kv-cache-dtype on the command line and over HTTP', () => {
+  async function parse(args: string[]): Promise<{ error: unknown; stderr: string }> {
+    let stderr = '';
+    const program = new Command('rapid').exitOverride().configureOutput({ writeErr: (s) => (stderr += s), writeOut: () => undefined });
+    registerRun(program);
+    registerServe(program);
+    registerBench(program);
+    registerChat(program);
+    try {
+      await program.parseAsync(['node', 'rapid', ...args]);
+      return { error: undefined, stderr };
+    } catch (error) {
+      return { error, stderr };
+    }
+  }
+
+  for (const cmd of ['run', 'serve', 'bench', 'chat']) {
+    it(`rapid ${cmd} --kv-cache-dtype fp8 fails while parsing, naming the accepted values`, async () => {
+      const { error, stderr } = await parse([cmd, 'some-model', '--kv-cache-dtype', 'fp8']);
+      expect((error as CommanderError).code).toBe('commander.invalidArgument');
+      expect(stderr).toMatch(/--kv-cache-dtype must be f32, f16, bf16 or int8, got "fp8"/);
+    });
+  }
+
+  it('rapid serve --kv-cache-dtype int8: the pool stores int8 and /metrics says so, with its token capacity', async () => {
+    const srv = await startServer(loadFixture('qwen3-f32').dir, { port: 0, threads: 1, kvCacheMemory: 8 << 20, kvCacheDtype: 'int8', servedModelName: 'kv' });
+    try {
+      expect(srv.model.info.kvCacheDtype).toBe('int8');
+      const tokens = srv.model.info.numBlocks * srv.model.info.blockSize;
+      const reply = await fetch(`${srv.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'kv', prompt: 'hello there', max_tokens: 4, temperature: 0 }),
+      });
+      expect(reply.status).toBe(200);
+      const text = await (await fetch(`${srv.url}/metrics`)).text();
+      expect(text).toContain('rapid_kv_cache_info{model="kv",dtype="int8"} 1');
+      expect(text).toContain(`rapid_kv_cache_tokens_total{model="kv"} ${tokens}`);
+    } finally {
+      await srv.close(1000);
+    }
+  }, 60_000);
 });

@@ -49,7 +49,7 @@ KvPool::View KvPool::view(int layer) {
     ks = reinterpret_cast<uint16_t*>(v + slots * row * eb);  // 2-byte aligned: the code regions are even-sized
     vs = ks + slots * size_t(l.n_kv_heads);
   }
-  return View{dtype_, eb, k, v, ks, vs, size_t(block_size_) * row, row};
+  return View{dtype_, eb, k, v, ks, vs, size_t(block_size_) * row, row, l.n_kv_heads, l.head_dim};
 }
 
 }  // namespace rapid

@@ -46,6 +46,7 @@ class KvPool {
     uint16_t* vs;
     size_t block_stride;
     size_t token_stride;
+    int n_kv_heads, head_dim;  // of the layer that owns the cache
   };
   View view(int layer);
 

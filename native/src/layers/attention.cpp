@@ -10,16 +10,15 @@ namespace rapid {
 void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) {
   const KvPool::View kvv = kv.view(layer);
   const int bs = kv.block_size();
-  const KvLayerSpec& l = kv.layer(layer);
-  const int hd = int(kvv.token_stride) / l.n_kv_heads;
+  const int hd = kvv.head_dim;
   for (const SeqSpan& sp : spans)
     for (int64_t i = 0; i < sp.n; ++i) {
       const int64_t slot = sp.context_len + i;
       const size_t off = size_t(sp.block_table[slot / bs]) * kvv.block_stride + size_t(slot % bs) * kvv.token_stride;
       const int64_t src = (sp.start + i) * int64_t(kvv.token_stride);  // [n_kv_heads, hd] of token i
       const size_t si = off / size_t(hd);                               // first scale of the slot (int8)
-      kv::store_slot(kvv.dtype, k + src, kvv.k + off * kvv.elem_bytes, kvv.ks ? kvv.ks + si : nullptr, l.n_kv_heads, hd);
-      kv::store_slot(kvv.dtype, v + src, kvv.v + off * kvv.elem_bytes, kvv.vs ? kvv.vs + si : nullptr, l.n_kv_heads, hd);
+      kv::store_slot(kvv.dtype, k + src, kvv.k + off * kvv.elem_bytes, kvv.ks ? kvv.ks + si : nullptr, kvv.n_kv_heads, hd);
+      kv::store_slot(kvv.dtype, v + src, kvv.v + off * kvv.elem_bytes, kvv.vs ? kvv.vs + si : nullptr, kvv.n_kv_heads, hd);
     }
 }
 
