@@ -18,7 +18,7 @@ import type { KvCacheDtype, NativeModel } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { fixtureNames, loadFixture, maxAbsDiff, refRow } from '../helpers/fixtures.js';
 import { buildAndRunNativeSuite, buildNativeSuite, hasCompiler, nativeSources, NATIVE_SRC, runNativeSuite } from '../helpers/native-suite.js';
-import { runSequences } from '../helpers/runner.js';
+import { BlockAllocator, GREEDY, runSequences } from '../helpers/runner.js';
 
 const DTYPES: readonly KvCacheDtype[] = ['f32', 'f16', 'bf16', 'int8'];
 // max |logit diff| / max(1, max|logit|) vs transformers, exact precision. f32 is the parity suite's 1e-3;
@@ -91,7 +91,7 @@ describe.each(dense)('%s', (name) => {
 describe.each(['qwen3-f32', 'gemma3-q4'])('%s batch invariance per dtype', (name) => {
   const fx = loadFixture(name);
   const [a, b] = [fx.ref.prompts[0]!, fx.ref.prompts[1]!];
-  it.each(DTYPES)('kv %s: tokens alone = tokens batched, joining mid-stream, chunked', async (dtype) => {
+  it.each(DTYPES)('kv %s: tokens alone = batched, joining mid-stream, chunked; a shared prefix = a cold run', async (dtype) => {
     const model = addon().loadModel(fx.dir, { threads: 2, kvCacheBytes: 8 << 20, kvCacheDtype: dtype });
     try {
       const run = async (specs: Parameters<typeof runSequences>[1]) => {
@@ -107,6 +107,33 @@ describe.each(['qwen3-f32', 'gemma3-q4'])('%s batch invariance per dtype', (name
       ]);
       expect(both.get('a')!.tokens).toEqual(soloA);
       expect(both.get('b')!.tokens).toEqual(soloB);
+
+      // Prefix cache: B reads A's first two full blocks (written by A's prefill) instead of writing its own.
+      const bs = model.info().blockSize;
+      const long = fx.ref.prompts.reduce((x, y) => (y.ids.length > x.ids.length ? y : x)).ids;
+      expect(long.length).toBeGreaterThan(2 * bs);
+      const prefix = long.slice(0, 2 * bs);
+      const suffix = b.ids.slice(0, 9);
+      const alloc = new BlockAllocator(bs, model.info().numBlocks);
+      const cold = (await runSequences(model, [{ id: 'cold', prompt: [...prefix, ...suffix], maxTokens: 8 }], alloc)).get('cold')!.tokens;
+      const shared: number[] = [];
+      alloc.grow(shared, prefix.length);
+      await model.step({ rows: [{ requestId: 'p', tokens: Int32Array.from(prefix), positions: Int32Array.from(prefix, (_, i) => i), blockTable: Int32Array.from(shared), contextLen: 0 }] });
+      const table = [...shared];
+      const warm: number[] = [];
+      let toks = suffix;
+      let ctx = prefix.length;
+      for (let i = 0; i < 8; i++) {
+        alloc.grow(table, ctx + toks.length);
+        const r = (await model.step({
+          rows: [{ requestId: 'w', tokens: Int32Array.from(toks), positions: Int32Array.from(toks, (_, j) => ctx + j), blockTable: Int32Array.from(table), contextLen: ctx, sample: { ...GREEDY, counter: i } }],
+        })).rows[0]!;
+        expect(r.error).toBeUndefined();
+        warm.push(r.token!);
+        ctx += toks.length;
+        toks = [r.token!];
+      }
+      expect(warm).toEqual(cold);
     } finally {
       model.close();
     }
