@@ -147,10 +147,18 @@ __attribute__((target("avx2,fma,f16c"))) void load_avx2(KvDtype t, const uint8_t
 
 }  // namespace
 
-void load_row(KvDtype t, const uint8_t* src, const uint16_t* scale, float* dst, int hd) {
+bool simd_loads() {
 #if defined(__x86_64__)
   static const bool f16c = vec::simd_enabled() && __builtin_cpu_supports("f16c");
-  if (f16c) return load_avx2(t, src, scale, dst, hd);
+  return f16c;
+#else
+  return false;
+#endif
+}
+
+void load_row(KvDtype t, const uint8_t* src, const uint16_t* scale, float* dst, int hd) {
+#if defined(__x86_64__)
+  if (simd_loads()) return load_avx2(t, src, scale, dst, hd);
 #endif
   load_scalar(t, src, scale, dst, hd);
 }

@@ -16,6 +16,9 @@ float bf16_to_f32(uint16_t h);
 // (f16, absmax / 127 of each head's row, so a code of ±127 is the row's largest magnitude).
 void store_slot(KvDtype t, const float* src, uint8_t* dst, uint16_t* scales, int n_heads, int hd);
 
+// True when load_row (and attention's fused value loads) use AVX2+F16C.
+bool simd_loads();
+
 // One head's row of type t back to f32: src [hd] (scale: its int8 scale) → dst [hd].
 void load_row(KvDtype t, const uint8_t* src, const uint16_t* scale, float* dst, int hd);
 

@@ -38,7 +38,8 @@ struct AttnScratch {
   std::vector<float> s;   // [M, Nkp] scores → probabilities
   std::vector<float> o;   // [M, hd] outputs before scattering to heads
   std::vector<float> kr;  // [hd] one key converted to f32 (16-bit / int8 caches)
-  std::vector<float> vc;  // [Nk, hd] values converted to f32 (16-bit / int8 caches)
+  std::vector<float> vc;  // [Nk, hd] values converted to f32 (16-bit / int8 caches, portable path)
+  std::vector<float> vs;  // [Nk] int8 value scales as f32 (SIMD path)
 };
 
 void attention_tile(const AttnTile& t, AttnScratch& scratch);
