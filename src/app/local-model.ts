@@ -6,11 +6,13 @@ import type { PullEvent } from '../models/pull.js';
 import { resolveModelDetailed, type ResolvedModel } from '../models/resolve-model.js';
 import { openTextModel, type TextModel } from '../engine/text-model.js';
 import { useDevice, type DeviceFlag } from '../native/device-index.js';
+import type { KvCacheDtype } from '../native/types.js';
 
 export interface LocalModelOptions {
   threads?: number;
   precision: 'exact' | 'fast';
   device?: DeviceFlag;
+  kvCacheDtype?: KvCacheDtype;
 }
 
 export interface LocalModel {
@@ -28,6 +30,6 @@ export interface LoadDisplay {
 
 export async function openLocalModel(spec: string, o: LocalModelOptions, show: LoadDisplay): Promise<LocalModel> {
   const resolved = await resolveModelDetailed(spec, { pull: true, onProgress: show.onProgress });
-  const model = await show.wait(`loading ${spec}`, () => openTextModel(resolved.dir, { threads: o.threads, precision: o.precision, device: useDevice(o.device) }));
+  const model = await show.wait(`loading ${spec}`, () => openTextModel(resolved.dir, { threads: o.threads, precision: o.precision, device: useDevice(o.device), kvCacheDtype: o.kvCacheDtype }));
   return { resolved, model, defaults: samplingDefaults(model.defaults, resolved.entry?.sampling) };
 }

@@ -13,6 +13,7 @@ import { servedModelFrom, type SamplingDefaults } from '../server/served-model.j
 import { servedEmbeddingsFrom } from '../server/served-embeddings.js';
 import { servedVisionFrom } from '../server/served-vision.js';
 import { PromptEncoderPool } from '../server/prompt-encoder-pool.js';
+import type { KvCacheDtype } from '../native/types.js';
 import { splitDeviceFlag, useDevice, visibleDeviceFor, type DeviceFlag } from '../native/device-index.js';
 import { startDataParallel } from '../engine-host/data-parallel.js';
 import type { ConnectionLimits } from '../server/connection-limits.js';
@@ -33,6 +34,7 @@ export interface ServeOptions {
   maxWaiting: number;
   maxPrefillAttention?: number;
   kvCacheMemory?: number; // bytes
+  kvCacheDtype?: KvCacheDtype;
   blockSize?: number;
   threads?: number;
   precision: 'exact' | 'fast';
@@ -112,7 +114,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
   // cuda:N narrows what the engine sees to GPU N; data parallel gives engine i GPU N+i instead.
   const flag = opts.device !== undefined ? splitDeviceFlag(opts.device) : null;
   const device = dataParallel > 1 ? flag?.kind : useDevice(opts.device);
-  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device };
+  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device };
   const engineOptions = {
     maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
     maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,

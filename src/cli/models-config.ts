@@ -11,6 +11,7 @@ export type ModelOptions = Partial<
   Pick<
     ServeOptions,
     | 'kvCacheMemory'
+    | 'kvCacheDtype'
     | 'maxNumSeqs'
     | 'maxBatchedTokens'
     | 'maxWaiting'
@@ -71,6 +72,7 @@ function optionParsers(parseSize: (s: string) => number): Record<string, [keyof 
   };
   return {
     'kv-cache-memory': ['kvCacheMemory', size],
+    'kv-cache-dtype': ['kvCacheDtype', oneOf('f32', 'f16', 'bf16', 'int8')],
     'max-num-seqs': ['maxNumSeqs', positiveInt],
     'max-batched-tokens': ['maxBatchedTokens', positiveInt],
     'max-waiting': ['maxWaiting', positiveInt],

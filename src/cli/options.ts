@@ -1,8 +1,8 @@
 // Option parsers shared by subcommands: each rejects bad input with a message naming the flag.
-import { InvalidArgumentError } from 'commander';
+import { InvalidArgumentError, Option } from 'commander';
 import { parseDevice } from '../native/binding.js';
-import type { NativeDevice } from '../native/types.js';
-import { splitDeviceFlag, visibleDeviceFor, type DeviceFlag } from '../native/device-index.js';
+import type { KvCacheDtype, NativeDevice } from '../native/types.js';
+import { type DeviceFlag } from '../native/device-index.js';
 
 export function parseIntOption(flag: string): (value: string) => number {
   return (value: string) => {
@@ -38,3 +38,17 @@ export function parseDeviceOption(value: string): DeviceFlag {
 }
 
 export { useDevice } from '../native/device-index.js';
+
+const KV_CACHE_DTYPES: readonly KvCacheDtype[] = ['f32', 'f16', 'bf16', 'int8'];
+
+/** --kv-cache-dtype, one definition for serve, run, chat and bench (`prefix` e.g. 'in-process model: '). */
+export function kvCacheDtypeOption(prefix = ''): Option {
+  return new Option(
+    '--kv-cache-dtype <type>',
+    `${prefix}KV cache element type: f32, f16, bf16 or int8 (default: f16 on the CPU; f32 with --precision exact; see docs/kv-cache.md)`,
+  ).argParser((value: string): KvCacheDtype => {
+    const t = KV_CACHE_DTYPES.find((d) => d === value);
+    if (t === undefined) throw new InvalidArgumentError(`--kv-cache-dtype must be f32, f16, bf16 or int8, got "${value}"`);
+    return t;
+  });
+}

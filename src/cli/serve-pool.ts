@@ -14,7 +14,7 @@ import type { ServeOptions } from './commands/serve.js';
 /** What a model loads with: the command's options, overridden by its config entry's. */
 export function endpointOptions(opts: Partial<ServeOptions>): EndpointOptions {
   return {
-    load: { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, blockSize: opts.blockSize, device: useDevice(opts.device) },
+    load: { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device: useDevice(opts.device) },
     engine: {
       maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
       maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,

@@ -100,6 +100,7 @@ export interface NativeModelInfo {
   blockSize: number; // tokens per KV block
   numBlocks: number; // KV pool size in blocks
   kvBytes: number; // bytes of the KV pool
+  kvCacheDtype: KvCacheDtype; // what the pool stores (int8: plus one f16 scale per token and KV head)
   weightBytes: number; // bytes of mapped tensors
   quantization: string; // e.g. "none", "affine 4-bit g64", "mixed"
   precision: 'exact' | 'fast';
@@ -136,6 +137,9 @@ export interface NativeImageEmbedding {
   ms: number; // encoder wall time
 }
 
+/** The KV cache's element type (docs/kv-cache.md); unset: f32 under exact precision, else the device's default. */
+export type KvCacheDtype = 'f32' | 'f16' | 'bf16' | 'int8';
+
 /** auto: CUDA when the binary has it, a device is present and the family is supported, else CPU. */
 export type NativeDevice = 'auto' | 'cpu' | 'cuda';
 
@@ -148,6 +152,7 @@ export interface NativeLoadOptions {
   blockSize?: number; // default 16
   precision?: 'exact' | 'fast'; // fast (default): rounded activations for quantized matmuls (int8 CPU, bf16 CUDA)
   device?: NativeDevice; // default auto; cuda throws (saying why) when it cannot run there
+  kvCacheDtype?: KvCacheDtype; // default: the native side's default_kv_dtype (f32 exact, f16 CPU fast)
 }
 
 export interface NativeModel {

@@ -102,10 +102,10 @@ export class ServerMetrics {
   }
 
   /** Each engine metric once, with one series per loaded model (its `model` label); then the server's. */
-  render(engines: readonly { stats: EngineStats; modelId: string }[]): string {
+  render(engines: readonly { stats: EngineStats; modelId: string; /** what the KV pool stores (absent for stand-in models) */ kvCacheDtype?: string }[]): string {
     // A loaded model shows its (empty) histograms before its first request.
     for (const e of engines) if (!this.latency.has(e.modelId)) this.latency.set(e.modelId, new ModelLatency());
-    const series = engines.map((e) => ({ s: e.stats, m: labelOf(e.modelId) }));
+    const series = engines.map((e) => ({ s: e.stats, m: labelOf(e.modelId), dtype: e.kvCacheDtype }));
     const metric = (type: 'gauge' | 'counter', name: string, help: string, v: (s: EngineStats) => number | undefined) => {
       const rows = series.flatMap(({ s, m }) => {
         const x = v(s);
@@ -124,6 +124,9 @@ export class ServerMetrics {
       ...gauge('rapid_kv_cache_usage_ratio', 'share of KV blocks referenced by requests', (s) => s.kv.usage),
       ...gauge('rapid_kv_cache_blocks_used', 'KV blocks referenced by requests', (s) => s.kv.usedBlocks),
       ...gauge('rapid_kv_cache_blocks_total', 'KV blocks in the pool', (s) => s.kv.numBlocks),
+      ...gauge('rapid_kv_cache_tokens_total', 'tokens the KV pool holds', (s) => s.kv.numBlocks * s.kv.blockSize),
+      ...(series.some((x) => x.dtype) ? ['# HELP rapid_kv_cache_info the KV cache element type', '# TYPE rapid_kv_cache_info gauge'] : []),
+      ...series.flatMap(({ m, dtype }) => (dtype ? [`rapid_kv_cache_info{${m},dtype="${dtype}"} 1`] : [])),
       ...gauge('rapid_generation_tokens_per_second', 'generated tokens per second over the last 10 s', (s) => s.generatedTokensPerSecond),
       ...counter('rapid_prompt_tokens_total', 'prompt tokens submitted', (s) => s.tokens.prompt),
       ...counter('rapid_generation_tokens_total', 'tokens generated', (s) => s.tokens.generated),

@@ -40,6 +40,8 @@ export interface ServedModel {
   readonly vision?: ServedVision;
   /** Where the model runs (CPU or a CUDA device), for /v1/status; absent for stand-ins. */
   readonly device?: ModelDevice;
+  /** What the KV cache stores (f32, f16, bf16, int8), for /metrics; absent for stand-ins. */
+  readonly kvCacheDtype?: string;
   /** Present iff /v1/embeddings is served (an embedding model, or `rapid serve --embeddings`). */
   readonly embeddings?: ServedEmbeddings;
 }
@@ -94,7 +96,7 @@ export interface ServedVision {
 
 /** The parts of a loaded TextModel (src/engine/text-model.ts) this adapter reads. */
 export interface TextModelLike {
-  info: { contextLength: number; vocabSize: number; family?: string } & Partial<DeviceInfo>;
+  info: { contextLength: number; vocabSize: number; family?: string; kvCacheDtype?: string } & Partial<DeviceInfo>;
   defaults: { temperature?: number; topP?: number; topK?: number };
   text: { tokenizer: { decode(ids: readonly number[], options?: { skipSpecialTokens?: boolean }): string; tokenToId?(token: string): number | undefined } };
   encodePrompt(input: { prompt?: string; messages?: ChatMessage[]; raw?: boolean; templateArgs?: Record<string, unknown> }): number[];
@@ -117,6 +119,7 @@ export function servedModelFrom(model: TextModelLike, id: string, recommended: S
     decode: (ids) => model.text.tokenizer.decode(ids, { skipSpecialTokens: false }),
     reasoning: model.template?.source.includes('<think>') ?? false,
     toolFormat: detectToolFormat(model.template?.source, model.info.family, (t) => model.text.tokenizer.tokenToId?.(t) !== undefined),
+    ...(model.info.kvCacheDtype !== undefined ? { kvCacheDtype: model.info.kvCacheDtype } : {}),
     ...(model.info.device !== undefined ? { device: modelDevice({ device: model.info.device, deviceName: model.info.deviceName ?? model.info.device, deviceNote: model.info.deviceNote }) } : {}),
   };
 }

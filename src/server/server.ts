@@ -321,7 +321,7 @@ export function createServer(options: ServerOptions): RapidServer {
         return;
       }
       case '/metrics': {
-        const text = metrics.render(router.loaded().map((l) => ({ stats: l.endpoint.engine.stats(), modelId: l.label })));
+        const text = metrics.render(router.loaded().map((l) => ({ stats: l.endpoint.engine.stats(), modelId: l.label, kvCacheDtype: l.endpoint.model.kvCacheDtype })));
         res.writeHead(200, { 'content-type': 'text/plain; version=0.0.4; charset=utf-8', 'content-length': Buffer.byteLength(text) });
         res.end(text);
         return;

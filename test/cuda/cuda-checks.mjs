@@ -26,10 +26,15 @@
 //   bias     logit bias on the device's sampling paths: +100 forces a token (greedy and seeded draws, with and
 //            without logprobs), -100 on the greedy token picks the runner-up of the same device's logits, and
 //            unbiased rows batched with biased ones keep their greedy tokens.
+//   kvdtype  per --kv-cache-dtype (f32 f16 bf16 int8) on the dense fixtures, exact precision, chunks of 7: logits
+//            vs transformers within that dtype's tolerance (KV_TOL, test/native/kv-cache.test.ts), the device vs
+//            the CPU with the same dtype (same tolerance), greedy agreement with both reported; the default dtype
+//            (fast: f16 on the CPU, f32 on CUDA). CUDA stores f32 only for now: another dtype under device
+//            cuda must be refused at load naming f32 (PASS); when CUDA gains a dtype, it is checked like the CPU.
 //   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
 //            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype]
 //          [--filter REGEX] [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -48,6 +53,9 @@ const EXACT_TOL = 1e-3; // parity.test.ts
 const FAST_TOL = 0.2; // parity.test.ts: int8 activations on tiny random models
 const VLM_F32_TOL = 1e-4; // vlm.test.ts / mistral3.test.ts
 const FIXTURE_KV = 32 << 20;
+// max |logit diff| / max(1, max|logit|) per KV dtype at exact precision (test/native/kv-cache.test.ts).
+const KV_TOL = { f32: 1e-3, f16: 3e-3, bf16: 2e-2, int8: 4e-2 };
+const CUDA_KV_DTYPES = new Set(['f32']); // what the CUDA KV storage holds today (backend/device.cpp)
 const GREEDY = Object.freeze({
   temperature: 0, topP: 1, topK: 0, minP: 0, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0,
   seed: 0, counter: 0, logprobs: -1,
@@ -75,7 +83,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -715,6 +723,81 @@ function kvTooLarge(addon, fx) {
   report('FAIL', 'errors', name, `kvCacheBytes ${budget} loaded (kvBytes ${info.kvBytes}, ${info.numBlocks} blocks) instead of failing clearly`);
 }
 
+// ---------------------------------------------------------------- KV cache dtypes
+
+async function kvDtypeChecks(addon, device, fx) {
+  const base = { device, kvCacheBytes: FIXTURE_KV };
+  await guard('kvdtype', `${fx.name} default`, async () => {
+    const m = addon.loadModel(fx.dir, base);
+    const got = m.info().kvCacheDtype;
+    m.close();
+    const want = device === 'cuda' ? 'f32' : 'f16';
+    report(got === want ? 'PASS' : 'FAIL', 'kvdtype', `${fx.name} default`, `fast precision on ${device} stores ${got} (want ${want})`);
+  });
+  for (const dtype of Object.keys(KV_TOL)) {
+    const name = `${fx.name} kv ${dtype}`;
+    const opts = { ...base, precision: 'exact', kvCacheDtype: dtype };
+    if (device === 'cuda' && !CUDA_KV_DTYPES.has(dtype)) {
+      let msg = '';
+      try {
+        addon.loadModel(fx.dir, opts).close();
+      } catch (e) {
+        msg = e instanceof Error ? e.message : String(e);
+      }
+      report(/f32/.test(msg) ? 'PASS' : 'FAIL', 'kvdtype', name, msg ? `refused: ${msg}` : 'loaded on cuda, but CUDA_KV_DTYPES lacks it: add it there');
+      continue;
+    }
+    const model = load(addon, fx.dir, opts, 'kvdtype', name);
+    if (!model) continue;
+    const cpu = device === 'cpu' ? null : addon.loadModel(fx.dir, { ...opts, device: 'cpu' });
+    await guard('kvdtype', name, async () => {
+      try {
+        const problems = [];
+        let worst = 0;
+        let worstCpu = 0;
+        let agree = 0;
+        let agreeCpu = 0;
+        let total = 0;
+        const v = fx.ref.vocab_size;
+        if (model.info().kvCacheDtype !== dtype) problems.push(`info says ${model.info().kvCacheDtype}`);
+        for (let p = 0; p < fx.ref.prompts.length; p++) {
+          const pr = fx.ref.prompts[p];
+          const spec = { id: `p${p}`, prompt: pr.ids, maxTokens: pr.greedy.length, chunk: 7, logitRows: pr.logits_rows };
+          const out = (await runSequences(model, [spec])).get(spec.id);
+          const ref = cpu ? (await runSequences(cpu, [spec])).get(spec.id) : null;
+          if (out.errors.length || ref?.errors.length) {
+            problems.push(`prompt ${p} errors: ${[...out.errors, ...(ref?.errors ?? [])].join('; ')}`);
+            continue;
+          }
+          const scale = Math.max(1, pr.max_abs_logit);
+          for (let j = 0; j < out.logits.length; j++) {
+            if (j > 0 && out.tokens[j - 1] !== pr.greedy[j - 1]) break;
+            const d = maxAbsDiff(out.logits[j], fx.logits.subarray(pr.logits_offset + j * v, pr.logits_offset + (j + 1) * v)) / scale;
+            worst = Math.max(worst, d);
+            if (!(d <= KV_TOL[dtype])) problems.push(`prompt ${p} row ${j} vs transformers: ${fmt(d)} > ${KV_TOL[dtype]}`);
+          }
+          if (ref) {
+            for (let j = 0; j < Math.min(out.logits.length, ref.logits.length); j++) {
+              if (j > 0 && out.tokens[j - 1] !== ref.tokens[j - 1]) break;
+              const d = maxAbsDiff(out.logits[j], ref.logits[j]) / scale;
+              worstCpu = Math.max(worstCpu, d);
+              if (!(d <= KV_TOL[dtype])) problems.push(`prompt ${p} row ${j} vs the CPU: ${fmt(d)} > ${KV_TOL[dtype]}`);
+            }
+            agreeCpu += agreePrefix(out.tokens, ref.tokens);
+          }
+          agree += agreePrefix(out.tokens, pr.greedy);
+          total += pr.greedy.length;
+        }
+        const nums = `vs transformers ${fmt(worst)} (tol ${KV_TOL[dtype]}), greedy ${agree}/${total}` + (cpu ? `; vs CPU ${fmt(worstCpu)}, greedy ${agreeCpu}/${total}` : '');
+        report(problems.length ? 'FAIL' : 'PASS', 'kvdtype', name, problems.length ? `${nums}; ${problems.slice(0, 4).join('; ')}` : nums);
+      } finally {
+        model.close();
+        cpu?.close();
+      }
+    });
+  }
+}
+
 // ---------------------------------------------------------------- device report (CUDA only)
 
 function deviceChecks(addon, fx) {
@@ -922,6 +1005,7 @@ async function main() {
   }
 
   if (want('pool')) await poolChecks(addon, o.device);
+  if (want('kvdtype')) for (const fx of models.filter((f) => /-f32$/.test(f.name) && !f.name.includes('embedding'))) await kvDtypeChecks(addon, o.device, fx);
 
   const count = (s) => results.filter((r) => r.status === s).length;
   const [passed, failed, skipped] = [count('PASS'), count('FAIL'), count('SKIP')];

@@ -36,7 +36,7 @@ module.exports = {
     if (options.device === 'cuda' && !gpu) throw new Error('this rapid binary was built without CUDA');
     const info = {
       architecture: 'Fake', family: 'fake', vocabSize: 8, hiddenSize: 4, numLayers: 1, contextLength: 64,
-      blockSize: 16, numBlocks: 4, kvBytes: 0, weightBytes: 0, quantization: 'none', precision: 'exact', threads: 2,
+      blockSize: 16, numBlocks: 4, kvBytes: 0, kvCacheDtype: 'f32', weightBytes: 0, quantization: 'none', precision: 'exact', threads: 2,
       device: gpu ? 'cuda' : 'cpu', deviceName: gpu ? cuda.devices[0].name : 'cpu',
     };
     return { info: () => info, step: async () => ({ rows: [], timings: { forwardMs: 0, sampleMs: 0, tokens: 0 } }), encodeImage: async () => { throw new Error('no vision'); }, close() {} };

@@ -111,6 +111,7 @@ export class FakeModel implements NativeModel {
       blockSize: o.blockSize,
       numBlocks: o.numBlocks,
       kvBytes: o.numBlocks * o.blockSize * 8,
+      kvCacheDtype: 'f32',
       weightBytes: 0,
       quantization: 'none',
       precision: 'exact',

@@ -56,6 +56,11 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
       if (!dv.IsString()) throw Napi::TypeError::New(env, "options.device must be 'auto', 'cpu' or 'cuda'");
       o.device = guarded(env, [&] { return parse_device(dv.As<Napi::String>().Utf8Value()); });
     }
+    Napi::Value kd = opts.Get("kvCacheDtype");
+    if (!kd.IsUndefined()) {
+      if (!kd.IsString()) throw Napi::TypeError::New(env, "options.kvCacheDtype must be 'f32', 'f16', 'bf16' or 'int8'");
+      o.kv_dtype = guarded(env, [&] { return parse_kv_dtype(kd.As<Napi::String>().Utf8Value()); });
+    }
     Napi::Value p = opts.Get("precision");
     if (!p.IsUndefined()) {
       const std::string ps = p.IsString() ? p.As<Napi::String>().Utf8Value() : "";

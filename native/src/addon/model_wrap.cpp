@@ -145,6 +145,7 @@ Napi::Value ModelWrap::Info(const Napi::CallbackInfo& info) {
   o.Set("blockSize", Napi::Number::New(env, rt_->kv->block_size()));
   o.Set("numBlocks", Napi::Number::New(env, rt_->kv->num_blocks()));
   o.Set("kvBytes", Napi::Number::New(env, double(rt_->kv->bytes())));
+  o.Set("kvCacheDtype", kv_dtype_name(rt_->kv->dtype()));
   o.Set("weightBytes", Napi::Number::New(env, double(m.weight_bytes)));
   o.Set("quantization", m.quantization);
   o.Set("precision", rt_->precision == Precision::Exact ? "exact" : "fast");

@@ -24,7 +24,7 @@ std::shared_ptr<Runtime> load_runtime(const std::string& dir, const LoadOptions&
   // Host default: a quarter of available memory, capped at 2 GiB; pages are only committed when written.
   const int64_t avail = available_memory();
   const int64_t host_default = std::min<int64_t>(avail > 0 ? avail / 4 : (int64_t(512) << 20), int64_t(2) << 30);
-  Placement p = place_model(load_model(dir), o.device, o.block_size, o.kv_bytes, host_default, o.precision);
+  Placement p = place_model(load_model(dir), o.device, o.block_size, o.kv_bytes, host_default, o.precision, o.kv_dtype);
   rt->model = std::move(p.model);
   rt->kv = std::move(p.kv);
   rt->device = std::move(p.device);

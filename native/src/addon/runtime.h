@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include "addon/mask_gate.h"
 #include "backend/device.h"
@@ -20,6 +21,7 @@ struct LoadOptions {
   int block_size = 16;
   Precision precision = Precision::Fast;
   DeviceKind device = DeviceKind::Auto;
+  std::optional<KvDtype> kv_dtype;  // unset: default_kv_dtype for the device and precision
 };
 
 struct Runtime {

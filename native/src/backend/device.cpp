@@ -26,9 +26,10 @@ CudaStatus cuda_status() {
 }
 
 static Placement on_cpu(std::unique_ptr<Model> host, int block_size, int64_t kv_bytes, int64_t host_default,
-                        std::string note) {
+                        KvDtype kv_dtype, std::string note) {
   Placement p;
-  p.kv = std::make_unique<KvPool>(host->kv_layers(), block_size, size_t(kv_bytes > 0 ? kv_bytes : host_default));
+  p.kv = std::make_unique<KvPool>(host->kv_layers(), block_size, size_t(kv_bytes > 0 ? kv_bytes : host_default),
+                                  /*allocate=*/true, kv_dtype);
   p.model = std::move(host);
   p.device = "cpu";
   p.device_name = matmul_kernel_name();
@@ -37,11 +38,17 @@ static Placement on_cpu(std::unique_ptr<Model> host, int block_size, int64_t kv_
 }
 
 Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_size, int64_t kv_bytes,
-                      int64_t host_default, [[maybe_unused]] Precision precision) {
-  if (want == DeviceKind::Cpu) return on_cpu(std::move(host), block_size, kv_bytes, host_default, "");
+                      int64_t host_default, [[maybe_unused]] Precision precision, std::optional<KvDtype> kv_dtype) {
+  const bool exact = precision == Precision::Exact;
+  const KvDtype cpu_dtype = kv_dtype.value_or(default_kv_dtype(false, exact));
+  if (want == DeviceKind::Cpu) return on_cpu(std::move(host), block_size, kv_bytes, host_default, cpu_dtype, "");
   const CudaStatus st = cuda_status();
   std::string why;
   if (!st.compiled || st.devices.empty()) why = st.error.empty() ? "no CUDA device" : st.error;
+  const KvDtype cuda_dtype = kv_dtype.value_or(default_kv_dtype(true, exact));
+  if (why.empty() && cuda_dtype != KvDtype::F32)
+    why = std::string("the CUDA KV cache stores f32 only for now, not ") + kv_dtype_name(cuda_dtype) +
+          " (pass --kv-cache-dtype f32)";
 #if RAPID_CUDA
   if (why.empty()) why = cuda::unsupported_reason(*host);
   if (why.empty()) {
@@ -52,7 +59,7 @@ Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_si
       budget = std::min<int64_t>(std::max<int64_t>(left / 2, int64_t(256) << 20), int64_t(32) << 30);
     }
     Placement p;
-    p.kv = std::make_unique<KvPool>(host->kv_layers(), block_size, size_t(budget), /*allocate=*/false);
+    p.kv = std::make_unique<KvPool>(host->kv_layers(), block_size, size_t(budget), /*allocate=*/false, cuda_dtype);
     p.model = cuda::make_cuda_model(std::move(host), *p.kv, precision);
     p.device = "cuda";
     p.device_name = st.devices.front().name;
@@ -60,7 +67,7 @@ Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_si
   }
 #endif
   if (want == DeviceKind::Cuda) throw std::runtime_error("device cuda: " + why);
-  return on_cpu(std::move(host), block_size, kv_bytes, host_default, "CUDA not used: " + why);
+  return on_cpu(std::move(host), block_size, kv_bytes, host_default, cpu_dtype, "CUDA not used: " + why);
 }
 
 }  // namespace rapid

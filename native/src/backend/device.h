@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 #include "kv/kv_pool.h"
@@ -45,7 +46,8 @@ struct Placement {
 // kv_bytes <= 0 picks the device's default budget (host: host_default). Throws when CUDA was asked
 // for and cannot be used, saying why; with auto, the placement's note says why the CPU was chosen.
 // `precision` is the arithmetic every forward will use (CUDA lays Fast-only weights out for it).
+// kv_dtype: the KV cache's element type; unset picks default_kv_dtype for the device and precision.
 Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_size, int64_t kv_bytes,
-                      int64_t host_default, Precision precision);
+                      int64_t host_default, Precision precision, std::optional<KvDtype> kv_dtype = std::nullopt);
 
 }  // namespace rapid

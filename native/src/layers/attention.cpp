@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include "kv/kv_convert.h"
 #include "layers/attention_tile.h"
 
 namespace rapid {
@@ -9,12 +10,15 @@ namespace rapid {
 void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) {
   const KvPool::View kvv = kv.view(layer);
   const int bs = kv.block_size();
+  const int hd = kvv.head_dim;
   for (const SeqSpan& sp : spans)
     for (int64_t i = 0; i < sp.n; ++i) {
       const int64_t slot = sp.context_len + i;
       const size_t off = size_t(sp.block_table[slot / bs]) * kvv.block_stride + size_t(slot % bs) * kvv.token_stride;
-      std::memcpy(kvv.k + off, k + (sp.start + i) * int64_t(kvv.token_stride), kvv.token_stride * sizeof(float));
-      std::memcpy(kvv.v + off, v + (sp.start + i) * int64_t(kvv.token_stride), kvv.token_stride * sizeof(float));
+      const int64_t src = (sp.start + i) * int64_t(kvv.token_stride);  // [n_kv_heads, hd] of token i
+      const size_t si = off / size_t(hd);                               // first scale of the slot (int8)
+      kv::store_slot(kvv.dtype, k + src, kvv.k + off * kvv.elem_bytes, kvv.ks ? kvv.ks + si : nullptr, kvv.n_kv_heads, hd);
+      kv::store_slot(kvv.dtype, v + src, kvv.v + off * kvv.elem_bytes, kvv.vs ? kvv.vs + si : nullptr, kvv.n_kv_heads, hd);
     }
 }
 
@@ -58,8 +62,11 @@ void paged_attention(ThreadPool& pool, KvPool& kv, int layer, const float* q, fl
       tile.out = out + (sp.start + w.t0) * s.n_heads * hd + int64_t(w.kv_head) * group * hd;
       tile.n_q = w.t1 - w.t0;
       tile.qpos0 = sp.context_len + w.t0;
-      tile.k_base = kvv.k + size_t(w.kv_head) * size_t(hd);
-      tile.v_base = kvv.v + size_t(w.kv_head) * size_t(hd);
+      tile.dtype = kvv.dtype;
+      tile.k_base = kvv.k + size_t(w.kv_head) * size_t(hd) * kvv.elem_bytes;
+      tile.v_base = kvv.v + size_t(w.kv_head) * size_t(hd) * kvv.elem_bytes;
+      tile.ks_base = kvv.ks ? kvv.ks + w.kv_head : nullptr;
+      tile.vs_base = kvv.vs ? kvv.vs + w.kv_head : nullptr;
       tile.block_stride = kvv.block_stride;
       tile.token_stride = kvv.token_stride;
       tile.block_table = sp.block_table;

@@ -1,6 +1,7 @@
 #include "layers/attention_tile.h"
 #include <algorithm>
 #include <cmath>
+#include "kv/kv_convert.h"
 #include "layers/vec_math.h"
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -24,14 +25,14 @@ void scores_scalar(const float* qt, const float* kt, float* s, int64_t M, int64_
 }
 
 // o[g, :] = Σ_{j in [lo, hi]} p[g][j] · v[j] for the G rows of one query token.
-void pv_scalar(const float* p, int64_t ldp, const float* const* vrow, int64_t lo, int64_t hi, int G, int hd, float* o,
+void pv_scalar(const float* p, int64_t ldp, const void* const* vrow, int64_t lo, int64_t hi, int G, int hd, float* o,
                int64_t ldo) {
   for (int g = 0; g < G; ++g) {
     float* og = o + g * ldo;
     std::fill(og, og + hd, 0.0f);
     for (int64_t j = lo; j <= hi; ++j) {
       const float pj = p[g * ldp + j];
-      const float* v = vrow[j];
+      const float* v = static_cast<const float*>(vrow[j]);
       for (int d = 0; d < hd; ++d) og[d] += pj * v[d];
     }
   }
@@ -72,11 +73,28 @@ AVX2 void scores_avx2(const float* qt, const float* kt, float* s, int64_t M, int
   for (; m < M; ++m) scores_rows<1>(qt + m * hd, kt, s + m * Nkp, Nkp, hd);
 }
 
+// Eight stored values of a V row from element i as f32: the same conversions as kv::load_row, so a
+// fused read equals reading a converted row (f16/bf16 widen exactly; int8 is one multiply by its scale).
+#define AVX2_F16C __attribute__((target("avx2,fma,f16c")))
+template <KvDtype T>
+AVX2_F16C inline __m256 load8(const uint8_t* row, int i, __m256 scale) {
+  if constexpr (T == KvDtype::F32) return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + i);
+  if constexpr (T == KvDtype::F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i)));
+  if constexpr (T == KvDtype::BF16)
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * i))), 16));
+  if constexpr (T == KvDtype::I8)
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(row + i)))),
+                         scale);
+  return _mm256_setzero_ps();
+}
+
 // R rows (heads of one query token) × DV·8 output dims per pass: R·DV independent FMA chains hide
-// the FMA latency; each V row segment is loaded once per pass.
-template <int R, int DV>
-AVX2 void pv_block(const float* p, int64_t ldp, const float* const* vrow, int64_t lo, int64_t hi, int d, float* o,
-                   int64_t ldo) {
+// the FMA latency; each V row segment is loaded (and converted, for 16-bit / int8 caches) once per pass.
+// vscale [Nk]: the rows' int8 scales (T == I8 only).
+template <KvDtype T, int R, int DV>
+AVX2_F16C void pv_block(const float* p, int64_t ldp, const void* const* vrow, const float* vscale, int64_t lo, int64_t hi,
+                        int d, float* o, int64_t ldo) {
   // Fully unrolled so GCC keeps the accumulators in registers (otherwise it spills them every j).
   __m256 acc[R][DV];
 #pragma GCC unroll 8
@@ -84,10 +102,11 @@ AVX2 void pv_block(const float* p, int64_t ldp, const float* const* vrow, int64_
 #pragma GCC unroll 8
     for (int v = 0; v < DV; ++v) acc[r][v] = _mm256_setzero_ps();
   for (int64_t j = lo; j <= hi; ++j) {
-    const float* vj = vrow[j] + d;
+    const uint8_t* vj = static_cast<const uint8_t*>(vrow[j]);
+    const __m256 sj = T == KvDtype::I8 ? _mm256_set1_ps(vscale[j]) : _mm256_setzero_ps();
     __m256 vv[DV];
 #pragma GCC unroll 8
-    for (int v = 0; v < DV; ++v) vv[v] = _mm256_loadu_ps(vj + 8 * v);
+    for (int v = 0; v < DV; ++v) vv[v] = load8<T>(vj, d + 8 * v, sj);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const __m256 pb = _mm256_broadcast_ss(p + r * ldp + j);
@@ -101,27 +120,40 @@ AVX2 void pv_block(const float* p, int64_t ldp, const float* const* vrow, int64_
     for (int v = 0; v < DV; ++v) _mm256_storeu_ps(o + r * ldo + d + 8 * v, acc[r][v]);
 }
 
-template <int R>
-AVX2 void pv_rows(const float* p, int64_t ldp, const float* const* vrow, int64_t lo, int64_t hi, int hd, float* o,
-                  int64_t ldo) {
+template <KvDtype T, int R>
+AVX2_F16C void pv_rows(const float* p, int64_t ldp, const void* const* vrow, const float* vscale, int64_t lo, int64_t hi,
+                       int hd, float* o, int64_t ldo) {
   constexpr int kMaxDV = 8 / R;  // about 8 accumulators in flight
   int d = 0;
   if constexpr (kMaxDV >= 8)
-    for (; d + 64 <= hd; d += 64) pv_block<R, 8>(p, ldp, vrow, lo, hi, d, o, ldo);
+    for (; d + 64 <= hd; d += 64) pv_block<T, R, 8>(p, ldp, vrow, vscale, lo, hi, d, o, ldo);
   if constexpr (kMaxDV >= 4)
-    for (; d + 32 <= hd; d += 32) pv_block<R, 4>(p, ldp, vrow, lo, hi, d, o, ldo);
+    for (; d + 32 <= hd; d += 32) pv_block<T, R, 4>(p, ldp, vrow, vscale, lo, hi, d, o, ldo);
   if constexpr (kMaxDV >= 2)
-    for (; d + 16 <= hd; d += 16) pv_block<R, 2>(p, ldp, vrow, lo, hi, d, o, ldo);
-  for (; d + 8 <= hd; d += 8) pv_block<R, 1>(p, ldp, vrow, lo, hi, d, o, ldo);
+    for (; d + 16 <= hd; d += 16) pv_block<T, R, 2>(p, ldp, vrow, vscale, lo, hi, d, o, ldo);
+  for (; d + 8 <= hd; d += 8) pv_block<T, R, 1>(p, ldp, vrow, vscale, lo, hi, d, o, ldo);
 }
 
-AVX2 void pv_avx2(const float* p, int64_t ldp, const float* const* vrow, int64_t lo, int64_t hi, int G, int hd, float* o,
-                  int64_t ldo) {
+template <KvDtype T>
+AVX2_F16C void pv_avx2(const float* p, int64_t ldp, const void* const* vrow, const float* vscale, int64_t lo, int64_t hi,
+                       int G, int hd, float* o, int64_t ldo) {
   int g = 0;
-  for (; g + 4 <= G; g += 4) pv_rows<4>(p + g * ldp, ldp, vrow, lo, hi, hd, o + g * ldo, ldo);
-  for (; g + 2 <= G; g += 2) pv_rows<2>(p + g * ldp, ldp, vrow, lo, hi, hd, o + g * ldo, ldo);
-  for (; g < G; ++g) pv_rows<1>(p + g * ldp, ldp, vrow, lo, hi, hd, o + g * ldo, ldo);
+  for (; g + 4 <= G; g += 4) pv_rows<T, 4>(p + g * ldp, ldp, vrow, vscale, lo, hi, hd, o + g * ldo, ldo);
+  for (; g + 2 <= G; g += 2) pv_rows<T, 2>(p + g * ldp, ldp, vrow, vscale, lo, hi, hd, o + g * ldo, ldo);
+  for (; g < G; ++g) pv_rows<T, 1>(p + g * ldp, ldp, vrow, vscale, lo, hi, hd, o + g * ldo, ldo);
 }
+
+// The P·V pass over rows stored as t (f32 rows: f32 caches, or converted ones).
+AVX2_F16C void pv_simd(KvDtype t, const float* p, int64_t ldp, const void* const* vrow, const float* vscale, int64_t lo,
+                       int64_t hi, int G, int hd, float* o, int64_t ldo) {
+  switch (t) {
+    case KvDtype::F32: return pv_avx2<KvDtype::F32>(p, ldp, vrow, vscale, lo, hi, G, hd, o, ldo);
+    case KvDtype::F16: return pv_avx2<KvDtype::F16>(p, ldp, vrow, vscale, lo, hi, G, hd, o, ldo);
+    case KvDtype::BF16: return pv_avx2<KvDtype::BF16>(p, ldp, vrow, vscale, lo, hi, G, hd, o, ldo);
+    case KvDtype::I8: return pv_avx2<KvDtype::I8>(p, ldp, vrow, vscale, lo, hi, G, hd, o, ldo);
+  }
+}
+#undef AVX2_F16C
 #undef AVX2
 #endif
 
@@ -159,24 +191,56 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
 
   // V row pointers; for a decode tile (one query token) the G·Nk scores are direct dot products,
   // otherwise keys are transposed to [hd, Nkp] (zero padded) for the panel kernel.
-  std::vector<const float*> vrow(static_cast<size_t>(Nk));
+  std::vector<const void*> vrow(static_cast<size_t>(Nk));
   sc.s.resize(size_t(M * Nkp));
+  // Rows of key/value j as f32 [hd]: f32 caches are read in place, others converted (exactly the same
+  // values whatever the tile, so batch invariance holds for every dtype).
+  const bool f32 = t.dtype == KvDtype::F32;
+  const size_t eb = kv_elem_bytes(t.dtype);
+  // Values of 16-bit / int8 caches are converted inside the SIMD P·V pass where it can (vrow then points
+  // at the stored codes); otherwise into sc.vc first. Both give the same f32 values.
+#if defined(__x86_64__)
+  const bool fused_v = !f32 && simd && hd % 8 == 0 && kv::simd_loads();
+#else
+  const bool fused_v = false;
+#endif
+  [[maybe_unused]] const KvDtype vrow_type = fused_v ? t.dtype : KvDtype::F32;
+  if (!f32) sc.kr.resize(size_t(hd));
+  if (!f32 && !fused_v) sc.vc.resize(size_t(Nk * hd));
+  if (fused_v && t.dtype == KvDtype::I8) sc.vs.resize(size_t(Nk));
+  auto slot_of = [&](int64_t j) {
+    const int64_t k = kstart + j;
+    return size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
+  };
+  auto key_row = [&](size_t off) -> const float* {
+    if (f32) return reinterpret_cast<const float*>(t.k_base) + off;
+    kv::load_row(t.dtype, t.k_base + off * eb, t.ks_base ? t.ks_base + off / size_t(hd) : nullptr, sc.kr.data(), hd);
+    return sc.kr.data();
+  };
+  auto value_row = [&](size_t off, int64_t j) -> const void* {
+    if (f32) return reinterpret_cast<const float*>(t.v_base) + off;
+    if (fused_v) {
+      if (t.dtype == KvDtype::I8) sc.vs[size_t(j)] = kv::f16_to_f32(t.vs_base[off / size_t(hd)]);
+      return t.v_base + off * eb;
+    }
+    float* dst = sc.vc.data() + j * hd;
+    kv::load_row(t.dtype, t.v_base + off * eb, t.vs_base ? t.vs_base + off / size_t(hd) : nullptr, dst, hd);
+    return dst;
+  };
   if (t.n_q == 1) {
     for (int64_t j = 0; j < Nk; ++j) {
-      const int64_t k = kstart + j;
-      const size_t off = size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
-      const float* kr = t.k_base + off;  // [hd]
+      const size_t off = slot_of(j);
+      const float* kr = key_row(off);  // [hd]
       for (int g = 0; g < G; ++g) sc.s[size_t(g * Nkp + j)] = vec::dot(sc.qt.data() + g * hd, kr, hd);
-      vrow[size_t(j)] = t.v_base + off;
+      vrow[size_t(j)] = value_row(off, j);
     }
   } else {
     sc.kt.assign(size_t(hd * Nkp), 0.0f);
     for (int64_t j = 0; j < Nk; ++j) {
-      const int64_t k = kstart + j;
-      const size_t off = size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
-      const float* kr = t.k_base + off;  // [hd]
+      const size_t off = slot_of(j);
+      const float* kr = key_row(off);  // [hd]
       for (int d = 0; d < hd; ++d) sc.kt[size_t(d * Nkp + j)] = kr[d];
-      vrow[size_t(j)] = t.v_base + off;
+      vrow[size_t(j)] = value_row(off, j);
     }
 #if defined(__x86_64__)
     if (simd) scores_avx2(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
@@ -213,7 +277,7 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
     }
     const float* p = sc.s.data() + m0 * Nkp;
 #if defined(__x86_64__)
-    if (simd) pv_avx2(p, Nkp, vrow.data(), jl, jh, Rb, hd, sc.o.data() + m0 * hd, hd);
+    if (simd) pv_simd(vrow_type, p, Nkp, vrow.data(), sc.vs.data(), jl, jh, Rb, hd, sc.o.data() + m0 * hd, hd);
     else
 #endif
       pv_scalar(p, Nkp, vrow.data(), jl, jh, Rb, hd, sc.o.data() + m0 * hd, hd);

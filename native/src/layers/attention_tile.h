@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <vector>
+#include "kv/kv_dtype.h"
 
 namespace rapid {
 
@@ -17,9 +18,11 @@ struct AttnTile {
   float* out = nullptr;            // same layout as q
   int64_t n_q = 0;                 // query tokens in the chunk
   int64_t qpos0 = 0;               // KV index of the first query token
-  const float* k_base = nullptr;   // layer K + kv_head*hd
-  const float* v_base = nullptr;   // layer V + kv_head*hd
-  size_t block_stride = 0, token_stride = 0;
+  KvDtype dtype = KvDtype::F32;    // stored type; non-f32 rows are converted to f32 as they are read
+  const uint8_t* k_base = nullptr; // layer K + kv_head*hd elements
+  const uint8_t* v_base = nullptr; // layer V + kv_head*hd elements
+  const uint16_t* ks_base = nullptr, *vs_base = nullptr;  // int8: layer scales + kv_head (else null)
+  size_t block_stride = 0, token_stride = 0;  // in elements
   const int32_t* block_table = nullptr;
   int block_size = 16;
   // Bidirectional blocks: pairs [start, end) of KV indices (sorted, disjoint); a query inside one
@@ -34,6 +37,9 @@ struct AttnScratch {
   std::vector<float> kt;  // [hd, Nkp] keys transposed, zero padded to Nkp
   std::vector<float> s;   // [M, Nkp] scores → probabilities
   std::vector<float> o;   // [M, hd] outputs before scattering to heads
+  std::vector<float> kr;  // [hd] one key converted to f32 (16-bit / int8 caches)
+  std::vector<float> vc;  // [Nk, hd] values converted to f32 (16-bit / int8 caches, portable path)
+  std::vector<float> vs;  // [Nk] int8 value scales as f32 (SIMD path)
 };
 
 void attention_tile(const AttnTile& t, AttnScratch& scratch);

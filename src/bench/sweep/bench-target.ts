@@ -6,7 +6,7 @@ import { fetch, type Agent } from 'undici';
 import { benchAgent } from '../../net/dispatchers.js';
 import { chatCompletionsUrl, modelsUrl } from './endpoint.js';
 import type { StreamTarget } from './stream-request.js';
-import type { NativeDevice } from '../../native/types.js';
+import type { KvCacheDtype, NativeDevice } from '../../native/types.js';
 
 export interface InProcessOptions {
   threads?: number;
@@ -16,6 +16,7 @@ export interface InProcessOptions {
   /** Connections of the client pool. */
   connections: number;
   kvCacheMemory?: number;
+  kvCacheDtype?: KvCacheDtype;
   log?: (line: string) => void;
 }
 
@@ -68,6 +69,7 @@ export async function openInProcessTarget(spec: string, o: InProcessOptions): Pr
       maxNumSeqs: o.maxNumSeqs,
       maxWaiting: Math.max(256, o.maxNumSeqs * 4),
       kvCacheMemory: o.kvCacheMemory,
+      kvCacheDtype: o.kvCacheDtype,
       recommended: resolved.entry?.sampling,
     },
     o.log,

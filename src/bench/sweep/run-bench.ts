@@ -14,7 +14,7 @@ import { loadSchemaCheck, type SchemaCheck } from './schema-validator.js';
 import { runSweep, validateSweep, type SweepListener } from './sweep.js';
 import { longPromptMixTable, runLongPromptMix } from './long-prompt-mix.js';
 import { validateWorkload, type WorkloadKind, type WorkloadOptions } from './workload.js';
-import type { NativeDevice } from '../../native/types.js';
+import type { KvCacheDtype, NativeDevice } from '../../native/types.js';
 
 export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed';
 
@@ -46,6 +46,7 @@ export interface BenchOptions {
   precision?: 'exact' | 'fast';
   device?: NativeDevice;
   kvCacheMemory?: number;
+  kvCacheDtype?: KvCacheDtype;
   /** auto: the ink view on a terminal, plain lines otherwise. */
   progress?: 'auto' | 'live' | 'plain' | 'none';
   /** Instead of the sweep: a long prompt of this many words among short and running requests. */
@@ -103,7 +104,7 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
   const opened: OpenTarget =
     o.url !== undefined
       ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs, connections)
-      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, connections, kvCacheMemory: o.kvCacheMemory, log: () => undefined });
+      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, connections, kvCacheMemory: o.kvCacheMemory, kvCacheDtype: o.kvCacheDtype, log: () => undefined });
   if (o.longPrompt !== undefined) {
     try {
       const mix = await runLongPromptMix({ target: opened.target, longWords: o.longPrompt, timeoutMs: o.timeoutMs, seed: o.seed });

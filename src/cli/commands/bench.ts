@@ -3,7 +3,7 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
 import { parseByteSize } from './serve.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption, useDevice } from '../options.js';
+import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseFloatOption, parseIntOption, useDevice } from '../options.js';
 
 /** "1,2,4,16" -> [1, 2, 4, 16] */
 export function parseConcurrencyList(value: string): number[] {
@@ -46,6 +46,7 @@ export function registerBench(program: Command, version = '0.0.0'): void {
     .option('--precision <mode>', 'in-process model: exact or fast', 'fast')
     .option('--device <device>', `in-process model: ${DEVICE_HELP}`, parseDeviceOption)
     .option('--kv-cache-memory <size>', 'in-process model: KV cache budget, e.g. 2GiB', parseByteSize)
+    .addOption(kvCacheDtypeOption('in-process model: '))
     .action(async (model: string | undefined, opts: CliOptions) => {
       checkPrecision(opts.precision);
       if (!['auto', 'live', 'plain', 'none'].includes(opts.progress ?? 'auto')) throw new Error(`--progress must be auto, live, plain or none, got "${opts.progress}"`);

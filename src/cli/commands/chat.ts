@@ -7,8 +7,9 @@ import { httpBackend } from '../../chat/http-backend.js';
 import { localBackend } from '../../chat/local-backend.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
 import type { DeviceFlag } from '../../native/device-index.js';
+import type { KvCacheDtype } from '../../native/types.js';
 import { openCommandModel } from '../open-model.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 
 interface ChatOptions {
   url?: string;
@@ -20,6 +21,7 @@ interface ChatOptions {
   threads?: number;
   precision: 'exact' | 'fast';
   device?: DeviceFlag;
+  kvCacheDtype?: KvCacheDtype;
 }
 
 /** Loads the ink UI as interactive. ink (is-in-ci, read once when first imported) draws only the final
@@ -43,7 +45,7 @@ async function openBackend(spec: string | undefined, opts: ChatOptions): Promise
     return httpBackend(opts.url, { model: opts.model, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY });
   }
   const name = spec ?? DEFAULT_MODEL;
-  const { model, defaults } = await openCommandModel(name, { threads: opts.threads, precision: opts.precision, device: opts.device });
+  const { model, defaults } = await openCommandModel(name, { threads: opts.threads, precision: opts.precision, device: opts.device, kvCacheDtype: opts.kvCacheDtype });
   return localBackend(name, model, defaults);
 }
 
@@ -61,6 +63,7 @@ export function registerChat(program: Command): void {
     .option('--threads <n>', 'in-process model: CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'in-process model: exact or fast', 'fast')
     .option('--device <device>', `in-process model: ${DEVICE_HELP}`, parseDeviceOption)
+    .addOption(kvCacheDtypeOption('in-process model: '))
     .action(async (spec: string | undefined, opts: ChatOptions) => {
       checkPrecision(opts.precision);
       // ink reads keys in raw mode: a pipe has none (rapid run is the command for scripts).

@@ -5,8 +5,9 @@ import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
 import { withWait } from '../wait-spinner.js';
 import { runOneRequest } from '../../app/one-request.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 import type { DeviceFlag } from '../../native/device-index.js';
+import type { KvCacheDtype } from '../../native/types.js';
 import { modelDevice } from '../../engine/model-device.js';
 import { readFileSync } from 'node:fs';
 import { grammarServiceFor } from '../../engine/grammar/grammar-service.js';
@@ -30,6 +31,7 @@ interface RunOptions {
   threads?: number;
   precision: 'exact' | 'fast';
   device?: DeviceFlag;
+  kvCacheDtype?: KvCacheDtype;
   schema?: string;
   /** false: max_tokens may cut constrained output mid-JSON (--no-budget-close). */
   budgetClose?: boolean;
@@ -74,6 +76,7 @@ export function registerRun(program: Command): void {
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
+    .addOption(kvCacheDtypeOption())
     .option('--schema <file>', 'constrain the output to JSON valid against this JSON Schema file')
     .option('--json-object', 'constrain the output to a JSON object')
     .option('--no-budget-close', 'let --max-tokens cut constrained output mid-JSON (default: steer to a valid end in the tokens left)')
@@ -85,7 +88,7 @@ export function registerRun(program: Command): void {
       const prompt = opts.prompt ?? (process.stdin.isTTY ? undefined : await readStdin());
       if (prompt === undefined || prompt.length === 0) throw new Error('no prompt: pass --prompt TEXT or pipe it on stdin');
       const format = responseFormat(opts);
-      const { model, defaults } = await openCommandModel(spec, { threads: opts.threads, precision: opts.precision, device: opts.device });
+      const { model, defaults } = await openCommandModel(spec, { threads: opts.threads, precision: opts.precision, device: opts.device, kvCacheDtype: opts.kvCacheDtype });
       try {
         if (model.info.embeddingOnly === true) {
           throw new Error(`${spec} is an embedding model (no language-model head): it cannot generate text; serve it with \`rapid serve\` and call POST /v1/embeddings`);

@@ -8,7 +8,7 @@ import { parseCorsOrigin } from '../../server/cors.js';
 import { resolveModelDetailed } from '../../models/resolve-model.js';
 import { createProgressPrinter } from '../../models/progress-printer.js';
 import { withWait } from '../wait-spinner.js';
-import { checkPrecision, DEVICE_HELP, parseDeviceOption, parseIntOption } from '../options.js';
+import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseIntOption } from '../options.js';
 import { loadNative } from '../../native/binding.js';
 import { describeDevice } from '../../engine/model-device.js';
 import { DEFAULT_MODEL } from '../../models/default-model.js';
@@ -89,6 +89,7 @@ export function registerServe(program: Command): void {
     .option('--max-waiting <n>', 'queued requests at most; more get 503', parseIntOption('--max-waiting'), ENGINE_DEFAULTS.maxWaiting)
     .option('--max-prefill-attention <n>', 'while requests decode, a prefill chunk attends to at most N query-key pairs (default: max-batched-tokens x 4096; 0: no cap)', parseIntOption('--max-prefill-attention'))
     .option('--kv-cache-memory <size>', 'KV cache budget, e.g. 2GiB (default: a share of free RAM)', parseByteSize)
+    .addOption(kvCacheDtypeOption())
     .option('--block-size <n>', 'tokens per KV block', parseIntOption('--block-size'))
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
@@ -136,7 +137,7 @@ export function registerServe(program: Command): void {
       log(
         `serving ${name} on ${running.url}/v1 ` +
           `(${info.family}${info.vision ? ` + ${info.vision.family} vision` : ''}, context ${info.contextLength}, ` +
-          `KV ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)}${(opts.dataParallel ?? 1) > 1 ? `; ${opts.dataParallel} engine processes` : ''})`,
+          `KV ${info.kvCacheDtype}: ${info.numBlocks * info.blockSize} tokens in ${info.numBlocks} blocks of ${info.blockSize}, ${describeDevice(info)}${(opts.dataParallel ?? 1) > 1 ? `; ${opts.dataParallel} engine processes` : ''})`,
       );
       // Why a GPU machine runs on the CPU; on a machine without an NVIDIA driver there is nothing to explain.
       // (With an engine child the addon stays out of this process.)

@@ -47,6 +47,8 @@ export async function checkSmokeTest(spec: string, probe: NativeProbe, opts: Smo
         family: info.family,
         quantization: info.quantization,
         weightBytes: info.weightBytes,
+        kvCacheDtype: info.kvCacheDtype,
+        kvCacheTokens: info.numBlocks * info.blockSize,
         promptTokens: done.usage.promptTokens,
         completionTokens: done.usage.completionTokens,
         prefillTokensPerSecond: Math.round(t.prefillTokensPerSecond * 10) / 10,
@@ -57,7 +59,7 @@ export async function checkSmokeTest(spec: string, probe: NativeProbe, opts: Smo
       return {
         ...base,
         status: 'ok',
-        finding: `${spec}: ${info.family} ${info.quantization}, ${formatBytes(info.weightBytes)} loaded in ${(loadMs / 1000).toFixed(1)} s; ${done.usage.completionTokens} tokens at ${details.decodeTokensPerSecond} tok/s (prefill ${details.prefillTokensPerSecond} tok/s): "${sample}"`,
+        finding: `${spec}: ${info.family} ${info.quantization}, ${formatBytes(info.weightBytes)} loaded in ${(loadMs / 1000).toFixed(1)} s, KV ${info.kvCacheDtype} holds ${details.kvCacheTokens} tokens; ${done.usage.completionTokens} tokens at ${details.decodeTokensPerSecond} tok/s (prefill ${details.prefillTokensPerSecond} tok/s): "${sample}"`,
         details,
       };
     } finally {
