@@ -60,6 +60,13 @@ export class ServerMetrics {
       ...counter('rapid_generation_tokens_total', 'tokens generated', s.tokens.generated),
       ...counter('rapid_prefix_cache_queries_total', 'prompt tokens looked up in the prefix cache', s.prefixCache.queryTokens),
       ...counter('rapid_prefix_cache_hits_total', 'prompt tokens served from the prefix cache', s.prefixCache.hitTokens),
+      ...(s.speculative
+        ? [
+            ...counter('rapid_spec_decode_draft_tokens_total', 'speculative draft tokens verified', s.speculative.drafted),
+            ...counter('rapid_spec_decode_accepted_tokens_total', 'speculative draft tokens kept by verification', s.speculative.accepted),
+            ...counter('rapid_spec_decode_rows_total', 'decode rows verified with a draft', s.speculative.rows),
+          ]
+        : []),
       ...(s.encoderCache
         ? [
             ...counter('rapid_image_encodes_total', 'images run through the vision encoder', s.encoderCache.encodes),
