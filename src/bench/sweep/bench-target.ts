@@ -7,6 +7,7 @@ import { benchAgent } from '../../net/dispatchers.js';
 import { chatCompletionsUrl, modelsUrl } from './endpoint.js';
 import type { StreamTarget } from './stream-request.js';
 import type { NativeDevice } from '../../native/types.js';
+import type { SpeculativeMode } from '../../engine/speculative/speculator.js';
 
 export interface InProcessOptions {
   threads?: number;
@@ -16,6 +17,7 @@ export interface InProcessOptions {
   /** Connections of the client pool. */
   connections: number;
   kvCacheMemory?: number;
+  speculative?: SpeculativeMode;
   log?: (line: string) => void;
 }
 
@@ -68,6 +70,7 @@ export async function openInProcessTarget(spec: string, o: InProcessOptions): Pr
       maxNumSeqs: o.maxNumSeqs,
       maxWaiting: Math.max(256, o.maxNumSeqs * 4),
       kvCacheMemory: o.kvCacheMemory,
+      ...(o.speculative !== undefined ? { speculative: o.speculative } : {}),
       recommended: resolved.entry?.sampling,
     },
     o.log,

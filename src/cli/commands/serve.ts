@@ -1,4 +1,5 @@
 // `rapid serve MODEL`: the continuous-batching engine behind the OpenAI-compatible HTTP server.
+import { parseSpeculativeMode, type SpeculativeMode } from '../../engine/speculative/speculator.js';
 import { ENGINE_DEFAULTS } from '../../engine/defaults.js';
 import { basename, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
@@ -45,6 +46,8 @@ export interface ServeOptions {
   device?: NativeDevice; // default: RAPID_DEVICE, else auto
   stepTimeout: number; // seconds
   prefixCache: boolean;
+  /** Speculative decoding; default defaultSpeculative(the model's device). */
+  speculative?: SpeculativeMode;
   maxBodyBytes?: number;
   shutdownGrace: number; // seconds
   allowRemoteImages: boolean;
@@ -158,6 +161,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     maxPrefillAttention: opts.maxPrefillAttention,
     stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
+    ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),
     encoderCacheBytes: opts.encoderCacheMemory,
   };
   let model: HostModel;
@@ -257,6 +261,7 @@ export function registerServe(program: Command): void {
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
     .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')
+    .option('--speculative <mode>', 'speculative decoding: ngram (drafts from the request\'s own context) or off (default: ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .option('--max-body-bytes <size>', 'largest request body accepted (default 8 MiB; 64 MiB for vision models: inline images)', parseByteSize)
     .option('--allow-remote-images', 'fetch http(s) image URLs (public addresses only; data: URIs are always accepted)', false)
     .option('--max-image-bytes <size>', 'largest image file accepted, inline or fetched', parseByteSize, IMAGE_DEFAULTS.maxImageBytes)
