@@ -9,6 +9,7 @@ import type { RequestGrammar } from './grammar/request-grammar.js';
 import type { KvBlockAllocator } from './kv-blocks.js';
 import { rowPositions } from './multimodal.js';
 import type { SamplingParams } from './sampling-params.js';
+import type { DraftPolicy } from './speculative/speculator.js';
 
 export type FinishReason = 'stop' | 'length';
 
@@ -62,6 +63,8 @@ export interface GenerateOptions {
   grammar?: RequestGrammar;
   /** Keep the event loop polling while a step runs (pollWhile; the engine's pollSteps): for CUDA models. */
   pollSteps?: boolean;
+  /** Speculative decoding: drafts verified in the decode step (never with a grammar or logprobs). */
+  drafts?: DraftPolicy;
 }
 
 let nextId = 0;
@@ -106,13 +109,14 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
   // A complete constrained output ends with "stop", or "length" when budget closing had to end it (as the engine).
   const closedReason = (): FinishReason => (opts.grammar?.closedByBudget?.() === true ? 'length' : 'stop');
   const poll = opts.pollSteps === true;
-  const step = async (tokens: Int32Array, contextLen: number, withSample: boolean) => {
+  const step = async (tokens: Int32Array, contextLen: number, withSample: boolean, draft = 0) => {
     if (opts.signal?.aborted) throw opts.signal.reason ?? new Error('aborted');
     if (!blocks.ensure(table, contextLen + tokens.length)) {
       throw new StepError(`KV cache is full (${blocks.numBlocks} blocks of ${blocks.blockSize}); raise the KV cache budget`);
     }
     const positions = rowPositions(contextLen, tokens.length, opts.mrope === true, promptIds.length, null);
     const row: NativeStepRow = { requestId, tokens, positions, blockTable: Int32Array.from(table), contextLen };
+    if (draft > 0) row.draft = draft;
     if (withSample) {
       row.sample = sample();
       if (opts.grammar) {
@@ -143,35 +147,43 @@ export async function* generate(opts: GenerateOptions): AsyncGenerator<GenerateE
     })();
     prefillMs = performance.now() - t0;
     t0 = performance.now();
-    for (;;) {
+    const drafts = opts.grammar === undefined && params.logprobs < 0 ? opts.drafts : undefined;
+    let draft: number[] = []; // the draft `last` verified
+    decode: for (;;) {
       if (last === null) {
         finishReason = closedReason();
         break;
       }
-      const token = last.token;
-      if (token === undefined) throw new StepError('sampler returned no token');
-      if (opts.grammar && !opts.grammar.accept(token)) throw new EngineRequestError(`the grammar rejected token ${token}`, 'grammar_failed');
-      output.push(token);
-      if (opts.stopTokenIds.has(token)) {
-        finishReason = 'stop';
-        break;
-      }
-      const piece = opts.stops.push(opts.text.push(token));
-      if (piece.text || params.logprobs >= 0) {
-        text += piece.text;
-        yield { type: 'delta', text: piece.text, token, logprob: last.logprob, topLogprobs: last.topLogprobs };
-      }
-      if (piece.stop !== null) {
-        finishReason = 'stop';
-        stoppedByString = true;
-        break;
+      if (last.token === undefined) throw new StepError('sampler returned no token');
+      const kept = draft.length > 0 ? (last.accepted ?? 0) : 0;
+      if (draft.length > 0) drafts!.record(draft.length, kept);
+      // The kept draft tokens, then the token sampled after them: each goes through output processing.
+      for (const token of [...draft.slice(0, kept), last.token]) {
+        if (opts.grammar && !opts.grammar.accept(token)) throw new EngineRequestError(`the grammar rejected token ${token}`, 'grammar_failed');
+        output.push(token);
+        if (opts.stopTokenIds.has(token)) {
+          finishReason = 'stop';
+          break decode;
+        }
+        const piece = opts.stops.push(opts.text.push(token));
+        if (piece.text || params.logprobs >= 0) {
+          text += piece.text;
+          yield { type: 'delta', text: piece.text, token, logprob: last.logprob, topLogprobs: last.topLogprobs };
+        }
+        if (piece.stop !== null) {
+          finishReason = 'stop';
+          stoppedByString = true;
+          break decode;
+        }
+        if (promptIds.length + output.length >= maxTotal) {
+          if (opts.grammar && (await opts.grammar.next()).kind === 'complete') finishReason = closedReason();
+          break decode;
+        }
       }
       const contextLen = promptIds.length + output.length - 1;
-      if (contextLen + 1 >= maxTotal) {
-        if (opts.grammar && (await opts.grammar.next()).kind === 'complete') finishReason = closedReason();
-        break;
-      }
-      last = await step(Int32Array.of(token), contextLen, true);
+      // Every kept draft token plus the one after it must fit maxTotal.
+      draft = drafts?.next([...promptIds, ...output], maxTotal - contextLen - 2) ?? [];
+      last = await step(Int32Array.from([output[output.length - 1]!, ...draft]), contextLen, true, draft.length);
     }
     decodeMs = performance.now() - t0;
     if (!stoppedByString) {

@@ -15,6 +15,8 @@ import type { SamplingParams } from './sampling-params.js';
 import type { RequestGrammar } from './grammar/request-grammar.js';
 import { VisionProcessor } from '../vision/index.js';
 import { validateCheckpoint } from '../models/validate-checkpoint.js';
+import { NgramDraftSource } from './speculative/ngram-source.js';
+import { defaultSpeculative, DraftPolicy, type SpeculativeMode } from './speculative/speculator.js';
 
 export interface GenerationDefaults {
   temperature?: number;
@@ -45,7 +47,8 @@ export interface TextModel {
   /** The chat template's output for `input` (before tokenization); throws without a template. */
   renderPrompt(input: PromptInput): string;
   encodePrompt(input: PromptInput): number[];
-  generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal, grammar?: RequestGrammar): AsyncGenerator<GenerateEvent>;
+  /** speculative: default defaultSpeculative(the model's device). */
+  generate(promptIds: number[], params: SamplingParams, signal?: AbortSignal, grammar?: RequestGrammar, options?: { speculative?: SpeculativeMode }): AsyncGenerator<GenerateEvent>;
   close(): void;
 }
 
@@ -125,7 +128,7 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
     info,
     blocks,
     vision,
-    generate: (promptIds, params, signal, grammar) =>
+    generate: (promptIds, params, signal, grammar, o) =>
       generate({
         model: native,
         blocks,
@@ -139,6 +142,7 @@ export function openTextModel(dir: string, options: NativeLoadOptions = {}): Tex
         signal,
         grammar,
         pollSteps: pollsSteps(info.device),
+        ...((o?.speculative ?? defaultSpeculative(info.device)) === 'ngram' ? { drafts: new DraftPolicy(new NgramDraftSource()) } : {}),
       }),
     close: () => native.close(),
   };

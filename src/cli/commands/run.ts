@@ -1,4 +1,5 @@
 // `rapid run MODEL --prompt TEXT`: one-shot generation in-process, streamed to stdout.
+import { parseSpeculativeMode, type SpeculativeMode } from '../../engine/speculative/speculator.js';
 import { DEFAULT_TEMPERATURE } from '../../engine/defaults.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
@@ -35,6 +36,7 @@ interface RunOptions {
   budgetClose?: boolean;
   jsonObject?: boolean;
   image?: string[];
+  speculative?: SpeculativeMode;
 }
 
 /** --schema FILE (a JSON Schema) or --json-object; checked before the model loads. */
@@ -78,6 +80,7 @@ export function registerRun(program: Command): void {
     .option('--json-object', 'constrain the output to a JSON object')
     .option('--no-budget-close', 'let --max-tokens cut constrained output mid-JSON (default: steer to a valid end in the tokens left)')
     .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
+    .option('--speculative <mode>', 'speculative decoding: ngram (drafts from the prompt and output) or off (default: ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .action(async (spec: string, opts: RunOptions) => {
       checkPrecision(opts.precision);
       const images = opts.image ?? [];
@@ -115,7 +118,7 @@ export function registerRun(program: Command): void {
         }
         const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
         let done: GenerateDone | undefined;
-        for await (const ev of model.generate(promptIds, params, undefined, grammar)) {
+        for await (const ev of model.generate(promptIds, params, undefined, grammar, { speculative: opts.speculative })) {
           if (ev.type === 'delta') {
             if (!opts.json) process.stdout.write(ev.text);
           } else done = ev;

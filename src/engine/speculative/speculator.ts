@@ -17,15 +17,46 @@ export interface SpeculatorOptions {
 
 export const SPECULATOR_DEFAULTS: SpeculatorOptions = { maxDraft: 8, minAcceptance: 0.25, pauseSteps: 8, maxPause: 256 };
 
-/** A request's speculation state (kept beside the request, dropped with it). */
-interface DraftState {
-  k: number;
+/**
+ * One sequence's drafting: adaptive k, and a pause after drafts keep failing. Used per request by the
+ * Speculator (the engine) and alone by `rapid run`'s single-sequence loop.
+ */
+export class DraftPolicy {
+  private k: number;
   /** Exponential averages of drafted and kept tokens per verified row. */
-  drafted: number;
-  kept: number;
-  pausedUntil: number;
-  pause: number;
-  steps: number;
+  private drafted = 0;
+  private kept = 0;
+  private pausedUntil = 0;
+  private pause: number;
+  private steps = 0;
+
+  constructor(
+    private readonly source: DraftSource,
+    private readonly o: SpeculatorOptions = SPECULATOR_DEFAULTS,
+  ) {
+    this.k = Math.min(4, o.maxDraft);
+    this.pause = o.pauseSteps;
+  }
+
+  /** The draft after `tokens` (prompt + output), at most `room` tokens (empty: decode plainly). */
+  next(tokens: readonly number[], room: number): number[] {
+    this.steps++;
+    if (this.steps < this.pausedUntil) return [];
+    const k = Math.min(this.k, room);
+    return k > 0 ? this.source.propose(tokens, k) : [];
+  }
+
+  /** What verification kept of a draft of `drafted` tokens. */
+  record(drafted: number, accepted: number): void {
+    this.k = accepted === drafted ? Math.min(this.o.maxDraft, this.k * 2) : Math.max(1, accepted + 1);
+    this.drafted = 0.7 * this.drafted + 0.3 * drafted;
+    this.kept = 0.7 * this.kept + 0.3 * accepted;
+    if (this.kept < this.o.minAcceptance * this.drafted) {
+      this.pausedUntil = this.steps + this.pause;
+      this.pause = Math.min(this.o.maxPause, this.pause * 2);
+      this.drafted = this.kept = 0;
+    } else if (accepted > 0) this.pause = this.o.pauseSteps;
+  }
 }
 
 export interface SpeculationStats {
@@ -37,7 +68,7 @@ export interface SpeculationStats {
 
 export class Speculator {
   readonly options: SpeculatorOptions;
-  private readonly states = new WeakMap<EngineRequest, DraftState>();
+  private readonly policies = new WeakMap<EngineRequest, DraftPolicy>();
   readonly stats: SpeculationStats = { rows: 0, drafted: 0, accepted: 0 };
 
   constructor(
@@ -55,39 +86,23 @@ export class Speculator {
    */
   draftFor(req: EngineRequest, room: number): number[] {
     if (req.grammar !== null || req.embed || req.params.logprobs >= 0) return [];
-    const st = this.state(req);
-    st.steps++;
-    if (st.steps < st.pausedUntil) return [];
     // Every kept draft plus the token after it must fit the request's limits.
     const left = Math.min(req.params.maxTokens - req.output.length, req.maxTotalTokens - req.tokens.length) - 1;
-    const k = Math.min(st.k, room, left);
-    if (k <= 0) return [];
-    return this.source.propose(req.tokens, k);
+    return this.policy(req).next(req.tokens, Math.min(room, left));
   }
 
-  /** What verification kept of a draft of `drafted` tokens. */
+  /** What verification kept of req's draft of `drafted` tokens. */
   record(req: EngineRequest, drafted: number, accepted: number): void {
-    const st = this.state(req);
     this.stats.rows++;
     this.stats.drafted += drafted;
     this.stats.accepted += accepted;
-    st.k = accepted === drafted ? Math.min(this.options.maxDraft, st.k * 2) : Math.max(1, accepted + 1);
-    st.drafted = 0.7 * st.drafted + 0.3 * drafted;
-    st.kept = 0.7 * st.kept + 0.3 * accepted;
-    if (st.kept < this.options.minAcceptance * st.drafted) {
-      st.pausedUntil = st.steps + st.pause;
-      st.pause = Math.min(this.options.maxPause, st.pause * 2);
-      st.drafted = st.kept = 0;
-    } else if (accepted > 0) st.pause = this.options.pauseSteps;
+    this.policy(req).record(drafted, accepted);
   }
 
-  private state(req: EngineRequest): DraftState {
-    let st = this.states.get(req);
-    if (st === undefined) {
-      st = { k: Math.min(4, this.options.maxDraft), drafted: 0, kept: 0, pausedUntil: 0, pause: this.options.pauseSteps, steps: 0 };
-      this.states.set(req, st);
-    }
-    return st;
+  private policy(req: EngineRequest): DraftPolicy {
+    let p = this.policies.get(req);
+    if (p === undefined) this.policies.set(req, (p = new DraftPolicy(this.source, this.options)));
+    return p;
   }
 }
 
