@@ -16,7 +16,7 @@ import { intOption, precisionOption } from './bench-options.js';
 import { median } from './median.js';
 import { ensureRandomCheckpoint, hash32 } from './random-checkpoint.js';
 
-const USAGE = `npm run bench:spec -- [--rounds N] [--gen N] [--doc N] [--threads N] [--precision fast|exact] [--json]`;
+const USAGE = `npm run bench:spec -- [--rounds N] [--gen N] [--doc N] [--threads N] [--precision fast|exact] [--device cpu|cuda] [--json]`;
 
 interface Workload {
   name: string;
@@ -66,6 +66,7 @@ export async function main(argv: string[]): Promise<number> {
       doc: { type: 'string' },
       threads: { type: 'string' },
       precision: { type: 'string' },
+      device: { type: 'string' },
       json: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -80,8 +81,10 @@ export async function main(argv: string[]): Promise<number> {
   const threads = intOption(values.threads, 'threads', 2);
   const precision = precisionOption(values.precision);
   const ckpt = ensureRandomCheckpoint();
-  const native = loadNative();
-  const model = native.addon.loadModel(ckpt.dir, { threads, precision, kvCacheBytes: 256 << 20 });
+  const device = values.device ?? 'cpu';
+  if (device !== 'cpu' && device !== 'cuda') throw new Error(`--device must be cpu or cuda, got ${device}`);
+  const native = loadNative({ device });
+  const model = native.addon.loadModel(ckpt.dir, { threads, precision, kvCacheBytes: 256 << 20, device });
   const vocab = model.info().vocabSize;
   const doc = Array.from({ length: docLen }, (_, i) => hash32(i + 1) % vocab);
   const distinct = Array.from({ length: 3 * docLen }, (_, i) => hash32(i + 1_000_003) % vocab);
@@ -118,7 +121,7 @@ export async function main(argv: string[]): Promise<number> {
     for (const [k, v] of Object.entries(summary)) process.stderr.write(`${k}: median ratio ${v.medianRatio.toFixed(3)} (min ${v.minRatio.toFixed(3)}, max ${v.maxRatio.toFixed(3)}) over ${rounds} rounds\n`);
   }
   process.stdout.write(
-    `${JSON.stringify({ date: new Date().toISOString(), cpu: cpus()[0]?.model ?? 'unknown', load: { start: load0, end: loadavg()[0]! }, checkpoint: ckpt.dir, threads, precision, gen, docLen, workloads: summary }, null, values.json ? 0 : 2)}\n`,
+    `${JSON.stringify({ date: new Date().toISOString(), cpu: cpus()[0]?.model ?? 'unknown', load: { start: load0, end: loadavg()[0]! }, checkpoint: ckpt.dir, device: model.info().deviceName, threads, precision, gen, docLen, workloads: summary }, null, values.json ? 0 : 2)}\n`,
   );
   model.close();
   return 0;
