@@ -98,13 +98,14 @@ export class Scheduler {
     const share = contenders > 1 ? Math.max(1, Math.floor((budget - decodes.length) / contenders)) : Infinity;
     const attention = decodes.length > 0 ? (this.config.maxPrefillAttention ?? this.config.maxBatchedTokens * PREFILL_ATTENTION_KEYS) : 0;
 
-    for (const req of [...decodes, ...prefills]) {
+    for (const [i, req] of [...decodes, ...prefills].entries()) {
       if (budget <= 0) break;
       if (req.status !== 'running') continue; // preempted earlier in this loop
       const n = this.sharedChunk(req, req.numComputed, budget, Math.min(share, attentionCap(req.numComputed, attention)));
       if (n === 0) continue; // an image span waits for a step with room for it
-      // A draft only where its slots fit without preempting anyone; it never displaces a decode.
-      const draft = this.draftFor !== null && req.numComputed + n === req.tokens.length && budget > n + decodes.length ? this.draftFor(req, budget - n - decodes.length) : [];
+      // A draft only where its slots fit without preempting anyone, leaving a token for each decode after it.
+      const room = budget - n - (decodes.length - i - 1);
+      const draft = this.draftFor !== null && i < decodes.length && room > 0 ? this.draftFor(req, room) : [];
       if (draft.length > 0 && this.blocks.allocate(req, [], req.numComputed + n + draft.length)) {
         this.addRow(out, req, n, scheduled, draft);
         budget -= n + draft.length;
