@@ -4,12 +4,15 @@
 // is one whose greedy continuation repeats: the prompt is a token "document" quoted three times and
 // the model's greedy output loops; acceptance is reported, since it is a property of the model. The
 // no-match workload samples at temperature 1 over the whole vocabulary (near uniform on random
-// weights), so drafts are never kept: it measures what speculation costs when it cannot help.
+// weights), so no draft is ever proposed: what the lookup costs. all-wrong is the extraction workload
+// with every draft's first token changed: each draft is verified and rejected, the policy's worst case.
 import { cpus, loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { Engine } from '../engine/engine.js';
 import { resolveSamplingParams, type SamplingInput } from '../engine/sampling-params.js';
 import type { SpeculativeMode } from '../engine/speculative/speculator.js';
+import type { DraftSource } from '../engine/speculative/draft-source.js';
+import { NgramDraftSource } from '../engine/speculative/ngram-source.js';
 import { loadNative } from '../native/binding.js';
 import type { NativeModel } from '../native/types.js';
 import { intOption, precisionOption } from './bench-options.js';
@@ -22,6 +25,14 @@ interface Workload {
   name: string;
   prompt: number[];
   sampling: SamplingInput;
+  /** Drafts from this source instead of the n-gram one. */
+  source?: DraftSource;
+}
+
+/** The worst case of the policy: the n-gram draft with its first token changed, so verification keeps nothing. */
+function alwaysWrong(vocab: number): DraftSource {
+  const ngram = new NgramDraftSource({ minN: 1 });
+  return { name: 'wrong', propose: (t, k) => ngram.propose(t, k).map((x, i) => (i === 0 ? (x + 1) % vocab : x)) };
 }
 
 interface Side {
@@ -40,6 +51,7 @@ async function runOne(model: NativeModel, mode: SpeculativeMode, w: Workload, ge
     enablePrefixCache: false,
     stepTimeoutMs: 600_000,
     speculative: mode,
+    ...(w.source !== undefined ? { draftSource: w.source } : {}),
   });
   const params = resolveSamplingParams({ seed: 7, ...w.sampling, maxTokens: gen }, { maxTokens: gen });
   const h = engine.submit({ promptIds: w.prompt, params });
@@ -91,6 +103,7 @@ export async function main(argv: string[]): Promise<number> {
   const workloads: Workload[] = [
     { name: 'extraction', prompt: [...doc, ...doc, ...doc], sampling: { temperature: 0 } },
     { name: 'no-match', prompt: distinct, sampling: { temperature: 1, topP: 1 } },
+    { name: 'all-wrong', prompt: [...doc, ...doc, ...doc], sampling: { temperature: 0 }, source: alwaysWrong(vocab) },
   ];
   const load0 = loadavg()[0]!;
   await runOne(model, 'off', workloads[0]!, 8); // warm-up: page in the weights

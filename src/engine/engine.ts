@@ -16,6 +16,7 @@ import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type Multimod
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
 import { Scheduler, type ScheduledRow, type SchedulerOutput } from './scheduler.js';
+import type { DraftSource } from './speculative/draft-source.js';
 import { NgramDraftSource } from './speculative/ngram-source.js';
 import { Speculator, type SpeculativeMode, type SpeculatorOptions } from './speculative/speculator.js';
 
@@ -67,6 +68,8 @@ export interface EngineOptions {
    *  off here; a loaded text model (createTextEngine) defaults to defaultSpeculative(its device). */
   speculative?: SpeculativeMode;
   speculator?: Partial<SpeculatorOptions>;
+  /** Drafts from this source instead of the n-gram one (a draft model; a bench's worst case); needs speculative 'ngram'. */
+  draftSource?: DraftSource;
   /** Bytes of image embeddings kept by content hash (default 256 MiB). */
   encoderCacheBytes?: number;
   /** Defaults from model.info(): 3-axis positions (mropeSections), a vision tower, hidden size. */
@@ -239,7 +242,7 @@ export class Engine implements EngineLike {
     this.speculativeGrammar = opts.speculativeGrammar ?? deviceOf() !== 'cuda';
     this.pollSteps = opts.pollSteps ?? pollsSteps(deviceOf());
     const mode = opts.speculative ?? 'off';
-    this.speculator = mode === 'ngram' ? new Speculator(new NgramDraftSource(), opts.speculator) : null;
+    this.speculator = mode === 'ngram' ? new Speculator(opts.draftSource ?? new NgramDraftSource(), opts.speculator) : null;
     if (this.speculator !== null) this.scheduler.draftFor = (req, room) => this.speculator!.draftFor(req, room);
     this.faults = opts.faults ?? {};
     this.log = opts.log ?? (() => undefined);
