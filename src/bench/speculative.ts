@@ -19,7 +19,7 @@ import { intOption, precisionOption } from './bench-options.js';
 import { median } from './median.js';
 import { ensureRandomCheckpoint, hash32 } from './random-checkpoint.js';
 
-const USAGE = `npm run bench:spec -- [--rounds N] [--gen N] [--doc N] [--threads N] [--precision fast|exact] [--device cpu|cuda] [--json]`;
+const USAGE = `npm run bench:spec -- [--rounds N] [--gen N] [--doc N] [--threads N] [--precision fast|exact] [--device cpu|cuda] [--only extraction,no-match,all-wrong] [--json]`;
 
 interface Workload {
   name: string;
@@ -79,6 +79,7 @@ export async function main(argv: string[]): Promise<number> {
       threads: { type: 'string' },
       precision: { type: 'string' },
       device: { type: 'string' },
+      only: { type: 'string' },
       json: { type: 'boolean' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -105,10 +106,13 @@ export async function main(argv: string[]): Promise<number> {
     { name: 'no-match', prompt: distinct, sampling: { temperature: 1, topP: 1 } },
     { name: 'all-wrong', prompt: [...doc, ...doc, ...doc], sampling: { temperature: 0 }, source: alwaysWrong(vocab) },
   ];
+  const only = values.only?.split(',');
+  const unknown = only?.filter((n) => !workloads.some((w) => w.name === n)) ?? [];
+  if (unknown.length > 0) throw new Error(`--only: unknown workload ${unknown.join(', ')} (extraction, no-match, all-wrong)`);
   const load0 = loadavg()[0]!;
   await runOne(model, 'off', workloads[0]!, 8); // warm-up: page in the weights
   const out: Record<string, { off: Side[]; ngram: Side[]; ratios: number[] }> = {};
-  for (const w of workloads) {
+  for (const w of workloads.filter((x) => only === undefined || only.includes(x.name))) {
     const r = (out[w.name] = { off: [] as Side[], ngram: [] as Side[], ratios: [] as number[] });
     for (let i = 0; i < rounds; i++) {
       // Alternating order, so a drifting load on a shared machine does not favour one side.
