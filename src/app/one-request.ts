@@ -4,7 +4,7 @@
 import { ENGINE_DEFAULTS } from '../engine/defaults.js';
 import type { SubmitOptions } from '../engine/engine.js';
 import type { EngineDone } from '../engine/request.js';
-import { createTextEngine } from '../engine/text-engine.js';
+import { createTextEngine, type TextEngineOptions } from '../engine/text-engine.js';
 import type { TextModel } from '../engine/text-model.js';
 
 export interface OneRequestTimings {
@@ -24,9 +24,9 @@ export interface OneRequestResult {
 }
 
 /** Runs `request` to its end on a fresh engine over `model`; `onText` gets each streamed piece. */
-export async function runOneRequest(model: TextModel, request: SubmitOptions, onText: (text: string) => void = () => undefined): Promise<OneRequestResult> {
+export async function runOneRequest(model: TextModel, request: SubmitOptions, onText: (text: string) => void = () => undefined, options: Pick<TextEngineOptions, 'speculative'> = {}): Promise<OneRequestResult> {
   // Serve's token budget per step, so prefill chunks (and their float sums) are the server's.
-  const engine = createTextEngine(model, { maxNumSeqs: 1, maxWaiting: 1, maxBatchedTokens: ENGINE_DEFAULTS.maxBatchedTokens });
+  const engine = createTextEngine(model, { maxNumSeqs: 1, maxWaiting: 1, maxBatchedTokens: ENGINE_DEFAULTS.maxBatchedTokens, ...options });
   let done: EngineDone | undefined;
   try {
     for await (const ev of engine.generate(request)) {

@@ -14,6 +14,7 @@ import { servedEmbeddingsFrom } from '../server/served-embeddings.js';
 import { servedVisionFrom } from '../server/served-vision.js';
 import { PromptEncoderPool } from '../server/prompt-encoder-pool.js';
 import type { KvCacheDtype } from '../native/types.js';
+import type { SpeculativeMode } from '../engine/speculative/speculator.js';
 import { splitDeviceFlag, useDevice, visibleDeviceFor, type DeviceFlag } from '../native/device-index.js';
 import { startDataParallel } from '../engine-host/data-parallel.js';
 import type { ConnectionLimits } from '../server/connection-limits.js';
@@ -35,6 +36,8 @@ export interface ServeOptions {
   maxPrefillAttention?: number;
   kvCacheMemory?: number; // bytes
   kvCacheDtype?: KvCacheDtype;
+  /** Speculative decoding; default defaultSpeculative(the model's device). */
+  speculative?: SpeculativeMode;
   blockSize?: number;
   threads?: number;
   precision: 'exact' | 'fast';
@@ -123,6 +126,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
     stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
     encoderCacheBytes: opts.encoderCacheMemory,
+    ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),
   };
   let model: HostModel;
   let engine: EngineLike;

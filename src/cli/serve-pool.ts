@@ -23,6 +23,7 @@ export function endpointOptions(opts: Partial<ServeOptions>): EndpointOptions {
       stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
       enablePrefixCache: opts.prefixCache ?? true,
       encoderCacheBytes: opts.encoderCacheMemory,
+      ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),
     },
     engineProcess: opts.engineProcess,
     embeddings: opts.embeddings,

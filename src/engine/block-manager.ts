@@ -166,6 +166,17 @@ export class BlockManager {
     req.numCommittedBlocks = full;
   }
 
+  /** Frees req's tail blocks beyond those `numTokens` slots need (slots of a rejected draft). */
+  trim(req: EngineRequest, numTokens: number): void {
+    const keep = Math.max(this.blocksFor(numTokens), req.numCommittedBlocks);
+    while (req.blockTable.length > keep) {
+      const b = req.blockTable.pop()!;
+      if (--this.refCount[b]! > 0) continue;
+      if (this.hashOf[b] !== null) this.evictable.add(b);
+      else this.empty.push(b);
+    }
+  }
+
   /** Drops req's references; its tail blocks become the first to be evicted. */
   free(req: EngineRequest): void {
     for (let i = req.blockTable.length - 1; i >= 0; i--) {

@@ -16,6 +16,9 @@ import { checkMultimodal, rowEmbeds, rowPositions, type ImageSpan, type Multimod
 import { EngineRequest, type EngineEvent, type EngineFinishReason } from './request.js';
 import type { SamplingParams } from './sampling-params.js';
 import { Scheduler, type ScheduledRow, type SchedulerOutput } from './scheduler.js';
+import type { DraftSource } from './speculative/draft-source.js';
+import { NgramDraftSource } from './speculative/ngram-source.js';
+import { Speculator, type SpeculativeMode, type SpeculatorOptions } from './speculative/speculator.js';
 
 /** Test-only fault hooks; reachable only through the constructor, never from HTTP. */
 export interface EngineFaults {
@@ -61,6 +64,12 @@ export interface EngineOptions {
    */
   speculativeGrammar?: boolean;
   enablePrefixCache?: boolean;
+  /** Speculative decoding (docs/speculative.md): 'ngram' drafts from the request's own context. Default
+   *  off here; a loaded text model (createTextEngine) defaults to defaultSpeculative(its device). */
+  speculative?: SpeculativeMode;
+  speculator?: Partial<SpeculatorOptions>;
+  /** Drafts from this source instead of the n-gram one (a draft model; a bench's worst case); needs speculative 'ngram'. */
+  draftSource?: DraftSource;
   /** Bytes of image embeddings kept by content hash (default 256 MiB). */
   encoderCacheBytes?: number;
   /** Defaults from model.info(): 3-axis positions (mropeSections), a vision tower, hidden size. */
@@ -123,6 +132,8 @@ export interface EngineStats {
   preemptions: number;
   requests: { submitted: number; stop: number; length: number; abort: number; error: number };
   tokens: { prompt: number; generated: number; computed: number };
+  /** Speculative decoding: rows verified with a draft, draft tokens sent and kept. */
+  speculative: { mode: SpeculativeMode; rows: number; drafted: number; accepted: number };
   generatedTokensPerSecond: number; // over the last 10 s
   lastStepMs: number;
 }
@@ -166,6 +177,7 @@ export class Engine implements EngineLike {
   private readonly overlapMasks: boolean;
   private readonly speculativeGrammar: boolean;
   private readonly pollSteps: boolean;
+  private readonly speculator: Speculator | null;
   private maskStepId = 0;
   private readonly faults: EngineFaults;
   private readonly log: (message: string) => void;
@@ -229,6 +241,9 @@ export class Engine implements EngineLike {
     const deviceOf = () => (device ??= (info ?? opts.model.info()).device);
     this.speculativeGrammar = opts.speculativeGrammar ?? deviceOf() !== 'cuda';
     this.pollSteps = opts.pollSteps ?? pollsSteps(deviceOf());
+    const mode = opts.speculative ?? 'off';
+    this.speculator = mode === 'ngram' ? new Speculator(opts.draftSource ?? new NgramDraftSource(), opts.speculator) : null;
+    if (this.speculator !== null) this.scheduler.draftFor = (req, room) => this.speculator!.draftFor(req, room);
     this.faults = opts.faults ?? {};
     this.log = opts.log ?? (() => undefined);
   }
@@ -374,6 +389,7 @@ export class Engine implements EngineLike {
       preemptions: c.preemptions,
       requests: { submitted: c.submitted, stop: c.stop, length: c.length, abort: c.abort, error: c.error },
       tokens: { prompt: c.promptTokens, generated: c.generated, computed: c.computed },
+      speculative: { mode: this.speculator === null ? 'off' : 'ngram', ...(this.speculator?.stats ?? { rows: 0, drafted: 0, accepted: 0 }) },
       generatedTokensPerSecond: this.recent.length > 0 ? (windowTokens / span) * 1000 : 0,
       lastStepMs: this.lastStepMs,
     };
@@ -731,9 +747,17 @@ export class Engine implements EngineLike {
   private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>, late: boolean, spec: ReadonlySet<EngineRequest>): NativeStepPlan {
     const rows: NativeStepRow[] = out.rows.map((s) => {
       const req = s.request;
+      const k = s.draft?.length ?? 0;
       const tokens = Int32Array.from(req.tokens.slice(s.contextLen, s.contextLen + s.numTokens));
-      const positions = rowPositions(s.contextLen, s.numTokens, this.mrope, req.numPromptTokens, req.multimodal);
-      const row: NativeStepRow = { requestId: req.id, tokens, positions, blockTable: Int32Array.from(req.blockTable), contextLen: s.contextLen };
+      const positions = rowPositions(s.contextLen, s.numTokens + k, this.mrope, req.numPromptTokens, req.multimodal);
+      const row: NativeStepRow = {
+        requestId: req.id,
+        tokens: k > 0 ? Int32Array.from([...tokens, ...s.draft!]) : tokens,
+        positions,
+        blockTable: Int32Array.from(req.blockTable),
+        contextLen: s.contextLen,
+      };
+      if (k > 0) row.draft = k;
       if (reachesImages(s)) {
         const bidi = req.multimodal?.bidirectional === true;
         const e = rowEmbeds(req.imageSpans, req.imageEmbeddings, s.contextLen, s.numTokens, this.hiddenSize, bidi);
@@ -825,6 +849,10 @@ export class Engine implements EngineLike {
       const speculative = spec.has(req);
       const token = speculative ? picked.get(req.id) : r.token;
       if (token === undefined) continue; // a speculative miss: the token is redone next step
+      if (row.draft !== undefined && row.draft.length > 0) {
+        generated += this.applyDraft(req, row.draft, r);
+        continue;
+      }
       try {
         this.faults.sampler?.(req.id, token);
       } catch (err) {
@@ -856,6 +884,45 @@ export class Engine implements EngineLike {
       while (now - this.recent[0]!.at > THROUGHPUT_WINDOW_MS) this.recent.shift();
     }
     return lengthEnded;
+  }
+
+  /**
+   * A verified draft row: the kept draft tokens, then the token sampled after them, each through output
+   * processing in order (a stop token, stop string or limit ends it there). Its rejected slots' blocks
+   * are freed. Returns the tokens emitted.
+   */
+  private applyDraft(req: EngineRequest, draft: readonly number[], r: NativeStepRowResult): number {
+    const accepted = r.accepted ?? 0;
+    if (!(Number.isInteger(accepted) && accepted >= 0 && accepted <= draft.length)) {
+      this.failRequest(req, new EngineRequestError(`the step kept ${String(r.accepted)} of a ${draft.length}-token draft`, 'step_failed'));
+      return 0;
+    }
+    this.speculator!.record(req, draft.length, accepted);
+    this.scheduler.acceptDraft(req, accepted);
+    const emitted = [...draft.slice(0, accepted), r.token!];
+    let n = 0;
+    for (const token of emitted) {
+      let reason: EngineFinishReason | null;
+      try {
+        this.faults.sampler?.(req.id, token);
+      } catch (err) {
+        this.failRequest(req, new EngineRequestError(`sampling failed: ${(err as Error).message}`, 'sampler_failed'));
+        return n;
+      }
+      try {
+        this.faults.detokenizer?.(req.id, token);
+        reason = req.appendToken(token);
+      } catch (err) {
+        this.failRequest(req, new EngineRequestError(`output processing failed: ${(err as Error).message}`, 'detokenizer_failed'));
+        return n;
+      }
+      n++;
+      if (reason !== null) {
+        this.end(req, reason);
+        return n;
+      }
+    }
+    return n;
   }
 
   private end(req: EngineRequest, reason: EngineFinishReason): void {

@@ -34,6 +34,8 @@ export interface ScheduledRow {
   contextLen: number;
   /** Whether this row emits a token (its last known token is computed this step). */
   sample: boolean;
+  /** Speculative draft after its last token, verified this step (counted in the step's tokens). */
+  draft?: number[];
 }
 
 export interface SchedulerOutput {
@@ -50,6 +52,8 @@ export class Scheduler {
   readonly running: EngineRequest[] = [];
   /** Requests whose image span waited for room last step: it goes whole next time. */
   private readonly deferred = new WeakSet<EngineRequest>();
+  /** Drafts for decode rows (speculative decoding), within the room left in the step's budget. */
+  draftFor: ((req: EngineRequest, room: number) => number[]) | null = null;
 
   constructor(
     readonly config: SchedulerConfig,
@@ -95,11 +99,19 @@ export class Scheduler {
     const share = contenders > 1 ? Math.max(1, Math.floor((budget - decodes.length) / contenders)) : Infinity;
     const attention = decodes.length > 0 ? (this.config.maxPrefillAttention ?? this.config.maxBatchedTokens * PREFILL_ATTENTION_KEYS) : 0;
 
-    for (const req of [...decodes, ...prefills]) {
+    for (const [i, req] of [...decodes, ...prefills].entries()) {
       if (budget <= 0) break;
       if (req.status !== 'running') continue; // preempted earlier in this loop
       const n = this.sharedChunk(req, req.numComputed, budget, Math.min(share, attentionCap(req.numComputed, attention)));
       if (n === 0) continue; // an image span waits for a step with room for it
+      // A draft only where its slots fit without preempting anyone, leaving a token for each decode after it.
+      const room = budget - n - (decodes.length - i - 1);
+      const draft = this.draftFor !== null && i < decodes.length && room > 0 ? this.draftFor(req, room) : [];
+      if (draft.length > 0 && this.blocks.allocate(req, [], req.numComputed + n + draft.length)) {
+        this.addRow(out, req, n, scheduled, draft);
+        budget -= n + draft.length;
+        continue;
+      }
       let ok = this.blocks.allocate(req, [], req.numComputed + n);
       while (!ok) {
         const victim = this.lowestPriorityUnscheduled(scheduled);
@@ -182,6 +194,17 @@ export class Scheduler {
   }
 
   /**
+   * After a draft row: `accepted` draft tokens were kept (their KV is valid and they are appended to
+   * req.tokens by the caller), so they count as computed; blocks held only for rejected draft slots go
+   * back to the pool (they were never full of verified tokens, so never in the prefix cache).
+   */
+  acceptDraft(req: EngineRequest, accepted: number): void {
+    if (req.status !== 'running') return;
+    req.numComputed += accepted;
+    this.blocks.trim(req, req.numComputed + 1);
+  }
+
+  /**
    * Un-computes req's last token (its sampled token could not be used: a speculative grammar row
    * whose candidates all missed), so the next step recomputes it and its logits at the same
    * position. Its KV slot is rewritten with the same values, so blocks stay allocated and any
@@ -222,10 +245,12 @@ export class Scheduler {
     return end - start;
   }
 
-  private addRow(out: SchedulerOutput, req: EngineRequest, n: number, scheduled: Set<EngineRequest>): void {
+  private addRow(out: SchedulerOutput, req: EngineRequest, n: number, scheduled: Set<EngineRequest>, draft?: number[]): void {
     if (req.firstScheduledMs === 0) req.firstScheduledMs = performance.now();
-    out.rows.push({ request: req, numTokens: n, contextLen: req.numComputed, sample: req.numComputed + n === req.tokens.length });
-    out.numTokens += n;
+    const row: ScheduledRow = { request: req, numTokens: n, contextLen: req.numComputed, sample: req.numComputed + n === req.tokens.length };
+    if (draft !== undefined) row.draft = draft;
+    out.rows.push(row);
+    out.numTokens += n + (draft?.length ?? 0);
     scheduled.add(req);
   }
 

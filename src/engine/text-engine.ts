@@ -3,6 +3,7 @@
 import { StreamingDetokenizer } from './detokenizer.js';
 import { Engine, type EngineOptions } from './engine.js';
 import type { TextModel } from './text-model.js';
+import { defaultSpeculative } from './speculative/speculator.js';
 
 export type TextEngineOptions = Omit<EngineOptions, 'model' | 'newTextStream'>;
 
@@ -14,6 +15,7 @@ export function createTextEngine(model: TextModel, options: TextEngineOptions = 
     numBlocks: model.info.numBlocks,
     stopTokenIds: model.text.stopTokenIds,
     ...options,
+    speculative: options.speculative ?? defaultSpeculative(model.info.device),
     model: model.native,
     newTextStream: (o) => new StreamingDetokenizer(model.text.tokenizer, { skipSpecialTokens: o?.keepSpecialTokens !== true }),
   });

@@ -8,6 +8,8 @@ import { loadTokenizerDir, type TokenizerBundle } from '../tokenizer/load-tokeni
 import { ChatTemplate, encodeChatPrompt, selectChatTemplate, type ChatMessage } from '../template/chat-template.js';
 import { VisionProcessor } from '../vision/index.js';
 import { validateCheckpoint } from '../models/validate-checkpoint.js';
+import { NgramDraftSource } from './speculative/ngram-source.js';
+import { defaultSpeculative, DraftPolicy, type SpeculativeMode } from './speculative/speculator.js';
 
 export interface GenerationDefaults {
   temperature?: number;

@@ -38,6 +38,9 @@ export interface NativeStepRow {
   contextLen: number; // tokens already in KV before this step
   sample?: NativeSampleParams;
   wantLogits?: boolean; // tests/diagnostics: return raw logits for every token of this row
+  /** Speculative decoding: the row's last `draft` tokens are a draft, verified in this forward (sampled at
+   *  each of the draft + 1 last positions); needs sample, no logprobs, no bitmask, no wantLogits. */
+  draft?: number;
   /** Pooling (embeddings): return the hidden state after the final norm of this row's last token
    *  (NativeStepRowResult.hidden) instead of sampling; such a row has no sample and no wantLogits. */
   wantHidden?: boolean;
@@ -68,6 +71,8 @@ export interface NativeTopLogprob {
 export interface NativeStepRowResult {
   requestId: string;
   token?: number;
+  /** Draft rows: how many draft tokens were kept; `token` is the one sampled after them. */
+  accepted?: number;
   logprob?: number;
   topLogprobs?: NativeTopLogprob[];
   logits?: Float32Array; // [tokens.length * vocab] when wantLogits

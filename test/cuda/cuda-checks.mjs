@@ -33,8 +33,12 @@
 //            cuda must be refused at load naming f32 (PASS); when CUDA gains a dtype, it is checked like the CPU.
 //   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
 //            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
+//   spec     speculative verification (draft rows, docs/speculative.md): per fixture and precision, a decode row's
+//            logits equal the first position of a multi-token row bitwise; greedy decoding with draft rows (drafts
+//            taken from the plain run, full and wrong ones) emits the plain run's tokens; seeded draws (temperature
+//            0.8, top-p 0.95) with drafts emit the tokens a plain run draws.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype,spec]
 //          [--filter REGEX] [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -83,7 +87,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype,spec] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -941,6 +945,84 @@ async function ropeEpilogueChecks(addon, fx) {
 
 // ---------------------------------------------------------------- main
 
+// ---------------------------------------------------------------- speculative verification
+
+/** Plain decode of `n` tokens after prompt (one row per step), with its own blocks from `first`. */
+async function plainDecode(model, prompt, n, sample, first) {
+  const bs = model.info().blockSize;
+  const table = Int32Array.from({ length: Math.ceil((prompt.length + n + 16) / bs) }, (_, i) => first + i);
+  const out = [];
+  let toks = prompt;
+  let ctx = 0;
+  for (let i = 0; i < n; i++) {
+    const r = (await model.step({ rows: [{ requestId: 'p', tokens: Int32Array.from(toks), positions: Int32Array.from(toks, (_, j) => ctx + j), blockTable: table, contextLen: ctx, sample: { ...sample, counter: i } }] })).rows[0];
+    if (r.error) throw new Error(`plain step ${i}: ${r.error}`);
+    out.push(r.token);
+    ctx += toks.length;
+    toks = [r.token];
+  }
+  return out;
+}
+
+/** Decode with draft rows: at each step the draft is `draftFor(emitted so far)`; returns the emitted tokens. */
+async function draftDecode(model, prompt, n, sample, first, draftFor) {
+  const bs = model.info().blockSize;
+  const table = Int32Array.from({ length: Math.ceil((prompt.length + n + 32) / bs) }, (_, i) => first + i);
+  const r0 = (await model.step({ rows: [{ requestId: 'd', tokens: Int32Array.from(prompt), positions: Int32Array.from(prompt, (_, j) => j), blockTable: table, contextLen: 0, sample: { ...sample, counter: 0 } }] })).rows[0];
+  if (r0.error) throw new Error(`prefill: ${r0.error}`);
+  const out = [r0.token];
+  let ctx = prompt.length;
+  while (out.length < n) {
+    const draft = draftFor(out).slice(0, Math.max(0, n - out.length - 1));
+    const toks = [out[out.length - 1], ...draft];
+    const row = { requestId: 'd', tokens: Int32Array.from(toks), positions: Int32Array.from(toks, (_, j) => ctx + j), blockTable: table, contextLen: ctx, sample: { ...sample, counter: out.length } };
+    if (draft.length) row.draft = draft.length;
+    const r = (await model.step({ rows: [row] })).rows[0];
+    if (r.error) throw new Error(`draft step at ${out.length}: ${r.error}`);
+    const kept = draft.length ? r.accepted : 0;
+    out.push(...draft.slice(0, kept), r.token);
+    ctx += 1 + kept;
+  }
+  return out.slice(0, n);
+}
+
+async function specChecks(addon, device, fx) {
+  for (const precision of ['exact', 'fast']) {
+    const name = `${fx.name} ${precision} draft rows`;
+    const model = load(addon, fx.dir, { device, kvCacheBytes: FIXTURE_KV, precision }, 'spec', name);
+    if (!model) continue;
+    await guard('spec', name, async () => {
+      try {
+        const problems = [];
+        const prompt = fx.ref.prompts[0].ids;
+        const bs = model.info().blockSize;
+        const table = Int32Array.from({ length: Math.ceil((prompt.length + 16) / bs) }, (_, i) => i);
+        const ctx = prompt.length - 1;
+        await model.step({ rows: [{ requestId: 'l', tokens: Int32Array.from(prompt.slice(0, ctx)), positions: Int32Array.from({ length: ctx }, (_, i) => i), blockTable: table, contextLen: 0 }] });
+        const one = (await model.step({ rows: [{ requestId: 'l', tokens: Int32Array.of(prompt[ctx]), positions: Int32Array.of(ctx), blockTable: table, contextLen: ctx, wantLogits: true }] })).rows[0].logits;
+        for (const k of [1, 4, 8]) {
+          const toks = Int32Array.from({ length: k + 1 }, (_, i) => (i === 0 ? prompt[ctx] : 10 + i));
+          const multi = (await model.step({ rows: [{ requestId: 'l', tokens: toks, positions: Int32Array.from(toks, (_, i) => ctx + i), blockTable: table, contextLen: ctx, wantLogits: true }] })).rows[0].logits;
+          if (!bitwiseEqual(one, multi.subarray(0, one.length))) problems.push(`logits of a ${k + 1}-token row differ from a decode row (max |diff| ${maxAbsDiff(one, multi.subarray(0, one.length))})`);
+        }
+        const N = 24;
+        const drawn = { ...GREEDY, temperature: 0.8, topP: 0.95, seed: 11 };
+        for (const [label, sample] of [['greedy', GREEDY], ['drawn', drawn]]) {
+          const plain = await plainDecode(model, prompt, N, sample, 64);
+          const right = await draftDecode(model, prompt, N, sample, 128, (o) => plain.slice(o.length, o.length + 4));
+          const wrong = await draftDecode(model, prompt, N, sample, 192, (o) => [(plain[o.length] ?? 0) + 1, 3, 4]);
+          const mixed = await draftDecode(model, prompt, N, sample, 256, (o) => [plain[o.length] ?? 0, (plain[o.length + 1] ?? 0) + 1]);
+          for (const [how, got] of [['right drafts', right], ['wrong drafts', wrong], ['half-right drafts', mixed]])
+            if (got.join(',') !== plain.join(',')) problems.push(`${label} with ${how}: ${got.join(',')} != plain ${plain.join(',')}`);
+        }
+        report(problems.length ? 'FAIL' : 'PASS', 'spec', name, problems.length ? problems.slice(0, 3).join('; ') : `decode = multi-token row logits bitwise (k 1, 4, 8); greedy and drawn tokens with right, wrong and half-right drafts = plain (${N} tokens)`);
+      } finally {
+        model.close();
+      }
+    });
+  }
+}
+
 async function main() {
   const o = parseArgs(process.argv.slice(2));
   strict = o.strict;
@@ -1006,6 +1088,7 @@ async function main() {
 
   if (want('pool')) await poolChecks(addon, o.device);
   if (want('kvdtype')) for (const fx of models.filter((f) => /-f32$/.test(f.name) && !f.name.includes('embedding'))) await kvDtypeChecks(addon, o.device, fx);
+  if (want('spec')) for (const fx of models.filter((f) => /^(qwen2-f32|llama-q4|gemma3-q8|qwen3-bf16)$/.test(f.name))) await specChecks(addon, o.device, fx);
 
   const count = (s) => results.filter((r) => r.status === s).length;
   const [passed, failed, skipped] = [count('PASS'), count('FAIL'), count('SKIP')];

@@ -60,14 +60,14 @@ struct Where {
 
 // The names a plan uses.
 struct Keys {
-  Key rows, request_id, tokens, positions, block_table, context_len, sample, want_logits, want_hidden, embeds, offsets, data,
+  Key rows, request_id, tokens, positions, block_table, context_len, sample, want_logits, want_hidden, draft, embeds, offsets, data,
       deepstack, bidirectional, temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
       frequency_penalty, seed, counter, logprobs, prompt_tokens, output_tokens, bitmask, logit_bias, values,
       pending_masks, step_id, timeout_ms;
   explicit Keys(Napi::Env e)
       : rows(e, "rows"), request_id(e, "requestId"), tokens(e, "tokens"), positions(e, "positions"),
         block_table(e, "blockTable"), context_len(e, "contextLen"), sample(e, "sample"), want_logits(e, "wantLogits"),
-        want_hidden(e, "wantHidden"),
+        want_hidden(e, "wantHidden"), draft(e, "draft"),
         embeds(e, "embeds"), offsets(e, "offsets"), data(e, "data"), deepstack(e, "deepstack"),
         bidirectional(e, "bidirectional"), temperature(e, "temperature"), top_p(e, "topP"), top_k(e, "topK"),
         min_p(e, "minP"), repetition_penalty(e, "repetitionPenalty"), presence_penalty(e, "presencePenalty"),
@@ -164,6 +164,9 @@ void row_from_js(const Napi::Object& r, const Keys& k, uint32_t i, StepRow& row)
   }
   Napi::Value wl = r.Get(k.want_logits.js);
   row.want_logits = wl.IsBoolean() && wl.As<Napi::Boolean>().Value();
+  const double draft = number(r, k.draft, where, 0, false);
+  if (!is_int_in(draft, 0, 1e6)) throw BadField(where + ".draft must be an integer in [0, 1000000]");
+  row.draft = int64_t(draft);
   Napi::Value wh = r.Get(k.want_hidden.js);
   row.want_hidden = wh.IsBoolean() && wh.As<Napi::Boolean>().Value();
   // Copies: the step runs on a worker thread after this call returns.
@@ -273,6 +276,7 @@ Napi::Object result_to_js(Napi::Env env, StepResult& r) {
     o.Set("requestId", rr.request_id);
     if (!rr.error.empty()) o.Set("error", rr.error);
     if (rr.has_token) o.Set("token", Napi::Number::New(env, rr.token));
+    if (rr.accepted >= 0) o.Set("accepted", Napi::Number::New(env, rr.accepted));
     if (rr.has_logprob) {
       o.Set("logprob", Napi::Number::New(env, rr.logprob));
       if (!rr.top_logprobs.empty()) {

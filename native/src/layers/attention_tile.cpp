@@ -189,8 +189,9 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
     for (int g = 0; g < G; ++g)
       std::copy_n(t.q + ti * t.n_heads * hd + g * hd, hd, sc.qt.data() + (ti * G + g) * hd);
 
-  // V row pointers; for a decode tile (one query token) the G·Nk scores are direct dot products,
-  // otherwise keys are transposed to [hd, Nkp] (zero padded) for the panel kernel.
+  // V row pointers; keys are transposed to [hd, Nkp] (zero padded) for the panel kernel. A decode tile (one
+  // query token) takes the same path, so a token's scores are bit-identical whether it decodes alone or is
+  // one of several query tokens (a verified speculative draft, a prefill chunk).
   std::vector<const void*> vrow(static_cast<size_t>(Nk));
   sc.s.resize(size_t(M * Nkp));
   // Rows of key/value j as f32 [hd]: f32 caches are read in place, others converted (exactly the same
@@ -227,27 +228,18 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
     kv::load_row(t.dtype, t.v_base + off * eb, t.vs_base ? t.vs_base + off / size_t(hd) : nullptr, dst, hd);
     return dst;
   };
-  if (t.n_q == 1) {
-    for (int64_t j = 0; j < Nk; ++j) {
-      const size_t off = slot_of(j);
-      const float* kr = key_row(off);  // [hd]
-      for (int g = 0; g < G; ++g) sc.s[size_t(g * Nkp + j)] = vec::dot(sc.qt.data() + g * hd, kr, hd);
-      vrow[size_t(j)] = value_row(off, j);
-    }
-  } else {
-    sc.kt.assign(size_t(hd * Nkp), 0.0f);
-    for (int64_t j = 0; j < Nk; ++j) {
-      const size_t off = slot_of(j);
-      const float* kr = key_row(off);  // [hd]
-      for (int d = 0; d < hd; ++d) sc.kt[size_t(d * Nkp + j)] = kr[d];
-      vrow[size_t(j)] = value_row(off, j);
-    }
-#if defined(__x86_64__)
-    if (simd) scores_avx2(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
-    else
-#endif
-      scores_scalar(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
+  sc.kt.assign(size_t(hd * Nkp), 0.0f);
+  for (int64_t j = 0; j < Nk; ++j) {
+    const size_t off = slot_of(j);
+    const float* kr = key_row(off);  // [hd]
+    for (int d = 0; d < hd; ++d) sc.kt[size_t(d * Nkp + j)] = kr[d];
+    vrow[size_t(j)] = value_row(off, j);
   }
+#if defined(__x86_64__)
+  if (simd) scores_avx2(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
+  else
+#endif
+    scores_scalar(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
 
   // Softmax per row over its own key range [lo, hi]; entries outside are set to exactly 0 so rows of
   // different query tokens can share one P·V pass (fma(0, v, acc) == acc: results are unchanged).

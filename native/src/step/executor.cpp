@@ -1,5 +1,6 @@
 #include "step/executor.h"
 #include "step/error_text.h"
+#include "step/verify.h"
 #include <chrono>
 #include <cstring>
 #include <set>
@@ -37,6 +38,13 @@ std::string validate_row(const StepRow& row, const ModelInfo& info, const KvPool
   if (row.has_sample) {
     std::string e = validate_sample_params(row.sample, info.vocab_size);
     if (!e.empty()) return e;
+  }
+  if (row.draft != 0) {
+    if (row.draft < 0 || row.draft >= n)
+      return "draft must be in [0, " + std::to_string(n) + ") (the row's tokens after its first), got " + std::to_string(row.draft);
+    if (!row.has_sample || row.want_logits || row.want_hidden) return "draft: a row with a draft samples, and returns neither logits nor hidden";
+    if (row.sample.logprobs >= 0 || row.mask_pending || !row.sample.bitmask.empty())
+      return "draft: a row with a draft takes no logprobs and no grammar bitmask";
   }
   if (row.has_embeds) {
     if (!info.accepts_embeds)
@@ -131,7 +139,8 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
 
   // One batch over every valid row; logits for each sampling row's last token and wantLogits rows.
   Batch batch;
-  struct Where { int64_t first_logit = -1; int64_t n_logits = 0; int64_t sample_logit = -1; int64_t hidden_row = -1; };
+  // A draft row samples n_verify = draft + 1 consecutive logit rows from sample_logit.
+  struct Where { int64_t first_logit = -1; int64_t n_logits = 0; int64_t sample_logit = -1; int64_t n_verify = 1; int64_t hidden_row = -1; };
   std::vector<Where> where(plan.rows.size());
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     if (!ok[r]) continue;
@@ -157,7 +166,8 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
       if (row.has_sample) where[r].sample_logit = where[r].first_logit + n - 1;
     } else if (row.has_sample) {
       where[r].sample_logit = int64_t(batch.logit_rows.size());
-      batch.logit_rows.push_back(start + n - 1);
+      where[r].n_verify = row.draft + 1;
+      for (int64_t i = n - 1 - row.draft; i < n; ++i) batch.logit_rows.push_back(start + i);
     }
   }
   const int64_t T = int64_t(batch.tokens.size());
@@ -226,26 +236,42 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
       if (ok[r])
         for (int64_t i = 0; i < where[r].n_logits; ++i) need.push_back(where[r].first_logit + i);
     for (size_t r : samplers)
-      if (where[r].n_logits == 0) need.push_back(where[r].sample_logit);
+      if (where[r].n_logits == 0)
+        for (int64_t i = 0; i < where[r].n_verify; ++i) need.push_back(where[r].sample_logit + i);
     for (size_t i = 0; i < need.size(); ++i) host_row[size_t(need[i])] = int64_t(i);
     logits.resize(need.size() * size_t(vocab));
     if (!need.empty()) dev->copy_rows(need, logits.data());
     if (!on_device.empty()) {
+      // A draft row samples every verification position where the logits are (params_at each).
       std::vector<int64_t> rows;
       std::vector<const SampleParams*> params;
-      for (size_t r : on_device) {
-        rows.push_back(where[r].sample_logit);
-        params.push_back(&plan.rows[r].sample);
+      std::vector<size_t> first(on_device.size());
+      std::vector<std::vector<SampleParams>> shifted(on_device.size());
+      for (size_t j = 0; j < on_device.size(); ++j) {
+        const size_t r = on_device[j];
+        const StepRow& row = plan.rows[r];
+        first[j] = rows.size();
+        const int32_t* draft = row.tokens.data() + row.tokens.size() - size_t(row.draft);
+        for (int64_t i = 1; i < where[r].n_verify; ++i) shifted[j].push_back(params_at(row.sample, draft, i));
+        for (int64_t i = 0; i < where[r].n_verify; ++i) {
+          rows.push_back(where[r].sample_logit + i);
+          params.push_back(i == 0 ? &row.sample : &shifted[j][size_t(i - 1)]);
+        }
       }
-      std::vector<int32_t> tokens(rows.size(), -1);
-      dev->sample(rows, params, tokens.data());
-      for (size_t i = 0; i < on_device.size(); ++i) {
-        StepRowResult& out = res.rows[on_device[i]];
-        if (tokens[i] >= 0) {
+      std::vector<int32_t> sampled(rows.size(), -1);
+      dev->sample(rows, params, sampled.data());
+      for (size_t j = 0; j < on_device.size(); ++j) {
+        const size_t r = on_device[j];
+        const StepRow& row = plan.rows[r];
+        StepRowResult& out = res.rows[r];
+        const int64_t k = row.draft;
+        VerifyOutcome v = accept_prefix(sampled.data() + first[j], row.tokens.data() + row.tokens.size() - size_t(k), k);
+        if (k > 0) out.accepted = v.accepted;
+        if (v.token >= 0) {
           out.has_token = true;
-          out.token = tokens[i];
+          out.token = v.token;
         } else {
-          out.error = plan.rows[on_device[i]].sample.bitmask.empty()
+          out.error = row.sample.bitmask.empty()
                           ? "sampling failed: logits contain no finite value (NaN or all masked)"
                           : "sampling failed: grammar bitmask allows no token with a finite logit";
         }
@@ -264,9 +290,19 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
       const size_t r = samplers[size_t(i)];
       StepRowResult& out = res.rows[r];
       const SampleParams& sp = plan.rows[r].sample;
-      std::memcpy(scratch.data(), logits.data() + host_row[size_t(where[r].sample_logit)] * vocab,
-                  size_t(vocab) * sizeof(float));
+      const float* at = logits.data() + host_row[size_t(where[r].sample_logit)] * vocab;
       try {
+        if (plan.rows[r].draft > 0) {
+          const StepRow& row = plan.rows[r];
+          const int64_t k = row.draft;
+          std::vector<float> block(at, at + (k + 1) * vocab);
+          VerifyOutcome v = verify_draft(block.data(), vocab, sp, row.tokens.data() + row.tokens.size() - size_t(k), k);
+          out.has_token = true;
+          out.token = v.token;
+          out.accepted = v.accepted;
+          continue;
+        }
+        std::memcpy(scratch.data(), at, size_t(vocab) * sizeof(float));
         SampleOutput so = sample_token(scratch.data(), vocab, sp);
         out.has_token = true;
         out.token = so.token;

@@ -20,6 +20,7 @@ struct StepRow {
   SampleParams sample;
   bool mask_pending = false;         // sample.bitmask arrives after the forward (MaskSource)
   bool want_logits = false;          // raw logits of every token of the row
+  int64_t draft = 0;                 // the row's last `draft` tokens are a speculative draft (step/verify.h)
   bool want_hidden = false;          // pooling: the hidden state (after the final norm) of the row's last token
   // Image embeddings: token embed_offsets[i] takes row i of embed_data instead of its token embedding.
   bool has_embeds = false;
@@ -41,6 +42,7 @@ struct StepRowResult {
   std::string request_id;
   bool has_token = false;
   int32_t token = -1;
+  int32_t accepted = -1;      // draft rows: draft tokens kept before `token` (>= 0)
   bool has_logprob = false;
   float logprob = 0;
   std::vector<std::pair<int32_t, float>> top_logprobs;

@@ -7,6 +7,7 @@ import { benchAgent } from '../../net/dispatchers.js';
 import { chatCompletionsUrl, modelsUrl } from './endpoint.js';
 import type { StreamTarget } from './stream-request.js';
 import type { KvCacheDtype, NativeDevice } from '../../native/types.js';
+import type { SpeculativeMode } from '../../engine/speculative/speculator.js';
 
 export interface InProcessOptions {
   threads?: number;
@@ -17,6 +18,7 @@ export interface InProcessOptions {
   connections: number;
   kvCacheMemory?: number;
   kvCacheDtype?: KvCacheDtype;
+  speculative?: SpeculativeMode;
   log?: (line: string) => void;
 }
 
@@ -70,6 +72,7 @@ export async function openInProcessTarget(spec: string, o: InProcessOptions): Pr
       maxWaiting: Math.max(256, o.maxNumSeqs * 4),
       kvCacheMemory: o.kvCacheMemory,
       kvCacheDtype: o.kvCacheDtype,
+      ...(o.speculative !== undefined ? { speculative: o.speculative } : {}),
       recommended: resolved.entry?.sampling,
     },
     o.log,

@@ -1,6 +1,7 @@
 // `rapid bench` end to end: check the flags, load --schema / --images, open the target (served
 // in-process or --url), run the sweep with a live view or plain lines, print the table, write
 // --json and --report. Everything the command does, callable from tests.
+import type { SpeculativeMode } from '../../engine/speculative/speculator.js';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { dirname, resolve } from 'node:path';
 import type { BenchReport } from './bench-report.js';
@@ -16,7 +17,7 @@ import { longPromptMixTable, runLongPromptMix } from './long-prompt-mix.js';
 import { validateWorkload, type WorkloadKind, type WorkloadOptions } from './workload.js';
 import type { KvCacheDtype, NativeDevice } from '../../native/types.js';
 
-export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed';
+export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed' | 'extraction';
 
 export interface BenchOptions {
   /** A model to serve in-process (directory, alias or repo); exclusive with url. */
@@ -47,6 +48,8 @@ export interface BenchOptions {
   device?: NativeDevice;
   kvCacheMemory?: number;
   kvCacheDtype?: KvCacheDtype;
+  /** In-process serving: speculative decoding (default: the server's). */
+  speculative?: SpeculativeMode;
   /** auto: the ink view on a terminal, plain lines otherwise. */
   progress?: 'auto' | 'live' | 'plain' | 'none';
   /** Instead of the sweep: a long prompt of this many words among short and running requests. */
@@ -75,8 +78,10 @@ export function workloadKinds(choice: WorkloadChoice | undefined, hasSchema: boo
     case 'vision':
       if (!hasImages) throw new Error('--workload vision needs --images DIR');
       return ['vision'];
+    case 'extraction':
+      return ['extraction'];
     default:
-      throw new Error(`--workload must be text, schema, vision or mixed, got "${String(choice)}"`);
+      throw new Error(`--workload must be text, schema, vision, mixed or extraction, got "${String(choice)}"`);
   }
 }
 
@@ -104,7 +109,7 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
   const opened: OpenTarget =
     o.url !== undefined
       ? await openUrlTarget(o.url, o.modelName, o.apiKey, o.timeoutMs, connections)
-      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, connections, kvCacheMemory: o.kvCacheMemory, kvCacheDtype: o.kvCacheDtype, log: () => undefined });
+      : await openInProcessTarget(o.model!, { threads: o.threads, precision: o.precision, device: o.device, maxNumSeqs: maxC, connections, kvCacheMemory: o.kvCacheMemory, kvCacheDtype: o.kvCacheDtype, speculative: o.speculative, log: () => undefined });
   if (o.longPrompt !== undefined) {
     try {
       const mix = await runLongPromptMix({ target: opened.target, longWords: o.longPrompt, timeoutMs: o.timeoutMs, seed: o.seed });

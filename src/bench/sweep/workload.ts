@@ -6,7 +6,7 @@ import type { BenchImage } from './images.js';
 import { sampleLength, type LengthDistribution } from './length-distribution.js';
 import { createRng, mixSeed, randInt, type Rng } from './rng.js';
 
-export type WorkloadKind = 'text' | 'schema' | 'vision';
+export type WorkloadKind = 'text' | 'schema' | 'vision' | 'extraction';
 
 export type ContentPart = { type: 'text'; text: string } | { type: 'image_url'; image_url: { url: string } };
 
@@ -56,6 +56,20 @@ function filler(rng: Rng, words: number): string {
   return out.join(' ');
 }
 
+/** About `words` words as numbered records of 8 to 16 words each, and 3 to 5 record numbers to copy. */
+function recordDocument(rng: Rng, words: number): { document: string; asked: number[] } {
+  const lines: string[] = [];
+  for (let n = 0; n < words; ) {
+    const len = randInt(rng, 8, 16);
+    lines.push(`Record ${lines.length + 1}: ${filler(rng, len)}.`);
+    n += len + 2;
+  }
+  const asked = new Set<number>();
+  const want = Math.min(lines.length, randInt(rng, 3, 5));
+  while (asked.size < want) asked.add(randInt(rng, 1, lines.length));
+  return { document: lines.join('\n'), asked: [...asked].sort((a, b) => a - b) };
+}
+
 export function validateWorkload(o: WorkloadOptions): void {
   if (o.kinds.length === 0) throw new Error('the workload has no request kinds');
   if (o.kinds.includes('schema') && !o.schema) throw new Error('a schema workload needs --schema FILE');
@@ -88,6 +102,19 @@ export function generateRequests(o: WorkloadOptions, count: number, level: numbe
           ],
         });
         break;
+      case 'extraction': {
+        // A document of numbered records; the answer copies some of them verbatim, so a model that
+        // follows the instruction repeats spans of its prompt (what n-gram speculation drafts from).
+        const { document, asked } = recordDocument(rng, promptWords);
+        requests.push({
+          ...base,
+          messages: [
+            { role: 'system', content: 'You copy text exactly. Never paraphrase.' },
+            { role: 'user', content: `Document:\n${document}\n\nCopy records ${asked.join(', ')} exactly as written above, one per line, with their numbers.` },
+          ],
+        });
+        break;
+      }
       case 'vision': {
         const image = o.images![randInt(rng, 0, o.images!.length - 1)]!;
         requests.push({

@@ -3,6 +3,7 @@
 import { InvalidArgumentError, Option, type Command } from 'commander';
 import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
 import { parseByteSize } from './serve.js';
+import { parseSpeculativeMode } from '../../engine/speculative/speculator.js';
 import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseFloatOption, parseIntOption, useDevice } from '../options.js';
 
 /** "1,2,4,16" -> [1, 2, 4, 16] */
@@ -34,7 +35,7 @@ export function registerBench(program: Command, version = '0.0.0'): void {
     .option('--temperature <t>', 'sampling temperature (0 = greedy)', parseFloatOption('--temperature'), 0)
     .option('--schema <file>', 'structured output: send this JSON Schema as response_format and validate every reply (ajv)')
     .option('--images <dir>', 'vision: each vision request attaches one image of this directory (data: URI)')
-    .option('--workload <kind>', 'text, schema, vision or mixed (default: from --schema/--images)')
+    .option('--workload <kind>', 'text, schema, vision, mixed or extraction (a document whose answer copies spans of it; default: from --schema/--images)')
     .option('--timeout-ms <ms>', 'a request without a complete reply by then fails as a timeout', parseIntOption('--timeout-ms'), 120_000)
     .option('--level-timeout-ms <ms>', 'deadline of one level run (default: every request timing out in turn, plus 5 s)', parseIntOption('--level-timeout-ms'))
     .option('--warmup <n>', 'unmeasured requests sent before the sweep', parseIntOption('--warmup'), 1)
@@ -47,6 +48,7 @@ export function registerBench(program: Command, version = '0.0.0'): void {
     .option('--device <device>', `in-process model: ${DEVICE_HELP}`, parseDeviceOption)
     .option('--kv-cache-memory <size>', 'in-process model: KV cache budget, e.g. 2GiB', parseByteSize)
     .addOption(kvCacheDtypeOption('in-process model: '))
+    .option('--speculative <mode>', 'in-process model: speculative decoding, ngram or off (default: the server\'s, ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .action(async (model: string | undefined, opts: CliOptions) => {
       checkPrecision(opts.precision);
       if (!['auto', 'live', 'plain', 'none'].includes(opts.progress ?? 'auto')) throw new Error(`--progress must be auto, live, plain or none, got "${opts.progress}"`);

@@ -1,5 +1,6 @@
 // `rapid run MODEL --prompt TEXT`: one request through the serving engine in-process, streamed to stdout.
 import { DEFAULT_TEMPERATURE, withSamplingDefaults } from '../../engine/defaults.js';
+import { parseSpeculativeMode, type SpeculativeMode } from '../../engine/speculative/speculator.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
@@ -37,6 +38,7 @@ interface RunOptions {
   budgetClose?: boolean;
   jsonObject?: boolean;
   image?: string[];
+  speculative?: SpeculativeMode;
 }
 
 /** --schema FILE (a JSON Schema) or --json-object; checked before the model loads. */
@@ -81,6 +83,7 @@ export function registerRun(program: Command): void {
     .option('--json-object', 'constrain the output to a JSON object')
     .option('--no-budget-close', 'let --max-tokens cut constrained output mid-JSON (default: steer to a valid end in the tokens left)')
     .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
+    .option('--speculative <mode>', 'speculative decoding: ngram (drafts from the prompt and output) or off (default: ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .action(async (spec: string, opts: RunOptions) => {
       checkPrecision(opts.precision);
       const images = opts.image ?? [];
@@ -119,7 +122,7 @@ export function registerRun(program: Command): void {
           return;
         }
         const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
-        const { done, timings: t } = await runOneRequest(model, { promptIds, params, grammar }, opts.json ? undefined : (text) => process.stdout.write(text));
+        const { done, timings: t } = await runOneRequest(model, { promptIds, params, grammar }, opts.json ? undefined : (text) => process.stdout.write(text), { speculative: opts.speculative });
         if (opts.json) {
           process.stdout.write(
             `${JSON.stringify({

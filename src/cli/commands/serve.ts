@@ -1,4 +1,5 @@
 // `rapid serve MODEL`: the continuous-batching engine behind the OpenAI-compatible HTTP server.
+import { parseSpeculativeMode } from '../../engine/speculative/speculator.js';
 import { basename, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import { modelNames, startServer, type EngineProcess, type ServeOptions } from '../../app/start-server.js';
@@ -96,6 +97,7 @@ export function registerServe(program: Command): void {
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
     .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
     .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')
+    .option('--speculative <mode>', 'speculative decoding: ngram (drafts from the request\'s own context) or off (default: ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .option('--max-body-bytes <size>', 'largest request body accepted (default 8 MiB; 64 MiB for vision models: inline images)', parseByteSize)
     .option('--allow-remote-images', 'fetch http(s) image URLs (public addresses only; data: URIs are always accepted)', false)
     .option('--max-image-bytes <size>', 'largest image file accepted, inline or fetched', parseByteSize, IMAGE_DEFAULTS.maxImageBytes)
