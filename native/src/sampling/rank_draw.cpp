@@ -136,14 +136,20 @@ struct Bins {
     return s.e;
   }
 
-  // The entries of bin b at or before `end`, in id order.
+  // The entries of bin b at or before `end`, in id order (the last cut is kept: the draw's total and the draw
+  // itself ask for the same one).
+  std::vector<Entry> cut;
+  int cut_bin = -1;
+  Entry cut_end{0.0f, -1};
   const std::vector<Entry>& entries_to(int b, const Pos& end) {
     const std::vector<Entry>& all = entries(b);
     if (b < end.bin) return all;
-    thread_local std::vector<Entry> cut;
+    if (cut_bin == b && cut_end.id == end.e.id && cut_end.logit == end.e.logit) return cut;
     cut.clear();
     for (const Entry& x : all)
       if (end.at_or_before(b, x)) cut.push_back(x);
+    cut_bin = b;
+    cut_end = end.e;
     return cut;
   }
 
