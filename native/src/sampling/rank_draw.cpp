@@ -91,11 +91,19 @@ struct Bins {
     int bin = -1;
     std::vector<Entry> e;
   };
-  std::array<Slot, 3> slots;
+  // The thread's buffers, kept between rows: a fresh megabyte per row costs more in page faults than the work.
+  struct Scratch {
+    std::array<Slot, 3> slots;
+    std::vector<Entry> cut;
+  };
+  std::array<Slot, 3>& slots;
+  std::vector<Entry>& cut;
   int next_slot = 0;
 
-  Bins(const float* l, const float* wt, int64_t n, float mp, std::vector<uint16_t>& bins)
-      : logits(l), w(wt), vocab(n), min_p(mp), bin_of(bins) {}
+  Bins(const float* l, const float* wt, int64_t n, float mp, std::vector<uint16_t>& bins, Scratch& scratch)
+      : logits(l), w(wt), vocab(n), min_p(mp), bin_of(bins), slots(scratch.slots), cut(scratch.cut) {
+    for (Slot& x : slots) x.bin = -1;
+  }
 
   uint64_t fixed(int32_t id) const { return fixed_weight(w[id]); }
   uint64_t fixed_mp(int32_t id) const { return w[id] >= min_p ? fixed_weight(w[id]) : 0; }
@@ -138,7 +146,6 @@ struct Bins {
 
   // The entries of bin b at or before `end`, in id order (the last cut is kept: the draw's total and the draw
   // itself ask for the same one).
-  std::vector<Entry> cut;
   int cut_bin = -1;
   Entry cut_end{0.0f, -1};
   const std::vector<Entry>& entries_to(int b, const Pos& end) {
@@ -212,7 +219,8 @@ int32_t rank_draw(const float* logits, const float* w, int64_t vocab, float inv_
   }
 
   thread_local std::vector<uint16_t> bin_of;
-  Bins bins(logits, w, vocab, p.min_p, bin_of);
+  thread_local Bins::Scratch scratch;
+  Bins bins(logits, w, vocab, p.min_p, bin_of, scratch);
   bins.build(inv_t, mx_t);
   const auto fixed = [&](int32_t i) { return bins.fixed(i); };
   const auto fixed_mp = [&](int32_t i) { return bins.fixed_mp(i); };
