@@ -24,7 +24,8 @@ describe.skipIf(!nativeAvailable())('a long prompt next to running decodes (fixt
     const r = await runLongPromptMix({ target: { endpoint: `${srv.url}/v1/chat/completions` }, longWords: 2_100, timeoutMs: 200_000, seed: 3 });
     expect(r.failures, JSON.stringify(r)).toEqual([]);
     expect(r.longPromptTokens).toBeGreaterThanOrEqual(8_000);
-    // 2,100 words are ~8,200 tokens to the fixture tokenizer. Tokens of the running requests between the long prompt's send and its first token: one per step at most.
+    // 2,100 words are ~8,200 tokens to the fixture's tokenizer. The running requests' tokens between the long
+    // prompt's send and its first token: one per step at most.
     expect(r.runningItlMs.count).toBeGreaterThanOrEqual(16);
     expect(r.shortTtftMs.count).toBe(5);
     expect(r.shortTtftMs.max!).toBeLessThan(r.longTtftMs!);
