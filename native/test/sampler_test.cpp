@@ -1,11 +1,11 @@
-// The CPU sampler (sampling/sampler.cpp) against a plain restatement of its rules: the same weights, the whole
-// vocabulary sorted by (logit descending, id ascending), top-k, then the nucleus (an entry joins while the
-// mass before it is below top_p), min-p, one draw. The sampler takes shortcuts (partial sorts, a histogram
-// that bounds the nucleus, a radix sort for long nuclei, an in-place draw without truncation); every token
-// must equal the plain version's, for spread, flat, peaked, tied and signed-zero logits, large and small
-// vocabularies. Also checks token_penalties (one entry per token, the counts, which penalties apply, logit bias).
+// The CPU sampler (sampling/sampler.cpp, rank_draw.cpp) against a plain restatement of its rules: the same
+// weights, the whole vocabulary sorted by (logit descending, id ascending), top-k, then the nucleus (up to the
+// first entry whose running fixed-point weight reaches ceil(top_p * z)), min-p, one draw. The sampler sorts only
+// the bins of a log-weight histogram that a cut or the draw lands in; every token must equal the plain version's,
+// for spread, flat, peaked, tied and signed-zero logits, large and small vocabularies. Also checks token_penalties (one entry per token, the counts, which penalties apply, logit bias).
 // Build: g++ -O2 -std=c++20 -Wall -Wextra -Werror -Inative/src native/test/sampler_test.cpp
-//          native/src/sampling/sampler.cpp native/src/layers/vec_math.cpp -o /tmp/sampler_test
+//          native/src/sampling/sampler.cpp native/src/sampling/rank_draw.cpp
+//          native/src/layers/vec_math.cpp -o /tmp/sampler_test
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +15,7 @@
 #include "check.h"
 #include "layers/vec_math.h"
 #include "sample_grid.h"
+#include "sampling/fixed_weight.h"
 #include "sampling/sampler.h"
 
 using namespace rapid;
@@ -34,44 +35,38 @@ int32_t plain_sample(std::vector<float> l, const SampleParams& p, double u01) {
   vec::exp_shift_sum(w.data(), vocab, mx * invT);
   for (int64_t i = 0; i < vocab; ++i)
     if (l[size_t(i)] == -INFINITY) w[size_t(i)] = 0.0f;
-  std::vector<std::pair<float, int32_t>> cand;  // (weight, token) in draw order
+  // Fixed-point weights (sampling/fixed_weight.h): every sum exact, in any order.
+  std::vector<std::pair<uint64_t, int32_t>> cand;  // (weight, token) in draw order
   if (p.top_k > 0 || p.top_p < 1.0f) {
     std::vector<std::pair<float, int32_t>> all;
     for (int64_t i = 0; i < vocab; ++i)
-      if (l[size_t(i)] != -INFINITY) all.push_back({l[size_t(i)], int32_t(i)});
+      if (l[size_t(i)] > -INFINITY) all.push_back({l[size_t(i)], int32_t(i)});
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
     const int64_t k = p.top_k > 0 ? std::min<int64_t>(p.top_k, int64_t(all.size())) : int64_t(all.size());
-    double z = 0;
-    if (p.top_k == 0)
-      for (float x : w) z += x;
-    else
-      for (int64_t j = 0; j < k; ++j) z += w[size_t(all[size_t(j)].second)];
-    double before = 0;
+    uint64_t z = 0;
+    for (int64_t j = 0; j < k; ++j) z += fixed_weight(w[size_t(all[size_t(j)].second)]);
+    // The nucleus ends at the first entry whose running weight reaches ceil(top_p * z).
+    const uint64_t t = p.top_p < 1.0f ? nucleus_target(p.top_p, z) : z;
+    uint64_t through = 0;
     for (int64_t j = 0; j < k; ++j) {
-      if (p.top_p < 1.0f && j > 0 && before >= double(p.top_p)) break;
       const float wj = w[size_t(all[size_t(j)].second)];
-      before += wj / z;
-      cand.push_back({wj, all[size_t(j)].second});
+      through += fixed_weight(wj);
+      cand.push_back({wj >= p.min_p ? fixed_weight(wj) : 0, all[size_t(j)].second});
+      if (p.top_p < 1.0f && through >= t) break;
     }
   } else {
     for (int64_t i = 0; i < vocab; ++i)
-      if (w[size_t(i)] > 0.0f) cand.push_back({w[size_t(i)], int32_t(i)});
+      cand.push_back({w[size_t(i)] >= p.min_p ? fixed_weight(w[size_t(i)]) : 0, int32_t(i)});  // id order
   }
-  if (p.min_p > 0) {
-    float wmax = 0;
-    for (auto& c : cand) wmax = std::max(wmax, c.first);
-    const float thr = p.min_p * wmax;
-    cand.erase(std::remove_if(cand.begin(), cand.end(), [&](auto& c) { return c.first < thr; }), cand.end());
-  }
-  double total = 0;
+  uint64_t total = 0;
   for (auto& c : cand) total += c.first;
-  const double u = u01 * total;
-  double acc = 0;
+  const uint64_t target = draw_target(u01, total);
+  uint64_t acc = 0;
   for (auto& c : cand) {
     acc += c.first;
-    if (u < acc) return c.second;
+    if (target < acc) return c.second;
   }
-  return cand.back().second;
+  return -1;
 }
 
 std::vector<float> make_row(std::mt19937& g, int64_t vocab, int kind) {

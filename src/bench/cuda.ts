@@ -14,6 +14,7 @@ import { intOption, precisionOption, samplingOptions, type BenchSampling } from 
 import { median } from './median.js';
 import { runLlamaPeer, runTorchPeer, type LlamaRun, type TorchRun } from './cuda-peers.js';
 import { timeDecode } from './decode-loop.js';
+import { measureRounds, SAMPLED, summarizeRounds, type RoundSummary } from './sampled-rounds.js';
 import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, QWEN25_3B, type Qwen2Shape } from './random-checkpoint.js';
 
 const SHAPES: Record<string, { label: string; shape: Qwen2Shape }> = {
@@ -34,6 +35,8 @@ export interface LevelFigure {
   /** Fraction of decode steps whose forward the GPU had started ahead (before the step was asked for). */
   aheadFraction?: number;
   runs?: number[]; // tok/s of each timed run when there were several (the other fields are their medians)
+  /** The sampled row (temperature 0.8, top-p 0.95) against greedy in alternating rounds of the same run. */
+  sampled?: RoundSummary & { rounds: number };
 }
 
 /** One level's figure from its timed runs: each field the median over the runs, the runs' tok/s kept when several. */
@@ -49,6 +52,7 @@ export function summarizeRuns(runs: readonly LevelFigure[]): LevelFigure {
     ...(runs.every((r) => r.sampleMsPerStep !== undefined) ? { sampleMsPerStep: median(runs.map((r) => r.sampleMsPerStep!)) } : {}),
     ...(runs.every((r) => r.aheadFraction !== undefined) ? { aheadFraction: median(runs.map((r) => r.aheadFraction!)) } : {}),
     runs: runs.map((r) => r.tokS),
+    ...(runs[0]!.sampled ? { sampled: runs[0]!.sampled } : {}),
   };
 }
 
@@ -100,6 +104,8 @@ interface RapidOptions {
   levels: number[];
   repeat: number;
   sample: BenchSampling;
+  /** Also measure each level sampled (SAMPLED) against greedy in alternating rounds. */
+  sampledRows: boolean;
 }
 
 /** Loads the shape's checkpoint on the GPU and measures every level, each after a short warm-up; a failure is kept in `error`. */
@@ -128,6 +134,12 @@ async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> 
           process.stderr.write(`${label}: concurrency ${level}: ${f.tokS.toFixed(1)} tok/s (${f.msPerStep.toFixed(3)} ms/step, forward ${f.forwardMsPerStep.toFixed(3)} ms, sample ${(f.sampleMsPerStep ?? 0).toFixed(3)} ms, ahead ${((f.aheadFraction ?? 0) * 100).toFixed(0)}% of steps)\n`);
           runs.push(f);
         }
+        if (o.sampledRows) {
+          const rounds = Math.max(2, o.repeat);
+          const r = await measureRounds(model, { level, steps: o.gen, prompt: o.prompt, rounds, sample: SAMPLED, warmupSteps: WARMUP_STEPS });
+          runs[0]!.sampled = { ...summarizeRounds(r), rounds };
+          process.stderr.write(`${label}: concurrency ${level}: sampled ${runs[0]!.sampled.sampledTokS.toFixed(1)} tok/s, ${runs[0]!.sampled.ratio.toFixed(3)}x greedy over ${rounds} rounds\n`);
+        }
         result.levels.push(summarizeRuns(runs));
       }
     } finally {
@@ -152,6 +164,7 @@ export interface CudaBenchReport {
   repeat: number; // timed runs per level of rapid and llama.cpp (figures are medians); torch runs once
   temperature: number; // rapid's sampling (0 = greedy); the peers' figures are greedy / unsampled decode
   topP: number; // rapid's nucleus with temperature > 0 (1 = off)
+  sampledRows: boolean; // each level also sampled at temperature 0.8 / top-p 0.95 against greedy, alternating rounds
   precision: 'fast' | 'exact';
   peakBandwidth: number; // bytes/s the fractions are stated against
   native: string; // the addon binary
@@ -180,6 +193,7 @@ export function formatReport(r: CudaBenchReport): string {
   out.push(`  rapid: MLX affine 4-bit g64 (${r.precision})${sampling}; llama.cpp: Q4_0 GGUF, llama-batched-bench S_TG; torch: eager bf16, transformers Qwen2ForCausalLM + DynamicCache`);
   const head = ['shape', 'conc', 'rapid tok/s', 'llama.cpp tok/s', 'torch tok/s', 'rapid/llama', 'rapid/torch'];
   if (r.repeat > 1) head.push('rapid runs', 'llama.cpp runs');
+  if (r.sampledRows) head.push('sampled tok/s', 'sampled/greedy', 'sampled/llama');
   const rows: string[][] = [head];
   const bw: string[] = [];
   for (const s of r.rapid) {
@@ -190,6 +204,10 @@ export function formatReport(r: CudaBenchReport): string {
       const t = r.torch?.figures.find((f) => f.shape === s.shape && f.level === level)?.tokS;
       const row = [s.label, String(level), fmt(mine?.tokS), fmt(l?.tokS), fmt(t), ratio(mine?.tokS, l?.tokS), ratio(mine?.tokS, t)];
       if (r.repeat > 1) row.push(spread(mine?.runs), spread(l?.runs));
+      if (r.sampledRows) {
+        const sm = mine?.sampled;
+        row.push(fmt(sm?.sampledTokS), sm ? `${sm.ratio.toFixed(2)}x (${sm.ratioMin.toFixed(2)}-${sm.ratioMax.toFixed(2)})` : '-', ratio(sm?.sampledTokS, l?.tokS));
+      }
       rows.push(row);
     }
     if (!r.levels.includes(1)) continue;
@@ -217,6 +235,8 @@ const USAGE = `usage: npm run bench:cuda -- [options]   (on a GPU machine withou
   --repeat N         timed runs per level of rapid and llama.cpp, reported as medians with min-max (default 1)
   --temperature T    rapid samples every token at temperature T (default 0: greedy, as the peers decode)
   --top-p P          with --temperature: nucleus sampling over top-p P of the mass (default 1: off)
+  --skip-sampled     greedy runs only: no sampled rows (by default each level is also measured at temperature
+                     0.8 / top-p 0.95 against greedy in max(2, --repeat) alternating rounds: sampled/greedy, sampled/llama)
   --precision P      fast | exact (default fast)
   --threads N        host threads (default: available cores)
   --dir DIR          checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)
@@ -241,6 +261,7 @@ export async function main(argv: string[]): Promise<number> {
       repeat: { type: 'string' },
       temperature: { type: 'string' },
       'top-p': { type: 'string' },
+      'skip-sampled': { type: 'boolean' },
       precision: { type: 'string' },
       threads: { type: 'string' },
       dir: { type: 'string' },
@@ -284,8 +305,10 @@ export async function main(argv: string[]): Promise<number> {
     }
     return 0;
   }
-  const report: CudaBenchReport = { prompt, gen, levels, repeat, temperature, topP, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
-  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, sample: { temperature, topP } };
+  // The sampled rows compare with greedy: with --temperature the main rows already sample.
+  const sampledRows = !values['skip-sampled'] && temperature === 0;
+  const report: CudaBenchReport = { prompt, gen, levels, repeat, temperature, topP, sampledRows, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
+  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, sample: { temperature, topP }, sampledRows };
   for (const s of shapes) {
     const r = await measureShape(s, opts);
     report.rapid.push(r);

@@ -72,6 +72,7 @@ describe('bench:cuda', () => {
       repeat: 1,
       temperature: 0,
       topP: 1,
+      sampledRows: false,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -147,6 +148,7 @@ describe('bench:cuda', () => {
       repeat: 3,
       temperature: 0.8,
       topP: 0.9,
+      sampledRows: false,
       precision: 'fast',
       peakBandwidth: 4.8e12,
       native: 'build/cuda/rapid_native.node',
@@ -169,5 +171,38 @@ describe('bench:cuda', () => {
     expect(text).toContain('sampling at temperature 0.8, top-p 0.9 (the peers do not sample)');
     expect(text).toMatch(/rapid runs\s+llama\.cpp runs/);
     expect(text).toMatch(/Qwen2\.5-3B\s+1\s+480\.0\s+400\.0\s+-\s+1\.20x\s+-\s+470-495\s+390-410/);
+  });
+
+  it('adds the sampled rows: sampled tok/s, sampled/greedy with its round spread, sampled/llama', () => {
+    const sampled = { greedyTokS: 1000, sampledTokS: 920, ratio: 0.92, ratioMin: 0.9, ratioMax: 0.95, rounds: 2 };
+    const report: CudaBenchReport = {
+      prompt: 128,
+      gen: 128,
+      levels: [1],
+      repeat: 1,
+      temperature: 0,
+      topP: 1,
+      sampledRows: true,
+      precision: 'fast',
+      peakBandwidth: 4.8e12,
+      native: 'build/cuda/rapid_native.node',
+      rapid: [
+        {
+          shape: '0.5b',
+          label: 'Qwen2.5-0.5B',
+          checkpoint: '/tmp/x',
+          weightBytesPerStep: 240e6,
+          nativeWeightBytes: 240e6,
+          deviceName: 'NVIDIA H200',
+          levels: [{ level: 1, steps: 128, tokS: 1000, msPerStep: 1, forwardMsPerStep: 0.9, sampled }],
+        },
+      ],
+      llama: [{ shape: '0.5b', command: 'llama-batched-bench', build: 'b1', ggufBytes: 300e6, figures: [{ shape: '0.5b', level: 1, tokS: 500 }] }],
+      errors: [],
+    };
+    const text = formatReport(report);
+    expect(text).toMatch(/sampled tok\/s\s+sampled\/greedy\s+sampled\/llama/);
+    expect(text).toMatch(/Qwen2\.5-0\.5B\s+1\s+1000\.0\s+500\.0\s+-\s+2\.00x\s+-\s+920\.0\s+0\.92x \(0\.90-0\.95\)\s+1\.84x/);
+    expect(summarizeRuns([{ level: 1, steps: 128, tokS: 1000, msPerStep: 1, forwardMsPerStep: 0.9, sampled }, { level: 1, steps: 128, tokS: 1100, msPerStep: 1, forwardMsPerStep: 0.9 }]).sampled).toEqual(sampled);
   });
 });

@@ -85,6 +85,23 @@ describe.skipIf(!nativeAvailable())('rapid bench against rapid serving a fixture
       expectServed(report);
     });
 
+    it('the sampled workload: temperature 0.8 / top-p 0.95 requests, served; a flag wins over the preset', async () => {
+      const { report, stdout } = await bench({ url: srv.url, workload: 'sampled', temperature: undefined, concurrency: [2], requests: 4 });
+      expect(report.settings).toMatchObject({ temperature: 0.8, topP: 0.95, workload: ['text'] });
+      expect(stdout).toContain('· sampled ·');
+      expectServed(report);
+      const { report: cold } = await bench({ url: srv.url, workload: 'sampled', temperature: 0.3, concurrency: [1], requests: 1 });
+      expect(cold.settings).toMatchObject({ temperature: 0.3, topP: 0.95 });
+    });
+
+    it('the long-prompt workload: 1024-word prompts (about a token each) unless --prompt-len says otherwise', async () => {
+      const { report } = await bench({ url: srv.url, workload: 'long-prompt', promptLen: undefined, concurrency: [1], requests: 1, maxTokens: 2 });
+      expect(report.settings.promptLength).toBe('1024');
+      const ok = report.levels[0]!.runs[0]!.perRequest.filter((p) => p.ok);
+      expect(ok.length).toBe(1);
+      expect(ok[0]!.promptTokens).toBeGreaterThanOrEqual(1024);
+    });
+
     it('structured output: grammar-constrained replies pass the schema', async () => {
       const schemaFile = join(dir, 'schema.json');
       writeFileSync(schemaFile, JSON.stringify({ type: 'object', properties: { ok: { type: 'boolean' } }, required: ['ok'], additionalProperties: false }));

@@ -31,6 +31,11 @@
 //            the CPU with the same dtype (same tolerance), greedy agreement with both reported; the default dtype
 //            (fast: f16 on the CPU, f32 on CUDA). CUDA stores f32 only for now: another dtype under device
 //            cuda must be refused at load naming f32 (PASS); when CUDA gains a dtype, it is checked like the CPU.
+//   sampling seeded draws over a grid of temperature, top-k, top-p, min-p (and penalties, a logit bias) on one
+//            fixture: the device's 8 tokens per setting against the CPU sampler's (both sample the fixed-point
+//            rules of sampling/fixed_weight.h; logits differ by rounding, so agreement is reported and at least
+//            90% of settings must match whole), every setting alone == all in one batch on the device (bitwise),
+//            and a repeat == the first run.
 //   rope     (CUDA only) the q/k/v launch with RoPE in its epilogue stores what rope_kv_write does: a staggered
 //            batch's tokens and final logits are bitwise the same with RAPID_CUDA_ROPE_EPILOGUE=0 as by default.
 //   spec     speculative verification (draft rows, docs/speculative.md): per fixture and precision, a decode row's
@@ -38,7 +43,7 @@
 //            taken from the plain run, full and wrong ones) emits the plain run's tokens; seeded draws (temperature
 //            0.8, top-p 0.95) with drafts emit the tokens a plain run draws.
 // Usage: node test/cuda/cuda-checks.mjs --addon PATH/rapid_native.node [--cpu-addon PATH] [--json OUT]
-//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype,spec]
+//          [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype,spec,sampling]
 //          [--filter REGEX] [--kv-bytes N] [--strict]
 // A model the device backend rejects as unsupported is a SKIP line (a FAIL with --strict).
 // Prints one PASS/FAIL/SKIP line per check, then 'N passed, M failed, K skipped'; exits 1 on any failure.
@@ -87,7 +92,7 @@ function parseArgs(argv) {
     else if (a === '--strict') o.strict = true;
     else if (a === '--emit-agree') o.emit = resolve(val()); // internal: child process of --cpu-addon
     else if (a === '--help' || a === '-h') {
-      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype,spec] [--filter REGEX] [--kv-bytes N] [--strict]');
+      console.log('usage: node test/cuda/cuda-checks.mjs --addon PATH [--cpu-addon PATH] [--json OUT] [--device cuda|cpu] [--model DIR]... [--only parity,batch,agree,errors,device,ahead,rope,bias,kvdtype,spec,sampling] [--filter REGEX] [--kv-bytes N] [--strict]');
       process.exit(0);
     } else throw new Error(`unknown argument ${a}`);
   }
@@ -709,6 +714,62 @@ async function biasChecks(addon, device, fx) {
   });
 }
 
+// ---------------------------------------------------------------- sampling grid
+
+/** The sampled settings: temperature x top-k x top-p x min-p, plus penalties and a logit bias. */
+function samplingGrid() {
+  const grid = [];
+  let seed = 1;
+  for (const temperature of [0.6, 1.0, 1.5])
+    for (const topK of [0, 7, 64])
+      for (const topP of [1, 0.95, 0.5])
+        for (const minP of [0, 0.1]) grid.push({ temperature, topK, topP, minP, seed: seed++ });
+  grid.push({ temperature: 0.8, topP: 0.95, repetitionPenalty: 1.3, presencePenalty: 0.5, frequencyPenalty: 0.2, seed: seed++ });
+  grid.push({ temperature: 0.8, topK: 40, topP: 0.9, logitBias: { tokens: Int32Array.of(3, 11), values: Float32Array.of(2, -3) }, seed: seed++ });
+  return grid;
+}
+
+async function samplingChecks(addon, device, fx) {
+  const name = `${fx.name} sampling grid`;
+  const grid = samplingGrid();
+  const [a, b] = fx.ref.prompts;
+  const specs = grid.map((sample, i) => ({ id: `s${i}`, prompt: (i % 2 ? b : a).ids, maxTokens: 8, sample, startStep: i % 3 }));
+  const run = async (dev, batched) => {
+    const model = load(addon, fx.dir, { device: dev, kvCacheBytes: FIXTURE_KV, precision: 'exact' }, 'sampling', `${name} (${dev})`);
+    if (!model) return null;
+    try {
+      if (batched) return await runSequences(model, specs);
+      const out = new Map();
+      for (const spec of specs) out.set(spec.id, (await runSequences(model, [{ ...spec, startStep: 0 }])).get(spec.id));
+      return out;
+    } finally {
+      model.close();
+    }
+  };
+  await guard('sampling', name, async () => {
+    const together = await run(device, true);
+    const alone = await run(device, false);
+    const again = await run(device, true);
+    const cpu = device === 'cpu' ? together : await run('cpu', true);
+    if (!together || !alone || !again || !cpu) return;
+    const problems = [];
+    let agree = 0;
+    const differ = [];
+    for (const spec of specs) {
+      const t = together.get(spec.id);
+      if (t.errors.length) problems.push(`${spec.id}: ${t.errors.join('; ')}`);
+      const tt = t.tokens.join(',');
+      if (alone.get(spec.id).tokens.join(',') !== tt) problems.push(`${spec.id} ${JSON.stringify(spec.sample)}: alone ${alone.get(spec.id).tokens.join(',')} != batched ${tt}`);
+      if (again.get(spec.id).tokens.join(',') !== tt) problems.push(`${spec.id}: repeat ${again.get(spec.id).tokens.join(',')} != first ${tt}`);
+      if (cpu.get(spec.id).tokens.join(',') === tt) agree++;
+      else differ.push(`${spec.id} (T ${spec.sample.temperature} k ${spec.sample.topK ?? 0} p ${spec.sample.topP ?? 1} min-p ${spec.sample.minP ?? 0}): cpu ${cpu.get(spec.id).tokens.join(',')} vs ${device} ${tt}`);
+    }
+    if (agree < 0.9 * specs.length) problems.push(`only ${agree}/${specs.length} settings give the CPU's tokens; first: ${differ[0]}`);
+    const detail = `${specs.length} settings x 8 tokens: cpu == ${device} in ${agree}/${specs.length}${differ.length ? ` (first difference ${differ[0]})` : ''}; alone == batched, repeat == first`;
+    report(problems.length ? 'FAIL' : 'PASS', 'sampling', name, problems.length ? problems.slice(0, 4).join('; ') : detail);
+  });
+}
+
 function kvTooLarge(addon, fx) {
   const name = `${fx.name} KV budget beyond device memory`;
   const devs = addon.systemInfo().cuda?.devices ?? [];
@@ -1075,6 +1136,11 @@ async function main() {
   if (want('bias')) {
     const fx = models.find((f) => f.name === 'qwen2-f32') ?? models[0];
     if (fx) await biasChecks(addon, o.device, fx);
+  }
+
+  if (want('sampling')) {
+    const fx = models.find((f) => f.name === 'qwen2-f32') ?? models[0];
+    if (fx) await samplingChecks(addon, o.device, fx);
   }
 
   if (want('rope')) {

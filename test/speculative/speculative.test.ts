@@ -6,10 +6,9 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/engine/engine.js';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
-import { parseResponseFormat } from '../../src/engine/grammar/response-format.js';
+import { parseResponseFormat } from '../../src/server/response-format.js';
 import { NgramDraftSource } from '../../src/engine/speculative/ngram-source.js';
 import { createTextEngine } from '../../src/engine/text-engine.js';
-import { generate, type GenerateEvent } from '../../src/engine/generate.js';
 import { DraftPolicy } from '../../src/engine/speculative/speculator.js';
 import { StopMatcher } from '../../src/engine/stop-matcher.js';
 import { openTextModel, type TextModel } from '../../src/engine/text-model.js';
@@ -111,25 +110,6 @@ describe.skipIf(!nativeAvailable()).each(fixtures)('speculative decoding on %s',
     expect(b.map((c) => c.tokens)).toEqual(a.map((c) => c.tokens));
     for (const c of b.slice(-2)) expect(() => JSON.parse(c.text)).not.toThrow();
     expect(on.stats().speculative.drafted).toBeGreaterThan(0);
-  });
-
-  it('rapid run\'s single-sequence loop (generate) drafts, and emits the same tokens as without', async () => {
-    const source = new NgramDraftSource();
-    let proposed = 0;
-    const counting = { name: 'ngram', propose: (t: readonly number[], k: number) => { const d = source.propose(t, k); proposed += d.length; return d; } };
-    const tokens = async (drafts?: DraftPolicy) => {
-      let out: number[] = [];
-      const gen = generate({
-        model: m.native, blocks: m.blocks, contextLength: m.info.contextLength, promptIds: prompts()[0]!, params: params({ maxTokens: 40, temperature: 0.7, seed: 3 }),
-        stopTokenIds: new Set(), text: { push: () => '', flush: () => '' }, stops: new StopMatcher({ stopStrings: [] }), ...(drafts ? { drafts } : {}),
-      });
-      for await (const e of gen as AsyncGenerator<GenerateEvent>) if (e.type === 'done') out = e.tokenIds;
-      return out;
-    };
-    const plain = await tokens();
-    expect(await tokens(new DraftPolicy(counting))).toEqual(plain);
-    expect(proposed).toBeGreaterThan(0);
-    expect(m.blocks.freeBlocks).toBe(m.blocks.numBlocks);
   });
 
   it('the prefix cache holds only verified tokens: a hit on a drafted request equals a cold run', async () => {

@@ -15,6 +15,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
+#include "sampling/fixed_weight.h"
 #include "sampling/rng.h"
 
 namespace rapid::cuda {
@@ -29,7 +30,6 @@ constexpr int kHistCopies = 16;             // radix histograms, one per pair of
 constexpr int kBuckets = 256;               // 8-bit digits, four passes per 32-bit key
 constexpr int kSmemWords = kHistCopies * kBuckets;  // u64 scratch: the histograms, or one sum per group
 constexpr int64_t kMaxVocab = int64_t(kSmemWords) * kGroup;
-constexpr int kFixBits = 40;                // a weight of 1 (the top token) is 2^40; sums stay below 2^60
 
 // A logits row as the sampler sees it: a masked or non-finite logit is -inf (never a candidate).
 struct RowView {
@@ -72,15 +72,8 @@ __device__ __forceinline__ uint32_t key_of(float v) {
 struct Weights {
   float inv_t, mx_t;
   __device__ float real(float v) const { return expf(__fsub_rn(__fmul_rn(v, inv_t), mx_t)); }
-  // floor(w · 2^40) for w in [0, 1] from the float's bits (w = m · 2^(e-150)): exact, no 64-bit conversions.
-  __device__ uint64_t fixed(float w) const {
-    const uint32_t b = __float_as_uint(w);
-    const int e = int(b >> 23);
-    if (e == 0) return 0;  // 0 or subnormal (< 2^-126)
-    const uint64_t m = (b & 0x7fffffu) | 0x800000u;
-    const int sh = e - 150 + kFixBits;
-    return sh >= 0 ? m << sh : (sh > -24 ? m >> -sh : 0);
-  }
+  // floor(w · 2^40): the host sampler's integer (sampling/fixed_weight.h).
+  __device__ uint64_t fixed(float w) const { return fixed_weight(w); }
 };
 
 __device__ __forceinline__ uint64_t warp_sum_u64(uint64_t v) {
@@ -165,6 +158,22 @@ __device__ uint64_t block_scan(uint64_t mine, Shared& sh, uint64_t& total) {
   return sh.warp_part[warp] + incl_w - mine;
 }
 
+// The id within group g whose running sum of wt passes target (gb: the weight of the ids before the group), into
+// sh.sel_index and sh.sel_before: warp 0's lanes scan their four-id sums. Called by warp 0 only.
+template <class W>
+__device__ __forceinline__ void select_in_group(const RowView& r, W&& wt, int64_t g, uint64_t gb, uint64_t target, Shared& sh) {
+  const int lane = threadIdx.x & 31;
+  const int64_t i0 = g * kGroup + lane * 4;
+  float v[4];
+  r.load4(i0, v);
+  uint64_t w[4], s = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) s += (w[j] = wt(i0 + j, v[j]));
+  const uint64_t incl = warp_inclusive_u64(s, lane);
+  const uint64_t a = gb + incl - s;
+  if (a <= target && target < a + s) walk_to(a, target, 0, 4, [&](int j) { return w[j]; }, [&](int j) { return i0 + j; }, sh);
+}
+
 // The id of the first element, in id order, whose running sum of wt(i, v) passes target = target_of(total of wt)
 // (sum before <= target < sum through it), and that sum before; -1 when target >= total. Every group's sum
 // into sm (one pass), then the group, then the id within it.
@@ -200,17 +209,7 @@ __device__ int64_t id_select(const RowView& r, W&& wt, T&& target_of, uint64_t* 
   if (g < 0) return -1;
   if (tid == 0) sh.sel_index = -1;
   __syncthreads();
-  if (warp == 0) {  // the id within group g: lanes' four-id sums, scanned
-    const int64_t i0 = g * kGroup + lane * 4;
-    float v[4];
-    r.load4(i0, v);
-    uint64_t w[4], s = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) s += (w[j] = wt(i0 + j, v[j]));
-    const uint64_t incl = warp_inclusive_u64(s, lane);
-    const uint64_t a = gb + incl - s;
-    if (a <= target && target < a + s) walk_to(a, target, 0, 4, [&](int j) { return w[j]; }, [&](int j) { return i0 + j; }, sh);
-  }
+  if (warp == 0) select_in_group(r, wt, g, gb, target, sh);
   __syncthreads();
   before = sh.sel_before;
   return sh.sel_index;
@@ -294,19 +293,6 @@ __device__ Pick sorted_select(const RowView& r, W&& wt, T&& target_of, uint64_t*
 __device__ __forceinline__ bool at_or_before(float v, int64_t i, const Pick& p) {
   const uint32_t k = key_of(v);
   return k > p.key || (k == p.key && i <= p.id);
-}
-
-// A draw in [0, total): floor(u · total), kept below total against rounding.
-__device__ __forceinline__ uint64_t draw_target(double u, uint64_t total) {
-  const uint64_t t = uint64_t(u * double(total));
-  return t < total ? t : total - 1;
-}
-
-// The nucleus' weight target: ceil(top_p · z) kept in [1, z] (z > 0). The nucleus ends at the first element whose
-// running weight reaches it (the host stops before the first element whose preceding mass is >= top_p).
-__device__ __forceinline__ uint64_t nucleus_target(float top_p, uint64_t z) {
-  const double t = ceil(double(top_p) * double(z));
-  return t < 1.0 ? 1 : t >= double(z) ? z : uint64_t(t);
 }
 
 // The logit of an order-preserving key (key_of's inverse).
@@ -612,7 +598,7 @@ __device__ __forceinline__ int dist_bin(const Weights& W, float v) {
 template <class Wt>
 __device__ int64_t select_in_groups(const RowView& r, Wt&& wt, const uint64_t* gsum, int64_t g_begin, int ng,
                                     uint64_t base, uint64_t target, Shared& sh) {
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int tid = threadIdx.x, warp = tid >> 5;
   const int per = (ng + kThreads - 1) / kThreads;
   const int j0 = tid * per, j1 = min(j0 + per, ng);
   uint64_t mine = 0;
@@ -625,17 +611,7 @@ __device__ int64_t select_in_groups(const RowView& r, Wt&& wt, const uint64_t* g
   const int64_t g = g_begin + sh.sel_index;
   const uint64_t gb = sh.sel_before;
   __syncthreads();
-  if (warp == 0) {  // the id within group g: lanes' four-id sums, scanned
-    const int64_t i0 = g * kGroup + lane * 4;
-    float v[4];
-    r.load4(i0, v);
-    uint64_t w[4], s = 0;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) s += (w[j] = wt(i0 + j, v[j]));
-    const uint64_t incl = warp_inclusive_u64(s, lane);
-    const uint64_t a = gb + incl - s;
-    if (a <= target && target < a + s) walk_to(a, target, 0, 4, [&](int j) { return w[j]; }, [&](int j) { return i0 + j; }, sh);
-  }
+  if (warp == 0) select_in_group(r, wt, g, gb, target, sh);
   __syncthreads();
   const int64_t id = sh.sel_index;
   __syncthreads();

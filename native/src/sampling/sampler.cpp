@@ -6,6 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 #include "layers/vec_math.h"
+#include "sampling/rank_draw.h"
 #include "sampling/rng.h"
 
 namespace rapid {
@@ -87,63 +88,6 @@ static bool better(const std::pair<float, int32_t>& a, const std::pair<float, in
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
-// The number of entries of `all` (logit, token), moved to its front, whose weight w[token] lies in a binary-
-// exponent bin at or above the first bin where the mass from the top reaches top_p of z, plus one bin of margin
-// (all.size() when the weights hold a NaN or the mass is spread too thin for the bins to help).
-static int64_t nucleus_superset(std::vector<std::pair<float, int32_t>>& all, const float* w, double z, float top_p) {
-  constexpr int kBins = 64;  // bin b holds weights in [2^-(b+1), 2^-b); the last one everything smaller
-  auto bin = [](float x) {
-    uint32_t u;
-    std::memcpy(&u, &x, sizeof u);
-    const int b = 127 - int(u >> 23);  // weights are in [0, 1]
-    return b < 0 ? 0 : b >= kBins ? kBins - 1 : b;
-  };
-  double mass[kBins] = {};
-  for (const auto& e : all) {
-    const float x = w[e.second];
-    if (std::isnan(x)) return int64_t(all.size());
-    mass[bin(x)] += x;
-  }
-  double cum = 0;
-  int last = kBins;
-  for (int b = 0; b < kBins - 2; ++b) {
-    cum += mass[b];
-    if (cum >= double(top_p) * z * (1.0 + 1e-9)) {
-      last = b + 1;
-      break;
-    }
-  }
-  if (last >= kBins - 1) return int64_t(all.size());
-  // Stable: the entries stay in id order, which radix_sort_desc relies on for ties.
-  return std::stable_partition(all.begin(), all.end(), [&](const auto& e) { return bin(w[e.second]) <= last; }) -
-         all.begin();
-}
-
-// Sorts entries [0, n) of `all` into `better`'s order (logit descending, id ascending) by an LSD radix sort on
-// order-preserving keys: entries that arrive in id order keep it among equal logits (the sort is stable). For a
-// long nucleus, instead of partial sorts that grow 4x at a time. -0 ties +0 as in `better`; NaN sorts last.
-static void radix_sort_desc(std::vector<std::pair<float, int32_t>>& all, int64_t n) {
-  auto key = [](float v) -> uint32_t {  // ascending key = descending logit
-    if (std::isnan(v)) return 0xffffffffu;
-    if (v == 0.0f) v = 0.0f;
-    uint32_t u;
-    std::memcpy(&u, &v, sizeof u);
-    return ~((u & 0x80000000u) ? ~u : (u | 0x80000000u));
-  };
-  thread_local std::vector<std::pair<float, int32_t>> tmp;
-  tmp.resize(size_t(n));
-  std::pair<float, int32_t>* src = all.data();
-  std::pair<float, int32_t>* dst = tmp.data();
-  for (int shift = 0; shift < 32; shift += 8) {
-    size_t count[257] = {};
-    for (int64_t i = 0; i < n; ++i) ++count[((key(src[i].first) >> shift) & 255u) + 1];
-    for (int b = 0; b < 256; ++b) count[b + 1] += count[b];
-    for (int64_t i = 0; i < n; ++i) dst[count[(key(src[i].first) >> shift) & 255u]++] = src[i];
-    std::swap(src, dst);
-  }
-  // Four passes: the result is back in `all`.
-}
-
 SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p) {
   return sample_token_at(logits, vocab, p, uniform_draw(p.seed, p.counter));
 }
@@ -170,114 +114,20 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
   if (p.temperature == 0.0f) {
     out.token = argmax;
   } else {
-    // Weights exp((l - mx)/T) for the whole vocabulary, vectorized; masked tokens get exactly 0. The buffers
+    // Weights exp((l - mx)/T) for the whole vocabulary, vectorized. The buffers
     // are the thread's own and kept between calls: a fresh 600 KB vector per row cost more in page faults than
     // the arithmetic.
     const float invT = 1.0f / p.temperature;
     thread_local std::vector<float> w_buf;
     w_buf.resize(size_t(vocab));
     float* w = w_buf.data();
-    for (int64_t i = 0; i < vocab; ++i) w[i] = logits[i] == -INFINITY ? -INFINITY : logits[i] * invT;
+    // A masked logit's weight is exp's floor (~1e-38): fixed-point 0, and rank_draw never takes a masked token.
+    for (int64_t i = 0; i < vocab; ++i) w[i] = logits[i] * invT;
     vec::exp_shift_sum(w, vocab, mx * invT);
-    for (int64_t i = 0; i < vocab; ++i)
-      if (logits[i] == -INFINITY) w[i] = 0.0f;
 
-    if (p.top_k > 0 || p.top_p < 1.0f) {
-      thread_local std::vector<std::pair<float, int32_t>> all;  // (logit, token) of allowed tokens
-      thread_local std::vector<std::pair<float, int32_t>> cand;  // (weight, token) in draw order
-      all.clear();
-      cand.clear();
-      for (int64_t i = 0; i < vocab; ++i)
-        if (logits[i] != -INFINITY) all.push_back({logits[i], int32_t(i)});
-      const int64_t n_all = int64_t(all.size());
-      double z = 0;  // normalizer: over the top-k set (HF: top-k, then softmax for top-p), else all
-      if (p.top_k == 0)
-        for (int64_t i = 0; i < vocab; ++i) z += w[i];
-      // top-p alone: the nucleus lies among the largest weights. A histogram of the weights by binary exponent
-      // gives a floor above which more than top_p of the mass lies (plus one bin of margin); those entries are a
-      // prefix of the sorted order (weights rise with logits), so sorting only them yields the same nucleus.
-      int64_t range = n_all;  // entries [0, range) of `all` take part in the sort
-      if (p.top_k == 0 && p.top_p < 1.0f) range = nucleus_superset(all, w, z, p.top_p);
-      // Grow a sorted prefix until it holds the nucleus, instead of sorting the vocabulary; a long candidate
-      // range is radix-sorted whole at once.
-      constexpr int64_t kRadixFrom = 4096;
-      // With top-k the range is every entry and one partial sort gives the k best (the nucleus is cut below).
-      int64_t k = 0, sorted = 0;
-      for (;;) {
-        k = p.top_k > 0 ? std::min<int64_t>(p.top_k, range) : range;
-        const bool radix = p.top_k == 0 && range > kRadixFrom;
-        sorted = p.top_k > 0 || radix ? k : std::min<int64_t>(k, 256);
-        if (radix) radix_sort_desc(all, range);
-        double cum = 0;  // mass of the sorted prefix (top-p alone)
-        for (;;) {
-          if (!radix) std::partial_sort(all.begin(), all.begin() + sorted, all.begin() + range, better);
-          if (p.top_k > 0 || p.top_p >= 1.0f) break;
-          cum = 0;
-          for (int64_t i = 0; i < sorted; ++i) cum += w[all[size_t(i)].second] / z;
-          if (sorted == k || cum >= double(p.top_p)) break;
-          sorted = std::min<int64_t>(k, sorted * 4);
-        }
-        // A superset that rounding left short of the nucleus: sort among every entry instead.
-        if (range == n_all || cum >= double(p.top_p)) break;
-        range = n_all;
-      }
-      k = std::min(k, sorted);
-      if (p.top_k > 0)
-        for (int64_t i = 0; i < k; ++i) z += w[all[size_t(i)].second];
-      double before = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        const float wi = w[all[size_t(i)].second];
-        if (p.top_p < 1.0f && i > 0 && before >= double(p.top_p)) break;  // nucleus: mass before i < top_p
-        before += wi / z;
-        cand.push_back({wi, all[size_t(i)].second});
-      }
-      if (p.min_p > 0) {
-        float wmax = 0;
-        for (auto& c : cand) wmax = std::max(wmax, c.first);
-        const float thr = p.min_p * wmax;  // min-p is a ratio to the top probability: normalizer cancels
-        cand.erase(std::remove_if(cand.begin(), cand.end(), [&](auto& c) { return c.first < thr; }), cand.end());
-      }
-      double total = 0;
-      for (auto& c : cand) total += c.first;
-      const double u = u01 * total;
-      double acc = 0;
-      out.token = cand.back().second;
-      for (auto& c : cand) {
-        acc += c.first;
-        if (u < acc) {
-          out.token = c.second;
-          break;
-        }
-      }
-    } else {
-      // No truncation by rank: the candidates are the positive weights in id order (min-p as a floor relative
-      // to the largest), drawn in place.
-      float thr = 0.0f;
-      if (p.min_p > 0) {
-        float wmax = 0;
-        for (int64_t i = 0; i < vocab; ++i)
-          if (w[i] > 0.0f) wmax = std::max(wmax, w[i]);
-        thr = p.min_p * wmax;
-      }
-      const auto candidate = [&](int64_t i) { return w[i] > 0.0f && !(w[i] < thr); };
-      double total = 0;
-      int32_t last = -1;
-      for (int64_t i = 0; i < vocab; ++i)
-        if (candidate(i)) total += w[i], last = int32_t(i);
-      // NaN weights (a temperature below validate_sample_params' floor, extreme penalties) leave no candidate.
-      if (last < 0) throw std::runtime_error("no token has a finite, positive weight at this temperature");
-      const double u = u01 * total;
-      double acc = 0;
-      out.token = last;
-      for (int64_t i = 0; i < vocab; ++i) {
-        if (!candidate(i)) continue;
-        acc += w[i];
-        if (u < acc) {
-          out.token = int32_t(i);
-          break;
-        }
-      }
-    }
+    out.token = rank_draw(logits, w, vocab, invT, mx * invT, p, u01);
+    // NaN weights (a temperature below validate_sample_params' floor, extreme penalties) leave no candidate.
+    if (out.token < 0) throw std::runtime_error("no token has a finite, positive weight at this temperature");
   }
 
   if (p.logprobs >= 0) {

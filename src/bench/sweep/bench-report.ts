@@ -12,6 +12,8 @@ export interface BenchSettings {
   levelDeadlineMs: number | null;
   maxTokens: number;
   temperature: number;
+  /** top_p sent with every request (null: not sent). */
+  topP?: number | null;
   warmup: number;
   promptLength: string;
   outputLength: string;

@@ -15,9 +15,10 @@ import { loadSchemaCheck, type SchemaCheck } from './schema-validator.js';
 import { runSweep, validateSweep, type SweepListener } from './sweep.js';
 import { longPromptMixTable, runLongPromptMix } from './long-prompt-mix.js';
 import { validateWorkload, type WorkloadKind, type WorkloadOptions } from './workload.js';
+import { DEFAULT_PROMPT_WORDS, isPresetWorkload, workloadPreset, type PresetWorkload } from './workload-presets.js';
 import type { KvCacheDtype, NativeDevice } from '../../native/types.js';
 
-export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed' | 'extraction';
+export type WorkloadChoice = 'text' | 'schema' | 'vision' | 'mixed' | 'extraction' | PresetWorkload;
 
 export interface BenchOptions {
   /** A model to serve in-process (directory, alias or repo); exclusive with url. */
@@ -33,8 +34,12 @@ export interface BenchOptions {
   timeoutMs: number;
   levelTimeoutMs?: number;
   maxTokens: number;
-  temperature: number;
-  promptLen: string;
+  /** Default: the workload's preset, else 0 (greedy). */
+  temperature?: number;
+  /** Sent as top_p when set (default: the workload's preset, else not sent). */
+  topP?: number;
+  /** Default: the workload's preset, else DEFAULT_PROMPT_WORDS. */
+  promptLen?: string;
   outputLen?: string;
   schema?: string;
   images?: string;
@@ -71,6 +76,8 @@ export function workloadKinds(choice: WorkloadChoice | undefined, hasSchema: boo
       if (!hasSchema && !hasImages) throw new Error('--workload mixed needs --schema FILE and/or --images DIR to mix with text');
       return mixed();
     case 'text':
+    case 'sampled':
+    case 'long-prompt':
       return ['text'];
     case 'schema':
       if (!hasSchema) throw new Error('--workload schema needs --schema FILE');
@@ -81,7 +88,7 @@ export function workloadKinds(choice: WorkloadChoice | undefined, hasSchema: boo
     case 'extraction':
       return ['extraction'];
     default:
-      throw new Error(`--workload must be text, schema, vision, mixed or extraction, got "${String(choice)}"`);
+      throw new Error(`--workload must be text, sampled, long-prompt, schema, vision, mixed or extraction, got "${String(choice)}"`);
   }
 }
 
@@ -94,12 +101,17 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
   if ((o.model === undefined) === (o.url === undefined)) throw new Error('rapid bench needs either a model to serve (rapid bench MODEL) or --url URL of a running server, not both');
   validateSweep({ concurrency: o.concurrency, requests: o.requests, runs: o.runs, timeoutMs: o.timeoutMs, warmup: o.warmup });
   if (o.levelTimeoutMs !== undefined && !(o.levelTimeoutMs > 0)) throw new Error('--level-timeout-ms must be positive');
-  const promptLength = parseLengthDistribution(o.promptLen);
+  const preset = isPresetWorkload(o.workload) ? workloadPreset(o.workload) : {};
+  const temperature = o.temperature ?? preset.temperature ?? 0;
+  const topP = o.topP ?? preset.topP;
+  if (!(temperature >= 0 && Number.isFinite(temperature))) throw new Error('--temperature must be a number >= 0');
+  if (topP !== undefined && !(topP > 0 && topP <= 1)) throw new Error('--top-p must be a number in (0, 1]');
+  const promptLength = parseLengthDistribution(o.promptLen ?? preset.promptLen ?? String(DEFAULT_PROMPT_WORDS));
   const outputLength = parseLengthDistribution(o.outputLen ?? String(o.maxTokens));
   const schema: SchemaCheck | undefined = o.schema !== undefined ? await loadSchemaCheck(o.schema) : undefined;
   const images: BenchImage[] | undefined = o.images !== undefined ? loadImages(o.images) : undefined;
   const kinds = workloadKinds(o.workload, schema !== undefined, images !== undefined);
-  const workload: WorkloadOptions = { kinds, promptLength, outputLength, maxTokens: o.maxTokens, seed: o.seed, schema: schema?.schema, images };
+  const workload: WorkloadOptions = { kinds, promptLength, outputLength, maxTokens: o.maxTokens, seed: o.seed, schema: schema?.schema, images, topP };
   validateWorkload(workload);
 
   const log = (line: string) => io.stderr.write(`[rapid bench] ${line}\n`);
@@ -124,7 +136,7 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
   try {
     const mode = o.progress ?? 'auto';
     const live = mode === 'live' || (mode === 'auto' && io.stdout.isTTY === true);
-    const title = `rapid bench → ${opened.target.model ?? opened.target.endpoint} · ${kinds.join('+')} · ${o.requests} requests × ${o.runs} runs · concurrency ${o.concurrency.join(',')}`;
+    const title = `rapid bench → ${opened.target.model ?? opened.target.endpoint} · ${isPresetWorkload(o.workload) ? o.workload : kinds.join('+')} · ${o.requests} requests × ${o.runs} runs · concurrency ${o.concurrency.join(',')}`;
     let view: SweepListener & { close(): void };
     if (live) {
       const { inkProgress } = await import('./progress-view.js');
@@ -144,7 +156,7 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
         runs: o.runs,
         timeoutMs: o.timeoutMs,
         levelDeadlineMs: o.levelTimeoutMs,
-        temperature: o.temperature,
+        temperature,
         warmup: o.warmup,
         schema,
         listener: view,
@@ -166,7 +178,8 @@ export async function runBench(o: BenchOptions, io: BenchIo): Promise<BenchRepor
         timeoutMs: o.timeoutMs,
         levelDeadlineMs: o.levelTimeoutMs ?? null,
         maxTokens: o.maxTokens,
-        temperature: o.temperature,
+        temperature,
+        topP: topP ?? null,
         warmup: o.warmup,
         promptLength: describeLengthDistribution(promptLength),
         outputLength: describeLengthDistribution(outputLength),

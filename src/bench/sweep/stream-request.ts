@@ -44,6 +44,7 @@ export function requestBody(target: StreamTarget, req: BenchRequest, temperature
     messages: req.messages,
     max_tokens: req.maxTokens,
     temperature,
+    ...(req.topP !== undefined ? { top_p: req.topP } : {}),
     seed: req.seed,
     stream: true,
     stream_options: { include_usage: true },

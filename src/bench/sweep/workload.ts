@@ -27,6 +27,8 @@ export interface BenchRequest {
   seed: number;
   /** The name of the image sent (vision requests). */
   image?: string;
+  /** top_p sent with the request (absent: not sent). */
+  topP?: number;
 }
 
 export interface WorkloadOptions {
@@ -39,6 +41,8 @@ export interface WorkloadOptions {
   seed: number;
   schema?: Record<string, unknown>;
   images?: BenchImage[];
+  /** top_p of every request (absent: not sent). */
+  topP?: number;
 }
 
 const WORDS = (
@@ -88,7 +92,7 @@ export function generateRequests(o: WorkloadOptions, count: number, level: numbe
     const maxTokens = Math.min(o.maxTokens, sampleLength(o.outputLength, rng));
     const seed = Math.floor(rng() * 2 ** 31);
     const text = filler(rng, promptWords);
-    const base = { index, kind, maxTokens, promptWords, seed };
+    const base = { index, kind, maxTokens, promptWords, seed, ...(o.topP !== undefined ? { topP: o.topP } : {}) };
     switch (kind) {
       case 'text':
         requests.push({ ...base, messages: [{ role: 'user', content: `Continue this text in your own words: ${text}` }] });

@@ -5,6 +5,7 @@ import { runBench, type BenchOptions } from '../../bench/sweep/run-bench.js';
 import { parseByteSize } from './serve.js';
 import { parseSpeculativeMode } from '../../engine/speculative/speculator.js';
 import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseFloatOption, parseIntOption, useDevice } from '../options.js';
+import { DEFAULT_PROMPT_WORDS, LONG_PROMPT_WORDS, SAMPLED_SAMPLING } from '../../bench/sweep/workload-presets.js';
 
 /** "1,2,4,16" -> [1, 2, 4, 16] */
 export function parseConcurrencyList(value: string): number[] {
@@ -30,12 +31,13 @@ export function registerBench(program: Command, version = '0.0.0'): void {
     .option('--runs <r>', 'repeated runs per level', parseIntOption('--runs'), 1)
     .option('--seed <n>', 'workload seed: same seed, same requests on any server', parseIntOption('--seed'), 0)
     .option('--max-tokens <n>', 'max_tokens of every request (upper bound of --output-len)', parseIntOption('--max-tokens'), 128)
-    .option('--prompt-len <dist>', 'prompt length in words: N, uniform:MIN-MAX or normal:MEAN,STD', '128')
+    .addOption(new Option('--prompt-len <dist>', 'prompt length in words: N, uniform:MIN-MAX or normal:MEAN,STD').default(undefined, `${DEFAULT_PROMPT_WORDS}; long-prompt: ${LONG_PROMPT_WORDS}`))
     .option('--output-len <dist>', 'max_tokens distribution: N, uniform:MIN-MAX or normal:MEAN,STD (default: --max-tokens)')
-    .option('--temperature <t>', 'sampling temperature (0 = greedy)', parseFloatOption('--temperature'), 0)
+    .addOption(new Option('--temperature <t>', 'sampling temperature (0 = greedy)').argParser(parseFloatOption('--temperature')).default(undefined, `0; sampled: ${SAMPLED_SAMPLING.temperature}`))
+    .addOption(new Option('--top-p <p>', 'nucleus sampling: top_p sent with every request').argParser(parseFloatOption('--top-p')).default(undefined, `not sent; sampled: ${SAMPLED_SAMPLING.topP}`))
     .option('--schema <file>', 'structured output: send this JSON Schema as response_format and validate every reply (ajv)')
     .option('--images <dir>', 'vision: each vision request attaches one image of this directory (data: URI)')
-    .option('--workload <kind>', 'text, schema, vision, mixed or extraction (a document whose answer copies spans of it; default: from --schema/--images)')
+    .option('--workload <kind>', 'text, sampled (temperature 0.8, top-p 0.95), long-prompt (1024-word prompts), schema, vision, mixed or extraction (a document whose answer copies spans of it; default: from --schema/--images)')
     .option('--timeout-ms <ms>', 'a request without a complete reply by then fails as a timeout', parseIntOption('--timeout-ms'), 120_000)
     .option('--level-timeout-ms <ms>', 'deadline of one level run (default: every request timing out in turn, plus 5 s)', parseIntOption('--level-timeout-ms'))
     .option('--warmup <n>', 'unmeasured requests sent before the sweep', parseIntOption('--warmup'), 1)
