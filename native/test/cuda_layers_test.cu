@@ -126,15 +126,18 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
   const size_t per_block = 2 * size_t(c.bs) * size_t(width) * sizeof(float);
   KvPool kv({KvLayerSpec{c.n_kv, c.hd, -1}}, c.bs, per_block * size_t(num_blocks));
   const KvPool::View kvv = kv.view(0);
+  // An f32 pool: K and V rows are plain floats [num_blocks * bs, width].
+  float* const kf = reinterpret_cast<float*>(kvv.k);
+  float* const vf = reinterpret_cast<float*>(kvv.v);
   const size_t pool_floats = size_t(num_blocks) * size_t(c.bs) * size_t(width);  // [num_blocks * bs, width]
   {
     const std::vector<float> k0 = rand_vec(pool_floats), v0 = rand_vec(pool_floats);
-    std::copy(k0.begin(), k0.end(), kvv.k);
-    std::copy(v0.begin(), v0.end(), kvv.v);
+    std::copy(k0.begin(), k0.end(), kf);
+    std::copy(v0.begin(), v0.end(), vf);
   }
   Dev<float> dk(pool_floats), dv(pool_floats);
-  cu::check(cudaMemcpy(dk.p, kvv.k, pool_floats * sizeof(float), cudaMemcpyHostToDevice), "upload k pool");
-  cu::check(cudaMemcpy(dv.p, kvv.v, pool_floats * sizeof(float), cudaMemcpyHostToDevice), "upload v pool");
+  cu::check(cudaMemcpy(dk.p, kf, pool_floats * sizeof(float), cudaMemcpyHostToDevice), "upload k pool");
+  cu::check(cudaMemcpy(dv.p, vf, pool_floats * sizeof(float), cudaMemcpyHostToDevice), "upload v pool");
 
   // Shuffled block assignment: a sequence's blocks are scattered over the pool.
   std::vector<int32_t> perm(static_cast<size_t>(num_blocks));
@@ -197,7 +200,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
 
   // kv_write: the device pools must equal the CPU pools after write_kv, bit for bit.
   const std::vector<float> pk = dk.download(), pv = dv.download();
-  report_bool("kv_write " + c.name, bitwise_equal(pk.data(), kvv.k, pool_floats) && bitwise_equal(pv.data(), kvv.v, pool_floats));
+  report_bool("kv_write " + c.name, bitwise_equal(pk.data(), kf, pool_floats) && bitwise_equal(pv.data(), vf, pool_floats));
 
   // Tokens [first, first + n) as their own launch (their own metadata rows), into dst rows [0, n).
   const size_t row = size_t(c.n_heads) * c.hd;
