@@ -108,6 +108,20 @@ function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLi
   return Object.fromEntries(Object.entries(given).filter(([, v]) => v !== undefined));
 }
 
+/** The engine's options from serve options (one model's config entry included): defaults filled in. */
+export function engineOptionsFrom(opts: Partial<ServeOptions>) {
+  return {
+    maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
+    maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
+    maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
+    maxPrefillAttention: opts.maxPrefillAttention,
+    stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
+    enablePrefixCache: opts.prefixCache ?? true,
+    encoderCacheBytes: opts.encoderCacheMemory,
+    ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),
+  };
+}
+
 /** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
 export function startServer(dir: string, opts?: Partial<ServeOptions> & { engineProcess?: 'inline' }, log?: (line: string) => void): Promise<RunningServer>;
 export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
@@ -118,16 +132,7 @@ export async function startServer(dir: string, opts: Partial<ServeOptions> = {},
   const flag = opts.device !== undefined ? splitDeviceFlag(opts.device) : null;
   const device = dataParallel > 1 ? flag?.kind : useDevice(opts.device);
   const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device };
-  const engineOptions = {
-    maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
-    maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
-    maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
-    maxPrefillAttention: opts.maxPrefillAttention,
-    stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
-    enablePrefixCache: opts.prefixCache ?? true,
-    encoderCacheBytes: opts.encoderCacheMemory,
-    ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),
-  };
+  const engineOptions = engineOptionsFrom(opts);
   let model: HostModel;
   let engine: EngineLike;
   let grammar: GrammarProvider;

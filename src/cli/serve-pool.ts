@@ -1,7 +1,6 @@
 // `rapid serve A B C` and `rapid serve --models-config FILE`: resolves every model up front (so a
 // bad spec fails at startup), then serves them from one pool that loads each on its first request.
 import { basename, resolve } from 'node:path';
-import { ENGINE_DEFAULTS } from '../engine/defaults.js';
 import { resolveModelDetailed } from '../models/resolve-model.js';
 import { createProgressPrinter } from '../models/progress-printer.js';
 import { formatBytes } from '../models/format-bytes.js';
@@ -9,22 +8,13 @@ import { startPoolServer, type PoolModelSpec, type RunningPoolServer } from '../
 import type { EndpointOptions } from '../app/open-endpoint.js';
 import { readModelsConfig, type ModelConfigEntry } from './models-config.js';
 import { checkPrecision, useDevice } from './options.js';
-import type { ServeOptions } from './commands/serve.js';
+import { engineOptionsFrom, type ServeOptions } from '../app/start-server.js';
 
 /** What a model loads with: the command's options, overridden by its config entry's. */
 export function endpointOptions(opts: Partial<ServeOptions>): EndpointOptions {
   return {
     load: { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device: useDevice(opts.device) },
-    engine: {
-      maxNumSeqs: opts.maxNumSeqs ?? ENGINE_DEFAULTS.maxNumSeqs,
-      maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
-      maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
-      maxPrefillAttention: opts.maxPrefillAttention,
-      stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
-      enablePrefixCache: opts.prefixCache ?? true,
-      encoderCacheBytes: opts.encoderCacheMemory,
-      ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),
-    },
+    engine: engineOptionsFrom(opts),
     engineProcess: opts.engineProcess,
     embeddings: opts.embeddings,
     recommended: opts.recommended,
