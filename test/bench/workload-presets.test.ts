@@ -13,7 +13,7 @@ describe('rapid bench preset workloads', () => {
     expect(workloadPreset('sampled')).toEqual({ temperature: 0.8, topP: 0.95 });
     expect(workloadPreset('long-prompt')).toEqual({ promptLen: String(LONG_PROMPT_WORDS) });
     expect(workloadPreset('text')).toEqual({});
-    expect(() => workloadKinds('nope' as never, false, false)).toThrow(/text, sampled, long-prompt, schema, vision or mixed/);
+    expect(() => workloadKinds('nope' as never, false, false)).toThrow(/text, sampled, long-prompt, schema, vision, mixed or extraction/);
   });
 
   it('top_p travels with every request only when set', () => {

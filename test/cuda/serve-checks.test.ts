@@ -20,8 +20,8 @@ function serveChecks(args: string[]): { out: string; status: number | null } {
 describe.skipIf(!nativeAvailable())('rapid serve over HTTP (serve-checks.mjs) on the CPU', () => {
   it('starts, answers chat/stream/schema requests batch-invariantly, rejects bad ones with 4xx and survives aborts', () => {
     const { out, status } = serveChecks(['--device', 'cpu', '--model', join(ROOT, 'test', 'fixtures', 'models', 'qwen2-q4'), '--requests', '4', '--threads', '2']);
-    for (const check of ['start', 'chat', 'stream', 'batch', 'seeded', 'schema', 'errors', 'abort', 'load']) expect(out).toMatch(new RegExp(`^PASS ${check} qwen2-q4 \\[cpu, fast\\]`, 'm'));
-    expect(out).toMatch(/9 passed, 0 failed/);
+    for (const check of ['start', 'chat', 'stream', 'batch', 'seeded', 'schema', 'errors', 'abort', 'load', 'run']) expect(out).toMatch(new RegExp(`^PASS ${check} qwen2-q4 \\[cpu, fast\\]`, 'm'));
+    expect(out).toMatch(/10 passed, 0 failed/);
     expect(status, out.slice(-4000)).toBe(0);
   }, 660_000);
 

@@ -69,7 +69,8 @@ describe.each(['qwen3-embedding-f32', 'qwen3-f32'])('%s pooled hidden states', (
           const want = ref.embeddings[i]!;
           expect(got).toHaveLength(model.info().hiddenSize);
           expect(cosine(got, want)).toBeGreaterThan(0.9999);
-          expect(Math.max(...got.map((x, j) => Math.abs(x - want[j]!)))).toBeLessThan(2e-4);
+          // fast: int8 activations and an f16 KV cache (the CPU default) move single elements up to ~2e-4.
+          expect(Math.max(...got.map((x, j) => Math.abs(x - want[j]!)))).toBeLessThan(precision === 'exact' ? 2e-4 : 5e-4);
         });
       });
 
