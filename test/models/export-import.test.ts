@@ -42,8 +42,9 @@ function rapid(args: string[], hfHome: string, extra: Record<string, string> = {
 function tinyVlmRepo(): Map<string, FakeFile> {
   const dir = join(root, 'models', 'tiny-vlm');
   const files = new Map<string, FakeFile>();
-  for (const name of readdirSync(dir)) {
-    if (name === 'golden' || name === 'README.md') continue;
+  // The model's files only: not its README nor the evaluation sets (golden/, independent/).
+  for (const name of readdirSync(dir, { withFileTypes: true }).filter((e) => e.isFile()).map((e) => e.name)) {
+    if (name === 'README.md') continue;
     files.set(name, fakeFile(readFileSync(join(dir, name)), name.endsWith('.safetensors')));
   }
   return files;
