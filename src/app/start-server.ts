@@ -95,7 +95,7 @@ export function modelNames(given: string | readonly string[] | undefined): strin
 }
 
 /** The serve options in seconds -> the server's limits in ms; unset ones keep their defaults. */
-function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLimits> {
+export function connectionLimitsFrom(opts: Partial<ServeOptions>): Partial<ConnectionLimits> {
   const ms = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1000));
   const given: Partial<ConnectionLimits> = {
     headersTimeoutMs: ms(opts.headersTimeout),

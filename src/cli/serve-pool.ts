@@ -8,7 +8,7 @@ import { startPoolServer, type PoolModelSpec, type RunningPoolServer } from '../
 import type { EndpointOptions } from '../app/open-endpoint.js';
 import { readModelsConfig, type ModelConfigEntry } from './models-config.js';
 import { checkPrecision, useDevice } from './options.js';
-import { engineOptionsFrom, type ServeOptions } from '../app/start-server.js';
+import { connectionLimitsFrom, engineOptionsFrom, type ServeOptions } from '../app/start-server.js';
 
 /** What a model loads with: the command's options, overridden by its config entry's. */
 export function endpointOptions(opts: Partial<ServeOptions>): EndpointOptions {
@@ -49,17 +49,8 @@ export async function poolModels(entries: readonly ModelConfigEntry[], opts: Par
 
 /** Starts the pool server; used by the command and by tests. */
 export function startServePool(models: readonly PoolModelSpec[], opts: PoolServeOptions, log: (line: string) => void = () => undefined): Promise<RunningPoolServer> {
-  const ms = (s: number | undefined) => (s === undefined ? undefined : Math.round(s * 1000));
-  const limits = Object.fromEntries(
-    Object.entries({
-      headersTimeoutMs: ms(opts.headersTimeout),
-      bodyTimeoutMs: ms(opts.bodyTimeout),
-      bodyIdleTimeoutMs: ms(opts.bodyIdleTimeout),
-      keepAliveTimeoutMs: ms(opts.keepAliveTimeout),
-      sendStallTimeoutMs: ms(opts.sendStallTimeout),
-      maxConnections: opts.maxConnections,
-    }).filter(([, v]) => v !== undefined),
-  );
+  const limits = connectionLimitsFrom(opts);
+
   return startPoolServer(
     models,
     {
