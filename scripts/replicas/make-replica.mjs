@@ -66,7 +66,7 @@ export function makeReplica(name, outDir, { seed = 1, overrides = {} } = {}) {
   const entry = catalogEntry(name);
   const { config, layout } = replicaConfig(entry, overrides);
   mkdirSync(outDir, { recursive: true });
-  const tensors = tensorPlan(config, layout);
+  const tensors = tensorPlan(config, layout, seed);
   const files = [];
   const put = (file, text) => {
     writeFileSync(join(outDir, file), text);
@@ -76,7 +76,7 @@ export function makeReplica(name, outDir, { seed = 1, overrides = {} } = {}) {
   const shards = planShards(tensors, mlx ? MLX_SHARD_BYTES : HF_SHARD_BYTES);
   const nameOf = (i, n) => (n === 1 ? 'model.safetensors' : `model-${String(i).padStart(5, '0')}-of-${String(n).padStart(5, '0')}.safetensors`);
   const metadata = { format: mlx ? 'mlx' : 'pt' };
-  const { weightMap, total } = writeShards(outDir, shards, nameOf, metadata, seed);
+  const { weightMap, total } = writeShards(outDir, shards, nameOf, metadata);
   files.push(...new Set(Object.values(weightMap)));
   // mlx save_model always writes the index (indent 4); transformers only when sharded (indent 2)
   if (mlx || shards.length > 1) {
