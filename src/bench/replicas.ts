@@ -3,7 +3,6 @@
 // repository's file list, then time `rapid models pull`, `rapid run` and `rapid serve` + a json_schema chat
 // completion (embedding models: /v1/embeddings). Weights are random: this checks download, cache, load and
 // first answer at the real shapes, not text quality. See docs/replicas.md.
-import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -12,9 +11,9 @@ import { parseByteSize } from '../cli/commands/serve.js';
 import { intOption } from './bench-options.js';
 import { defaultBenchDir } from './random-checkpoint.js';
 import { ReplicaHub } from './replica-hub.js';
+import { firstAnswer, RAPID_BIN, runCli, serveCli } from './replica-steps.js';
 
 const ROOT = resolve(import.meta.dirname, '..', '..');
-const BIN = join(ROOT, 'bin', 'rapid.js');
 const MAKE = join(ROOT, 'scripts', 'replicas', 'make-replica.mjs');
 const STEP_MS = 20 * 60_000; // one step of the largest model (16 GB) on a slow disk
 
@@ -42,75 +41,6 @@ interface Row {
   ok: boolean;
 }
 
-interface Exit {
-  code: number | null;
-  out: string;
-  err: string;
-  seconds: number;
-}
-
-function cli(file: string, args: string[], env: NodeJS.ProcessEnv): Promise<Exit> {
-  const t0 = performance.now();
-  const child = spawn(process.execPath, [file, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  return new Promise((ok) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), STEP_MS);
-    child.on('exit', (code) => (clearTimeout(timer), ok({ code, out, err, seconds: (performance.now() - t0) / 1000 })));
-  });
-}
-
-/** `rapid serve` until it logs its URL; resolves with the URL or the reason it has none. */
-function serve(args: string[], env: NodeJS.ProcessEnv): Promise<{ child: ChildProcess; url?: string; err: () => string }> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  return new Promise((ok) => {
-    const timer = setTimeout(() => (child.kill('SIGKILL'), ok({ child, err: () => `${err}\nno URL within ${STEP_MS / 1000} s` })), STEP_MS);
-    child.stderr!.on('data', (d: Buffer) => {
-      err += d.toString();
-      const m = /serving .* on (http:\/\/[^\s]+)\/v1/.exec(err);
-      if (m) (clearTimeout(timer), ok({ child, url: m[1]!, err: () => err }));
-    });
-    child.on('exit', () => (clearTimeout(timer), ok({ child, err: () => err })));
-  });
-}
-
-const SCHEMA = {
-  type: 'object',
-  properties: { colour: { enum: ['red', 'green', 'blue'] }, count: { type: 'integer', minimum: 0, maximum: 9 } },
-  required: ['colour', 'count'],
-  additionalProperties: false,
-};
-
-async function post(url: string, body: unknown): Promise<{ status: number; json: unknown }> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body), signal: AbortSignal.timeout(STEP_MS) });
-  return { status: res.status, json: await res.json() };
-}
-
-/** The first answer over HTTP: a constrained chat completion that must parse and match, or an embedding. */
-async function firstAnswer(url: string, alias: string, embedding: boolean): Promise<string> {
-  if (embedding) {
-    const r = await post(`${url}/v1/embeddings`, { model: alias, input: ['a full-size replica'] });
-    const dims = (r.json as { data?: { embedding: number[] }[] }).data?.[0]?.embedding.length;
-    if (r.status !== 200 || !dims) throw new Error(`/v1/embeddings answered ${r.status}: ${JSON.stringify(r.json).slice(0, 300)}`);
-    return `embedding of ${dims}`;
-  }
-  const r = await post(`${url}/v1/chat/completions`, {
-    model: alias,
-    messages: [{ role: 'user', content: 'Pick a colour and a count.' }],
-    max_tokens: 32,
-    temperature: 0,
-    response_format: { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema: SCHEMA } },
-  });
-  const content = (r.json as { choices?: { message: { content: string } }[] }).choices?.[0]?.message.content;
-  if (r.status !== 200 || content === undefined) throw new Error(`/v1/chat/completions answered ${r.status}: ${JSON.stringify(r.json).slice(0, 300)}`);
-  const v = JSON.parse(content) as { colour?: unknown; count?: unknown };
-  if (!['red', 'green', 'blue'].includes(v.colour as string) || !Number.isInteger(v.count)) throw new Error(`json_schema output does not match: ${content}`);
-  return `json ${content}`;
-}
-
 async function benchOne(m: CatalogModel, hub: ReplicaHub, work: string, rapidArgs: string[], keep: boolean): Promise<Row> {
   const row: Row = { alias: m.alias, bytes: m.sizeBytes, steps: {}, detail: '', ok: false };
   const replica = join(work, m.alias);
@@ -122,7 +52,7 @@ async function benchOne(m: CatalogModel, hub: ReplicaHub, work: string, rapidArg
   try {
     if (!existsSync(stamp)) {
       rmSync(replica, { recursive: true, force: true });
-      const made = await cli(MAKE, [m.alias, '--out', replica], process.env);
+      const made = await runCli(MAKE, [m.alias, '--out', replica], process.env, STEP_MS);
       row.steps.generate = made.seconds;
       if (made.code !== 0) return fail('generate', made.err);
       writeFileSync(stamp, 'ok\n');
@@ -130,23 +60,23 @@ async function benchOne(m: CatalogModel, hub: ReplicaHub, work: string, rapidArg
     let t0 = performance.now();
     await hub.addRepo(m.repo, replica);
     row.steps.hash = (performance.now() - t0) / 1000;
-    const pull = await cli(BIN, ['models', 'pull', m.alias], env);
+    const pull = await runCli(RAPID_BIN, ['models', 'pull', m.alias], env, STEP_MS);
     row.steps.pull = pull.seconds;
     if (pull.code !== 0) return fail('pull', pull.err);
     const embedding = /embedding/.test(m.alias);
     if (!embedding) {
-      const run = await cli(BIN, ['run', m.alias, '-p', 'Name a colour.', '-n', '16', '-t', '0', '--json', ...rapidArgs], env);
+      const run = await runCli(RAPID_BIN, ['run', m.alias, '-p', 'Name a colour.', '-n', '16', '-t', '0', '--json', ...rapidArgs], env, STEP_MS);
       row.steps.run = run.seconds;
       if (run.code !== 0) return fail('run', run.err);
       const r = JSON.parse(run.out) as { finish_reason: string; usage: { completion_tokens: number } };
       row.detail = `run: ${r.usage.completion_tokens} tokens (${r.finish_reason}); `;
     }
     t0 = performance.now();
-    const s = await serve([m.alias, ...rapidArgs], env);
+    const s = await serveCli([m.alias, ...rapidArgs], env, STEP_MS);
     try {
       if (!s.url) return fail('serve', s.err());
       row.steps.serveReady = (performance.now() - t0) / 1000;
-      row.detail += `serve: ${await firstAnswer(s.url, m.alias, embedding)}`;
+      row.detail += `serve: ${await firstAnswer(s.url, m.alias, embedding, STEP_MS)}`;
       row.steps.firstAnswer = (performance.now() - t0) / 1000;
     } finally {
       s.child.kill('SIGTERM');

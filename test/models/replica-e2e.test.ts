@@ -1,16 +1,16 @@
 // A user's first minutes with the two smallest catalog models, at full size: replicas built by
 // scripts/replicas/make-replica.mjs, served by the fake hub with their repository's file list, then
 // `rapid models pull`, `rapid run` and `rapid serve` + a json_schema chat completion, as child processes.
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { firstAnswer, RAPID_BIN, runCli, serveCli } from '../../src/bench/replica-steps.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { FakeHub, fakeFile, type FakeFile } from '../helpers/fake-hub.js';
 
 const ROOT = resolve(import.meta.dirname, '..', '..');
-const BIN = join(ROOT, 'bin', 'rapid.js');
 const STEP_MS = 120_000;
 
 const catalog = JSON.parse(readFileSync(join(ROOT, 'src/models/catalog.json'), 'utf8')) as { models: { alias: string; repo: string }[] };
@@ -22,47 +22,6 @@ function repoFiles(dir: string): Map<string, FakeFile> {
   for (const name of readdirSync(dir)) files.set(name, fakeFile(readFileSync(join(dir, name)), name.endsWith('.safetensors') || name === 'tokenizer.json'));
   return files;
 }
-
-interface Exit {
-  code: number | null;
-  out: string;
-  err: string;
-}
-
-/** A CLI run in a child process; asynchronous so the in-process hub keeps answering. */
-function rapid(args: string[], env: NodeJS.ProcessEnv): Promise<Exit> {
-  const child = spawn(process.execPath, [BIN, ...args], { env, stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '';
-  let err = '';
-  child.stdout.on('data', (d: Buffer) => (out += d.toString()));
-  child.stderr.on('data', (d: Buffer) => (err += d.toString()));
-  return new Promise((ok) => {
-    const timer = setTimeout(() => child.kill('SIGKILL'), STEP_MS);
-    child.on('exit', (code) => (clearTimeout(timer), ok({ code, out, err })));
-  });
-}
-
-/** `rapid serve` until it logs its URL (or exits). */
-function serve(args: string[], env: NodeJS.ProcessEnv): Promise<{ url?: string; child: ChildProcess; err: () => string }> {
-  const child = spawn(process.execPath, [BIN, 'serve', '--port', '0', '--threads', '2', ...args], { env, stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  return new Promise((ok) => {
-    const timer = setTimeout(() => (child.kill('SIGKILL'), ok({ child, err: () => `${err}\n(no URL in ${STEP_MS / 1000} s)` })), STEP_MS);
-    child.stderr!.on('data', (d: Buffer) => {
-      err += d.toString();
-      const m = /serving .* on (http:\/\/[^\s]+)\/v1/.exec(err);
-      if (m) (clearTimeout(timer), ok({ url: m[1]!, child, err: () => err }));
-    });
-    child.on('exit', () => (clearTimeout(timer), ok({ child, err: () => err })));
-  });
-}
-
-const SCHEMA = {
-  type: 'object',
-  properties: { colour: { enum: ['red', 'green', 'blue'] }, count: { type: 'integer', minimum: 0, maximum: 9 } },
-  required: ['colour', 'count'],
-  additionalProperties: false,
-};
 
 describe.skipIf(!nativeAvailable()).each(['qwen2.5-0.5b-4bit', 'qwen3-0.6b-4bit'])('full-size replica of %s through the fake hub', (alias) => {
   const tmp = mkdtempSync(join(tmpdir(), 'rapid-replica-'));
@@ -84,7 +43,7 @@ describe.skipIf(!nativeAvailable()).each(['qwen2.5-0.5b-4bit', 'qwen3-0.6b-4bit'
   });
 
   it('pulls the repository into the cache: the files rapid needs, byte for byte', async () => {
-    const r = await rapid(['models', 'pull', alias], env);
+    const r = await runCli(RAPID_BIN, ['models', 'pull', alias], env, STEP_MS);
     expect(r.code, r.err).toBe(0);
     const [, org, name] = /^([^/]+)\/(.+)$/.exec(repoOf(alias))!;
     const snaps = join(tmp, 'hf', 'hub', `models--${org}--${name}`, 'snapshots');
@@ -101,7 +60,7 @@ describe.skipIf(!nativeAvailable()).each(['qwen2.5-0.5b-4bit', 'qwen3-0.6b-4bit'
 
   it('answers `rapid run` from the cache with a finish reason and a token count', async () => {
     const before = hub.requests((q) => q.path.includes('/resolve/') || q.path.startsWith('/cdn/')).length;
-    const r = await rapid(['run', alias, '-p', 'Name a colour.', '-n', '6', '-t', '0', '--threads', '2', '--json'], env);
+    const r = await runCli(RAPID_BIN, ['run', alias, '-p', 'Name a colour.', '-n', '6', '-t', '0', '--threads', '2', '--json'], env, STEP_MS);
     expect(r.code, r.err).toBe(0);
     const res = JSON.parse(r.out) as { text: string; finish_reason: string; usage: { prompt_tokens: number; completion_tokens: number } };
     expect(typeof res.text).toBe('string');
@@ -113,28 +72,11 @@ describe.skipIf(!nativeAvailable()).each(['qwen2.5-0.5b-4bit', 'qwen3-0.6b-4bit'
   }, STEP_MS);
 
   it('serves a json_schema chat completion whose output parses and matches', async () => {
-    const s = await serve([alias], env);
+    const s = await serveCli([alias, '--threads', '2'], env, STEP_MS);
     try {
       expect(s.url, s.err()).toBeDefined();
-      const res = await fetch(`${s.url}/v1/chat/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: alias,
-          messages: [{ role: 'user', content: 'Pick a colour and a count.' }],
-          max_tokens: 32,
-          temperature: 0,
-          response_format: { type: 'json_schema', json_schema: { name: 'pick', strict: true, schema: SCHEMA } },
-        }),
-        signal: AbortSignal.timeout(STEP_MS),
-      });
-      const body = (await res.json()) as { choices: { message: { content: string }; finish_reason: string }[]; usage: { completion_tokens: number } };
-      expect(res.status, JSON.stringify(body)).toBe(200);
-      const out = JSON.parse(body.choices[0]!.message.content) as { colour: string; count: number };
-      expect(Object.keys(out).sort()).toEqual(['colour', 'count']);
-      expect(['red', 'green', 'blue']).toContain(out.colour);
-      expect(Number.isInteger(out.count) && out.count >= 0 && out.count <= 9).toBe(true);
-      expect(body.usage.completion_tokens).toBeGreaterThan(0);
+      // firstAnswer throws unless the content parses and matches the schema (an enum colour, an integer 0-9)
+      await expect(firstAnswer(s.url!, alias, false, STEP_MS)).resolves.toMatch(/^json \{"colour":"(red|green|blue)","count":\d\}$/);
     } finally {
       s.child.kill('SIGTERM');
     }
