@@ -119,21 +119,19 @@ export async function main(argv: string[]): Promise<number> {
   const hub = new ReplicaHub();
   await hub.start();
   const rows: Row[] = [];
+  const secs = (r: Row, k: string) => (r.steps[k] === undefined ? '-' : r.steps[k]!.toFixed(1));
+  // one row per model as soon as it is done: a long run interrupted still leaves its figures
+  console.log('| model | size GB | generate s | hash s | pull s | run s | serve ready s | first answer s | result |');
+  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
   try {
     for (const m of chosen) {
       console.error(`replicas: ${m.alias} (${(m.sizeBytes / 1e9).toFixed(2)} GB) ...`);
-      const row = await benchOne(m, hub, work, rapidArgs, values.keep === true);
-      rows.push(row);
-      console.error(`replicas: ${m.alias} ${row.ok ? 'ok' : 'FAILED'}: ${row.detail}`);
+      const r = await benchOne(m, hub, work, rapidArgs, values.keep === true);
+      rows.push(r);
+      console.log(`| ${r.alias} | ${(r.bytes / 1e9).toFixed(2)} | ${secs(r, 'generate')} | ${secs(r, 'hash')} | ${secs(r, 'pull')} | ${secs(r, 'run')} | ${secs(r, 'serveReady')} | ${secs(r, 'firstAnswer')} | ${r.ok ? 'ok' : 'FAILED'}: ${r.detail} |`);
     }
   } finally {
     await hub.stop();
-  }
-  const secs = (r: Row, k: string) => (r.steps[k] === undefined ? '-' : r.steps[k]!.toFixed(1));
-  console.log('| model | size GB | generate s | hash s | pull s | run s | serve ready s | first answer s | result |');
-  console.log('| --- | --- | --- | --- | --- | --- | --- | --- | --- |');
-  for (const r of rows) {
-    console.log(`| ${r.alias} | ${(r.bytes / 1e9).toFixed(2)} | ${secs(r, 'generate')} | ${secs(r, 'hash')} | ${secs(r, 'pull')} | ${secs(r, 'run')} | ${secs(r, 'serveReady')} | ${secs(r, 'firstAnswer')} | ${r.ok ? 'ok' : 'FAILED'}: ${r.detail} |`);
   }
   const why = only ? 'not in --only' : `over --max-bytes ${(maxBytes / 1e9).toFixed(1)} GB`;
   if (skipped.length) console.log(`\nnot run (${why}): ${skipped.join(', ')}`);
