@@ -48,7 +48,7 @@ async function benchOne(m: CatalogModel, hub: ReplicaHub, work: string, rapidArg
   const home = join(work, `hf-${m.alias}`);
   const env: NodeJS.ProcessEnv = { ...process.env, HF_HOME: home, HF_ENDPOINT: hub.url, XDG_CONFIG_HOME: join(home, 'config') };
   for (const k of ['HF_HUB_CACHE', 'HF_HUB_OFFLINE', 'HF_TOKEN', 'RAPID_API_KEY']) delete env[k];
-  const fail = (step: string, text: string): Row => ((row.detail = `${step}: ${text.trim().split('\n').slice(-3).join(' | ')}`), row);
+  const fail = (step: string, text: string): Row => ((row.detail = `${step}: ${text.trim().split('\n').slice(-3).join(' / ')}`), row);
   try {
     if (!existsSync(stamp)) {
       rmSync(replica, { recursive: true, force: true });
