@@ -1,7 +1,7 @@
 // The replica generator's layout facts, checked without writing weights: every text catalog model's
 // tensor plan weighs what its published repository downloads (catalog sizeBytes), and the
 // family-specific tensors (biases, q/k norms, heads, prefixes, quantized shapes) are where mlx-lm puts them.
-import { readdirSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { catalogEntry, replicaConfig } from '../../scripts/replicas/make-replica.mjs';
@@ -15,8 +15,11 @@ interface Tensor {
 }
 type Plan = (alias: string) => { tensors: Tensor[]; config: Record<string, unknown>; size: number };
 
-const CONFIGS = resolve(import.meta.dirname, '..', '..', 'scripts', 'replicas', 'configs');
-const aliases = readdirSync(CONFIGS).map((f) => f.replace(/\.json$/, ''));
+const ROOT = resolve(import.meta.dirname, '..', '..');
+const CONFIGS = join(ROOT, 'scripts', 'replicas', 'configs');
+// the text catalog models: the folder also holds VLM configs and processor files built by parity_full.py
+const catalog = JSON.parse(readFileSync(join(ROOT, 'src', 'models', 'catalog.json'), 'utf8')) as { models: { alias: string; modalities: string[]; status: string }[] };
+const aliases = catalog.models.filter((m) => m.status === 'supported' && m.modalities.join() === 'text').map((m) => m.alias);
 const plan: Plan = (alias) => {
   const { config, layout } = replicaConfig(catalogEntry(alias)) as { config: Record<string, unknown>; layout: unknown };
   return { tensors: tensorPlan(config, layout) as Tensor[], config, size: (catalogEntry(alias) as { sizeBytes: number }).sizeBytes };
@@ -24,9 +27,13 @@ const plan: Plan = (alias) => {
 const names = (t: Tensor[]) => new Set(t.map((x) => x.name));
 
 describe('replica layouts', () => {
-  it('has a config for every supported text catalog model', () => {
+  it('has a config, with its source, for every supported text catalog model', () => {
+    const sources = JSON.parse(readFileSync(join(CONFIGS, '..', 'sources.json'), 'utf8')) as { configs: Record<string, unknown> };
     expect(aliases.length).toBeGreaterThanOrEqual(20);
-    expect(readdirSync(join(CONFIGS, '..'))).toContain('sources.json');
+    for (const a of aliases) {
+      expect(existsSync(join(CONFIGS, `${a}.json`)), a).toBe(true);
+      expect(sources.configs[a], a).toBeDefined();
+    }
   });
 
   it.each(aliases)('%s weighs its catalog download size', (alias) => {
