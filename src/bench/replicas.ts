@@ -104,6 +104,7 @@ export async function main(argv: string[]): Promise<number> {
     console.log(USAGE);
     return 0;
   }
+  if (!existsSync(MAKE)) throw new Error(`${MAKE} is missing: bench:replicas runs from a rapid checkout (scripts/ is not in the package)`);
   const maxBytes = values['max-bytes'] ? parseByteSize(values['max-bytes']) : totalmem() / 10; // rapid holds the weights once, plus KV cache and the run/serve peaks
   const only = values.only?.split(',').map((s) => s.trim());
   const { models } = JSON.parse(readFileSync(join(ROOT, 'src', 'models', 'catalog.json'), 'utf8')) as { models: CatalogModel[] };
