@@ -122,8 +122,11 @@ export function engineOptionsFrom(opts: Partial<ServeOptions>) {
   };
 }
 
+/** Serve options whose engine runs in this process: startServer gives the Engine and TextModel themselves. */
+export type InlineServeOptions = Partial<ServeOptions> & { engineProcess?: 'inline' };
+
 /** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
-export function startServer(dir: string, opts?: Partial<ServeOptions> & { engineProcess?: 'inline' }, log?: (line: string) => void): Promise<RunningServer>;
+export function startServer(dir: string, opts?: InlineServeOptions, log?: (line: string) => void): Promise<RunningServer>;
 export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
 export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
 export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
