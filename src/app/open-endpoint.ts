@@ -1,10 +1,12 @@
-// One model as a pool serves it: the model, its engine (in this process or a supervised child),
-// its grammar service and prompt workers, and what it holds in bytes.
+// One model as a server serves it, the single-model server and the pool alike: the model, its engine (in
+// this process, a supervised child, or one child per GPU), its grammar service and prompt workers, and
+// what it holds in bytes.
 import { basename, resolve } from 'node:path';
 import type { EngineLike } from '../engine/engine.js';
 import { createTextEngine, type TextEngineOptions } from '../engine/text-engine.js';
 import { grammarServiceFor, type GrammarProvider } from '../engine/grammar/grammar-service.js';
 import { startEngineHost, type HostModel } from '../engine-host/engine-host.js';
+import { startDataParallel } from '../engine-host/data-parallel.js';
 import { openTextModel } from '../engine/text-model.js';
 import type { NativeLoadOptions } from '../native/types.js';
 import { servedModelFrom, type SamplingDefaults } from '../server/served-model.js';
@@ -20,6 +22,8 @@ export interface EndpointOptions {
   names?: readonly string[];
   acceptAnyName?: boolean;
   engineProcess?: 'child' | 'inline';
+  /** Engine processes on the same model, engine i with envOf(i) (its GPU); more than one implies children. */
+  dataParallel?: { engines: number; envOf(i: number): Record<string, string> };
   /** Serve /v1/embeddings with this decoder's pooled hidden states (embedding models always do). */
   embeddings?: boolean;
   recommended?: SamplingDefaults;
@@ -37,7 +41,12 @@ export async function openEndpoint(dir: string, opts: EndpointOptions, log: (lin
   let engine: EngineLike;
   let grammar: GrammarProvider;
   let closeModel: () => Promise<void>;
-  if (opts.engineProcess === 'child') {
+  if (opts.dataParallel !== undefined && opts.dataParallel.engines > 1) {
+    const dp = await startDataParallel(dir, { load: opts.load, engine: opts.engine }, opts.dataParallel.engines, opts.dataParallel.envOf, log);
+    ({ engine, grammar } = dp);
+    model = dp.hosts[0]!.model;
+    closeModel = () => dp.stop();
+  } else if (opts.engineProcess === 'child') {
     const host = await startEngineHost(dir, { load: opts.load, engine: opts.engine }, log);
     ({ model, engine, grammar } = host);
     closeModel = () => host.supervisor.shutdown(0);

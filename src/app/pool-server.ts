@@ -7,6 +7,8 @@ import { createServer, type RapidServer, type ServerSettings } from '../server/s
 import { ModelPool, type PoolEntryConfig, type PoolModel } from '../server/model-pool.js';
 import { resolveModelDetailed } from '../models/resolve-model.js';
 import { openEndpoint, type EndpointOptions } from './open-endpoint.js';
+import { listenAndServe, type ListenOptions } from './listen-and-serve.js';
+import { defaultMaxBodyBytes } from './start-server.js';
 
 /** One configured model, its spec already resolved to a directory. */
 export interface PoolModelSpec {
@@ -19,9 +21,7 @@ export interface PoolModelSpec {
   options: EndpointOptions;
 }
 
-export interface PoolServerOptions extends Omit<ServerSettings, 'log'> {
-  host?: string;
-  port?: number;
+export interface PoolServerOptions extends Omit<ServerSettings, 'log'>, ListenOptions {
   /** Bytes all loaded models may hold together (weights + KV, host and GPU); none: no limit. */
   maxLoadedBytes?: number;
   /** How long a request waits for its model to load (and for room to load it). */
@@ -89,8 +89,7 @@ export async function startPoolServer(models: readonly PoolModelSpec[], opts: Po
   const server = createServer({
     ...opts,
     models: pool,
-    // Images come inline as base64 (4/3 of the file): a vision model needs room for a few of them.
-    maxBodyBytes: opts.maxBodyBytes ?? (anyVision ? 64 * 1024 * 1024 : 8 * 1024 * 1024),
+    maxBodyBytes: opts.maxBodyBytes ?? defaultMaxBodyBytes(anyVision),
     log,
   });
   const preload = models.filter((m) => m.pin || opts.preload?.includes(m.names[0]!)).map((m) => m.names[0]!);
@@ -100,21 +99,7 @@ export async function startPoolServer(models: readonly PoolModelSpec[], opts: Po
     await pool.shutdown(0);
     throw err;
   }
-  let addr;
-  try {
-    addr = await server.listen(opts.port ?? 8000, opts.host ?? '127.0.0.1');
-  } catch (err) {
-    await pool.shutdown(0);
-    throw err;
-  }
-  let closing: Promise<void> | undefined;
-  return {
-    url: addr.url,
-    server,
-    pool,
-    close(graceMs = 30_000) {
-      closing ??= server.close(graceMs);
-      return closing;
-    },
-  };
+  // The server's shutdown drains the pool; releasing it again (a failed listen) stops what is loaded.
+  const listening = await listenAndServe(server, opts, () => pool.shutdown(0));
+  return { url: listening.url, server, pool, close: (graceMs = 30_000) => listening.close(graceMs) };
 }

@@ -1,24 +1,19 @@
 // Builds what `rapid serve` runs: the model, its engine (in this process or a supervised child) and
 // the HTTP server over them. The serve command, benches and doctor's coherence gate all start it here.
-import { basename, resolve } from 'node:path';
 import { ENGINE_DEFAULTS } from '../engine/defaults.js';
 import type { Engine, EngineLike } from '../engine/engine.js';
-import { createTextEngine } from '../engine/text-engine.js';
-import { grammarServiceFor, type GrammarProvider } from '../engine/grammar/grammar-service.js';
-import { startEngineHost, type HostModel } from '../engine-host/engine-host.js';
+import type { HostModel } from '../engine-host/engine-host.js';
 import type { RemoteEngine } from '../engine-host/remote-engine.js';
-import { openTextModel, type TextModel } from '../engine/text-model.js';
+import type { TextModel } from '../engine/text-model.js';
 import { createServer, type RapidServer } from '../server/server.js';
-import { servedModelFrom, type SamplingDefaults } from '../server/served-model.js';
-import { servedEmbeddingsFrom } from '../server/served-embeddings.js';
-import { servedVisionFrom } from '../server/served-vision.js';
-import { PromptEncoderPool } from '../server/prompt-encoder-pool.js';
+import type { SamplingDefaults } from '../server/served-model.js';
 import type { KvCacheDtype } from '../native/types.js';
 import type { SpeculativeMode } from '../engine/speculative/speculator.js';
 import { splitDeviceFlag, useDevice, visibleDeviceFor, type DeviceFlag } from '../native/device-index.js';
-import { startDataParallel } from '../engine-host/data-parallel.js';
 import type { ConnectionLimits } from '../server/connection-limits.js';
 import type { AccessEntry } from '../server/access-log.js';
+import { openEndpoint, type EndpointOptions } from './open-endpoint.js';
+import { listenAndServe } from './listen-and-serve.js';
 
 export interface ServeOptions {
   host: string;
@@ -122,101 +117,68 @@ export function engineOptionsFrom(opts: Partial<ServeOptions>) {
   };
 }
 
-/** Loads the model, starts the engine and the HTTP server; used by the command and by tests. */
-export function startServer(dir: string, opts?: Partial<ServeOptions> & { engineProcess?: 'inline' }, log?: (line: string) => void): Promise<RunningServer>;
-export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
-export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
-export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
+/** What the model loads with, from serve options (one model's config entry included): the single-model
+ *  server and every model of a pool open through this. */
+export function endpointOptionsFrom(opts: Partial<ServeOptions>): EndpointOptions {
   const dataParallel = opts.dataParallel ?? 1;
   // cuda:N narrows what the engine sees to GPU N; data parallel gives engine i GPU N+i instead.
   const flag = opts.device !== undefined ? splitDeviceFlag(opts.device) : null;
-  const device = dataParallel > 1 ? flag?.kind : useDevice(opts.device);
-  const load = { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device };
-  const engineOptions = engineOptionsFrom(opts);
-  let model: HostModel;
-  let engine: EngineLike;
-  let grammar: GrammarProvider;
-  let closeModel: () => void;
-  if (dataParallel > 1) {
-    const base = flag?.index ?? 0;
-    const envOf = (i: number): Record<string, string> => (flag?.kind === 'cpu' ? {} : { CUDA_VISIBLE_DEVICES: visibleDeviceFor(base + i) });
-    const dp = await startDataParallel(dir, { load, engine: engineOptions }, dataParallel, envOf, log);
-    ({ engine, grammar } = dp);
-    model = dp.hosts[0]!.model;
-    closeModel = () => void dp.stop(); // after server.close the children have exited already
-  } else if (opts.engineProcess === 'child') {
-    const host = await startEngineHost(dir, { load, engine: engineOptions }, log);
-    ({ model, engine, grammar } = host);
-    closeModel = () => void host.supervisor.shutdown(0); // after server.close the child has exited already
-  } else {
-    const m = openTextModel(dir, load);
-    model = m;
-    engine = createTextEngine(m, { ...engineOptions, log });
-    grammar = grammarServiceFor(m.text, m.info.vocabSize);
-    closeModel = () => m.close();
-  }
-  // Prompts are rendered and tokenized on worker threads; a template that throws or hangs fails the load.
-  let prompts: PromptEncoderPool;
-  try {
-    prompts = await PromptEncoderPool.start(model.dir, { contextLength: model.info.contextLength, vision: model.vision !== null });
-  } catch (err) {
-    void engine.shutdown(0);
-    closeModel();
-    throw err;
-  }
-  const names = modelNames(opts.servedModelName) ?? [basename(resolve(dir))];
-  // Images come inline as base64 (4/3 of the file): a vision model needs room for a few of them.
-  const maxBodyBytes = opts.maxBodyBytes ?? (model.vision !== null ? 64 * 1024 * 1024 : 8 * 1024 * 1024);
-  const server = createServer({
-    engine,
-    model: {
-      ...servedModelFrom(model, names[0]!, opts.recommended, prompts),
-      names,
-      acceptAnyName: opts.acceptAnyModelName ?? false,
-      vision: servedVisionFrom(model, {
-        allowRemote: opts.allowRemoteImages ?? false,
-        maxImageBytes: opts.maxImageBytes,
-        maxImagesPerRequest: opts.maxImagesPerRequest,
-        fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
-      }, prompts),
-      ...servedEmbeddingsFrom(model.info, opts.embeddings === true),
+  const base = flag?.index ?? 0;
+  return {
+    load: { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device: dataParallel > 1 ? flag?.kind : useDevice(opts.device) },
+    engine: engineOptionsFrom(opts),
+    engineProcess: opts.engineProcess,
+    ...(dataParallel > 1 ? { dataParallel: { engines: dataParallel, envOf: (i: number): Record<string, string> => (flag?.kind === 'cpu' ? {} : { CUDA_VISIBLE_DEVICES: visibleDeviceFor(base + i) }) } } : {}),
+    names: modelNames(opts.servedModelName),
+    acceptAnyName: opts.acceptAnyModelName ?? false,
+    embeddings: opts.embeddings,
+    recommended: opts.recommended,
+    images: {
+      allowRemote: opts.allowRemoteImages ?? false,
+      maxImageBytes: opts.maxImageBytes,
+      maxImagesPerRequest: opts.maxImagesPerRequest,
+      fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
     },
+  };
+}
+
+/** Bytes a request body may have by default: images come inline as base64 (4/3 of the file), so a
+ *  vision model needs room for a few of them. */
+export function defaultMaxBodyBytes(vision: boolean): number {
+  return vision ? 64 * 1024 * 1024 : 8 * 1024 * 1024;
+}
+
+/** Serve options whose engine runs in this process: startServer gives the Engine and TextModel themselves. */
+export type InlineServeOptions = Partial<ServeOptions> & { engineProcess?: 'inline' };
+
+/**
+ * Loads the model, starts the engine and the HTTP server; used by the command and by tests. The model
+ * opens as each model of a pool does (openEndpoint), pinned: loaded before listening, never swapped.
+ */
+export function startServer(dir: string, opts?: InlineServeOptions, log?: (line: string) => void): Promise<RunningServer>;
+export function startServer(dir: string, opts: Partial<ServeOptions> & { engineProcess: 'child' }, log?: (line: string) => void): Promise<RunningServer<RemoteEngine, HostModel>>;
+export function startServer(dir: string, opts?: Partial<ServeOptions>, log?: (line: string) => void): Promise<RunningServer<EngineLike, HostModel>>;
+export async function startServer(dir: string, opts: Partial<ServeOptions> = {}, log: (line: string) => void = () => undefined): Promise<RunningServer<EngineLike, HostModel>> {
+  const opened = await openEndpoint(dir, endpointOptionsFrom(opts), log);
+  const { model, endpoint } = opened;
+  const server = createServer({
+    ...endpoint,
     apiKey: opts.apiKey,
-    maxBodyBytes,
+    maxBodyBytes: opts.maxBodyBytes ?? defaultMaxBodyBytes(model.vision !== null),
     limits: connectionLimitsFrom(opts),
     corsOrigins: opts.corsOrigin,
     requireJsonContentType: opts.requireJsonContentType,
     strictRequests: opts.strictRequests,
     log,
     accessLog: typeof opts.accessLog === 'function' ? opts.accessLog : undefined,
-    grammar,
   });
-  let addr;
-  try {
-    addr = await server.listen(opts.port ?? 8000, opts.host ?? '127.0.0.1');
-  } catch (err) {
-    void engine.shutdown(0);
-    closeModel();
-    void prompts.close();
-    throw err;
-  }
-  let closing: Promise<void> | undefined;
+  // The server's shutdown drains and stops the engine; what is left (the model, prompt workers) goes after.
+  const listening = await listenAndServe(server, opts, () => opened.close(0));
   return {
-    url: addr.url,
+    url: listening.url,
     server,
-    engine,
+    engine: endpoint.engine,
     model,
-    close(graceMs = (opts.shutdownGrace ?? 30) * 1000) {
-      // Rollout order: unready first (still serving) for the drain delay, then no new requests, drain, exit.
-      closing ??= (async () => {
-        server.markUnready();
-        if (opts.drainDelay) await new Promise((r) => setTimeout(r, opts.drainDelay! * 1000));
-        await server.close(graceMs);
-      })().finally(() => {
-        closeModel();
-        return prompts.close();
-      });
-      return closing;
-    },
+    close: (graceMs = (opts.shutdownGrace ?? 30) * 1000) => listening.close(graceMs),
   };
 }

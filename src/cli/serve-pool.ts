@@ -5,27 +5,9 @@ import { resolveModelDetailed } from '../models/resolve-model.js';
 import { createProgressPrinter } from '../models/progress-printer.js';
 import { formatBytes } from '../models/format-bytes.js';
 import { startPoolServer, type PoolModelSpec, type RunningPoolServer } from '../app/pool-server.js';
-import type { EndpointOptions } from '../app/open-endpoint.js';
 import { readModelsConfig, type ModelConfigEntry } from './models-config.js';
-import { checkPrecision, useDevice } from './options.js';
-import { connectionLimitsFrom, engineOptionsFrom, type ServeOptions } from '../app/start-server.js';
-
-/** What a model loads with: the command's options, overridden by its config entry's. */
-export function endpointOptions(opts: Partial<ServeOptions>): EndpointOptions {
-  return {
-    load: { threads: opts.threads, precision: opts.precision ?? 'fast', kvCacheBytes: opts.kvCacheMemory, kvCacheDtype: opts.kvCacheDtype, blockSize: opts.blockSize, device: useDevice(opts.device) },
-    engine: engineOptionsFrom(opts),
-    engineProcess: opts.engineProcess,
-    embeddings: opts.embeddings,
-    recommended: opts.recommended,
-    images: {
-      allowRemote: opts.allowRemoteImages ?? false,
-      maxImageBytes: opts.maxImageBytes,
-      maxImagesPerRequest: opts.maxImagesPerRequest,
-      fetchTimeoutMs: opts.imageFetchTimeout !== undefined ? opts.imageFetchTimeout * 1000 : undefined,
-    },
-  };
-}
+import { checkPrecision } from './options.js';
+import { connectionLimitsFrom, endpointOptionsFrom, type ServeOptions } from '../app/start-server.js';
 
 export interface PoolServeOptions extends Partial<ServeOptions> {
   /** Bytes all loaded models may hold together; none: no eviction. */
@@ -42,7 +24,7 @@ export async function poolModels(entries: readonly ModelConfigEntry[], opts: Par
     const names = e.aliases ?? [r.source === 'local' ? basename(resolve(r.dir)) : e.spec];
     const merged = { ...opts, ...e.options, recommended: r.entry?.sampling };
     checkPrecision(merged.precision ?? 'fast');
-    out.push({ spec: e.spec, dir: r.dir, names, pin: e.pin, options: endpointOptions(merged) });
+    out.push({ spec: e.spec, dir: r.dir, names, pin: e.pin, options: endpointOptionsFrom(merged) });
   }
   return out;
 }
@@ -56,6 +38,7 @@ export function startServePool(models: readonly PoolModelSpec[], opts: PoolServe
     {
       host: opts.host,
       port: opts.port,
+      drainDelay: opts.drainDelay,
       apiKey: opts.apiKey,
       maxBodyBytes: opts.maxBodyBytes,
       limits,
@@ -75,6 +58,8 @@ export function startServePool(models: readonly PoolModelSpec[], opts: PoolServe
 export async function servePool(specs: readonly string[], opts: PoolServeOptions & { modelsConfig?: string }, parseSize: (s: string) => number): Promise<void> {
   const log = (line: string) => process.stderr.write(`[rapid] ${line}\n`);
   if (opts.servedModelName !== undefined) throw new Error('--served-model-name names one model; with several, give each its names with "aliases" in --models-config');
+  // The pool budgets each model as one engine: several engine processes per model would break its byte counts.
+  if ((opts.dataParallel ?? 1) > 1) throw new Error('--data-parallel runs one model on several GPUs; it cannot be combined with several models (rapid serve A B, --models-config, --max-loaded-bytes)');
   const entries: ModelConfigEntry[] = [...specs.map((spec) => ({ spec, pin: false, options: {} })), ...(opts.modelsConfig ? readModelsConfig(opts.modelsConfig, parseSize) : [])];
   const models = await poolModels(entries, opts, true);
   const running = await startServePool(models, { ...opts, apiKey: opts.apiKey ?? process.env.RAPID_API_KEY }, log);

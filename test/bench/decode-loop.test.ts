@@ -34,7 +34,7 @@ describe('timeDecode', () => {
   it('passes a temperature through with a distinct seed per row', async () => {
     const { model, steps } = recorder(64);
     await timeDecode(model, { concurrency: 3, steps: 2, prompt: 4, idPrefix: 't', promptToken: () => 7, sample: { temperature: 0.8, seed: 40 } });
-    expect(steps[2]!.rows.map((r) => [r.sample.temperature, r.sample.seed, r.sample.counter])).toEqual([
+    expect(steps[2]!.rows.map((r) => [r.sample?.temperature, r.sample?.seed, r.sample?.counter])).toEqual([
       [0.8, 40, 2],
       [0.8, 41, 2],
       [0.8, 42, 2],

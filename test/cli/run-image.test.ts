@@ -1,6 +1,7 @@
 // `rapid run MODEL --image FILE [--image FILE2]` through the real CLI binary on the tiny VLM fixtures:
-// transformers' greedy tokens for one and two images, and clear errors for a text-only model, a
-// missing file, a corrupt image and --raw.
+// transformers' greedy tokens for one and two images per family; on the first fixture only (each spawn costs
+// a second or more; test/model/vlm.test.ts checks every family's text prompt in process) the text-only prompt
+// and clear errors for a missing file, a corrupt image and --raw; and a text-only model's refusal.
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
@@ -20,11 +21,11 @@ describe.skipIf(FIXTURES.length === 0).each(FIXTURES)('rapid run --image on %s',
     expect(out.timings!.image_encode_ms).toBeGreaterThan(0);
   });
 
-  it('without --image: the text-only prompt on the VLM gives transformers\' text greedy tokens', () => {
+  it.runIf(name === FIXTURES[0])('without --image: the text-only prompt on the VLM gives transformers\' text greedy tokens', () => {
     expectRunImageGreedy(dir, byName('text'));
   });
 
-  it('says what is wrong with a missing file, a corrupt image and --raw', () => {
+  it.runIf(name === FIXTURES[0])('says what is wrong with a missing file, a corrupt image and --raw', () => {
     const missing = rapid(['run', dir, '--prompt', 'x', '--image', join(vlm, 'images', 'no-such.png')]);
     expect(missing.status).not.toBe(0);
     expect(missing.stderr).toMatch(/--image .*no-such\.png: no such file/);

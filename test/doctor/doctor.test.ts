@@ -18,7 +18,10 @@ import { probeNative } from '../../src/doctor/native-probe.js';
 import { runDoctor } from '../../src/doctor/run-doctor.js';
 import type { DoctorReport } from '../../src/doctor/types.js';
 import { packageRoot } from '../../src/native/binding.js';
+import type { NativeCudaInfo } from '../../src/native/types.js';
 
+/** The CPU checks' system info stubs: a CPU-only build. */
+const NO_CUDA: NativeCudaInfo = { compiled: false, devices: [] };
 const IDS = ['node', 'platform', 'native', 'cpu', 'threads', 'gpu', 'memory', 'disk', 'cache', 'port'];
 let tmp: string;
 let emptyRoot: string;
@@ -139,14 +142,14 @@ describe('rapid doctor', () => {
 
   it('unit checks: old Node fails, CPU without AVX2 warns, memory names the largest model that fits', () => {
     expect(checkNodeVersion('18.19.0', '9').status).toBe('fail');
-    expect(checkCpuFeatures({ simd: ['sse4.2'], kernel: 'generic', threads: 2 }, 'x64').status).toBe('warn');
-    expect(checkCpuFeatures({ simd: ['avx2', 'fma', 'f16c', 'avx512f'], kernel: 'avx2', threads: 2 }, 'x64').finding).toMatch(/AVX-512 without VNNI \(rapid uses its AVX2 kernels\)/);
+    expect(checkCpuFeatures({ simd: ['sse4.2'], kernel: 'generic', threads: 2, cuda: NO_CUDA }, 'x64').status).toBe('warn');
+    expect(checkCpuFeatures({ simd: ['avx2', 'fma', 'f16c', 'avx512f'], kernel: 'avx2', threads: 2, cuda: NO_CUDA }, 'x64').finding).toMatch(/AVX-512 without VNNI \(rapid uses its AVX2 kernels\)/);
     const vnni = ['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni'];
-    expect(checkCpuFeatures({ simd: vnni, kernel: 'avx512-vnni', threads: 2 }, 'x64')).toMatchObject({ status: 'ok', finding: expect.stringMatching(/kernels: avx512-vnni\).*AVX-512 VNNI kernels$/) });
-    expect(checkCpuFeatures({ simd: vnni, kernel: 'avx2', threads: 2 }, 'x64').finding).toMatch(/RAPID_CPU_ISA=avx2/);
-    expect(checkCpuFeatures({ simd: ['neon', 'asimddp'], kernel: 'neon-dotprod', threads: 2 }, 'arm64')).toMatchObject({ status: 'ok', finding: expect.not.stringMatching(/plain NEON/) });
-    expect(checkCpuFeatures({ simd: ['neon'], kernel: 'neon', threads: 2 }, 'arm64').finding).toMatch(/no dot product instructions .*plain NEON$/);
-    expect(checkCpuFeatures({ simd: ['neon'], kernel: 'scalar', threads: 2 }, 'arm64')).toMatchObject({ status: 'warn', fix: expect.stringMatching(/RAPID_NO_SIMD/) });
+    expect(checkCpuFeatures({ simd: vnni, kernel: 'avx512-vnni', threads: 2, cuda: NO_CUDA }, 'x64')).toMatchObject({ status: 'ok', finding: expect.stringMatching(/kernels: avx512-vnni\).*AVX-512 VNNI kernels$/) });
+    expect(checkCpuFeatures({ simd: vnni, kernel: 'avx2', threads: 2, cuda: NO_CUDA }, 'x64').finding).toMatch(/RAPID_CPU_ISA=avx2/);
+    expect(checkCpuFeatures({ simd: ['neon', 'asimddp'], kernel: 'neon-dotprod', threads: 2, cuda: NO_CUDA }, 'arm64')).toMatchObject({ status: 'ok', finding: expect.not.stringMatching(/plain NEON/) });
+    expect(checkCpuFeatures({ simd: ['neon'], kernel: 'neon', threads: 2, cuda: NO_CUDA }, 'arm64').finding).toMatch(/no dot product instructions .*plain NEON$/);
+    expect(checkCpuFeatures({ simd: ['neon'], kernel: 'scalar', threads: 2, cuda: NO_CUDA }, 'arm64')).toMatchObject({ status: 'warn', fix: expect.stringMatching(/RAPID_NO_SIMD/) });
     const m = checkMemory(8e9, 3e9, undefined);
     expect(m.status).toBe('ok');
     expect(m.finding).toMatch(/e\.g\. (qwen3-1\.7b-4bit|qwen2\.5-3b-4bit|llama-3\.2-3b-4bit|qwen2\.5-1\.5b-4bit|qwen2\.5-coder-1\.5b-4bit) /);

@@ -2,7 +2,7 @@
 // constrained requests with tight max_tokens, batched with free-text ones, greedy (speculative rows)
 // and sampled, end within max_tokens in JSON that validates ("length" when the closing was forced);
 // free-text neighbours are unchanged by it (batch invariance); opting out leaves replies cut.
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import { afterAll, describe, expect, it } from 'vitest';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';
 import { parseResponseFormat } from '../../src/server/response-format.js';
@@ -52,7 +52,7 @@ describe.skipIf(!nativeAvailable())('budget-aware closing in the engine (qwen2-q
       const results = await Promise.all(
         jobs.map(async (j) => {
           const grammar = j.schema >= 0 ? await service.matcher(formats[j.schema]!, { budgetClose }) : undefined;
-          const params = resolveSamplingParams({ maxTokens: j.maxTokens, temperature: j.temperature, seed: j.i });
+          const params = resolveSamplingParams({ maxTokens: j.maxTokens, temperature: j.temperature, seed: j.i }, { maxTokens: j.maxTokens });
           return collect(engine.submit({ promptIds: prompt(j.i), params, grammar, id: `r${j.i}` }));
         }),
       );

@@ -2,7 +2,7 @@
 // a random walk told how many tokens it has left ends, within that budget, in JSON that parses and
 // validates (ajv) for every schema of the sweeps and every budget from the schema's shortest output
 // up to 40 tokens (16 past it for longer ones); without the budget it runs as before; the opt-out leaves the cut output cut.
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { grammarServiceFor } from '../../src/engine/grammar/grammar-service.js';

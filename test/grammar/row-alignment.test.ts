@@ -4,7 +4,7 @@
 // a mask on the wrong row shows up as a rejected token or an invalid output. Every row's mask must
 // be the one its own matcher produced; every constrained output validates (ajv) against its own
 // schema; every unconstrained output equals its solo greedy output.
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import { describe, expect, it } from 'vitest';
 import { Engine, type RequestHandle } from '../../src/engine/engine.js';
 import { StreamingDetokenizer } from '../../src/engine/detokenizer.js';

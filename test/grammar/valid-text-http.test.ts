@@ -4,7 +4,7 @@
 // reply parses and validates (ajv), finish_reason "stop" or "length", or max_tokens is refused with a
 // 400 when even the shortest valid output does not fit; a forced tool call cut by max_tokens is a
 // call whose arguments validate. rapid_budget_close must be a boolean.
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import { readFileSync } from 'node:fs';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

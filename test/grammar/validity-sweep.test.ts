@@ -3,7 +3,7 @@
 // free-text requests, streamed and not, on a real fixture checkpoint behind the real server: 100%
 // of schema outputs parse and validate with ajv, and every free-text neighbour equals its solo
 // greedy output. Unsupported schema features are a 400 naming the construct.
-import Ajv from 'ajv';
+import { Ajv } from 'ajv';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type RunningServer } from '../../src/cli/commands/serve.js';

@@ -1,10 +1,10 @@
 // The openai client on a real-model server and one chat completion's text, streamed or not: the
 // structured-output sweeps send both kinds and compare them with the same assertions.
 import OpenAI from 'openai';
-import type { ServeOptions } from '../../src/cli/commands/serve.js';
+import type { InlineServeOptions } from '../../src/app/start-server.js';
 
 /** The serve options of the structured-output tests: exact precision, a small KV pool, 16 sequences. */
-export function fixtureServeOptions(servedModelName: string, extra: Partial<ServeOptions> = {}): Partial<ServeOptions> & { port: number } {
+export function fixtureServeOptions(servedModelName: string, extra: InlineServeOptions = {}): InlineServeOptions & { port: number } {
   return { port: 0, threads: 2, precision: 'exact', kvCacheMemory: 32 << 20, blockSize: 16, maxNumSeqs: 16, servedModelName, ...extra };
 }
 

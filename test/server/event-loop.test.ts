@@ -46,7 +46,7 @@ async function whileHealthPolled<T>(url: string, work: () => Promise<T>): Promis
 }
 
 async function post(url: string, path: string, body: string | Buffer): Promise<{ status: number; json: { error?: { message: string; code: string | null } } }> {
-  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body });
+  const res = await fetch(`${url}${path}`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: typeof body === 'string' ? body : new Uint8Array(body) });
   return { status: res.status, json: (await res.json()) as { error?: { message: string; code: string | null } } };
 }
 

@@ -9,7 +9,8 @@ import { bytes, makeEngine } from '../engine/helpers.js';
 
 export const MODEL_ID = 'fake-model';
 
-export function byteModel(contextLength: number, vocabSize = 256): ServedModel {
+/** Byte tokens and a trivial chat format, encoded synchronously. */
+export function byteModel(contextLength: number, vocabSize = 256): Omit<ServedModel, 'encodeChat'> & { encodeChat(messages: ChatMessage[]): number[] } {
   return {
     id: MODEL_ID,
     created: 1_700_000_000,

@@ -43,7 +43,7 @@ async function expected(s: Awaited<ReturnType<typeof startVisionServer>>, parts:
       content.push({ type: 'image' });
     } else if (p.type === 'text') content.push({ type: 'text', text: p.text });
   }
-  const { promptIds, multimodal } = s.served.vision!.encodeChat([{ role: 'user', content }], loaded);
+  const { promptIds, multimodal } = await s.served.vision!.encodeChat([{ role: 'user', content }], loaded);
   return String.fromCharCode(...s.model.greedyMultimodal(promptIds, multimodal, n));
 }
 

@@ -8,7 +8,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startServer, type ServeOptions } from '../../src/cli/commands/serve.js';
-import { endpointOptions, startServePool } from '../../src/cli/serve-pool.js';
+import { startServePool } from '../../src/cli/serve-pool.js';
+import { endpointOptionsFrom } from '../../src/app/start-server.js';
 import { weightFileBytes, type PoolModelSpec, type RunningPoolServer } from '../../src/app/pool-server.js';
 import { embeddedModelDir } from '../../src/models/default-model.js';
 import { nativeAvailable } from '../helpers/addon.js';
@@ -25,7 +26,7 @@ const MODELS = [
 const PROMPTS = ['river stone cloud', 'seven silver gardens'];
 const KEY = 'multi-secret';
 
-const spec = (m: { id: string; dir: string }, extra: Partial<PoolModelSpec> = {}): PoolModelSpec => ({ spec: m.dir, dir: m.dir, names: [m.id], pin: false, options: endpointOptions(OPTS), ...extra });
+const spec = (m: { id: string; dir: string }, extra: Partial<PoolModelSpec> = {}): PoolModelSpec => ({ spec: m.dir, dir: m.dir, names: [m.id], pin: false, options: endpointOptionsFrom(OPTS), ...extra });
 const estimate = (dir: string) => weightFileBytes(dir) + KV;
 
 async function answer(client: OpenAI, model: string, prompt: string): Promise<string> {

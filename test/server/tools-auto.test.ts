@@ -48,7 +48,7 @@ async function serve(toolFormat: string, reasoning = false): Promise<{ server: R
   return { server, url, streams, client: new OpenAI({ baseURL: `${url}/v1`, apiKey: 'x', maxRetries: 0, timeout: 20_000 }) };
 }
 
-const ask = (content: string, extra: Partial<OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming> = {}) => ({
+const ask = (content: string, extra: Omit<Partial<OpenAI.Chat.Completions.ChatCompletionCreateParamsNonStreaming>, 'stream'> = {}) => ({
   model: 'fake-model',
   messages: [{ role: 'user' as const, content }],
   tools: TOOLS,

@@ -117,7 +117,7 @@ describe.runIf(existsSync(join(dir, 'reference.json')))('VisionProcessor on the 
       const embeddings = new Map(prompt.images.map((im, i) => {
         const data = new Float32Array(im.tokens * hidden);
         for (let r = 0; r < im.tokens; r++) data.set([i, r], r * hidden);
-        return [i, { tokens: im.tokens, embeddings: data }] as const;
+        return [i, { tokens: im.tokens, embeddings: data, ms: 0 }] as const;
       }));
       const whole = rowEmbeds(spans, embeddings, 0, ip.promptIds.length, hidden, false).embeds;
       const n = prompt.images.reduce((a, im) => a + im.tokens, 0);

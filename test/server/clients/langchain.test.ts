@@ -11,8 +11,8 @@ import { fixtureServeOptions } from '../../helpers/openai-chat.js';
 import { schemaViolation } from '../../grammar/json-schema-check.mjs';
 
 const SCHEMA = {
-  type: 'object',
-  properties: { city: { type: 'string', enum: ['Oslo', 'Lima'] }, days: { type: 'integer', minimum: 1, maximum: 7 } },
+  type: 'object' as const,
+  properties: { city: { type: 'string' as const, enum: ['Oslo', 'Lima'] }, days: { type: 'integer' as const, minimum: 1, maximum: 7 } },
   required: ['city', 'days'],
   additionalProperties: false,
 };
