@@ -7,10 +7,21 @@ import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { expect } from 'vitest';
+import { osCpuFlags } from '../../src/doctor/checks/cpu-features.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 export const NATIVE_SRC = join(ROOT, 'native', 'src');
 export const hasCompiler = spawnSync('g++', ['--version']).status === 0;
+
+/** The x86 families the OS says this CPU can run, best first, as the addon names them. */
+export function x86Families(): string[] {
+  if (process.arch !== 'x64') return [];
+  const f = new Set(osCpuFlags());
+  const out: string[] = [];
+  if (['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni'].every((x) => f.has(x))) out.push('avx512-vnni');
+  if (['avx2', 'fma', 'f16c'].every((x) => f.has(x))) out.push('avx2');
+  return out;
+}
 
 /** Every .cpp file of native/src/<dir>. */
 export function nativeSources(dir: string): string[] {

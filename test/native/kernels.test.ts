@@ -7,18 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { osCpuFlags } from '../../src/doctor/checks/cpu-features.js';
-import { buildNativeSuite, hasCompiler, kernelSuiteSources, runNativeSuite } from '../helpers/native-suite.js';
-
-/** The x86 families the OS says this CPU can run, best first, as the addon names them. */
-function x86Families(): string[] {
-  if (process.arch !== 'x64') return [];
-  const f = new Set(osCpuFlags());
-  const out: string[] = [];
-  if (['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni'].every((x) => f.has(x))) out.push('avx512-vnni');
-  if (['avx2', 'fma', 'f16c'].every((x) => f.has(x))) out.push('avx2');
-  return out;
-}
+import { buildNativeSuite, hasCompiler, kernelSuiteSources, runNativeSuite, x86Families } from '../helpers/native-suite.js';
 
 describe.skipIf(!hasCompiler)('native kernel suite', () => {
   let work = '';
