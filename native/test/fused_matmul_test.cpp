@@ -5,7 +5,10 @@
 // Build (from the repo root):
 //   g++ -O2 -std=c++20 -Wall -Wextra -Werror -pthread -Inative/src native/test/fused_matmul_test.cpp
 //       native/src/format/*.cpp native/src/quant/*.cpp native/src/cpu/*.cpp -o /tmp/fused_matmul_test
+// Bench: /tmp/fused_matmul_test bench THREADS LAYERS PAIRS   (separate against fused decode matmuls)
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -165,9 +168,82 @@ void test_errors(ThreadPool& pool, std::mt19937& rng) {
         "a pair of different heights is refused");
 }
 
+// Decode-step matmuls of `layers` Qwen2.5-0.5B-shaped layers (4-bit g64, DRAM resident from ~8 layers),
+// one activation row: separate matmuls (q, k, v, o, gate, up, glu pass, down) against the fused ones
+// (q/k/v, o, gate/up + GLU, down), in alternation; prints the median time ratio and its quartiles.
+void bench(int threads, int layers, int reps) {
+  ThreadPool pool(threads);
+  std::mt19937 rng(5);
+  const int64_t H = 896, KV = 128, F = 4864;
+  struct Layer {
+    std::unique_ptr<AffineWeight> q, k, v, o, gate, up, down;
+  };
+  std::vector<Layer> ls(static_cast<size_t>(layers));
+  for (Layer& l : ls) {
+    l.q = random_affine(rng, H, H, 4, 64, DType::BF16, "q");
+    l.k = random_affine(rng, KV, H, 4, 64, DType::BF16, "k");
+    l.v = random_affine(rng, KV, H, 4, 64, DType::BF16, "v");
+    l.o = random_affine(rng, H, H, 4, 64, DType::BF16, "o");
+    l.gate = random_affine(rng, F, H, 4, 64, DType::BF16, "gate");
+    l.up = random_affine(rng, F, H, 4, 64, DType::BF16, "up");
+    l.down = random_affine(rng, H, F, 4, 64, DType::BF16, "down");
+  }
+  const std::vector<float> x = random_x(rng, H);
+  std::vector<float> q(static_cast<size_t>(H)), k(static_cast<size_t>(KV)), v(static_cast<size_t>(KV)),
+      o(static_cast<size_t>(H)), g(static_cast<size_t>(F)), u(static_cast<size_t>(F)), d(static_cast<size_t>(H));
+  auto silu_mul = [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) g[size_t(r)] = g[size_t(r)] / (1.0f + std::exp(-g[size_t(r)])) * u[size_t(r)];
+  };
+  auto run = [&](bool fused) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (const Layer& l : ls) {
+      if (fused) {
+        const MatmulPart parts[3] = {{&l.q->w, q.data()}, {&l.k->w, k.data()}, {&l.v->w, v.data()}};
+        matmul_parts(pool, parts, 3, x.data(), 1, Precision::Fast);
+        matmul(pool, l.o->w, q.data(), o.data(), 1, Precision::Fast);
+        matmul_pair(pool, l.gate->w, l.up->w, o.data(), g.data(), u.data(), 1, Precision::Fast, silu_mul);
+      } else {
+        matmul(pool, l.q->w, x.data(), q.data(), 1, Precision::Fast);
+        matmul(pool, l.k->w, x.data(), k.data(), 1, Precision::Fast);
+        matmul(pool, l.v->w, x.data(), v.data(), 1, Precision::Fast);
+        matmul(pool, l.o->w, q.data(), o.data(), 1, Precision::Fast);
+        matmul(pool, l.gate->w, o.data(), g.data(), 1, Precision::Fast);
+        matmul(pool, l.up->w, o.data(), u.data(), 1, Precision::Fast);
+        pool.parallel_for(F, silu_mul, 64);
+      }
+      matmul(pool, l.down->w, g.data(), d.data(), 1, Precision::Fast);
+    }
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> ratio, ts, tf;
+  for (int i = 0; i < reps; ++i) {
+    const double a = run(false), b = run(true);
+    ts.push_back(a);
+    tf.push_back(b);
+    ratio.push_back(a / b);
+  }
+  auto q4 = [](std::vector<double> v, double f) {
+    std::sort(v.begin(), v.end());
+    return v[size_t(f * double(v.size() - 1))];
+  };
+  double wbytes = 0;
+  for (const Layer& l : ls)
+    for (const AffineWeight* w : {l.q.get(), l.k.get(), l.v.get(), l.o.get(), l.gate.get(), l.up.get(), l.down.get()})
+      wbytes += double(w->codes.size() * 4 + w->scales.size() + w->biases.size());
+  std::printf("%s, %d threads, %d layers (%.0f MB), %d pairs: separate %.2f ms, fused %.2f ms (medians; fused %.1f GB/s)\n",
+              matmul_kernel_name(), threads, layers, wbytes / 1e6, reps, 1e3 * q4(ts, 0.5), 1e3 * q4(tf, 0.5),
+              wbytes / q4(tf, 0.5) / 1e9);
+  std::printf("time separate / fused: median %.3f, quartiles %.3f-%.3f\n", q4(ratio, 0.5), q4(ratio, 0.25), q4(ratio, 0.75));
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "bench") {
+    auto arg = [&](int i, int d) { return argc > i ? std::atoi(argv[i]) : d; };
+    bench(arg(2, 2), arg(3, 8), arg(4, 40));
+    return 0;
+  }
   std::mt19937 rng(26);
   std::printf("kernels: %s\n", matmul_kernel_name());
   test_row_split();

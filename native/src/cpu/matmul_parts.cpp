@@ -82,4 +82,11 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
   }, 8);
 }
 
+std::string decode_matmul_description() {
+  detail::active_kernels();  // sets the prefetch distance on first use
+  const int pf = kern::g_prefetch_rows;
+  return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
+         (pf > 0 ? "prefetch " + std::to_string(pf) + " rows ahead" : std::string("no software prefetch"));
+}
+
 }  // namespace rapid

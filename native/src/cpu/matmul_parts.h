@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <string>
 #include "cpu/matmul.h"
 
 namespace rapid {
@@ -22,5 +23,9 @@ void matmul_parts(ThreadPool& pool, const MatmulPart* parts, int count, const fl
 // r0, and r1 unless it is A.out, are multiples of 8 (an 8-wide SIMD epilogue splits every row alike).
 void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float* x, float* ya, float* yb,
                  int64_t n, Precision p, const std::function<void(int64_t r0, int64_t r1)>& epilogue);
+
+// How decode runs its matmuls on this CPU, for `rapid doctor`: the fusions, the row split and the
+// software prefetch distance.
+std::string decode_matmul_description();
 
 }  // namespace rapid
