@@ -96,15 +96,19 @@ const kern::Kernels& kernels() {
   return picked;
 }
 
+// Per-thread growable scratch (pool threads are persistent, so this allocates once).
+float* scratch_floats(size_t n) {
+  thread_local std::vector<float> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
 struct XQBuffers {
   std::vector<int8_t> q;
   std::vector<float> d, dT, sx, sxT;
   std::vector<uint32_t> xp;
 };
 thread_local XQBuffers t_xq_buffers;
-
-using detail::fast_ok;
-using detail::scratch_floats;
 
 // xp[t][p][l] = dword p of activation row 16t + l (Kernels::gemm_rows' layout).
 void pack_gemm_x(const int8_t* q, int64_t n, int64_t K, uint32_t* xp) {
@@ -130,13 +134,9 @@ void check_shapes(const Weight& W, int64_t n) {
   if (n < 0) throw std::runtime_error("matmul: negative row count");
 }
 
-// dst[j, c] = src[c, j] for src [n, m]; dst [m, ldd] with columns n..ldd zeroed.
-void transpose_padded(const float* src, int64_t n, int64_t m, int64_t ldd, float* dst) {
-  for (int64_t j = 0; j < m; ++j) {
-    float* row = dst + j * ldd;
-    for (int64_t c = 0; c < n; ++c) row[c] = src[c * m + j];
-    for (int64_t c = n; c < ldd; ++c) row[c] = 0;
-  }
+bool fast_ok(const Weight& W) {
+  return W.kind == WeightKind::Affine && (W.bits == 4 || W.bits == 8) && W.in % 64 == 0 &&
+         (W.group == 32 || W.group == 64 || W.group == 128);
 }
 
 // Splits rows [0, out) over the pool (cpu/row_split.h: owned slices, stealing from late threads).
@@ -148,20 +148,42 @@ void split_rows(ThreadPool& pool, int64_t out, int64_t work_per_row, F&& fn) {
 
 }  // namespace
 
+bool force_scalar_kernels(bool on) { return g_force_scalar.exchange(on); }
+
+const char* matmul_kernel_name() { return kernels().name; }
+
+bool force_kernels(const char* isa) {
+  if (isa == nullptr) {
+    g_forced.store(nullptr);
+    return true;
+  }
+  const kern::Kernels* k = find_kernels(isa);
+  if (k != nullptr) g_forced.store(k);
+  return k != nullptr;
+}
+
+std::vector<std::string> cpu_kernel_families() {
+  std::vector<std::string> v;
+  for (const kern::Kernels* k : available_kernels()) v.emplace_back(k->name);
+  return v;
+}
+
+// dst[j, c] = src[c, j] for src [n, m]; dst [m, ldd] with columns n..ldd zeroed.
+static void transpose_padded(const float* src, int64_t n, int64_t m, int64_t ldd, float* dst) {
+  for (int64_t j = 0; j < m; ++j) {
+    float* row = dst + j * ldd;
+    for (int64_t c = 0; c < n; ++c) row[c] = src[c * m + j];
+    for (int64_t c = n; c < ldd; ++c) row[c] = 0;
+  }
+}
+
 namespace detail {
 
 const kern::Kernels& active_kernels() { return kernels(); }
 
-bool fast_ok(const Weight& W) {
-  return W.kind == WeightKind::Affine && (W.bits == 4 || W.bits == 8) && W.in % 64 == 0 &&
-         (W.group == 32 || W.group == 64 || W.group == 128);
-}
+bool fast_path_ok(const Weight& W) { return fast_ok(W); }
 
-float* scratch_floats(size_t n) {
-  thread_local std::vector<float> buf;
-  if (buf.size() < n) buf.resize(n);
-  return buf.data();
-}
+float* thread_scratch(size_t n) { return scratch_floats(n); }
 
 kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, const Weight& W, const float* x,
                                   int64_t ldx, int64_t n) {
@@ -198,26 +220,6 @@ kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, cons
 
 }  // namespace detail
 
-bool force_scalar_kernels(bool on) { return g_force_scalar.exchange(on); }
-
-const char* matmul_kernel_name() { return kernels().name; }
-
-bool force_kernels(const char* isa) {
-  if (isa == nullptr) {
-    g_forced.store(nullptr);
-    return true;
-  }
-  const kern::Kernels* k = find_kernels(isa);
-  if (k != nullptr) g_forced.store(k);
-  return k != nullptr;
-}
-
-std::vector<std::string> cpu_kernel_families() {
-  std::vector<std::string> v;
-  for (const kern::Kernels* k : available_kernels()) v.emplace_back(k->name);
-  return v;
-}
-
 void matmul(ThreadPool& pool, const Weight& W, const float* x, float* y, int64_t n, Precision p) {
   matmul_strided(pool, W, x, W.in, y, W.out, n, p);
 }
@@ -230,6 +232,7 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
   const int64_t K = W.in;
 
   if (p == Precision::Fast && fast_ok(W)) {
+    // Quantize the activations once; all threads read them.
     kern::XQuant xq = detail::quantize_activations(pool, k, W, x, ldx, n);
     XQBuffers& xb = t_xq_buffers;
     const size_t scratch = kern::fast_scratch_floats(W);

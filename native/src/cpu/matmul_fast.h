@@ -13,10 +13,10 @@ namespace rapid::detail {
 const kern::Kernels& active_kernels();
 
 // Whether W runs the int8-activation Fast path under Precision::Fast.
-bool fast_ok(const Weight& W);
+bool fast_path_ok(const Weight& W);
 
 // Per-thread growable scratch (pool threads are persistent, so this allocates once).
-float* scratch_floats(size_t n);
+float* thread_scratch(size_t n);
 
 // Quantizes x [n, ldx] for W's Fast layout into the calling thread's buffers (valid until its next call);
 // pool threads help when the rows are many.

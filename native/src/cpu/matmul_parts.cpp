@@ -21,7 +21,7 @@ bool fusable(const MatmulPart* parts, int count, int64_t n, Precision p) {
     const Weight& w = *parts[i].w;
     if (!w.valid()) throw std::runtime_error("matmul: weight " + w.name + " is not loaded");
     if (w.in != w0.in) throw std::runtime_error("matmul: fused weights " + w0.name + " and " + w.name + " differ in width");
-    if (!detail::fast_ok(w) || w.bits != w0.bits || w.group != w0.group) return false;
+    if (!detail::fast_path_ok(w) || w.bits != w0.bits || w.group != w0.group) return false;
   }
   return true;
 }
@@ -49,7 +49,7 @@ void matmul_parts(ThreadPool& pool, const MatmulPart* parts, int count, const fl
   const size_t scratch = scratch_for(parts, count);
   const int nt = row_split_threads(pool, rows, n * K);
   split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, n * K), [&](int64_t b, int64_t e) {
-    float* s = detail::scratch_floats(scratch);
+    float* s = detail::thread_scratch(scratch);
     for (int i = 0; i < count; ++i) {
       const int64_t r0 = std::max(b, off[size_t(i)]), r1 = std::min(e, off[size_t(i) + 1]);
       if (r0 < r1) k.fast_rows(*parts[i].w, xq, n, r0 - off[size_t(i)], r1 - off[size_t(i)], parts[i].y, parts[i].w->out, s);
@@ -75,7 +75,7 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
   const size_t scratch = scratch_for(parts, 2);
   const int nt = row_split_threads(pool, rows, 2 * n * K);
   split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, 2 * n * K), [&](int64_t r0, int64_t r1) {
-    float* s = detail::scratch_floats(scratch);
+    float* s = detail::thread_scratch(scratch);
     k.fast_rows(a, xq, n, r0, r1, ya, rows, s);
     k.fast_rows(b, xq, n, r0, r1, yb, rows, s);
     epilogue(r0, r1);
