@@ -6,7 +6,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
 import { osCpuFlags } from '../../src/doctor/checks/cpu-features.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
@@ -45,6 +45,21 @@ export function buildNativeSuite(program: string, sources: string[], dir: string
   );
   expect(build.status, build.stderr).toBe(0);
   return exe;
+}
+
+/** Builds native/test/<program>.cpp before the enclosing describe's tests (removed after them); the getter
+ *  returns the executable. */
+export function useNativeSuite(program: string, sources: () => string[]): () => string {
+  let work = '';
+  let exe = '';
+  beforeAll(() => {
+    work = mkdtempSync(join(tmpdir(), `rapid-${program}-`));
+    exe = buildNativeSuite(program, sources(), work);
+  }, 240_000);
+  afterAll(() => {
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+  return () => exe;
 }
 
 /**

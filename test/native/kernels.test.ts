@@ -3,30 +3,19 @@
 // families, safetensors corruption cases, JSON, quantize round trips, the thread pool. It runs once
 // per x86 kernel family this CPU has (RAPID_CPU_ISA=avx512 / avx2), each run also checking the
 // portable kernels; the families the addon detects must be those /proc/cpuinfo reports.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildNativeSuite, hasCompiler, kernelSuiteSources, runNativeSuite, x86Families } from '../helpers/native-suite.js';
+import { describe, expect, it } from 'vitest';
+import { hasCompiler, kernelSuiteSources, runNativeSuite, useNativeSuite, x86Families } from '../helpers/native-suite.js';
 
 describe.skipIf(!hasCompiler)('native kernel suite', () => {
-  let work = '';
-  let exe = '';
-  beforeAll(() => {
-    work = mkdtempSync(join(tmpdir(), 'rapid-kernels-'));
-    exe = buildNativeSuite('kernels_test', kernelSuiteSources(), work);
-  }, 240_000);
-  afterAll(() => {
-    if (work) rmSync(work, { recursive: true, force: true });
-  });
+  const exe = useNativeSuite('kernels_test', kernelSuiteSources);
 
   it('builds warning-free and passes every check on the kernels picked at run time', () => {
-    const out = runNativeSuite(exe);
+    const out = runNativeSuite(exe());
     if (process.arch === 'x64') expect(out).toMatch(new RegExp(`^families: ${[...x86Families(), 'scalar'].join(' ')}$`, 'm'));
   }, 120_000);
 
   it.each(x86Families().map((f) => [f === 'avx512-vnni' ? 'avx512' : f, f]))('passes every check with RAPID_CPU_ISA=%s (%s)', (isa, family) => {
-    const out = runNativeSuite(exe, [], { RAPID_CPU_ISA: isa });
+    const out = runNativeSuite(exe(), [], { RAPID_CPU_ISA: isa });
     expect(out).toMatch(new RegExp(`^kernels: ${family}$`, 'm'));
   }, 120_000);
 });
