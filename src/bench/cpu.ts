@@ -35,6 +35,7 @@ export interface PhaseFigure {
   forwardMs: number; // native forward time summed over the phase's steps (median run)
   sampleMs: number;
   steps: number;
+  dispatches: number; // CPU thread-pool parallel regions summed over the phase's steps (median run)
 }
 
 export interface PeerFigure extends PeerResult {
@@ -95,10 +96,11 @@ interface StepStats {
   forwardMs: number;
   sampleMs: number;
   steps: number;
+  dispatches: number;
   lastToken: number;
 }
 
-const newStats = (): StepStats => ({ wallMs: 0, forwardMs: 0, sampleMs: 0, steps: 0, lastToken: 0 });
+const newStats = (): StepStats => ({ wallMs: 0, forwardMs: 0, sampleMs: 0, steps: 0, dispatches: 0, lastToken: 0 });
 
 /** One request at a time through the Engine (bench-engine.ts); each native step it drives is timed from
  *  outside and counted to the prefill (the prompt's steps) or the decode (one token per step after them). */
@@ -126,6 +128,7 @@ class Runner {
         at = now;
         s.forwardMs += r.timings.forwardMs;
         s.sampleMs += r.timings.sampleMs;
+        s.dispatches += r.timings.dispatches ?? 0;
         s.steps++;
         s.lastToken = r.rows[0]?.token ?? 0;
       },
@@ -148,7 +151,7 @@ class Runner {
    *  then each sampled token fed back; all `n` steps count as decode. */
   async decode(first: number, n: number): Promise<StepStats> {
     const { prefill, decode } = await this.request(Int32Array.of(first), 1, n - 1);
-    return { wallMs: prefill.wallMs + decode.wallMs, forwardMs: prefill.forwardMs + decode.forwardMs, sampleMs: prefill.sampleMs + decode.sampleMs, steps: prefill.steps + decode.steps, lastToken: decode.lastToken };
+    return { wallMs: prefill.wallMs + decode.wallMs, forwardMs: prefill.forwardMs + decode.forwardMs, sampleMs: prefill.sampleMs + decode.sampleMs, steps: prefill.steps + decode.steps, dispatches: prefill.dispatches + decode.dispatches, lastToken: decode.lastToken };
   }
 
   /** A `prompt`-token prefill in one step, then `n` decode steps; the decode's figures. */
@@ -169,6 +172,7 @@ function figure(stats: StepStats[], tokens: number): PhaseFigure {
     forwardMs: pick.forwardMs,
     sampleMs: pick.sampleMs,
     steps: pick.steps,
+    dispatches: pick.dispatches,
   };
 }
 
@@ -346,7 +350,7 @@ export function formatReport(r: CpuBenchReport): string {
     `wall ${(p.wallMs / n).toFixed(2)} ms/tok, forward ${(p.forwardMs / n).toFixed(2)}, sample ${(p.sampleMs / n).toFixed(2)}, ` +
     `other ${((p.wallMs - p.forwardMs - p.sampleMs) / n).toFixed(2)}`;
   lines.push(`prefill: ${per(r.prefill, o.promptTokens)}`);
-  lines.push(`decode:  ${per(r.decode, o.genTokens)}`);
+  lines.push(`decode:  ${per(r.decode, o.genTokens)}, ${(r.decode.dispatches / o.genTokens).toFixed(0)} pool dispatches/tok`);
   const rf = r.roofline;
   lines.push(
     `roofline: ${(rf.bytesPerToken / 1e6).toFixed(1)} MB of weights per decoded token / ${(rf.bandwidthBytesPerS / 1e9).toFixed(1)} GB/s ` +

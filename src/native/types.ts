@@ -92,7 +92,7 @@ export interface NativeStepResult {
   rows: NativeStepRowResult[];
   /** maskWaitMs: how long sampling waited for pending masks after the forward (0 when none). */
   /** ahead: the GPU had started this step's forward before it was asked for (CUDA; see cuda_decoder.cu). */
-  timings: { forwardMs: number; sampleMs: number; tokens: number; maskWaitMs?: number; ahead?: boolean; moe?: NativeMoeStepStats };
+  timings: { forwardMs: number; sampleMs: number; tokens: number; dispatches?: number; maskWaitMs?: number; ahead?: boolean; moe?: NativeMoeStepStats };
 }
 
 export interface NativeModelInfo {
@@ -185,6 +185,7 @@ export interface NativeTensorInfo {
 export interface NativeSystemInfo {
   simd: string[]; // e.g. ["avx2", "fma", "f16c"] detected at run time
   kernel: string; // which matmul kernel set is in use: "avx512-vnni" | "avx2" | "neon-dotprod" | "neon" | "scalar"
+  decodeKernels?: string; // how decode runs its matmuls (fusions, row split, prefetch)
   threads: number; // default pool size
   cuda: NativeCudaInfo;
 }

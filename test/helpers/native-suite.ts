@@ -8,7 +8,8 @@ import { spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { availableParallelism, tmpdir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import { expect } from 'vitest';
+import { afterAll, beforeAll, expect } from 'vitest';
+import { osCpuFlags } from '../../src/doctor/checks/cpu-features.js';
 
 export const ROOT = resolve(import.meta.dirname, '..', '..');
 export const NATIVE_SRC = join(ROOT, 'native', 'src');
@@ -17,6 +18,16 @@ export const hasCompiler = spawnSync('g++', ['--version']).status === 0;
 const FLAGS = ['-O2', '-std=c++20', '-Wall', '-Wextra', '-Werror', '-pthread', `-I${NATIVE_SRC}`];
 // Objects keyed by everything that goes into them; survives between runs (tmpdir), written atomically.
 const OBJECT_CACHE = join(tmpdir(), 'rapid-native-test-objects');
+
+/** The x86 families the OS says this CPU can run, best first, as the addon names them. */
+export function x86Families(): string[] {
+  if (process.arch !== 'x64') return [];
+  const f = new Set(osCpuFlags());
+  const out: string[] = [];
+  if (['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni'].every((x) => f.has(x))) out.push('avx512-vnni');
+  if (['avx2', 'fma', 'f16c'].every((x) => f.has(x))) out.push('avx2');
+  return out;
+}
 
 /** Every .cpp file of native/src/<dir>. */
 export function nativeSources(dir: string): string[] {
@@ -95,6 +106,21 @@ export function buildNativeSuite(program: string, sources: string[], dir: string
   const link = spawnSync(cxx, ['-pthread', ...objects, '-o', exe], { encoding: 'utf8' });
   expect(link.status, link.stderr).toBe(0);
   return exe;
+}
+
+/** Builds native/test/<program>.cpp before the enclosing describe's tests (removed after them); the getter
+ *  returns the executable. */
+export function useNativeSuite(program: string, sources: () => string[]): () => string {
+  let work = '';
+  let exe = '';
+  beforeAll(() => {
+    work = mkdtempSync(join(tmpdir(), `rapid-${program}-`));
+    exe = buildNativeSuite(program, sources(), work);
+  }, 240_000);
+  afterAll(() => {
+    if (work) rmSync(work, { recursive: true, force: true });
+  });
+  return () => exe;
 }
 
 /**

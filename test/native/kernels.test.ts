@@ -3,41 +3,19 @@
 // families, safetensors corruption cases, JSON, quantize round trips, the thread pool. It runs once
 // per x86 kernel family this CPU has (RAPID_CPU_ISA=avx512 / avx2), each run also checking the
 // portable kernels; the families the addon detects must be those /proc/cpuinfo reports.
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { osCpuFlags } from '../../src/doctor/checks/cpu-features.js';
-import { buildNativeSuite, hasCompiler, kernelSuiteSources, runNativeSuite } from '../helpers/native-suite.js';
-
-/** The x86 families the OS says this CPU can run, best first, as the addon names them. */
-function x86Families(): string[] {
-  if (process.arch !== 'x64') return [];
-  const f = new Set(osCpuFlags());
-  const out: string[] = [];
-  if (['avx2', 'fma', 'f16c', 'avx512f', 'avx512bw', 'avx512vl', 'avx512_vnni'].every((x) => f.has(x))) out.push('avx512-vnni');
-  if (['avx2', 'fma', 'f16c'].every((x) => f.has(x))) out.push('avx2');
-  return out;
-}
+import { describe, expect, it } from 'vitest';
+import { hasCompiler, kernelSuiteSources, runNativeSuite, useNativeSuite, x86Families } from '../helpers/native-suite.js';
 
 describe.skipIf(!hasCompiler)('native kernel suite', () => {
-  let work = '';
-  let exe = '';
-  beforeAll(() => {
-    work = mkdtempSync(join(tmpdir(), 'rapid-kernels-'));
-    exe = buildNativeSuite('kernels_test', kernelSuiteSources(), work);
-  }, 240_000);
-  afterAll(() => {
-    if (work) rmSync(work, { recursive: true, force: true });
-  });
+  const exe = useNativeSuite('kernels_test', kernelSuiteSources);
 
   it('builds warning-free and passes every check on the kernels picked at run time', () => {
-    const out = runNativeSuite(exe);
+    const out = runNativeSuite(exe());
     if (process.arch === 'x64') expect(out).toMatch(new RegExp(`^families: ${[...x86Families(), 'scalar'].join(' ')}$`, 'm'));
   }, 120_000);
 
   it.each(x86Families().map((f) => [f === 'avx512-vnni' ? 'avx512' : f, f]))('passes every check with RAPID_CPU_ISA=%s (%s)', (isa, family) => {
-    const out = runNativeSuite(exe, [], { RAPID_CPU_ISA: isa });
+    const out = runNativeSuite(exe(), [], { RAPID_CPU_ISA: isa });
     expect(out).toMatch(new RegExp(`^kernels: ${family}$`, 'm'));
   }, 120_000);
 });

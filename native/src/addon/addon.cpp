@@ -8,6 +8,7 @@
 #include "addon/runtime.h"
 #include "backend/device.h"
 #include "cpu/matmul.h"
+#include "cpu/matmul_parts.h"
 #include "format/safetensors.h"
 #include "models/registry.h"
 #include "quant/quantize.h"
@@ -113,6 +114,7 @@ Napi::Value SystemInfo(const Napi::CallbackInfo& info) {
   for (size_t i = 0; i < f.size(); ++i) simd.Set(uint32_t(i), f[i]);
   o.Set("simd", simd);
   o.Set("kernel", matmul_kernel_name());
+  o.Set("decodeKernels", decode_matmul_description());
   o.Set("threads", Napi::Number::New(env, ThreadPool::hardware_threads()));
   const CudaStatus cs = cuda_status();
   Napi::Object c = Napi::Object::New(env);

@@ -308,6 +308,7 @@ Napi::Object result_to_js(Napi::Env env, StepResult& r) {
   t.Set("sampleMs", Napi::Number::New(env, r.sample_ms));
   t.Set("maskWaitMs", Napi::Number::New(env, r.mask_wait_ms));
   t.Set("tokens", Napi::Number::New(env, double(r.tokens)));
+  t.Set("dispatches", Napi::Number::New(env, double(r.dispatches)));
   if (r.ahead) t.Set("ahead", Napi::Boolean::New(env, true));
   if (r.expert_runs >= 0) {
     Napi::Object m = Napi::Object::New(env);

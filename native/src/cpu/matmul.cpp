@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "cpu/kernels.h"
+#include "cpu/matmul_fast.h"
+#include "cpu/row_split.h"
 
 #if defined(__aarch64__) && defined(__linux__)
 #include <sys/auxv.h>
@@ -106,6 +108,7 @@ struct XQBuffers {
   std::vector<float> d, dT, sx, sxT;
   std::vector<uint32_t> xp;
 };
+thread_local XQBuffers t_xq_buffers;
 
 // xp[t][p][l] = dword p of activation row 16t + l (Kernels::gemm_rows' layout).
 void pack_gemm_x(const int8_t* q, int64_t n, int64_t K, uint32_t* xp) {
@@ -136,29 +139,11 @@ bool fast_ok(const Weight& W) {
          (W.group == 32 || W.group == 64 || W.group == 128);
 }
 
-// Splits rows [0, out) over the pool in chunks of 4-aligned rows handed out through an atomic
-// counter: a thread that gets descheduled (shared machine) costs its chunk, not half the matmul.
+// Splits rows [0, out) over the pool (cpu/row_split.h: owned slices, stealing from late threads).
 template <class F>
 void split_rows(ThreadPool& pool, int64_t out, int64_t work_per_row, F&& fn) {
-  // Below ~32k multiply-adds per thread the dispatch costs more than it saves.
-  int64_t max_threads = std::max<int64_t>(1, out * work_per_row / 32768);
-  int nt = int(std::min<int64_t>({int64_t(pool.size()), max_threads, (out + 3) / 4}));
-  if (nt <= 1) {
-    fn(int64_t(0), out);
-    return;
-  }
-  // About 8 chunks per thread, at least 4 rows and at least ~64k multiply-adds each.
-  int64_t chunk = std::max<int64_t>({int64_t(4), out / (int64_t(nt) * 8), 65536 / std::max<int64_t>(1, work_per_row)});
-  chunk = (chunk + 3) / 4 * 4;
-  std::atomic<int64_t> next{0};
-  pool.run([&](int tid, int) {
-    if (tid >= nt) return;
-    for (;;) {
-      int64_t b = next.fetch_add(chunk, std::memory_order_relaxed);
-      if (b >= out) break;
-      fn(b, std::min(out, b + chunk));
-    }
-  });
+  const int nt = row_split_threads(pool, out, work_per_row);
+  split_owned_rows(pool, nt, out, row_split_chunk(nt, out, work_per_row), fn);
 }
 
 }  // namespace
@@ -192,6 +177,49 @@ static void transpose_padded(const float* src, int64_t n, int64_t m, int64_t ldd
   }
 }
 
+namespace detail {
+
+const kern::Kernels& active_kernels() { return kernels(); }
+
+bool fast_path_ok(const Weight& W) { return fast_ok(W); }
+
+float* thread_scratch(size_t n) { return scratch_floats(n); }
+
+kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, const Weight& W, const float* x,
+                                  int64_t ldx, int64_t n) {
+  const int64_t K = W.in;
+  XQBuffers& xb = t_xq_buffers;
+  kern::XQuant xq;
+  kern::xq_layout(W, xq.xb, xq.perm);
+  xq.K = K;
+  xq.nblk = K / xq.xb;
+  xq.ngp = ((K / W.group) + 7) / 8 * 8;
+  if (xb.q.size() < size_t(n * K)) xb.q.resize(size_t(n * K));
+  if (xb.d.size() < size_t(n * xq.nblk)) xb.d.resize(size_t(n * xq.nblk));
+  if (xb.sx.size() < size_t(n * xq.ngp)) xb.sx.resize(size_t(n * xq.ngp));
+  xq.q = xb.q.data();
+  xq.d = xb.d.data();
+  xq.sx = xb.sx.data();
+  auto quant = [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      k.quantize_x(x + c * ldx, K, xq.xb, xq.perm, W.group, xq.ngp, xq.q + c * K, xq.d + c * xq.nblk,
+                   xq.sx + c * xq.ngp);
+  };
+  if (n * K >= 16384 && pool.size() > 1) pool.parallel_for(n, quant);
+  else quant(0, n);
+  // Block-major copy of the scales: the kernels load 4 rows' scales of one block at once.
+  xq.ldd = (n + 3) / 4 * 4;
+  if (xb.dT.size() < size_t(xq.nblk * xq.ldd)) xb.dT.resize(size_t(xq.nblk * xq.ldd));
+  xq.dT = xb.dT.data();
+  transpose_padded(xq.d, n, xq.nblk, xq.ldd, xq.dT);
+  if (xb.sxT.size() < size_t(xq.ngp * xq.ldd)) xb.sxT.resize(size_t(xq.ngp * xq.ldd));
+  xq.sxT = xb.sxT.data();
+  transpose_padded(xq.sx, n, xq.ngp, xq.ldd, xq.sxT);
+  return xq;
+}
+
+}  // namespace detail
+
 void matmul(ThreadPool& pool, const Weight& W, const float* x, float* y, int64_t n, Precision p) {
   matmul_strided(pool, W, x, W.in, y, W.out, n, p);
 }
@@ -205,33 +233,8 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
 
   if (p == Precision::Fast && fast_ok(W)) {
     // Quantize the activations once; all threads read them.
-    thread_local XQBuffers xb;
-    kern::XQuant xq;
-    kern::xq_layout(W, xq.xb, xq.perm);
-    xq.K = K;
-    xq.nblk = K / xq.xb;
-    xq.ngp = ((K / W.group) + 7) / 8 * 8;
-    if (xb.q.size() < size_t(n * K)) xb.q.resize(size_t(n * K));
-    if (xb.d.size() < size_t(n * xq.nblk)) xb.d.resize(size_t(n * xq.nblk));
-    if (xb.sx.size() < size_t(n * xq.ngp)) xb.sx.resize(size_t(n * xq.ngp));
-    xq.q = xb.q.data();
-    xq.d = xb.d.data();
-    xq.sx = xb.sx.data();
-    auto quant = [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c)
-        k.quantize_x(x + c * ldx, K, xq.xb, xq.perm, W.group, xq.ngp, xq.q + c * K, xq.d + c * xq.nblk,
-                     xq.sx + c * xq.ngp);
-    };
-    if (n * K >= 16384 && pool.size() > 1) pool.parallel_for(n, quant);
-    else quant(0, n);
-    // Block-major copy of the scales: the kernels load 4 rows' scales of one block at once.
-    xq.ldd = (n + 3) / 4 * 4;
-    if (xb.dT.size() < size_t(xq.nblk * xq.ldd)) xb.dT.resize(size_t(xq.nblk * xq.ldd));
-    xq.dT = xb.dT.data();
-    transpose_padded(xq.d, n, xq.nblk, xq.ldd, xq.dT);
-    if (xb.sxT.size() < size_t(xq.ngp * xq.ldd)) xb.sxT.resize(size_t(xq.ngp * xq.ldd));
-    xq.sxT = xb.sxT.data();
-    transpose_padded(xq.sx, n, xq.ngp, xq.ldd, xq.sxT);
+    kern::XQuant xq = detail::quantize_activations(pool, k, W, x, ldx, n);
+    XQBuffers& xb = t_xq_buffers;
     const size_t scratch = kern::fast_scratch_floats(W);
     if (k.gemm_rows != nullptr && W.bits == 4 && n >= kern::kGemmMinRows) {
       const size_t np = size_t((n + 15) / 16 * 16 * K / 4);

@@ -98,6 +98,7 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     return;
   }
   in_run_ = true;
+  ++dispatches_;
   job_ = &fn;
   error_ = nullptr;
   done_.store(0, std::memory_order_relaxed);

@@ -23,6 +23,10 @@ class ThreadPool {
 
   int size() const { return n_; }
 
+  // Parallel regions handed to the workers so far (inline runs not counted): a step's dispatch count
+  // is the difference around it (bench:cpu reports it per decoded token).
+  uint64_t dispatches() const { return dispatches_; }
+
   // Runs fn(tid, nthreads) once for every tid in [0, size()) and waits for all of them. Which OS
   // thread runs a given tid is unspecified (usually one each; the caller may take a late one's).
   // Not reentrant: calling run from inside fn runs the inner call inline on that thread.
@@ -54,6 +58,7 @@ class ThreadPool {
   std::mutex err_mu_;
   std::exception_ptr error_;
   bool in_run_ = false;
+  uint64_t dispatches_ = 0;  // written by the one calling thread only
 };
 
 }  // namespace rapid

@@ -1,5 +1,6 @@
 #include "layers/linear.h"
 #include <stdexcept>
+#include "cpu/matmul_parts.h"
 
 namespace rapid {
 
@@ -25,12 +26,24 @@ Linear load_linear(const Checkpoint& ckpt, const QuantConfig& qc, const std::str
   return l;
 }
 
-void linear(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t n, Precision p) {
-  matmul(pool, l.w, x, y, n, p);
+static void add_bias(const Linear& l, float* y, int64_t n) {
   if (l.bias.empty()) return;
   const int64_t out = l.out();
   for (int64_t r = 0; r < n; ++r)
     for (int64_t o = 0; o < out; ++o) y[r * out + o] += l.bias[size_t(o)];
+}
+
+void linear(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t n, Precision p) {
+  matmul(pool, l.w, x, y, n, p);
+  add_bias(l, y, n);
+}
+
+void linear_parts(ThreadPool& pool, std::initializer_list<LinearPart> parts, const float* x, int64_t n, Precision p) {
+  std::vector<MatmulPart> mp;  // [parts]
+  mp.reserve(parts.size());
+  for (const LinearPart& lp : parts) mp.push_back({&lp.l->w, lp.y});
+  matmul_parts(pool, mp.data(), int(mp.size()), x, n, p);
+  for (const LinearPart& lp : parts) add_bias(*lp.l, lp.y, n);
 }
 
 }  // namespace rapid

@@ -1,4 +1,5 @@
 #include "layers/mlp.h"
+#include "cpu/matmul_parts.h"
 #include "layers/vec_math.h"
 
 namespace rapid {
@@ -19,9 +20,10 @@ void gated_mlp(ThreadPool& pool, const GatedMlp& m, const float* x, float* y, in
   scratch.resize(size_t(2 * n * ffn));
   float* g = scratch.data();       // [n, ffn]
   float* u = g + n * ffn;          // [n, ffn]
-  linear(pool, m.gate, x, g, n, p);
-  linear(pool, m.up, x, u, n, p);
-  pool.parallel_for(n * ffn, [&](int64_t b, int64_t e) { vec::glu(g + b, u + b, e - b, m.act); }, 64);
+  // gate and up in one pass over x, each thread applying the activation to the rows it just computed.
+  matmul_pair(pool, m.gate.w, m.up.w, x, g, u, n, p, [&](int64_t r0, int64_t r1) {
+    for (int64_t c = 0; c < n; ++c) vec::glu(g + c * ffn + r0, u + c * ffn + r0, r1 - r0, m.act);
+  });
   linear(pool, m.down, g, y, n, p);
 }
 

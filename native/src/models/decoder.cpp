@@ -198,9 +198,7 @@ class DecoderModel final : public Model {
       const DecoderLayer& L = layers_[size_t(l)];
       AttnShape shape{d.n_heads, d.n_kv_heads, d.head_dim, d.attn_scale, d.window[size_t(l)]};
       rms_norm_rows(pool, h.data(), xn.data(), T, L.input_norm);
-      linear(pool, L.q, xn.data(), q.data(), T, prec);
-      linear(pool, L.k, xn.data(), k.data(), T, prec);
-      linear(pool, L.v, xn.data(), v.data(), T, prec);
+      linear_parts(pool, {{&L.q, q.data()}, {&L.k, k.data()}, {&L.v, v.data()}}, xn.data(), T, prec);
       if (d.qk_norm) {
         rms_norm_rows(pool, q.data(), q.data(), T * d.n_heads, L.q_norm);
         rms_norm_rows(pool, k.data(), k.data(), T * d.n_kv_heads, L.k_norm);

@@ -197,7 +197,9 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   // Pooled rows: every backend's forward writes them to the host (small: one hidden row each).
   std::vector<float> hidden(batch.hidden_rows.size() * size_t(info.hidden_size));
   batch.hidden = hidden.empty() ? nullptr : hidden.data();
+  const uint64_t dispatched = pool.dispatches();
   model.forward(batch, kv, pool, precision, dev ? nullptr : logits.data());
+  res.dispatches = int64_t(pool.dispatches() - dispatched);
   for (size_t r = 0; r < plan.rows.size(); ++r) {
     if (!ok[r] || where[r].hidden_row < 0) continue;
     const float* first = hidden.data() + where[r].hidden_row * info.hidden_size;

@@ -57,6 +57,7 @@ struct StepResult {
   double sample_ms = 0;
   double mask_wait_ms = 0;          // time sampling waited for pending masks after the forward
   int64_t tokens = 0;               // tokens in the forward
+  int64_t dispatches = 0;           // CPU thread-pool parallel regions the forward ran
   bool ahead = false;               // the forward was already enqueued ahead by the previous step (DeviceLogits::ahead)
   // MoE models: the forward's expert work (Model::moe_stats); expert_runs < 0 for other models.
   int64_t expert_runs = -1, active_experts = 0, routed_rows = 0, expert_bytes = 0;

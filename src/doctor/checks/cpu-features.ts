@@ -30,7 +30,7 @@ function avx512Note(kernel: string | undefined, avx512: boolean, vnni: boolean):
 export function checkCpuFeatures(sys: NativeSystemInfo | undefined, arch: string = process.arch): CheckResult {
   const simd = sys?.simd ?? osCpuFlags();
   const model = cpus()[0]?.model?.trim() ?? 'unknown CPU';
-  const from = sys ? `kernels: ${sys.kernel}` : 'from the OS (native binary not loaded)';
+  const from = sys ? `kernels: ${sys.kernel}${sys.decodeKernels ? `; decode: ${sys.decodeKernels}` : ''}` : 'from the OS (native binary not loaded)';
   const has = (f: string) => simd.some((s) => s.toLowerCase() === f);
   const avx512 = simd.some((s) => s.toLowerCase().startsWith('avx512'));
   const list = simd.length ? simd.join(', ') : 'none detected';

@@ -1,0 +1,92 @@
+// Fused matmuls (cpu/matmul_parts.h) on the Fast path's kernels; anything the fusion does not cover
+// (Exact precision, mixed formats, the batched GEMM's row counts) runs as separate matmul() calls.
+#include "cpu/matmul_parts.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <vector>
+
+#include "cpu/matmul_fast.h"
+#include "cpu/row_split.h"
+
+namespace rapid {
+namespace {
+
+// Whether the parts can share one quantization of x and the one-to-eight-row kernels (fast_rows):
+// the same x layout (bits, group, in) and fewer rows than the batched GEMM takes.
+bool fusable(const MatmulPart* parts, int count, int64_t n, Precision p) {
+  if (p != Precision::Fast || n < 1 || n >= kern::kGemmMinRows) return false;
+  const Weight& w0 = *parts[0].w;
+  for (int i = 0; i < count; ++i) {
+    const Weight& w = *parts[i].w;
+    if (!w.valid()) throw std::runtime_error("matmul: weight " + w.name + " is not loaded");
+    if (w.in != w0.in) throw std::runtime_error("matmul: fused weights " + w0.name + " and " + w.name + " differ in width");
+    if (!detail::fast_path_ok(w) || w.bits != w0.bits || w.group != w0.group) return false;
+  }
+  return true;
+}
+
+size_t scratch_for(const MatmulPart* parts, int count) {
+  size_t s = 0;
+  for (int i = 0; i < count; ++i) s = std::max(s, kern::fast_scratch_floats(*parts[i].w));
+  return s;
+}
+
+}  // namespace
+
+void matmul_parts(ThreadPool& pool, const MatmulPart* parts, int count, const float* x, int64_t n, Precision p) {
+  if (count <= 0 || n == 0) return;
+  if (!fusable(parts, count, n, p)) {
+    for (int i = 0; i < count; ++i) matmul(pool, *parts[i].w, x, parts[i].y, n, p);
+    return;
+  }
+  const kern::Kernels& k = detail::active_kernels();
+  const int64_t K = parts[0].w->in;
+  const kern::XQuant xq = detail::quantize_activations(pool, k, *parts[0].w, x, K, n);
+  std::vector<int64_t> off(size_t(count) + 1, 0);  // [count + 1] first row of each part in the joint row space
+  for (int i = 0; i < count; ++i) off[size_t(i) + 1] = off[size_t(i)] + parts[i].w->out;
+  const int64_t rows = off[size_t(count)];
+  const size_t scratch = scratch_for(parts, count);
+  const int nt = row_split_threads(pool, rows, n * K);
+  split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, n * K), [&](int64_t b, int64_t e) {
+    float* s = detail::thread_scratch(scratch);
+    for (int i = 0; i < count; ++i) {
+      const int64_t r0 = std::max(b, off[size_t(i)]), r1 = std::min(e, off[size_t(i) + 1]);
+      if (r0 < r1) k.fast_rows(*parts[i].w, xq, n, r0 - off[size_t(i)], r1 - off[size_t(i)], parts[i].y, parts[i].w->out, s);
+    }
+  });
+}
+
+void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float* x, float* ya, float* yb,
+                 int64_t n, Precision p, const std::function<void(int64_t r0, int64_t r1)>& epilogue) {
+  if (n == 0) return;
+  if (a.out != b.out) throw std::runtime_error("matmul: paired weights " + a.name + " and " + b.name + " differ in rows");
+  const MatmulPart parts[2] = {{&a, ya}, {&b, yb}};
+  const int64_t rows = a.out;
+  if (!fusable(parts, 2, n, p)) {
+    matmul(pool, a, x, ya, n, p);
+    matmul(pool, b, x, yb, n, p);
+    pool.parallel_for(rows, epilogue, 64);
+    return;
+  }
+  const kern::Kernels& k = detail::active_kernels();
+  const int64_t K = a.in;
+  const kern::XQuant xq = detail::quantize_activations(pool, k, a, x, K, n);
+  const size_t scratch = scratch_for(parts, 2);
+  const int nt = row_split_threads(pool, rows, 2 * n * K);
+  split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, 2 * n * K), [&](int64_t r0, int64_t r1) {
+    float* s = detail::thread_scratch(scratch);
+    k.fast_rows(a, xq, n, r0, r1, ya, rows, s);
+    k.fast_rows(b, xq, n, r0, r1, yb, rows, s);
+    epilogue(r0, r1);
+  }, 8);
+}
+
+std::string decode_matmul_description() {
+  detail::active_kernels();  // sets the prefetch distance on first use
+  const int pf = kern::g_prefetch_rows;
+  return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
+         (pf > 0 ? "prefetch " + std::to_string(pf) + " rows ahead" : std::string("no software prefetch"));
+}
+
+}  // namespace rapid
