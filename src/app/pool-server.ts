@@ -6,6 +6,7 @@ import { join } from 'node:path';
 import { createServer, type RapidServer, type ServerSettings } from '../server/server.js';
 import { ModelPool, type PoolEntryConfig, type PoolModel } from '../server/model-pool.js';
 import { resolveModelDetailed } from '../models/resolve-model.js';
+import { validateCheckpoint } from '../models/validate-checkpoint.js';
 import { openEndpoint, type EndpointOptions } from './open-endpoint.js';
 import { listenAndServe, type ListenOptions } from './listen-and-serve.js';
 import { defaultMaxBodyBytes } from './start-server.js';
@@ -76,7 +77,10 @@ export async function startPoolServer(models: readonly PoolModelSpec[], opts: Po
     {
       async estimate(entry, spec) {
         const m = byId.get(entry.id)!;
-        return weightFileBytes(await dirOf(entry, spec)) + (m.options.load.kvCacheBytes ?? 0);
+        const dir = await dirOf(entry, spec);
+        // Headers only: a corrupt checkpoint fails here, so a swap to one is the request's error (400), not a 500.
+        validateCheckpoint(dir);
+        return weightFileBytes(dir) + (m.options.load.kvCacheBytes ?? 0);
       },
       async load(entry, spec): Promise<PoolModel> {
         const m = byId.get(entry.id)!;

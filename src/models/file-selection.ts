@@ -58,7 +58,7 @@ export function missingLocalFiles(dir: string): string[] {
   if (existsSync(indexPath)) {
     try {
       const shards = indexShards(JSON.parse(readFileSync(indexPath, 'utf8')) as SafetensorsIndex);
-      for (const s of shards) if (!existsSync(join(dir, s))) missing.push(s);
+      for (const s of shards) if (!existsSync(join(dir, s))) missing.push(`${s} (named in ${WEIGHT_INDEX})`);
     } catch {
       missing.push(`${WEIGHT_INDEX} (unreadable)`);
     }

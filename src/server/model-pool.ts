@@ -287,6 +287,7 @@ export class ModelPool implements ModelRouter {
       estimate = await this.loader.estimate(entry.cfg, spec); // resolves the spec: a bad one fails here
     } catch (err) {
       const why = err instanceof Error ? err.message : String(err);
+      this.opts.log?.(`loading ${entry.cfg.id} (${spec}) failed: ${why}`);
       if (spec === entry.cfg.spec) throw new HttpError(500, `the model '${entry.cfg.id}' failed to load: ${why}`, 'server_error', null, 'model_load_failed');
       throw badRequest(`cannot load '${spec}' as '${entry.cfg.id}': ${why}`, 'spec', 'invalid_spec');
     }

@@ -23,12 +23,12 @@ export function copyDir(src: string, dst: string): void {
 }
 
 /** Writes a new file in place of a link to the fixture, so the fixture itself is never touched. */
-function writeFresh(path: string, data: string | Buffer): void {
+export function writeFresh(path: string, data: string | Buffer): void {
   rmSync(path, { force: true });
   writeFileSync(path, data);
 }
 
-function rewriteTensors(path: string, edit: (m: Map<string, RawTensor>) => void): void {
+export function rewriteTensors(path: string, edit: (m: Map<string, RawTensor>) => void): void {
   const m = readSafetensors(path);
   edit(m);
   rmSync(path, { force: true });
@@ -63,7 +63,7 @@ function getPath(o: Json, keys: string[]): unknown {
 }
 
 /** MLX writes the quantization object twice (quantization, quantization_config): edit both so the loader sees it. */
-function editConfig(dir: string, path: string | string[], v: unknown, remove = false): void {
+export function editConfig(dir: string, path: string | string[], v: unknown, remove = false): void {
   const keys = typeof path === 'string' ? path.split('.') : path;
   const c = readConfig(dir);
   setPath(c, keys, v, remove);

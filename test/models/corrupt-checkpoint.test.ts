@@ -11,7 +11,8 @@ import { runCorruptions, type Result } from './run-corruptions.js';
 import { FAMILIES } from '../../src/models/family-table.js';
 
 const ROOT = resolve(import.meta.dirname, '..', 'fixtures');
-// One fixture per family; the quantized ones so codes/scales/biases and quantization config are covered.
+// One fixture per family, quantized (codes/scales/biases and quantization config) and, for the VLMs, f32 too
+// (dense vision towers and float experts load through other code than their quantized twins).
 const FIXTURES = [
   'models/qwen2-q4',
   'models/qwen3-q4',
@@ -25,6 +26,13 @@ const FIXTURES = [
   'vlm/qwen2_5_vl-q4',
   'vlm/qwen3_vl-q4',
   'vlm/qwen3_vl_moe-q4',
+  'vlm/gemma3-f32',
+  'vlm/gemma4-e-f32',
+  'vlm/gemma4-moe-f32',
+  'vlm/mistral3-f32',
+  'vlm/qwen2_5_vl-f32',
+  'vlm/qwen3_vl-f32',
+  'vlm/qwen3_vl_moe-f32',
 ];
 const PER_CLASS = Number(process.env.RAPID_CORRUPT_PER_CLASS ?? 2);
 const SEED = Number(process.env.RAPID_CORRUPT_SEED ?? 38);

@@ -371,8 +371,13 @@ class CudaDecoder final : public Model, public DeviceLogits {
     check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "upload weights");
     return p;
   }
-  const float* upload_floats(const std::vector<float>& v) {
-    return v.empty() ? nullptr : static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
+  // `perm`: the values in this order (perm[p] = the host index at p), as upload_weight's rows.
+  const float* upload_floats(const std::vector<float>& v, const std::vector<int64_t>* perm = nullptr) {
+    if (v.empty()) return nullptr;
+    if (!perm) return static_cast<const float*>(upload(v.data(), v.size() * sizeof(float)));
+    std::vector<float> o(perm->size());  // [out]
+    for (size_t p = 0; p < perm->size(); ++p) o[p] = v[size_t((*perm)[p])];
+    return static_cast<const float*>(upload(o.data(), o.size() * sizeof(float)));
   }
   // `tileable`: the kernels that read it take the tiled layout (the matmuls, embed_rows), so under Fast its codes and
   // scales are tiled.
@@ -426,12 +431,6 @@ class CudaDecoder final : public Model, public DeviceLogits {
     c.biases = scale_row ? biases.data() : nullptr;
     return upload_copy(c, /*tileable=*/true);  // its host copy dies here: never a dedup key
   }
-  static std::vector<float> permuted(const std::vector<float>& v, const std::vector<int64_t>& perm) {
-    if (v.empty()) return v;
-    std::vector<float> o(perm.size());
-    for (size_t p = 0; p < perm.size(); ++p) o[p] = v[size_t(perm[p])];
-    return o;
-  }
   // Whether layer L's q/k/v launch can take the RoPE epilogue (RAPID_CUDA_ROPE_EPILOGUE=0 turns it off).
   bool rope_epilogue_for(const DecoderLayer& L, int layer) const {
     if (!rope_epilogue_on_ || precision_ != Precision::Fast || cfg_.qk_norm || cfg_.q_pos_beta != 0.0f) return false;
@@ -454,8 +453,12 @@ class CudaDecoder final : public Model, public DeviceLogits {
     for (const DecoderLayer& L : *parts_.layers) {
       DevLayer d;
       d.rope_epilogue = rope_epilogue_for(L, int(layers_.size()));
-      const std::vector<int64_t> pq = d.rope_epilogue ? rope_pair_rows(L.q.w.out, cfg_.head_dim) : std::vector<int64_t>{};
-      const std::vector<int64_t> pk = d.rope_epilogue ? rope_pair_rows(L.k.w.out, cfg_.head_dim) : std::vector<int64_t>{};
+      // Filled only under the epilogue; no vector temporaries in conditionals (g++ 13 -Wfree-nonheap-object).
+      std::vector<int64_t> pq, pk;
+      if (d.rope_epilogue) {
+        pq = rope_pair_rows(L.q.w.out, cfg_.head_dim);
+        pk = rope_pair_rows(L.k.w.out, cfg_.head_dim);
+      }
       d.input_norm = upload_floats(L.input_norm.w);
       d.post_attn_norm = upload_floats(L.post_attn_norm.w);
       d.pre_ffn_norm = upload_floats(L.pre_ffn_norm.w);
@@ -467,8 +470,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
       if (d.rope_epilogue) d.q.rope_rows = d.k.rope_rows = cfg_.head_dim;
       d.v = upload_weight(L.v.w);
       d.o = upload_weight(L.o.w);
-      d.bq = upload_floats(d.rope_epilogue ? permuted(L.q.bias, pq) : L.q.bias);
-      d.bk = upload_floats(d.rope_epilogue ? permuted(L.k.bias, pk) : L.k.bias);
+      d.bq = upload_floats(L.q.bias, d.rope_epilogue ? &pq : nullptr);
+      d.bk = upload_floats(L.k.bias, d.rope_epilogue ? &pk : nullptr);
       d.bv = upload_floats(L.v.bias);
       d.bo = upload_floats(L.o.bias);
       d.gate = upload_weight(L.mlp.gate.w);

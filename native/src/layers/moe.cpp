@@ -176,7 +176,8 @@ MoeExperts load_moe_experts(const Checkpoint& ck, const QuantConfig& qc, const s
     const bool saved = gu->shape == std::vector<int64_t>{E, 2 * I, H} && dn->shape == std::vector<int64_t>{E, H, I};
     const bool hub = gu->shape == std::vector<int64_t>{E, H, 2 * I} && dn->shape == std::vector<int64_t>{E, I, H};
     if ((!saved && !hub) || !is_float_dtype(gu->dtype) || gu->dtype != dn->dtype)
-      throw std::runtime_error("experts " + fused + ": gate_up_proj " + gu->shape_str() + " and down_proj " +
+      // Both tensors by full name: either may be the wrong one.
+      throw std::runtime_error(fused + ".gate_up_proj " + gu->shape_str() + " and " + fused + ".down_proj " +
                                dn->shape_str() + " match neither " + shape_of({E, 2 * I, H}) + " + " +
                                shape_of({E, H, I}) + " nor the hub's " + shape_of({E, H, 2 * I}) + " + " +
                                shape_of({E, I, H}) + " (float)");

@@ -44,10 +44,11 @@ std::string describe_quant(const std::vector<const Weight*>& weights) {
   return desc;
 }
 
-const Json& vision_config(const Json& config, const std::string& family) {
+const Json& vision_config(const Json& config, std::string_view family) {
   const Json* vc = config.find("vision_config");
   if (!vc || !vc->is_object())
-    throw std::runtime_error(family + ": config.json has no vision_config object (not a vision-language checkpoint?)");
+    throw std::runtime_error(std::string(family) +
+                             ": config.json has no vision_config object (not a vision-language checkpoint?)");
   return *vc;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
@@ -30,8 +31,9 @@ size_t prefix_bytes(const Checkpoint& ckpt, const std::vector<std::string>& pref
 // "none" when every weight is dense, else "affine B-bit gG" (or "mixed" when they differ).
 std::string describe_quant(const std::vector<const Weight*>& weights);
 
-// config["vision_config"], throwing a clear error when it is missing.
-const Json& vision_config(const Json& config, const std::string& family);
+// config["vision_config"], throwing a clear error when it is missing. `family` is a view: a std::string
+// temporary bound to a reference parameter of a reference-returning function trips g++ 13's -Wdangling-reference.
+const Json& vision_config(const Json& config, std::string_view family);
 
 // Integer field of a config object, trying several spellings (e.g. in_channels / in_chans).
 int64_t cfg_int(const Json& cfg, const std::vector<std::string>& keys, int64_t def);
