@@ -338,12 +338,14 @@ export function validateCheckpoint(dir: string): CheckedConfig {
   checkGeneric(tensors, checked.quant);
   const t = checked.text;
   // m: the decoder's key prefix with its dot ("model."), or "" for a bare decoder (Qwen3Model, as Qwen3-Embedding ships).
-  const prefixes = [...DECODER_PREFIXES.map((p) => `${p}.`), ...(checked.spec.embeddingOnly ? [''] : [])];
+  // The native loader accepts a bare decoder under any causal-LM architecture: Qwen3-Embedding's config says
+  // Qwen3ForCausalLM while its weights are Qwen3Model's (no "model." prefix, no lm_head).
+  const prefixes = [...DECODER_PREFIXES.map((p) => `${p}.`), ''];
   const m = prefixes.find((p) => [...tensors.keys()].some((n) => n.startsWith(`${p}embed_tokens.`) || n.startsWith(`${p}layers.`)));
   if (m === undefined) fail(`missing tensor model.embed_tokens.weight (no text decoder found: tried prefixes ${prefixes.map((p) => p || '(none)').join(', ')})`);
   checkLayerCount(tensors, `${m}layers.`, t.layers, `${t.where}num_hidden_layers`);
   const head = t.tie ? undefined : HEAD_PREFIXES.find((h) => tensors.has(`${h}.weight`) || tensors.has(`${h}.scales`));
-  if (!t.tie && t.tieExplicit && !head && !checked.spec.embeddingOnly) fail(`missing tensor ${HEAD_PREFIXES.map((h) => `${h}.weight`).join(' or ')}: config.json says tie_word_embeddings is false`);
+  if (!t.tie && t.tieExplicit && !head && !checked.spec.embeddingOnly && m !== '') fail(`missing tensor ${HEAD_PREFIXES.map((h) => `${h}.weight`).join(' or ')}: config.json says tie_word_embeddings is false`);
   if (checked.spec.decoder === 'generic') checkDecoder(checked, { tensors, quant: checked.quant, seen: new Set() }, m, head);
   else checkGemma4(checked, { tensors, quant: checked.quant, seen: new Set() }, m);
   if (checked.vision) {

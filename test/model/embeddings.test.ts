@@ -2,8 +2,11 @@
 // L2-normalised, equals transformers' last-token pooling (scripts/fixtures/embedding.py) on the tiny
 // Qwen3-Embedding fixture (a bare Qwen3Model) and on the qwen3-f32 causal LM; it does not depend on
 // the batch (neighbours, prefill chunks); an embedding model refuses rows that sample.
+import { copyFileSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { validateCheckpoint } from '../../src/models/validate-checkpoint.js';
 import type { NativeModel, NativeStepRow } from '../../src/native/types.js';
 import { addon } from '../helpers/addon.js';
 import { cosine, EMBEDDING_REF as REF, FIXTURES as FIX, normalize } from '../helpers/embeddings.js';
@@ -133,5 +136,32 @@ describe('qwen3-embedding-f32 refuses what an embedding model cannot do', () => 
     const ids = [1, 2, 3];
     const res = await model.step({ rows: [{ ...row('x', ids, 0, 3, [0], true), sample: GREEDY }] });
     expect(res.rows[0]!.error).toMatch(/wantHidden/);
+  });
+});
+
+// Qwen/Qwen3-Embedding-* publish Qwen3Model's weights (no "model." prefix, no lm_head) under a config whose
+// architectures say Qwen3ForCausalLM: the bare decoder is what makes it an embedding model.
+describe('a bare Qwen3 decoder under a Qwen3ForCausalLM config (as Qwen3-Embedding ships)', () => {
+  let dir = '';
+  let model: NativeModel;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'rapid-q3emb-'));
+    const src = join(FIX, 'models', 'qwen3-embedding-f32');
+    for (const f of readdirSync(src)) copyFileSync(join(src, f), join(dir, f));
+    const config = JSON.parse(readFileSync(join(dir, 'config.json'), 'utf8')) as Record<string, unknown>;
+    writeFileSync(join(dir, 'config.json'), JSON.stringify({ ...config, architectures: ['Qwen3ForCausalLM'] }));
+    model = addon().loadModel(dir, { threads: 2, kvCacheBytes: 8 << 20, precision: 'exact' });
+  });
+  afterAll(() => {
+    model?.close();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('passes the checkpoint check and loads as an embedding model with the same embeddings', async () => {
+    expect(() => validateCheckpoint(dir)).not.toThrow();
+    expect(model.info().embeddingOnly).toBe(true);
+    const ref = REF.models['qwen3-embedding-f32']!;
+    const got = normalize((await pooled(model, [ref.ids[0]!]))[0]!);
+    expect(cosine(got, ref.embeddings[0]!)).toBeGreaterThan(0.9999);
   });
 });

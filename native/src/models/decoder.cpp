@@ -268,6 +268,9 @@ std::unique_ptr<Model> finish_decoder(std::shared_ptr<const Checkpoint> ckpt, co
                                       const char* vision_family) {
   const bool tie = config.get_bool("tie_word_embeddings", text.get_bool("tie_word_embeddings", tie_default));
   const DecoderNames names = find_decoder_names(*ckpt, tie);
+  // A bare decoder (no "model." wrapper) is an embedding model whatever its config names: Qwen3-Embedding
+  // ships Qwen3Model's weights under a Qwen3ForCausalLM config.
+  if (names.model.empty()) d.embedding_only = true;
   const QuantConfig qc = QuantConfig::from_config(config);
   ModelInfo info;
   info.architecture = arch;
