@@ -1,0 +1,145 @@
+// Packed dense GEMM driver: load-time panel packing, cache blocking, threading, and the portable tile.
+// Blocking: a thread takes kNcPanels panels (128 output columns); for each kKc slice of k it packs kMr
+// activation rows into [kKc][mr] (L1) and sweeps them over the chunk's panel slices (kNcPanels x kKc x 16
+// elements: 64 KiB of bf16, L2-resident), continuing each output's fma chain from y between slices.
+#include "cpu/gemm_packed.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <string_view>
+#include <vector>
+
+#include "cpu/gemm_packed_tiles.h"
+
+namespace rapid {
+namespace {
+
+constexpr int64_t kKc = 256;         // k slice: one tile's panel slice stays in L1 (16 KiB f32)
+constexpr int64_t kNcPanels = 8;     // panels per work item (the unit the pool hands out)
+constexpr int kScalarMr = 4;
+
+size_t elem_bytes(DType d) { return d == DType::F32 ? 4 : 2; }
+
+template <DType D>
+float widen(const void* w, int64_t i) {
+  if constexpr (D == DType::F32) return static_cast<const float*>(w)[i];
+  const uint16_t h = static_cast<const uint16_t*>(w)[i];
+  if constexpr (D == DType::F16) return f16_to_f32(h);
+  return bf16_to_f32(h);
+}
+
+// The portable tile: the same fma chains as the SIMD tiles, so every family gives the same bits.
+template <DType D>
+void scalar_tile(const float* xp, int m, const void* w, int64_t kc, float* y, int64_t ldy, bool acc) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < 16; ++j) {
+      float c = acc ? y[i * ldy + j] : 0.0f;
+      for (int64_t k = 0; k < kc; ++k) c = std::fma(xp[k * kScalarMr + i], widen<D>(w, k * 16 + j), c);
+      y[i * ldy + j] = c;
+    }
+}
+
+void scalar_any(const float* xp, int m, const void* w, DType dt, int64_t kc, float* y, int64_t ldy, bool acc) {
+  if (dt == DType::BF16) scalar_tile<DType::BF16>(xp, m, w, kc, y, ldy, acc);
+  else if (dt == DType::F16) scalar_tile<DType::F16>(xp, m, w, kc, y, ldy, acc);
+  else scalar_tile<DType::F32>(xp, m, w, kc, y, ldy, acc);
+}
+
+const gemmk::Tiles& tiles_for(const char* isa) {
+  static const gemmk::Tiles scalar{"scalar", kScalarMr, scalar_any};
+  const std::string_view name = isa != nullptr ? isa : "";
+#if defined(__x86_64__)
+  if (name == "avx512-vnni") return gemmk::avx512_tiles();
+  if (name == "avx2") return gemmk::avx2_tiles();
+#endif
+  (void)name;
+  return scalar;
+}
+
+}  // namespace
+
+std::shared_ptr<const PackedDense> pack_dense(const Weight& W) {
+  if (W.kind != WeightKind::Dense || !W.valid() || W.out <= 0 || W.in <= 0) return nullptr;
+  if (W.dtype != DType::F32 && W.dtype != DType::BF16 && W.dtype != DType::F16) return nullptr;
+  auto P = std::make_shared<PackedDense>();
+  const size_t es = elem_bytes(W.dtype);
+  P->dtype = W.dtype;
+  P->out = W.out;
+  P->in = W.in;
+  P->panels = (W.out + kPackedPanel - 1) / kPackedPanel;
+  const size_t bytes = size_t(P->panels * W.in * kPackedPanel) * es;
+  P->buf.reset(new uint8_t[bytes + 64]);
+  uint8_t* dst = P->buf.get() + (64 - reinterpret_cast<uintptr_t>(P->buf.get()) % 64) % 64;
+  P->data = dst;
+  const uint8_t* src = static_cast<const uint8_t*>(W.data);  // [out, in]
+  for (int64_t p = 0; p < P->panels; ++p) {
+    uint8_t* panel = dst + size_t(p * W.in * kPackedPanel) * es;  // [in][16]
+    for (int64_t j = 0; j < kPackedPanel; ++j) {
+      const int64_t o = p * kPackedPanel + j;
+      for (int64_t k = 0; k < W.in; ++k) {
+        uint8_t* d = panel + size_t(k * kPackedPanel + j) * es;
+        if (o < W.out) std::memcpy(d, src + size_t(o * W.in + k) * es, es);
+        else std::memset(d, 0, es);  // padding columns: computed, never stored
+      }
+    }
+  }
+  return P;
+}
+
+void gemm_packed(ThreadPool& pool, const PackedDense& P, const float* x, int64_t ldx, float* y, int64_t ldy,
+                 int64_t n, const char* isa) {
+  if (n <= 0 || P.out <= 0) return;
+  const gemmk::Tiles& T = tiles_for(isa);
+  const int mr = T.mr;
+  const int64_t K = P.in;
+  const size_t es = elem_bytes(P.dtype);
+  const uint8_t* base = static_cast<const uint8_t*>(P.data);
+  const int64_t chunks = (P.panels + kNcPanels - 1) / kNcPanels;
+
+  auto run_chunk = [&](int64_t ch, float* xp, float* tmp) {
+    const int64_t p0 = ch * kNcPanels, p1 = std::min(P.panels, p0 + kNcPanels);
+    for (int64_t pc = 0; pc < K; pc += kKc) {
+      const int64_t kc = std::min(kKc, K - pc);
+      for (int64_t ic = 0; ic < n; ic += mr) {
+        const int m = int(std::min<int64_t>(mr, n - ic));
+        for (int i = 0; i < m; ++i) {  // xp [kc][mr] <- x rows ic.., columns pc..
+          const float* xr = x + (ic + i) * ldx + pc;
+          for (int64_t k = 0; k < kc; ++k) xp[k * mr + i] = xr[k];
+        }
+        for (int64_t p = p0; p < p1; ++p) {
+          const void* w = base + size_t((p * K + pc) * kPackedPanel) * es;  // [kc][16]
+          const int64_t col = p * kPackedPanel, cols = std::min(kPackedPanel, P.out - col);
+          float* yt = y + ic * ldy + col;  // [m][cols] at stride ldy
+          if (cols == kPackedPanel) {
+            T.tile(xp, m, w, P.dtype, kc, yt, ldy, pc > 0);
+            continue;
+          }
+          // Last, partial panel: through a full-width tile so no store passes the row's end.
+          for (int i = 0; i < m; ++i) std::memcpy(tmp + i * kPackedPanel, yt + i * ldy, size_t(cols) * 4);
+          T.tile(xp, m, w, P.dtype, kc, tmp, kPackedPanel, pc > 0);
+          for (int i = 0; i < m; ++i) std::memcpy(yt + i * ldy, tmp + i * kPackedPanel, size_t(cols) * 4);
+        }
+      }
+    }
+  };
+
+  const size_t scratch = size_t(kKc * mr + mr * kPackedPanel);
+  // Below ~1M multiply-adds a parallel region costs more than it saves.
+  const bool parallel = pool.size() > 1 && chunks > 1 && double(n) * double(K) * double(P.out) >= 1e6;
+  if (!parallel) {
+    std::vector<float> s(scratch);
+    for (int64_t ch = 0; ch < chunks; ++ch) run_chunk(ch, s.data(), s.data() + kKc * mr);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    thread_local std::vector<float> s;
+    if (s.size() < scratch) s.resize(scratch);
+    for (int64_t ch = next.fetch_add(1); ch < chunks; ch = next.fetch_add(1))
+      run_chunk(ch, s.data(), s.data() + kKc * mr);
+  });
+}
+
+}  // namespace rapid
