@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <utility>
+#include "cpu/gemm_packed.h"
 #include "layers/activations.h"
 #include "layers/vec_math.h"
 
@@ -187,6 +188,13 @@ Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name) 
   w.data = data;
   w.name = std::move(name);
   return w;
+}
+
+Linear load_tower_linear(const Checkpoint& ckpt, const QuantConfig& qc, const std::string& path, int64_t out,
+                         int64_t in, bool with_bias) {
+  Linear l = load_linear(ckpt, qc, path, out, in, with_bias);
+  l.w.packed = pack_dense(l.w);
+  return l;
 }
 
 void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
