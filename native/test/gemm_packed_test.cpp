@@ -1,6 +1,6 @@
 // The packed dense GEMM (cpu/gemm_packed.h) on every kernel family this CPU runs: against a double
 // reference, bitwise identical across families, row counts, row offsets and thread counts, strided
-// operands, partial panels and k slices. `gemm_packed_test bench OUT IN N THREADS ROUNDS` times it
+// operands, partial panels and k slices. `gemm_packed_test bench OUT IN N THREADS ROUNDS [DTYPE]` times it
 // against the row kernels (the same weight unpacked) in process CPU seconds, the ratio printed per round.
 #include <ctime>
 #include <cmath>
@@ -76,13 +76,14 @@ double rel_err(const Dense& d, const float* x, int64_t ldx, const float* y, int6
 void test_reference(ThreadPool& pool) {
   std::mt19937 rng(26);
   struct Shape { int64_t out, in; };
-  // Partial panels (out % 16), several k slices (in > 256), a single column, a k of 1.
-  const Shape shapes[] = {{17, 100}, {5, 7}, {64, 896}, {40, 600}, {1, 33}, {130, 1}};
+  // Partial panels (out % 16), two k slices (in > 8192), a single column, a k of 1; n = 230 spans two
+  // row blocks of every family's work items.
+  const Shape shapes[] = {{17, 100}, {5, 7}, {64, 896}, {19, 8200}, {1, 33}, {130, 1}};
   for (const std::string& fam : cpu_kernel_families()) {
     CHECK(force_kernels(fam.c_str()), "force_kernels(%s)", fam.c_str());
     for (DType dt : {DType::F32, DType::BF16, DType::F16})
       for (const Shape& s : shapes)
-        for (int64_t n : {1, 3, 15, 17, 64}) {
+        for (int64_t n : {1, 3, 15, 17, 64, 230}) {
           Dense d = make_dense(rng, s.out, s.in, dt);
           CHECK(d.w.packed != nullptr, "pack_dense %s", dtype_name(dt));
           // Strided operands with a sentinel column past each y row.
@@ -149,9 +150,9 @@ void test_unpackable() {
 }
 
 // GFLOP/s of the packed GEMM and of the row kernels on the same bf16 weight, interleaved per round.
-void bench(int64_t out, int64_t in, int64_t n, int threads, int rounds) {
+void bench(int64_t out, int64_t in, int64_t n, int threads, int rounds, DType dt) {
   std::mt19937 rng(7);
-  Dense d = make_dense(rng, out, in, DType::BF16);
+  Dense d = make_dense(rng, out, in, dt);
   Weight rows = d.w;
   rows.packed = nullptr;
   ThreadPool pool(threads);
@@ -168,8 +169,8 @@ void bench(int64_t out, int64_t in, int64_t n, int threads, int rounds) {
   };
   time(d.w);
   time(rows);
-  std::printf("bench bf16 [%ld, %ld] x n=%ld, %d threads, kernels %s\n", long(out), long(in), long(n), threads,
-              matmul_kernel_name());
+  std::printf("bench %s [%ld, %ld] x n=%ld, %d threads, kernels %s\n", dtype_name(dt), long(out), long(in), long(n),
+              threads, matmul_kernel_name());
   for (int r = 0; r < rounds; ++r) {
     const double tp = time(d.w), tr = time(rows);
     std::printf("round %d: packed %.1f GFLOP per CPU s, rows %.1f, ratio %.2fx\n", r, flop / tp / 1e9,
@@ -182,7 +183,8 @@ void bench(int64_t out, int64_t in, int64_t n, int threads, int rounds) {
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "bench") {
     auto arg = [&](int i, long def) { return argc > i ? std::atol(argv[i]) : def; };
-    bench(arg(2, 3420), arg(3, 1280), arg(4, 1024), int(arg(5, 2)), int(arg(6, 5)));
+    bench(arg(2, 3420), arg(3, 1280), arg(4, 1024), int(arg(5, 2)), int(arg(6, 5)),
+          argc > 7 ? parse_dtype(argv[7]) : DType::BF16);
     return 0;
   }
   ThreadPool pool(2);
