@@ -46,20 +46,7 @@ void tile(const float* xp, const void* w, int64_t kc, float* y, int64_t ldy, boo
   for (int i = 0; i < M; ++i) _mm512_storeu_ps(y + i * ldy, c[i]);
 }
 
-template <DType D, int... M>
-void tile_m(std::integer_sequence<int, M...>, const float* xp, int m, const void* w, int64_t kc, float* y, int64_t ldy,
-            bool acc) {
-  using Fn = void (*)(const float*, const void*, int64_t, float*, int64_t, bool);
-  static constexpr Fn fns[] = {&tile<M + 1, D>...};
-  fns[m - 1](xp, w, kc, y, ldy, acc);
-}
-
-void tile_any(const float* xp, int m, const void* w, DType dt, int64_t kc, float* y, int64_t ldy, bool acc) {
-  const auto ms = std::make_integer_sequence<int, kMr>{};
-  if (dt == DType::BF16) tile_m<DType::BF16>(ms, xp, m, w, kc, y, ldy, acc);
-  else if (dt == DType::F16) tile_m<DType::F16>(ms, xp, m, w, kc, y, ldy, acc);
-  else tile_m<DType::F32>(ms, xp, m, w, kc, y, ldy, acc);
-}
+#include "cpu/gemm_packed_x86_dispatch.h"
 }  // namespace
 }  // namespace rapid::gemmk::x86_avx512
 #if defined(__clang__)
@@ -112,20 +99,7 @@ void tile(const float* xp, const void* w, int64_t kc, float* y, int64_t ldy, boo
   }
 }
 
-template <DType D, int... M>
-void tile_m(std::integer_sequence<int, M...>, const float* xp, int m, const void* w, int64_t kc, float* y, int64_t ldy,
-            bool acc) {
-  using Fn = void (*)(const float*, const void*, int64_t, float*, int64_t, bool);
-  static constexpr Fn fns[] = {&tile<M + 1, D>...};
-  fns[m - 1](xp, w, kc, y, ldy, acc);
-}
-
-void tile_any(const float* xp, int m, const void* w, DType dt, int64_t kc, float* y, int64_t ldy, bool acc) {
-  const auto ms = std::make_integer_sequence<int, kMr>{};
-  if (dt == DType::BF16) tile_m<DType::BF16>(ms, xp, m, w, kc, y, ldy, acc);
-  else if (dt == DType::F16) tile_m<DType::F16>(ms, xp, m, w, kc, y, ldy, acc);
-  else tile_m<DType::F32>(ms, xp, m, w, kc, y, ldy, acc);
-}
+#include "cpu/gemm_packed_x86_dispatch.h"
 }  // namespace
 }  // namespace rapid::gemmk::x86_avx2
 #if defined(__clang__)
