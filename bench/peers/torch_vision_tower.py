@@ -3,7 +3,8 @@
 # tower (patch embed, 32 blocks of window/full sdpa attention, merger) built from the vision_config of
 # the checkpoint rapid runs, on the CPU with the same thread count. Timing does not depend on the weight
 # values, so none are loaded. Reads one line per round on stdin ("run"), runs one image of the given
-# grid through the tower under torch.inference_mode, answers {"ms": ...} on stdout; progress on stderr.
+# grid through the tower under torch.inference_mode, answers {"ms": wall, "cpuMs": process CPU} on stdout;
+# progress on stderr.
 import argparse
 import json
 import sys
@@ -38,9 +39,10 @@ def main() -> None:
         for line in sys.stdin:
             if line.strip() != "run":
                 break
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             model(pixels, grid_thw=grid)
-            print(json.dumps({"ms": (time.perf_counter() - t0) * 1000.0}), flush=True)
+            wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+            print(json.dumps({"ms": wall * 1000.0, "cpuMs": cpu * 1000.0}), flush=True)
 
 
 if __name__ == "__main__":

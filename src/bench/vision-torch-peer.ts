@@ -36,12 +36,12 @@ export class TorchTowerPeer {
     return p;
   }
 
-  /** One timed forward of the peer's tower (ms, as the peer measured it). */
-  async run(): Promise<number> {
+  /** One timed forward of the peer's tower: wall and process CPU ms, as the peer measured them. */
+  async run(): Promise<{ ms: number; cpuMs: number }> {
     this.child.stdin.write('run\n');
-    const msg = JSON.parse(await this.next(PEER_ROUND_MS, 'round')) as { ms?: unknown };
-    if (typeof msg.ms !== 'number') throw new Error(`torch peer answered ${JSON.stringify(msg)}`);
-    return msg.ms;
+    const msg = JSON.parse(await this.next(PEER_ROUND_MS, 'round')) as { ms?: unknown; cpuMs?: unknown };
+    if (typeof msg.ms !== 'number' || typeof msg.cpuMs !== 'number') throw new Error(`torch peer answered ${JSON.stringify(msg)}`);
+    return { ms: msg.ms, cpuMs: msg.cpuMs };
   }
 
   close(): void {

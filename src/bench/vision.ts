@@ -69,8 +69,11 @@ export interface VisionBenchReport {
   tower?: VisionCase & {
     checkpoint: { dir: string; towerMiB: number; towerParameters: number; generated: boolean; generateMs: number };
     profile: TowerProfile;
-    /** transformers f32 (sdpa) forward ms after each rapid run, and torch ms / rapid encode ms per round. */
-    torch?: { ms: number[]; ratios: number[]; medianRatio: number };
+    /**
+     * transformers f32 (sdpa) forward after each rapid run: wall ms and torch ms / rapid encode ms per round;
+     * process CPU ms and torch CPU / rapid ttft CPU (encode + the small decoder's prefill: conservative).
+     */
+    torch?: { ms: number[]; ratios: number[]; medianRatio: number; cpuMs: number[]; cpuRatios: number[]; medianCpuRatio: number };
   };
 }
 
@@ -229,11 +232,14 @@ export async function runVisionBench(o: {
     // 448x448 at patch 14: a 1 x 32 x 32 grid, the one rapid's processor makes of the synthetic PNG.
     const peer = o.torch !== undefined ? await TorchTowerPeer.start(o.torch, join(ck.dir, 'config.json'), threads, [1, 32, 32]) : undefined;
     const torchMs: number[] = [];
+    const torchCpuMs: number[] = [];
     let c: VisionCase;
     try {
       c = await benchModel('qwen2_5_vl-3B-tower (random bf16)', ck.dir, 'synthetic 448x448 PNG', await syntheticPng(448), o.towerRuns ?? 1, o.threads, peer && (async () => {
-        torchMs.push(await peer.run());
-        log(`transformers f32 tower: ${torchMs[torchMs.length - 1].toFixed(1)} ms`);
+        const r = await peer.run();
+        torchMs.push(r.ms);
+        torchCpuMs.push(r.cpuMs);
+        log(`transformers f32 tower: ${r.ms.toFixed(1)} ms (CPU ${r.cpuMs.toFixed(0)} ms)`);
       }));
     } finally {
       peer?.close();
@@ -252,7 +258,8 @@ export async function runVisionBench(o: {
     };
     if (peer) {
       const ratios = torchMs.map((ms, i) => ms / c.runs[i].encodeMs);
-      report.tower.torch = { ms: torchMs, ratios, medianRatio: median(ratios) };
+      const cpuRatios = torchCpuMs.map((ms, i) => ms / c.runs[i].ttftCpuMs);
+      report.tower.torch = { ms: torchMs, ratios, medianRatio: median(ratios), cpuMs: torchCpuMs, cpuRatios, medianCpuRatio: median(cpuRatios) };
     }
   }
   return report;
@@ -285,6 +292,8 @@ export function formatReport(r: VisionBenchReport): string {
       lines.push(
         `  transformers f32 (sdpa) ms per round: ${t.torch.ms.map((x) => x.toFixed(0)).join(', ')}; ` +
           `rapid speed-up per round: ${t.torch.ratios.map((x) => `${x.toFixed(2)}x`).join(', ')} (median ${t.torch.medianRatio.toFixed(2)}x)`,
+        `  in process CPU time (torch forward / rapid ttft CPU): ${t.torch.cpuRatios.map((x) => `${x.toFixed(2)}x`).join(', ')} ` +
+          `(median ${t.torch.medianCpuRatio.toFixed(2)}x)`,
       );
   }
   lines.push(
