@@ -10,13 +10,18 @@
 
 #include "cpu/gemm_packed_tiles.h"
 
+// One target region per ISA (O3: the tiles rely on full unrolling of their register loops); every
+// header is included above, outside the regions, so no ISA code reaches a shared inline function.
+#define RAPID_PRAGMA(x) _Pragma(#x)
 #if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl"))), apply_to = function)
+#define RAPID_TARGET_BEGIN(isa) RAPID_PRAGMA(clang attribute push(__attribute__((target(isa))), apply_to = function))
+#define RAPID_TARGET_END RAPID_PRAGMA(clang attribute pop)
 #else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")
-#pragma GCC optimize("O3")
+#define RAPID_TARGET_BEGIN(isa) RAPID_PRAGMA(GCC push_options) RAPID_PRAGMA(GCC target(isa)) RAPID_PRAGMA(GCC optimize("O3"))
+#define RAPID_TARGET_END RAPID_PRAGMA(GCC pop_options)
 #endif
+
+RAPID_TARGET_BEGIN("avx2,fma,f16c,avx512f,avx512bw,avx512vl")
 namespace rapid::gemmk::x86_avx512 {
 namespace {
 constexpr int kMr = 14;
@@ -49,19 +54,9 @@ void tile(const float* xp, const void* w, int64_t kc, float* y, int64_t ldy, boo
 #include "cpu/gemm_packed_x86_dispatch.h"
 }  // namespace
 }  // namespace rapid::gemmk::x86_avx512
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+RAPID_TARGET_END
 
-#if defined(__clang__)
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
-#else
-#pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c")
-#pragma GCC optimize("O3")
-#endif
+RAPID_TARGET_BEGIN("avx2,fma,f16c")
 namespace rapid::gemmk::x86_avx2 {
 namespace {
 constexpr int kMr = 6;
@@ -102,11 +97,7 @@ void tile(const float* xp, const void* w, int64_t kc, float* y, int64_t ldy, boo
 #include "cpu/gemm_packed_x86_dispatch.h"
 }  // namespace
 }  // namespace rapid::gemmk::x86_avx2
-#if defined(__clang__)
-#pragma clang attribute pop
-#else
-#pragma GCC pop_options
-#endif
+RAPID_TARGET_END
 
 namespace rapid::gemmk {
 
