@@ -19,10 +19,15 @@ import { decodeImage } from '../vision/decode-image.js';
 import { median } from './median.js';
 import { intOption } from './bench-options.js';
 import { defaultBenchDir } from './random-checkpoint.js';
+import { TorchTowerPeer } from './vision-torch-peer.js';
 import { ensureRandomVlmCheckpoint, QWEN25_VL_3B_TOWER, type VlmTowerShape } from './random-vlm-checkpoint.js';
 
 const USAGE = `usage: npm run bench:vision -- [--runs N] [--threads N] [--skip-tower] [--skip-fixtures] [--dir DIR] [--json FILE]
-  --runs N         runs per tiny fixture (median reported; default 5); the 3B-shaped tower runs once
+                               [--tower-runs N] [--torch PYTHON]
+  --runs N         runs per tiny fixture (median reported; default 5)
+  --tower-runs N   runs of the 3B-shaped tower (default 1)
+  --torch PYTHON   also time transformers' f32 tower (bench/peers/torch_vision_tower.py, this python,
+                   the same threads; default threads: all cores), one forward after each rapid run
   --threads N      native threads (default: all cores)
   --skip-tower     only the tiny fixtures
   --skip-fixtures  only the 3B-shaped tower
@@ -61,7 +66,15 @@ export interface VisionBenchReport {
   threads: number | 'default';
   fixtures: VisionCase[];
   skipped: { name: string; reason: string }[];
-  tower?: VisionCase & { checkpoint: { dir: string; towerMiB: number; towerParameters: number; generated: boolean; generateMs: number }; profile: TowerProfile };
+  tower?: VisionCase & {
+    checkpoint: { dir: string; towerMiB: number; towerParameters: number; generated: boolean; generateMs: number };
+    profile: TowerProfile;
+    /**
+     * transformers f32 (sdpa) forward after each rapid run: wall ms and torch ms / rapid encode ms per round;
+     * process CPU ms and torch CPU / rapid ttft CPU (encode + the small decoder's prefill: conservative).
+     */
+    torch?: { ms: number[]; ratios: number[]; medianRatio: number; cpuMs: number[]; cpuRatios: number[]; medianCpuRatio: number };
+  };
 }
 
 function log(msg: string): void {
@@ -99,7 +112,15 @@ async function oneRun(model: TextModel, bytes: Uint8Array): Promise<{ run: Visio
   };
 }
 
-export async function benchModel(name: string, dir: string, image: string, bytes: Uint8Array, runs: number, threads: number | undefined): Promise<VisionCase> {
+export async function benchModel(
+  name: string,
+  dir: string,
+  image: string,
+  bytes: Uint8Array,
+  runs: number,
+  threads: number | undefined,
+  afterRun?: () => Promise<void>,
+): Promise<VisionCase> {
   const t0 = performance.now();
   const model = openTextModel(dir, threads !== undefined ? { threads } : {});
   const loadMs = performance.now() - t0;
@@ -112,6 +133,7 @@ export async function benchModel(name: string, dir: string, image: string, bytes
       first ??= r;
       out.push(r.run);
       log(`${name} run ${i + 1}/${runs}: encode ${r.run.encodeMs.toFixed(1)} ms, ttft ${r.run.ttftMs.toFixed(1)} ms`);
+      await afterRun?.();
     }
     const med = (k: keyof VisionRun) => median(out.map((r) => r[k]));
     return {
@@ -168,7 +190,15 @@ async function syntheticPng(size: number): Promise<Uint8Array> {
   return new Uint8Array(await sharp(raw, { raw: { width: size, height: size, channels: 3 } }).png().toBuffer());
 }
 
-export async function runVisionBench(o: { runs: number; threads?: number; fixtures: boolean; tower: boolean; dir: string }): Promise<VisionBenchReport> {
+export async function runVisionBench(o: {
+  runs: number;
+  towerRuns?: number;
+  torch?: string;
+  threads?: number;
+  fixtures: boolean;
+  tower: boolean;
+  dir: string;
+}): Promise<VisionBenchReport> {
   const root = join(packageRoot(), 'test', 'fixtures', 'vlm');
   const report: VisionBenchReport = {
     machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, loadavg1: loadavg()[0] },
@@ -198,7 +228,22 @@ export async function runVisionBench(o: { runs: number; threads?: number; fixtur
     log('generating (or reusing) the random Qwen2.5-VL-3B-shaped checkpoint ...');
     const ck = ensureRandomVlmCheckpoint(o.dir, tokenizerDir);
     log(`${ck.cached ? 'reused' : `generated in ${(ck.generateMs / 1000).toFixed(1)} s:`} ${ck.dir}`);
-    const c = await benchModel('qwen2_5_vl-3B-tower (random bf16)', ck.dir, 'synthetic 448x448 PNG', await syntheticPng(448), 1, o.threads);
+    const threads = o.threads ?? cpus().length;
+    // 448x448 at patch 14: a 1 x 32 x 32 grid, the one rapid's processor makes of the synthetic PNG.
+    const peer = o.torch !== undefined ? await TorchTowerPeer.start(o.torch, join(ck.dir, 'config.json'), threads, [1, 32, 32]) : undefined;
+    const torchMs: number[] = [];
+    const torchCpuMs: number[] = [];
+    let c: VisionCase;
+    try {
+      c = await benchModel('qwen2_5_vl-3B-tower (random bf16)', ck.dir, 'synthetic 448x448 PNG', await syntheticPng(448), o.towerRuns ?? 1, o.threads, peer && (async () => {
+        const r = await peer.run();
+        torchMs.push(r.ms);
+        torchCpuMs.push(r.cpuMs);
+        log(`transformers f32 tower: ${r.ms.toFixed(1)} ms (CPU ${r.cpuMs.toFixed(0)} ms)`);
+      }));
+    } finally {
+      peer?.close();
+    }
     const patches = c.grid[0] * c.grid[1] * c.grid[2];
     const gflop = towerFlops(QWEN25_VL_3B_TOWER, patches);
     const totalGflop = gflop.linear + gflop.attention + gflop.merger + gflop.patchEmbed;
@@ -211,6 +256,11 @@ export async function runVisionBench(o: { runs: number; threads?: number; fixtur
         gflopPerSecond: totalGflop / (c.median.encodeMs / 1000),
       },
     };
+    if (peer) {
+      const ratios = torchMs.map((ms, i) => ms / c.runs[i].encodeMs);
+      const cpuRatios = torchCpuMs.map((ms, i) => ms / c.runs[i].ttftCpuMs);
+      report.tower.torch = { ms: torchMs, ratios, medianRatio: median(ratios), cpuMs: torchCpuMs, cpuRatios, medianCpuRatio: median(cpuRatios) };
+    }
   }
   return report;
 }
@@ -238,6 +288,13 @@ export function formatReport(r: VisionBenchReport): string {
         `(linear ${g.linear.toFixed(0)}, attention ${g.attention.toFixed(1)}, merger ${g.merger.toFixed(1)}, patch embed ${g.patchEmbed.toFixed(1)}): ` +
         `${(100 * t.profile.linearShare).toFixed(1)}% in matmuls, ${t.profile.gflopPerSecond.toFixed(0)} GFLOP/s achieved`,
     );
+    if (t.torch)
+      lines.push(
+        `  transformers f32 (sdpa) ms per round: ${t.torch.ms.map((x) => x.toFixed(0)).join(', ')}; ` +
+          `rapid speed-up per round: ${t.torch.ratios.map((x) => `${x.toFixed(2)}x`).join(', ')} (median ${t.torch.medianRatio.toFixed(2)}x)`,
+        `  in process CPU time (torch forward / rapid ttft CPU): ${t.torch.cpuRatios.map((x) => `${x.toFixed(2)}x`).join(', ')} ` +
+          `(median ${t.torch.medianCpuRatio.toFixed(2)}x)`,
+      );
   }
   lines.push(
     'prep = decode + preprocess (worker pool); encode = tower + projector; ttft = engine submit -> first token (wall);',
@@ -253,6 +310,8 @@ export async function main(argv: string[]): Promise<number> {
       runs: { type: 'string' },
       threads: { type: 'string' },
       'skip-tower': { type: 'boolean' },
+      'tower-runs': { type: 'string' },
+      torch: { type: 'string' },
       'skip-fixtures': { type: 'boolean' },
       dir: { type: 'string' },
       json: { type: 'string' },
@@ -266,6 +325,8 @@ export async function main(argv: string[]): Promise<number> {
   }
   const report = await runVisionBench({
     runs: intOption(values.runs, 'runs', 5),
+    towerRuns: intOption(values['tower-runs'], 'tower-runs', 1),
+    torch: values.torch,
     threads: values.threads === undefined ? undefined : intOption(values.threads, 'threads', 1), // absent: all cores
     fixtures: !values['skip-fixtures'],
     tower: !values['skip-tower'],

@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "cpu/gemm_packed.h"
 #include "cpu/kernels.h"
 #include "cpu/matmul_fast.h"
 #include "cpu/row_split.h"
@@ -229,6 +230,10 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
   check_shapes(W, n);
   if (n == 0 || W.out == 0) return;
   const kern::Kernels& k = kernels();
+  if (W.packed != nullptr && W.kind == WeightKind::Dense) {
+    gemm_packed(pool, *W.packed, x, ldx, y, ldy, n, k.name);  // same bits for every n and family
+    return;
+  }
   const int64_t K = W.in;
 
   if (p == Precision::Fast && fast_ok(W)) {

@@ -1,11 +1,15 @@
 // A 2-D weight matrix as the kernels see it: y[n, out] = x[n, in] · Wᵀ.
-// Views into the memory-mapped checkpoint; never owns or copies the bytes.
+// Views into the memory-mapped checkpoint; never owns or copies the bytes, except for an optional
+// load-time repacked copy for the dense GEMM (cpu/gemm_packed.h), shared by every copy of the view.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include "tensor/dtype.h"
 
 namespace rapid {
+
+struct PackedDense;
 
 enum class WeightKind : uint8_t {
   Dense,   // data: dtype [out, in]
@@ -22,6 +26,7 @@ struct Weight {
   int bits = 0;                  // Affine only: 4 or 8 (others rejected at load, naming the module)
   int group = 0;                 // Affine only: 32, 64 or 128
   std::string name;              // module path, for error messages
+  std::shared_ptr<const PackedDense> packed;  // Dense only, when packed at load: matmul runs gemm_packed
 
   bool valid() const { return data != nullptr; }
 };

@@ -66,12 +66,12 @@ class Gemma3Vision final : public VisionEncoder {
       SiglipLayer l;
       l.ln1 = load_layer_norm(ck, p + "layer_norm1", hidden_, eps);
       l.ln2 = load_layer_norm(ck, p + "layer_norm2", hidden_, eps);
-      l.q = load_linear(ck, qc, p + "self_attn.q_proj", hidden_, hidden_, true);
-      l.k = load_linear(ck, qc, p + "self_attn.k_proj", hidden_, hidden_, true);
-      l.v = load_linear(ck, qc, p + "self_attn.v_proj", hidden_, hidden_, true);
-      l.o = load_linear(ck, qc, p + "self_attn.out_proj", hidden_, hidden_, true);
-      l.fc1 = load_linear(ck, qc, p + "mlp.fc1", ffn_, hidden_, true);
-      l.fc2 = load_linear(ck, qc, p + "mlp.fc2", hidden_, ffn_, true);
+      l.q = load_tower_linear(ck, qc, p + "self_attn.q_proj", hidden_, hidden_, true);
+      l.k = load_tower_linear(ck, qc, p + "self_attn.k_proj", hidden_, hidden_, true);
+      l.v = load_tower_linear(ck, qc, p + "self_attn.v_proj", hidden_, hidden_, true);
+      l.o = load_tower_linear(ck, qc, p + "self_attn.out_proj", hidden_, hidden_, true);
+      l.fc1 = load_tower_linear(ck, qc, p + "mlp.fc1", ffn_, hidden_, true);
+      l.fc2 = load_tower_linear(ck, qc, p + "mlp.fc2", hidden_, ffn_, true);
       layers_.push_back(std::move(l));
     }
     post_ln_ = load_layer_norm(ck, vprefix_ + "post_layernorm", hidden_, eps);

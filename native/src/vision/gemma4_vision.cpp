@@ -53,7 +53,7 @@ ClipLinear load_clip_linear(const Checkpoint& ck, const QuantConfig& qc, const s
                             int64_t in) {
   ClipLinear c;
   const bool wrapped = ck.has(path + ".linear.weight");
-  c.l = load_linear(ck, qc, wrapped ? path + ".linear" : path, out, in, false);
+  c.l = load_tower_linear(ck, qc, wrapped ? path + ".linear" : path, out, in, false);
   if (ck.has(path + ".input_min")) c.in_lo = load_scalar(ck, path + ".input_min");
   if (ck.has(path + ".input_max")) c.in_hi = load_scalar(ck, path + ".input_max");
   if (ck.has(path + ".output_min")) c.out_lo = load_scalar(ck, path + ".output_min");
@@ -157,7 +157,7 @@ class Gemma4Vision final : public VisionEncoder {
     table_.resize(size_t(2 * n_pos_ * hidden_));  // [2, positions, hidden]
     for (size_t i = 0; i < table_.size(); ++i) table_[i] = load_float(table.data, table.dtype, i);
     row_len_ = 3 * patch_ * patch_;
-    input_proj_ = load_linear(ck, qc, vprefix_ + "patch_embedder.input_proj", hidden_, row_len_, false);
+    input_proj_ = load_tower_linear(ck, qc, vprefix_ + "patch_embedder.input_proj", hidden_, row_len_, false);
 
     const std::string l0 = vprefix_ + "encoder.layers.0.mlp.gate_proj";
     ffn_ = load_weight(ck, qc, ck.has(l0 + ".linear.weight") ? l0 + ".linear" : l0).out;
@@ -187,7 +187,7 @@ class Gemma4Vision final : public VisionEncoder {
     }
     inv_freq_ = vision_inv_freq(int(hd_), theta);
     out_ = load_weight(ck, qc, eprefix_ + "embedding_projection").out;
-    proj_ = load_linear(ck, qc, eprefix_ + "embedding_projection", out_, hidden_, false);
+    proj_ = load_tower_linear(ck, qc, eprefix_ + "embedding_projection", out_, hidden_, false);
 
     bytes_ = prefix_bytes(ck, {vprefix_, eprefix_});
     std::vector<const Weight*> ws{&input_proj_.w, &proj_.w};

@@ -67,20 +67,20 @@ class PixtralVision final : public VisionEncoder {
       PixtralLayer l;
       l.attn_norm = load_norm(ck, p + "attention_norm", hidden_, 1e-5f, false);
       l.ffn_norm = load_norm(ck, p + "ffn_norm", hidden_, 1e-5f, false);
-      l.q = load_linear(ck, qc, p + "attention.q_proj", qd, hidden_, false);
-      l.k = load_linear(ck, qc, p + "attention.k_proj", qd, hidden_, false);
-      l.v = load_linear(ck, qc, p + "attention.v_proj", qd, hidden_, false);
-      l.o = load_linear(ck, qc, p + "attention.o_proj", hidden_, qd, false);
-      l.gate = load_linear(ck, qc, p + "feed_forward.gate_proj", ffn_, hidden_, false);
-      l.up = load_linear(ck, qc, p + "feed_forward.up_proj", ffn_, hidden_, false);
-      l.down = load_linear(ck, qc, p + "feed_forward.down_proj", hidden_, ffn_, false);
+      l.q = load_tower_linear(ck, qc, p + "attention.q_proj", qd, hidden_, false);
+      l.k = load_tower_linear(ck, qc, p + "attention.k_proj", qd, hidden_, false);
+      l.v = load_tower_linear(ck, qc, p + "attention.v_proj", qd, hidden_, false);
+      l.o = load_tower_linear(ck, qc, p + "attention.o_proj", hidden_, qd, false);
+      l.gate = load_tower_linear(ck, qc, p + "feed_forward.gate_proj", ffn_, hidden_, false);
+      l.up = load_tower_linear(ck, qc, p + "feed_forward.up_proj", ffn_, hidden_, false);
+      l.down = load_tower_linear(ck, qc, p + "feed_forward.down_proj", hidden_, ffn_, false);
       layers_.push_back(std::move(l));
     }
     norm_ = load_norm(ck, pprefix_ + "norm", hidden_, text_eps, false);
-    merging_ = load_linear(ck, qc, pprefix_ + "patch_merger.merging_layer", hidden_, hidden_ * merge_ * merge_, false);
+    merging_ = load_tower_linear(ck, qc, pprefix_ + "patch_merger.merging_layer", hidden_, hidden_ * merge_ * merge_, false);
     out_ = load_weight(ck, qc, pprefix_ + "linear_1").out;
-    linear1_ = load_linear(ck, qc, pprefix_ + "linear_1", out_, hidden_, proj_bias);
-    linear2_ = load_linear(ck, qc, pprefix_ + "linear_2", out_, out_, proj_bias);
+    linear1_ = load_tower_linear(ck, qc, pprefix_ + "linear_1", out_, hidden_, proj_bias);
+    linear2_ = load_tower_linear(ck, qc, pprefix_ + "linear_2", out_, out_, proj_bias);
 
     // PixtralVisionRotaryEmbedding: f_i = theta^(-2i/hd) (f32); h angles use f[0::2], w angles f[1::2].
     const int64_t q4 = hd_ / 4;

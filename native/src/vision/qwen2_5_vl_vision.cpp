@@ -59,18 +59,18 @@ class Qwen25VLVision final : public VisionEncoder {
       Qwen25Block b;
       b.norm1 = load_norm(ck, p + "norm1", hidden_, 1e-6f, false);
       b.norm2 = load_norm(ck, p + "norm2", hidden_, 1e-6f, false);
-      b.qkv = load_linear(ck, qc, p + "attn.qkv", 3 * hidden_, hidden_, true);
-      b.proj = load_linear(ck, qc, p + "attn.proj", hidden_, hidden_, true);
-      b.gate = load_linear(ck, qc, p + "mlp.gate_proj", ffn_, hidden_, true);
-      b.up = load_linear(ck, qc, p + "mlp.up_proj", ffn_, hidden_, true);
-      b.down = load_linear(ck, qc, p + "mlp.down_proj", hidden_, ffn_, true);
+      b.qkv = load_tower_linear(ck, qc, p + "attn.qkv", 3 * hidden_, hidden_, true);
+      b.proj = load_tower_linear(ck, qc, p + "attn.proj", hidden_, hidden_, true);
+      b.gate = load_tower_linear(ck, qc, p + "mlp.gate_proj", ffn_, hidden_, true);
+      b.up = load_tower_linear(ck, qc, p + "mlp.up_proj", ffn_, hidden_, true);
+      b.down = load_tower_linear(ck, qc, p + "mlp.down_proj", hidden_, ffn_, true);
       blocks_.push_back(std::move(b));
     }
     const int64_t mw = hidden_ * merge_ * merge_;
     ln_q_ = load_norm(ck, prefix_ + "merger.ln_q", hidden_, 1e-6f, false);
-    mlp0_ = load_linear(ck, qc, prefix_ + "merger.mlp.0", mw, mw, true);
+    mlp0_ = load_tower_linear(ck, qc, prefix_ + "merger.mlp.0", mw, mw, true);
     out_ = load_weight(ck, qc, prefix_ + "merger.mlp.2").out;
-    mlp2_ = load_linear(ck, qc, prefix_ + "merger.mlp.2", out_, mw, true);
+    mlp2_ = load_tower_linear(ck, qc, prefix_ + "merger.mlp.2", out_, mw, true);
     inv_freq_ = vision_inv_freq(int(hd_), theta);
     bytes_ = prefix_bytes(ck, {prefix_});
     std::vector<const Weight*> ws{&mlp0_.w, &mlp2_.w};

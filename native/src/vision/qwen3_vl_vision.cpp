@@ -68,10 +68,10 @@ class Qwen3VLVision final : public VisionEncoder {
       Qwen3Block b;
       b.norm1 = load_layer_norm(ck, p + "norm1", hidden_, 1e-6f);
       b.norm2 = load_layer_norm(ck, p + "norm2", hidden_, 1e-6f);
-      b.qkv = load_linear(ck, qc, p + "attn.qkv", 3 * hidden_, hidden_, true);
-      b.proj = load_linear(ck, qc, p + "attn.proj", hidden_, hidden_, true);
-      b.fc1 = load_linear(ck, qc, p + "mlp.linear_fc1", ffn_, hidden_, true);
-      b.fc2 = load_linear(ck, qc, p + "mlp.linear_fc2", hidden_, ffn_, true);
+      b.qkv = load_tower_linear(ck, qc, p + "attn.qkv", 3 * hidden_, hidden_, true);
+      b.proj = load_tower_linear(ck, qc, p + "attn.proj", hidden_, hidden_, true);
+      b.fc1 = load_tower_linear(ck, qc, p + "mlp.linear_fc1", ffn_, hidden_, true);
+      b.fc2 = load_tower_linear(ck, qc, p + "mlp.linear_fc2", hidden_, ffn_, true);
       blocks_.push_back(std::move(b));
     }
     out_ = load_weight(ck, qc, prefix_ + "merger.linear_fc2").out;
@@ -148,8 +148,8 @@ class Qwen3VLVision final : public VisionEncoder {
     Merger m;
     m.postshuffle = postshuffle;
     m.norm = load_layer_norm(ck, p + "norm", postshuffle ? mw : hidden_, 1e-6f);
-    m.fc1 = load_linear(ck, qc, p + "linear_fc1", mw, mw, true);
-    m.fc2 = load_linear(ck, qc, p + "linear_fc2", out_, mw, true);
+    m.fc1 = load_tower_linear(ck, qc, p + "linear_fc1", mw, mw, true);
+    m.fc2 = load_tower_linear(ck, qc, p + "linear_fc2", out_, mw, true);
     return m;
   }
 

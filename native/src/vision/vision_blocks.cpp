@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <utility>
+#include "cpu/gemm_packed.h"
 #include "layers/activations.h"
 #include "layers/vec_math.h"
 
@@ -190,6 +191,13 @@ Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name) 
   return w;
 }
 
+Linear load_tower_linear(const Checkpoint& ckpt, const QuantConfig& qc, const std::string& path, int64_t out,
+                         int64_t in, bool with_bias) {
+  Linear l = load_linear(ckpt, qc, path, out, in, with_bias);
+  l.w.packed = pack_dense(l.w);
+  return l;
+}
+
 void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
                     Precision p) {
   matmul_strided(pool, l.w, x, l.in(), y, ldy, n, p);
@@ -244,6 +252,7 @@ PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int
   }
   if (with_bias) pe.bias = load_vector_f32(ckpt, name + ".bias", hidden);
   pe.view = f32_weight(pe.w.data(), hidden, in, name);
+  pe.view.packed = pack_dense(pe.view);
   return pe;
 }
 
@@ -309,11 +318,13 @@ void apply_rope_strided(ThreadPool& pool, float* x, int64_t ld, int64_t n, int n
       const float* cs = t.cos.data() + i * half;  // [half]
       const float* sn = t.sin.data() + i * half;  // [half]
       for (int h = 0; h < n_heads; ++h) {
-        float* v = x + i * ld + int64_t(h) * t.head_dim;  // [head_dim]
+        // The halves and the table do not overlap: restrict lets the compiler vectorize the rotation.
+        float* __restrict lo = x + i * ld + int64_t(h) * t.head_dim;  // [half]
+        float* __restrict hi = lo + half;                              // [half]
         for (int j = 0; j < half; ++j) {
-          const float a = v[j], b = v[j + half];
-          v[j] = a * cs[j] - b * sn[j];
-          v[j + half] = b * cs[j] + a * sn[j];
+          const float a = lo[j], b = hi[j];
+          lo[j] = a * cs[j] - b * sn[j];
+          hi[j] = b * cs[j] + a * sn[j];
         }
       }
     }
@@ -339,28 +350,42 @@ void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::
 void segment_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t ld_in, float* out,
                        int64_t ld_out, int n_heads, int head_dim, float scale, const std::vector<int64_t>& cu) {
   if (cu.size() < 2) return;
-  const int64_t n = cu.back();
   const int64_t hd = head_dim;
   const int64_t n_seg = int64_t(cu.size()) - 1;
-  // Per head, K rows contiguous ([n, hd]) and, per segment, V transposed ([hd, seg_len]), so both
-  // products run on the project's dense f32 matmul kernel.
-  std::vector<float> kp(size_t(n_heads * n * hd));  // [heads, n, hd]
-  std::vector<float> vt(size_t(n_heads * n * hd));  // [heads, segments of [hd, seg_len]]
+  constexpr int64_t P = kPackedPanel;
+  auto up = [](int64_t a) { return (a + kPackedPanel - 1) / kPackedPanel * kPackedPanel; };
+  // Per (head, segment), K and V in the packed GEMM's panels, so both products run on it: K as a
+  // weight [len, hd] (keys are the output columns), V as a weight [hd, len]. Memory is linear in n.
+  std::vector<int64_t> kofs{0}, vofs{0};  // per segment, in floats within one head's slab
+  for (int64_t s = 0; s < n_seg; ++s) {
+    const int64_t len = cu[size_t(s) + 1] - cu[size_t(s)];
+    kofs.push_back(kofs.back() + up(len) * hd);
+    vofs.push_back(vofs.back() + up(hd) * len);
+  }
+  std::vector<float> kp(size_t(n_heads * kofs.back()));  // [heads][segments of [len/16][hd][16]]
+  std::vector<float> vp(size_t(n_heads * vofs.back()));  // [heads][segments of [hd/16][len][16]]
   pool.parallel_for(int64_t(n_heads) * n_seg, [&](int64_t a, int64_t b) {
     for (int64_t task = a; task < b; ++task) {
       const int64_t h = task / n_seg, s = task % n_seg;
       const int64_t t0 = cu[size_t(s)], len = cu[size_t(s) + 1] - t0;
-      float* kd = kp.data() + (h * n + t0) * hd;  // [len, hd]
-      float* vd = vt.data() + (h * n + t0) * hd;  // [hd, len]
+      float* kd = kp.data() + h * kofs.back() + kofs[size_t(s)];  // [up(len)/16][hd][16]
+      float* vd = vp.data() + h * vofs.back() + vofs[size_t(s)];  // [up(hd)/16][len][16]
+      for (int64_t i = 0; i < up(len); ++i) {
+        const float* kr = k + (t0 + i) * ld_in + h * hd;  // [hd], key i
+        float* col = kd + (i / P) * hd * P + i % P;
+        for (int64_t d = 0; d < hd; ++d) col[d * P] = i < len ? kr[d] : 0.0f;
+      }
       for (int64_t i = 0; i < len; ++i) {
-        std::memcpy(kd + i * hd, k + (t0 + i) * ld_in + h * hd, size_t(hd) * 4);
-        const float* vr = v + (t0 + i) * ld_in + h * hd;
-        for (int64_t d = 0; d < hd; ++d) vd[d * len + i] = vr[d];
+        const float* vr = v + (t0 + i) * ld_in + h * hd;  // [hd], value i
+        for (int64_t d0 = 0; d0 < hd; d0 += P) {
+          float* dst = vd + (d0 / P) * len * P + i * P;  // [16]
+          for (int64_t j = 0; j < P; ++j) dst[j] = d0 + j < hd ? vr[d0 + j] : 0.0f;
+        }
       }
     }
   });
 
-  // Tasks: (segment, head, block of up to kQB queries).
+  // Tasks: (segment, head, block of up to kQB queries): scores stay [kQB, len].
   constexpr int64_t kQB = 64;
   struct Task {
     int64_t seg, head, q0, q1;
@@ -370,6 +395,7 @@ void segment_attention(ThreadPool& pool, const float* q, const float* k, const f
     for (int64_t h = 0; h < n_heads; ++h)
       for (int64_t q0 = cu[size_t(s)]; q0 < cu[size_t(s) + 1]; q0 += kQB)
         tasks.push_back({s, h, q0, std::min(cu[size_t(s) + 1], q0 + kQB)});
+  const char* isa = matmul_kernel_name();
   std::atomic<size_t> next{0};
   pool.run([&](int, int) {
     thread_local std::vector<float> scores;
@@ -379,10 +405,13 @@ void segment_attention(ThreadPool& pool, const float* q, const float* k, const f
       const int64_t nq = tk.q1 - tk.q0;
       if (scores.size() < size_t(nq * len)) scores.resize(size_t(nq * len));
       float* S = scores.data();  // [nq, len]
-      // [len, hd]: S = Q · Kᵀ
-      const Weight kw = f32_weight(kp.data() + (tk.head * n + t0) * hd, len, hd, "vision attention K");
-      // Nested inside pool.run, so these matmuls run inline on this thread.
-      matmul_strided(pool, kw, q + tk.q0 * ld_in + tk.head * hd, ld_in, S, len, nq, Precision::Exact);
+      PackedDense kw;            // [len, hd] view: S = Q · Kᵀ
+      kw.out = len;
+      kw.in = hd;
+      kw.panels = up(len) / P;
+      kw.data = kp.data() + tk.head * kofs.back() + kofs[size_t(tk.seg)];
+      // Nested inside pool.run, so these GEMMs run inline on this thread.
+      gemm_packed(pool, kw, q + tk.q0 * ld_in + tk.head * hd, ld_in, S, len, nq, isa);
       for (int64_t i = 0; i < nq; ++i) {
         float* r = S + i * len;  // [len]
         float mx = -INFINITY;
@@ -393,9 +422,12 @@ void segment_attention(ThreadPool& pool, const float* q, const float* k, const f
         const float sum = vec::exp_shift_sum(r, len, mx);
         for (int64_t j = 0; j < len; ++j) r[j] /= sum;
       }
-      // [hd, len]: O = P · V
-      const Weight vw = f32_weight(vt.data() + (tk.head * n + t0) * hd, hd, len, "vision attention V");
-      matmul_strided(pool, vw, S, len, out + tk.q0 * ld_out + tk.head * hd, ld_out, nq, Precision::Exact);
+      PackedDense vw;  // [hd, len] view: O = P · V
+      vw.out = hd;
+      vw.in = len;
+      vw.panels = up(hd) / P;
+      vw.data = vp.data() + tk.head * vofs.back() + vofs[size_t(tk.seg)];
+      gemm_packed(pool, vw, S, len, out + tk.q0 * ld_out + tk.head * hd, ld_out, nq, isa);
     }
   });
 }

@@ -73,6 +73,11 @@ void layer_norm(ThreadPool& pool, const float* x, float* y, int64_t rows, const 
 // A Dense F32 Weight view of `data` [out, in] (load-time f32 copies and attention operands).
 Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name);
 
+// load_linear, with a dense f32/bf16/f16 weight repacked at load into the GEMM's panels
+// (cpu/gemm_packed.h); quantized weights load unchanged.
+Linear load_tower_linear(const Checkpoint& ckpt, const QuantConfig& qc, const std::string& path, int64_t out,
+                         int64_t in, bool with_bias);
+
 // linear() with an explicit output row stride (lets q/k/v land side by side in one buffer).
 void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
                     Precision p);
