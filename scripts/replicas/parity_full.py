@@ -1,15 +1,15 @@
 """Full-size parity of one catalog model: transformers vs rapid on a random replica at the real dimensions.
 
     python scripts/replicas/parity_full.py <catalog-name> [--device cpu|cuda] [--quant 4|none] [--out DIR]
-        [--threads N] [--keep] [--step replica|reference|rapid|compare]
+        [--threads N] [--cache-gib G] [--keep] [--step replica|reference|rapid|compare] [--config FILE]
 
 Steps (each a child process, so every step's time and peak memory are its own; --step runs one):
   replica    random weights at full size from scripts/replicas/configs/<name>.json, written as the hub
-             checkpoint is laid out (MLX: mlx-vlm keys, 4-bit affine g64 text + embed_vision, tower bf16;
-             --quant none: the same keys, every tensor bf16). Streamed tensor by tensor, never all in memory.
+             checkpoint is laid out (mlx-vlm keys and conv layout, text Linear/Embedding 4-bit affine g64,
+             tower bf16; --quant none: the same keys, every tensor bf16). Streamed tensor by tensor, never all in memory.
   reference  transformers (eager, float32 activations) on exactly the stored weights: quantized Linear /
              Embedding modules keep the packed codes and dequantize on the fly, the rest is the bf16 values
-             upcast. 8 text prompts (one batch), a one-image and a two-image prompt at the family's real image
+             upcast (--cache-gib keeps dequantized weights). 8 text prompts (one batch), a one-image and a two-image prompt at the family's real image
              size; logits at chosen positions and greedy tokens (KV cache) with their top-1/top-2 margins.
   rapid      scripts/replicas/parity_rapid.mjs: the native addon (dist/ + build/) on the same directory and
              prompts, exact precision; its own image preprocessing, compared with the processor's rows.
@@ -47,6 +47,7 @@ N_TEXT, TEXT_LEN = 8, 24
 GROUP, BITS = 64, 4  # mlx-community's 4-bit conversions: mlx_lm/mlx_vlm default group size 64
 SEED = 20261205
 DEQUANT_CHUNK = 1 << 22  # elements of a weight dequantized at once (16 MiB of float32)
+CACHE = {"left": 0}  # bytes of dequantized float32 weights QLinear may keep (--cache-gib): fewer dequant passes
 DRAW_CHUNK = 1 << 24  # elements drawn and quantized at once when writing the replica
 # Real-size test images (drawn like the tiny fixtures' images): 4:3 landscape and 3:4 portrait photos.
 IMAGES = {"photo_1024x768.png": (1024, 768), "portrait_720x960.png": (720, 960)}
@@ -91,14 +92,10 @@ class Gemma4:
     def plain_ids(self) -> tuple:
         return 300, 255000  # below the multimodal specials (255999..), above the control tokens
 
-    def image_processor(self, proc: dict):
-        ip = dict(proc.get("image_processor", proc))
-        for k in ("image_processor_type", "processor_class", "image_seq_length", "size"):
-            ip.pop(k, None)
-        return self.pil.Gemma4ImageProcessorPil(**ip)
-
-    def prepare_images(self, proc: dict, cfg: dict, pil_images: list) -> dict:
-        out = self.image_processor(proc)(images=[pil_images], return_tensors="pt")
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items()
+              if k not in ("image_processor_type", "processor_class", "image_seq_length", "size")}
+        out = self.pil.Gemma4ImageProcessorPil(**ip)(images=[pil_images], return_tensors="pt")
         pos = out["image_position_ids"]
         pool = cfg["vision_config"].get("pooling_kernel_size", 3)
         per = []
@@ -108,8 +105,8 @@ class Gemma4:
                         "pixels": out["pixel_values"][i, :real].float().numpy()})
         return {"kwargs": {"pixel_values": out["pixel_values"], "image_position_ids": pos}, "images": per}
 
-    def image_block(self, cfg: dict, tokens: int) -> list:
-        return [cfg["boi_token_id"]] + [cfg["image_token_id"]] * tokens + [cfg["eoi_token_id"]]
+    def image_block(self, cfg: dict, im: dict) -> list:
+        return [cfg["boi_token_id"]] + [cfg["image_token_id"]] * im["tokens"] + [cfg["eoi_token_id"]]
 
     def image_token_id(self, cfg: dict) -> int:
         return cfg["image_token_id"]
@@ -120,8 +117,84 @@ class Gemma4:
     def embed_scale(self, module) -> float | None:
         return getattr(module, "scalar_embed_scale", None)
 
+    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
+        return w
 
-FAMILIES = {"gemma4": Gemma4}
+    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+class Mistral3:
+    """Ministral 3 text + Pixtral tower as mlx-vlm converts it (text Linear + embed_tokens 4-bit; tower, projector
+    and an untied lm_head bf16; patch conv [O, P, P, C]). Tekken control ids: [IMG] 10, [IMG_BREAK] 12, [IMG_END] 13."""
+    name = "mistral3"
+    BREAK, END = 12, 13
+
+    def __init__(self):
+        import transformers
+        import gen_mistral3  # noqa: F401  registers the family with generate_vlm and stubs the torchvision module
+        import generate_vlm as gv
+        from transformers.models.pixtral import image_processing_pil_pixtral as pix
+        self.gv, self.pix = gv, pix
+        self.config_cls = transformers.Mistral3Config
+        self.model_cls = transformers.Mistral3ForConditionalGeneration
+
+    def hf_config(self, cfg: dict):
+        return self.config_cls(**{k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")})
+
+    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
+        return self.gv.draw_tensor("mistral3", name, shape, rng)
+
+    def hub_key(self, name: str) -> str:
+        return self.gv.mlx_key("mistral3", name)
+
+    def quantized(self, name: str, module: torch.nn.Module) -> bool:
+        return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and name.startswith("model.language_model.")
+
+    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
+        return np.ascontiguousarray(np.moveaxis(w, 1, -1)) if name.endswith("patch_conv.weight") else w
+
+    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        return t.permute(0, 3, 1, 2).contiguous() if name.endswith("patch_conv.weight") else t
+
+    def bos(self, cfg: dict) -> int:
+        return cfg["text_config"].get("bos_token_id", 1)
+
+    def plain_ids(self) -> tuple:
+        return 1000, 1 << 30  # tekken: the first 1000 ids are control tokens
+
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items() if k not in ("image_processor_type", "processor_class")}
+        proc = files.get("processor_config.json", {})
+        cell = proc.get("patch_size", cfg["vision_config"]["patch_size"]) * cfg.get("spatial_merge_size", 1)
+        # PixtralProcessor resizes to cells of patch * merge pixels (it overrides the image processor's patch_size)
+        ip["patch_size"] = {"height": cell, "width": cell}
+        out = self.pix.PixtralImageProcessorPil(**ip)(images=pil_images, return_tensors="pt")
+        per = []
+        for i in range(len(pil_images)):
+            h, w = out["image_sizes"][i].tolist()
+            per.append({"rows": h // cell, "cols": w // cell, "tokens": (h // cell) * (w // cell),
+                        "pixels": out["pixel_values"][i, :, :h, :w].float().numpy()})
+        return {"kwargs": {"pixel_values": out["pixel_values"], "image_sizes": out["image_sizes"]}, "images": per}
+
+    def image_block(self, cfg: dict, im: dict) -> list:
+        img = self.image_token_id(cfg)
+        out = []
+        for r in range(im["rows"]):
+            out += [img] * im["cols"] + [self.END if r == im["rows"] - 1 else self.BREAK]
+        return out
+
+    def image_token_id(self, cfg: dict) -> int:
+        return cfg.get("image_token_index", cfg.get("image_token_id"))
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {}
+
+    def embed_scale(self, module) -> float | None:
+        return None
+
+
+FAMILIES = {"gemma4": Gemma4, "mistral3": Mistral3}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -161,14 +234,21 @@ def catalog_entry(name: str) -> dict:
 
 
 def read_configs(name: str, config: str | None) -> tuple:
+    """config.json and the processor files (configs/<name>.processor.json -> processor_config.json, ...)."""
     d = os.path.join(_HERE, "configs")
     cfg = json.load(open(config or os.path.join(d, f"{name}.json")))
-    proc = {}
+    files = {}
     for suffix in ("processor", "preprocessor"):
         p = os.path.join(d, f"{name}.{suffix}.json")
         if os.path.exists(p):
-            proc = json.load(open(p))
-    return cfg, proc
+            files[f"{suffix}_config.json"] = json.load(open(p))
+    return cfg, files
+
+
+def image_config(files: dict) -> dict:
+    """The image processor's settings: preprocessor_config.json, else processor_config.json's image_processor
+    (as rapid's readProcessorFiles)."""
+    return files.get("preprocessor_config.json") or files.get("processor_config.json", {}).get("image_processor", {})
 
 
 def rng_for(name: str) -> np.random.Generator:
@@ -187,20 +267,25 @@ def peak_rss_gib() -> float:
 # Step 1: the replica checkpoint
 
 
+def tied(model) -> bool:
+    return bool(model.config.get_text_config().tie_word_embeddings)
+
+
 def plan_tensors(fam, model, quant: bool) -> list:
-    """[(hf_name, hub_key, quantized, shape)] for every stored tensor (the tied lm_head is not stored)."""
+    """[(hf_name, hub_key, quantized, shape)] for every stored tensor (a tied lm_head is not stored)."""
     modules = dict(model.named_modules())
     plan = []
     for name, t in model.state_dict(keep_vars=True).items():
-        if name == "lm_head.weight":
+        if name == "lm_head.weight" and tied(model):
             continue
         mod_name, leaf = name.rsplit(".", 1)
         q = quant and leaf == "weight" and fam.quantized(mod_name, modules[mod_name]) and t.shape[-1] % GROUP == 0
         plan.append((name, fam.hub_key(name), q, tuple(t.shape)))
+    # n-d tensors (convolutions) are stored in the hub's axis order
     return sorted(plan, key=lambda p: p[1])
 
 
-def header_for(plan: list) -> tuple:
+def header_for(fam, plan: list) -> tuple:
     header, off = {}, 0
 
     def add(key, dtype, shape, nbytes):
@@ -208,7 +293,7 @@ def header_for(plan: list) -> tuple:
         header[key] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
         off += nbytes
 
-    for _, key, q, shape in plan:
+    for name, key, q, shape in plan:
         n = int(np.prod(shape))
         if q:
             base = key[: -len(".weight")]
@@ -217,7 +302,8 @@ def header_for(plan: list) -> tuple:
             add(base + ".scales", "BF16", (*shape[:-1], cols // GROUP), rows * cols // GROUP * 2)
             add(base + ".biases", "BF16", (*shape[:-1], cols // GROUP), rows * cols // GROUP * 2)
         else:
-            add(key, "BF16", shape, n * 2)
+            hub_shape = fam.to_hub(name, np.zeros(shape, dtype=np.uint8)).shape if len(shape) > 2 else shape
+            add(key, "BF16", hub_shape, n * 2)
     return header, off
 
 
@@ -226,7 +312,7 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool) 
     model = skeleton(fam, cfg)
     plan = plan_tensors(fam, model, quant)
     del model
-    header, total = header_for(plan)
+    header, total = header_for(fam, plan)
     hb = json.dumps({"__metadata__": {"format": "mlx"}, **header}, separators=(",", ":")).encode()
     hb += b" " * ((8 - len(hb) % 8) % 8)
     base = 8 + len(hb)
@@ -237,6 +323,11 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool) 
         f.truncate(base + total)
         for i, (hf_name, key, q, shape) in enumerate(plan):
             rng = rng_for(hf_name)
+            if len(shape) > 2:  # small (convolutions): drawn whole, fan-in from every input axis
+                data = mq.f32_to_bf16_bits(fam.to_hub(hf_name, mq.round_bf16(fam.draw(hf_name, shape, rng))))
+                f.seek(base + header[key]["data_offsets"][0])
+                f.write(np.ascontiguousarray(data).tobytes())
+                continue
             rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
             cols = shape[-1] if shape else 1
             step = max(1, DRAW_CHUNK // cols)
@@ -268,10 +359,9 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool) 
         hub_cfg.pop("quantization", None)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(hub_cfg, f, indent=2)
-    if proc:
-        fname = "processor_config.json" if "image_processor" in proc else "preprocessor_config.json"
+    for fname, obj in proc.items():
         with open(os.path.join(out, fname), "w") as f:
-            json.dump(proc, f, indent=2)
+            json.dump(obj, f, indent=2)
     return {"tensors": len(plan), "bytes": base + total}
 
 
@@ -294,8 +384,16 @@ class QLinear(torch.nn.Module):
     def __init__(self, packed, scales, biases):
         super().__init__()
         self.packed, self.scales, self.biases = packed, scales, biases
+        self.cached = None
 
     def forward(self, x):
+        if self.cached is not None:
+            return torch.nn.functional.linear(x, self.cached)
+        nbytes = self.packed.shape[0] * self.packed.shape[1] * 32 // BITS * 4
+        if nbytes <= CACHE["left"]:
+            CACHE["left"] -= nbytes
+            self.cached = dequant(self.packed, self.scales, self.biases)
+            return torch.nn.functional.linear(x, self.cached)
         step = max(1, DEQUANT_CHUNK // (self.packed.shape[1] * 32 // BITS))
         outs = [torch.nn.functional.linear(x, dequant(self.packed[r:r + step], self.scales[r:r + step],
                                                       self.biases[r:r + step]))
@@ -357,17 +455,19 @@ def load_reference_model(fam, cfg: dict, d: str, device: str):
         setattr(model.get_submodule(parent), child, new)
         quantized[mod_name] = new
     for name, t in list(model.state_dict(keep_vars=True).items()):
-        if name == "lm_head.weight" or any(name.startswith(m + ".") for m in quantized):
+        if (name == "lm_head.weight" and tied(model)) or any(name.startswith(m + ".") for m in quantized):
             continue
         mod_name, leaf = name.rsplit(".", 1)
         mod = model.get_submodule(mod_name)
-        v = get(fam.hub_key(name)).reshape(t.shape)
+        v = fam.from_hub(name, get(fam.hub_key(name))).reshape(t.shape)
         if leaf in mod._parameters:
             mod._parameters[leaf] = torch.nn.Parameter(v, requires_grad=False)
         else:
             mod._buffers[leaf] = v
     emb = model.get_input_embeddings()
-    if isinstance(emb, QEmbedding):  # tied head = the quantized embedding as a linear (mlx as_linear)
+    if not tied(model):
+        pass
+    elif isinstance(emb, QEmbedding):  # tied head = the quantized embedding as a linear (mlx as_linear)
         model.lm_head = QLinear(emb.packed, emb.scales, emb.biases)
     else:
         model.lm_head.weight = emb.weight
@@ -384,7 +484,7 @@ def logits_positions(n: int, runs: list) -> list:
     return sorted(pos)
 
 
-def make_cases(fam, cfg: dict, proc: dict, out: str) -> tuple:
+def make_cases(fam, cfg: dict, files_cfg: dict, out: str) -> tuple:
     rng = np.random.default_rng(SEED)
     lo, hi = fam.plain_ids()
     hi = min(hi, cfg.get("text_config", cfg)["vocab_size"])
@@ -399,13 +499,13 @@ def make_cases(fam, cfg: dict, proc: dict, out: str) -> tuple:
         pil[f] = im
     image_cases = []
     for cname, files in (("one_image", ["photo_1024x768.png"]), ("two_images", ["photo_1024x768.png", "portrait_720x960.png"])):
-        prep = fam.prepare_images(proc, cfg, [pil[f] for f in files])
+        prep = fam.prepare_images(files_cfg, cfg, [pil[f] for f in files])
         ids = [bos] + rng.integers(lo, hi, 8).tolist()
         placed = []
         for f, im in zip(files, prep["images"]):
-            block = fam.image_block(cfg, im["tokens"])
+            block = fam.image_block(cfg, im)
             first = block.index(fam.image_token_id(cfg))
-            placed.append({"file": f, "offset": len(ids) + first, "tokens": im["tokens"], "n_patches": im["n_patches"]})
+            placed.append({"file": f, "offset": len(ids) + first, "span": len(block) - first, "tokens": im["tokens"]})
             ids += block + rng.integers(lo, hi, 6).tolist()
         image_cases.append((cname, ids, placed, prep))
     return text, image_cases
@@ -450,7 +550,7 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> 
         kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids),
               **{k: v.to(device) for k, v in prep["kwargs"].items()}}
         logits = model(**kw).logits
-        pos = logits_positions(len(ids_l), [(p["offset"], p["tokens"]) for p in placed])
+        pos = logits_positions(len(ids_l), [(p["offset"], p["span"]) for p in placed])
         f = f"{cname}.logits.f32"
         f32_file(os.path.join(out, f), logits[0, pos].float().cpu().numpy())
         del logits
@@ -464,6 +564,7 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> 
         print(f"  {cname}: {len(ids_l)} tokens, {time.time() - t0:.1f}s", flush=True)
     vocab = cfg.get("text_config", cfg)["vocab_size"]
     ref = {"vocab_size": vocab, "images_dir": "images", "n_greedy": N_GREEDY, "cases": cases,
+           "image_token_id": fam.image_token_id(cfg),
            "bidirectional": cfg.get("text_config", {}).get("use_bidirectional_attention") == "vision"}
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1)
@@ -509,6 +610,7 @@ def run_step(args, step: str, fam, cfg: dict, proc: dict, model_dir: str, out: s
         return build_replica(fam, args.name, cfg, proc, model_dir, args.quant == "4")
     if step == "reference":
         torch.set_num_threads(args.threads)
+        CACHE["left"] = int(args.cache_gib * (1 << 30))
         return run_reference(fam, cfg, proc, model_dir, out, args.device)
     if step == "rapid":
         cmd = ["node", os.path.join(_HERE, "parity_rapid.mjs"), "--dir", model_dir, "--out", out,
@@ -529,6 +631,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--keep", action="store_true", help="keep the replica checkpoint")
     ap.add_argument("--step", choices=["replica", "reference", "rapid", "compare"])
+    ap.add_argument("--cache-gib", type=float, default=0.0,
+                    help="reference: keep up to this many GiB of dequantized weights (faster where memory allows)")
     ap.add_argument("--config", help="another config.json for the model (a shrunken one to try the script quickly)")
     args = ap.parse_args()
     entry = catalog_entry(args.name)
@@ -551,6 +655,8 @@ def main() -> None:
                "--out", args.out, "--threads", str(args.threads), "--step", step]
         if args.config:
             cmd += ["--config", args.config]
+        if args.cache_gib:
+            cmd += ["--cache-gib", str(args.cache_gib)]
         p = subprocess.Popen(cmd)
         _, status, ru = os.wait4(p.pid, 0)
         if status != 0:

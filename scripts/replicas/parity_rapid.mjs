@@ -13,6 +13,7 @@ const { loadNative } = await import(join(root, 'dist', 'native', 'binding.js'));
 const { decodeImage } = await import(join(root, 'dist', 'vision', 'decode-image.js'));
 const { readProcessorFiles } = await import(join(root, 'dist', 'vision', 'image-processor-config.js'));
 const { gemma4ImageConfig } = await import(join(root, 'dist', 'vision', 'gemma4-image-processor.js'));
+const { pixtralImageConfig } = await import(join(root, 'dist', 'vision', 'pixtral-image-processor.js'));
 const { prepareWithSpec } = await import(join(root, 'dist', 'vision', 'prepare-image.js'));
 const { GREEDY_SAMPLE } = await import(join(root, 'dist', 'engine', 'sampling-params.js'));
 
@@ -25,8 +26,9 @@ const config = JSON.parse(readFileSync(join(opt.dir, 'config.json'), 'utf8'));
 
 /** The family's preprocessing spec from the replica's processor files (what VisionProcessor.load builds). */
 function imageSpec() {
-  const { image } = readProcessorFiles(opt.dir);
+  const { image, processor } = readProcessorFiles(opt.dir);
   if (config.model_type === 'gemma4') return { kind: 'gemma4', image: gemma4ImageConfig(image, config, opt.dir) };
+  if (config.model_type === 'mistral3') return { kind: 'pixtral', image: pixtralImageConfig(image, processor, config, opt.dir) };
   throw new Error(`parity_rapid: no image spec for model_type ${config.model_type}`);
 }
 
@@ -126,14 +128,20 @@ for (const c of ref.cases.filter((x) => x.images.length > 0)) {
     const enc = await model.encodeImage(prepared.input);
     parts.push({ offset: im.offset, tokens: enc.tokens, data: enc.embeddings });
   }
+  // The rows go to the image-token positions in order (Pixtral's [IMG_BREAK]/[IMG_END] sit between rows).
   const m = parts.reduce((a, p) => a + p.tokens, 0);
   const offsets = new Int32Array(m);
   const data = new Float32Array(m * info.hiddenSize);
   let k = 0;
   for (const p of parts) {
-    for (let i = 0; i < p.tokens; i++) offsets[k + i] = p.offset + i;
     data.set(p.data, k * info.hiddenSize);
+    for (let i = 0; i < p.tokens; i++) offsets[k + i] = p.offset + i;
     k += p.tokens;
+  }
+  if (ref.image_token_id !== undefined) {
+    const at = c.input_ids.flatMap((t, i) => (t === ref.image_token_id ? [i] : []));
+    if (at.length !== m) throw new Error(`${c.name}: ${at.length} image tokens in the prompt, ${m} embedding rows`);
+    offsets.set(at);
   }
   const s = { name: c.name, ids: c.input_ids, embeds: { offsets, data }, pixelsErr };
   if (ref.bidirectional) s.bidirectional = Int32Array.from(parts.flatMap((p) => [p.offset, p.offset + p.tokens]));
