@@ -114,6 +114,9 @@ class Gemma4:
     def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
         return {"mm_token_type_ids": (ids == cfg["image_token_id"]).long()}
 
+    def bidirectional(self, cfg: dict) -> bool:
+        return cfg.get("text_config", {}).get("use_bidirectional_attention") == "vision"
+
     def embed_scale(self, module) -> float | None:
         return getattr(module, "scalar_embed_scale", None)
 
@@ -190,11 +193,76 @@ class Mistral3:
     def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
         return {}
 
+    def bidirectional(self, cfg: dict) -> bool:
+        return False
+
     def embed_scale(self, module) -> float | None:
         return None
 
 
-FAMILIES = {"gemma4": Gemma4, "mistral3": Mistral3}
+class Gemma3:
+    """Gemma 3 text + SigLIP as mlx-vlm converts it (text Linear/Embedding 4-bit; SigLIP and the projector bf16;
+    patch conv [O, P, P, C]). Images: fixed size, mm_tokens_per_image soft tokens between boi and eoi."""
+    name = "gemma3"
+
+    def __init__(self):
+        import transformers
+        import generate_vlm as gv
+        from transformers.models.gemma3 import image_processing_pil_gemma3 as pil
+        self.gv, self.pil = gv, pil
+        self.config_cls = transformers.Gemma3Config
+        self.model_cls = transformers.Gemma3ForConditionalGeneration
+
+    def hf_config(self, cfg: dict):
+        return self.config_cls(**{k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")})
+
+    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
+        return self.gv.draw_tensor("gemma3", name, shape, rng)
+
+    def hub_key(self, name: str) -> str:
+        return self.gv.mlx_key("gemma3", name)
+
+    def quantized(self, name: str, module: torch.nn.Module) -> bool:
+        return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and name.startswith("model.language_model.")
+
+    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
+        return self.gv.to_mlx_conv(w) if self.gv.is_conv(name) else w
+
+    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        return t.permute(0, 3, 1, 2).contiguous() if self.gv.is_conv(name) else t
+
+    def bos(self, cfg: dict) -> int:
+        return cfg.get("text_config", {}).get("bos_token_id", 2)
+
+    def plain_ids(self) -> tuple:
+        return 300, 255000  # below the image specials (255999..), above the control tokens
+
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items()
+              if k not in ("image_processor_type", "processor_class", "image_seq_length") and v is not None}
+        out = self.pil.Gemma3ImageProcessorPil(**ip)(images=pil_images, return_tensors="pt")
+        n = cfg.get("mm_tokens_per_image", 256)
+        per = [{"tokens": n, "pixels": out["pixel_values"][i].float().numpy()} for i in range(len(pil_images))]
+        return {"kwargs": {"pixel_values": out["pixel_values"]}, "images": per}
+
+    def image_block(self, cfg: dict, im: dict) -> list:
+        return [cfg.get("boi_token_index", 255999)] + [self.image_token_id(cfg)] * im["tokens"] + \
+            [cfg.get("eoi_token_index", 256000)]
+
+    def image_token_id(self, cfg: dict) -> int:
+        return cfg.get("image_token_index", cfg.get("image_token_id", 262144))
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {"token_type_ids": (ids == self.image_token_id(cfg)).long()}  # image blocks attend both ways
+
+    def bidirectional(self, cfg: dict) -> bool:
+        return True
+
+    def embed_scale(self, module) -> float | None:
+        return getattr(module, "scalar_embed_scale", None)
+
+
+FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3}  # by catalog family
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,7 +555,7 @@ def logits_positions(n: int, runs: list) -> list:
 def make_cases(fam, cfg: dict, files_cfg: dict, out: str) -> tuple:
     rng = np.random.default_rng(SEED)
     lo, hi = fam.plain_ids()
-    hi = min(hi, cfg.get("text_config", cfg)["vocab_size"])
+    hi = min(hi, fam.hf_config(cfg).get_text_config().vocab_size)
     bos = fam.bos(cfg)
     text = [[bos] + rng.integers(lo, hi, TEXT_LEN - 1).tolist() for _ in range(N_TEXT)]
     img_dir = os.path.join(out, "images")
@@ -534,12 +602,12 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> 
     ids = torch.tensor(text, device=device)
     kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids)}
     t0 = time.time()
-    logits = model(**kw).logits
     pos = logits_positions(TEXT_LEN, [])
+    logits = model(**kw, logits_to_keep=torch.tensor(pos, device=device)).logits  # only the compared rows
     toks, margins = greedy(model, kw, TEXT_LEN)
     for i in range(N_TEXT):
         f = f"text{i}.logits.f32"
-        f32_file(os.path.join(out, f), logits[i, pos].float().cpu().numpy())
+        f32_file(os.path.join(out, f), logits[i].float().cpu().numpy())
         cases.append({"name": f"text{i}", "input_ids": text[i], "images": [], "logits": f, "logits_positions": pos,
                       "greedy": toks[i], "margins": margins[i]})
     del logits
@@ -549,10 +617,10 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> 
         ids = torch.tensor([ids_l], device=device)
         kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids),
               **{k: v.to(device) for k, v in prep["kwargs"].items()}}
-        logits = model(**kw).logits
         pos = logits_positions(len(ids_l), [(p["offset"], p["span"]) for p in placed])
+        logits = model(**kw, logits_to_keep=torch.tensor(pos, device=device)).logits
         f = f"{cname}.logits.f32"
-        f32_file(os.path.join(out, f), logits[0, pos].float().cpu().numpy())
+        f32_file(os.path.join(out, f), logits[0].float().cpu().numpy())
         del logits
         toks, margins = greedy(model, kw, len(ids_l))
         for i, (p, im) in enumerate(zip(placed, prep["images"])):
@@ -562,10 +630,10 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> 
         cases.append({"name": cname, "input_ids": ids_l, "images": placed, "logits": f, "logits_positions": pos,
                       "greedy": toks[0], "margins": margins[0]})
         print(f"  {cname}: {len(ids_l)} tokens, {time.time() - t0:.1f}s", flush=True)
-    vocab = cfg.get("text_config", cfg)["vocab_size"]
+    vocab = model.config.get_text_config().vocab_size
     ref = {"vocab_size": vocab, "images_dir": "images", "n_greedy": N_GREEDY, "cases": cases,
            "image_token_id": fam.image_token_id(cfg),
-           "bidirectional": cfg.get("text_config", {}).get("use_bidirectional_attention") == "vision"}
+           "bidirectional": fam.bidirectional(cfg)}
     with open(os.path.join(out, "reference.json"), "w") as f:
         json.dump(ref, f, indent=1)
     return {"cases": len(cases)}

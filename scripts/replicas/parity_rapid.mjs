@@ -14,6 +14,7 @@ const { decodeImage } = await import(join(root, 'dist', 'vision', 'decode-image.
 const { readProcessorFiles } = await import(join(root, 'dist', 'vision', 'image-processor-config.js'));
 const { gemma4ImageConfig } = await import(join(root, 'dist', 'vision', 'gemma4-image-processor.js'));
 const { pixtralImageConfig } = await import(join(root, 'dist', 'vision', 'pixtral-image-processor.js'));
+const { gemma3ImageConfig } = await import(join(root, 'dist', 'vision', 'gemma3-image-processor.js'));
 const { prepareWithSpec } = await import(join(root, 'dist', 'vision', 'prepare-image.js'));
 const { GREEDY_SAMPLE } = await import(join(root, 'dist', 'engine', 'sampling-params.js'));
 
@@ -28,6 +29,7 @@ const config = JSON.parse(readFileSync(join(opt.dir, 'config.json'), 'utf8'));
 function imageSpec() {
   const { image, processor } = readProcessorFiles(opt.dir);
   if (config.model_type === 'gemma4') return { kind: 'gemma4', image: gemma4ImageConfig(image, config, opt.dir) };
+  if (config.model_type === 'gemma3') return { kind: 'gemma3', image: gemma3ImageConfig(image, processor, config, opt.dir) };
   if (config.model_type === 'mistral3') return { kind: 'pixtral', image: pixtralImageConfig(image, processor, config, opt.dir) };
   throw new Error(`parity_rapid: no image spec for model_type ${config.model_type}`);
 }
