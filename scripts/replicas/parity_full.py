@@ -6,11 +6,13 @@
 Steps (each a child process, so every step's time and peak memory are its own; --step runs one):
   replica    random weights at full size from scripts/replicas/configs/<name>.json, written as the hub
              checkpoint is laid out (mlx-vlm keys and conv layout, text Linear/Embedding 4-bit affine g64,
-             tower bf16; --quant none: the same keys, every tensor bf16). Streamed tensor by tensor, never all in memory.
+             tower bf16; --quant none: the same keys, every tensor bf16). Streamed tensor by tensor, never all
+             in memory.
   reference  transformers (eager, float32 activations) on exactly the stored weights: quantized Linear /
              Embedding modules keep the packed codes and dequantize on the fly, the rest is the bf16 values
-             upcast (--cache-gib keeps dequantized weights). 8 text prompts (one batch), a one-image and a two-image prompt at the family's real image
-             size; logits at chosen positions and greedy tokens (KV cache) with their top-1/top-2 margins.
+             upcast (--cache-gib keeps dequantized weights). 8 text prompts (one batch), a one-image and a
+             two-image prompt at the family's real image size; logits at chosen positions and greedy tokens
+             (KV cache) with their top-1/top-2 margins.
   rapid      scripts/replicas/parity_rapid.mjs: the native addon (dist/ + build/) on the same directory and
              prompts, exact precision; its own image preprocessing, compared with the processor's rows.
   compare    logits within TOL * max(1, max|ref|) and greedy tokens equal; writes report.json.
@@ -127,38 +129,49 @@ class Gemma4:
         return t
 
 
-class Mistral3:
-    """Ministral 3 text + Pixtral tower as mlx-vlm converts it (text Linear + embed_tokens 4-bit; tower, projector
-    and an untied lm_head bf16; patch conv [O, P, P, C]). Tekken control ids: [IMG] 10, [IMG_BREAK] 12, [IMG_END] 13."""
-    name = "mistral3"
-    BREAK, END = 12, 13
+class GvFamily:
+    """A family of the tiny VLM generators (generate_vlm.py): their draw rules and MLX keys; text Linear/Embedding
+    quantized, tower and projector bf16 (mlx-vlm's predicate), patch convolutions stored [O, P, P, C]."""
+    gv_name = ""
 
-    def __init__(self):
-        import transformers
-        import gen_mistral3  # noqa: F401  registers the family with generate_vlm and stubs the torchvision module
+    def __init__(self, config_cls, model_cls):
+        import gen_mistral3  # noqa: F401  registers mistral3 with generate_vlm and stubs a torchvision-only module
         import generate_vlm as gv
-        from transformers.models.pixtral import image_processing_pil_pixtral as pix
-        self.gv, self.pix = gv, pix
-        self.config_cls = transformers.Mistral3Config
-        self.model_cls = transformers.Mistral3ForConditionalGeneration
+        self.gv, self.config_cls, self.model_cls = gv, config_cls, model_cls
 
     def hf_config(self, cfg: dict):
         return self.config_cls(**{k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")})
 
     def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
-        return self.gv.draw_tensor("mistral3", name, shape, rng)
+        return self.gv.draw_tensor(self.gv_name, name, shape, rng)
 
     def hub_key(self, name: str) -> str:
-        return self.gv.mlx_key("mistral3", name)
+        return self.gv.mlx_key(self.gv_name, name)
 
     def quantized(self, name: str, module: torch.nn.Module) -> bool:
         return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and name.startswith("model.language_model.")
 
     def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
-        return np.ascontiguousarray(np.moveaxis(w, 1, -1)) if name.endswith("patch_conv.weight") else w
+        return self.gv.to_mlx_conv(w) if self.gv.is_conv(name) else w
 
     def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        return t.permute(0, 3, 1, 2).contiguous() if name.endswith("patch_conv.weight") else t
+        return t.permute(0, 3, 1, 2).contiguous() if self.gv.is_conv(name) else t
+
+    def embed_scale(self, module) -> float | None:
+        return getattr(module, "scalar_embed_scale", None)
+
+
+class Mistral3(GvFamily):
+    """Ministral 3 text + Pixtral tower (an untied lm_head stays bf16). Tekken control ids: [IMG] 10,
+    [IMG_BREAK] 12, [IMG_END] 13."""
+    gv_name = "mistral3"
+    BREAK, END = 12, 13
+
+    def __init__(self):
+        import transformers
+        from transformers.models.pixtral import image_processing_pil_pixtral as pix
+        super().__init__(transformers.Mistral3Config, transformers.Mistral3ForConditionalGeneration)
+        self.pix = pix
 
     def bos(self, cfg: dict) -> int:
         return cfg["text_config"].get("bos_token_id", 1)
@@ -196,40 +209,16 @@ class Mistral3:
     def bidirectional(self, cfg: dict) -> bool:
         return False
 
-    def embed_scale(self, module) -> float | None:
-        return None
 
-
-class Gemma3:
-    """Gemma 3 text + SigLIP as mlx-vlm converts it (text Linear/Embedding 4-bit; SigLIP and the projector bf16;
-    patch conv [O, P, P, C]). Images: fixed size, mm_tokens_per_image soft tokens between boi and eoi."""
-    name = "gemma3"
+class Gemma3(GvFamily):
+    """Gemma 3 text + SigLIP. Images: fixed size, mm_tokens_per_image soft tokens between boi and eoi."""
+    gv_name = "gemma3"
 
     def __init__(self):
         import transformers
-        import generate_vlm as gv
         from transformers.models.gemma3 import image_processing_pil_gemma3 as pil
-        self.gv, self.pil = gv, pil
-        self.config_cls = transformers.Gemma3Config
-        self.model_cls = transformers.Gemma3ForConditionalGeneration
-
-    def hf_config(self, cfg: dict):
-        return self.config_cls(**{k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")})
-
-    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
-        return self.gv.draw_tensor("gemma3", name, shape, rng)
-
-    def hub_key(self, name: str) -> str:
-        return self.gv.mlx_key("gemma3", name)
-
-    def quantized(self, name: str, module: torch.nn.Module) -> bool:
-        return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and name.startswith("model.language_model.")
-
-    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
-        return self.gv.to_mlx_conv(w) if self.gv.is_conv(name) else w
-
-    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        return t.permute(0, 3, 1, 2).contiguous() if self.gv.is_conv(name) else t
+        super().__init__(transformers.Gemma3Config, transformers.Gemma3ForConditionalGeneration)
+        self.pil = pil
 
     def bos(self, cfg: dict) -> int:
         return cfg.get("text_config", {}).get("bos_token_id", 2)
@@ -257,9 +246,6 @@ class Gemma3:
 
     def bidirectional(self, cfg: dict) -> bool:
         return True
-
-    def embed_scale(self, module) -> float | None:
-        return getattr(module, "scalar_embed_scale", None)
 
 
 FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3}  # by catalog family
@@ -457,12 +443,15 @@ class QLinear(torch.nn.Module):
     def forward(self, x):
         if self.cached is not None:
             return torch.nn.functional.linear(x, self.cached)
-        nbytes = self.packed.shape[0] * self.packed.shape[1] * 32 // BITS * 4
-        if nbytes <= CACHE["left"]:
-            CACHE["left"] -= nbytes
-            self.cached = dequant(self.packed, self.scales, self.biases)
+        rows, cols = self.packed.shape[0], self.packed.shape[1] * 32 // BITS
+        step = max(1, DEQUANT_CHUNK // cols)
+        if rows * cols * 4 <= CACHE["left"]:
+            CACHE["left"] -= rows * cols * 4
+            self.cached = torch.empty(rows, cols, device=self.packed.device)
+            for r in range(0, rows, step):  # in chunks: no full-size temporaries
+                self.cached[r:r + step] = dequant(self.packed[r:r + step], self.scales[r:r + step],
+                                                  self.biases[r:r + step])
             return torch.nn.functional.linear(x, self.cached)
-        step = max(1, DEQUANT_CHUNK // (self.packed.shape[1] * 32 // BITS))
         outs = [torch.nn.functional.linear(x, dequant(self.packed[r:r + step], self.scales[r:r + step],
                                                       self.biases[r:r + step]))
                 for r in range(0, self.packed.shape[0], step)]
@@ -566,7 +555,8 @@ def make_cases(fam, cfg: dict, files_cfg: dict, out: str) -> tuple:
         im.save(os.path.join(img_dir, f))
         pil[f] = im
     image_cases = []
-    for cname, files in (("one_image", ["photo_1024x768.png"]), ("two_images", ["photo_1024x768.png", "portrait_720x960.png"])):
+    two = ["photo_1024x768.png", "portrait_720x960.png"]
+    for cname, files in (("one_image", two[:1]), ("two_images", two)):
         prep = fam.prepare_images(files_cfg, cfg, [pil[f] for f in files])
         ids = [bos] + rng.integers(lo, hi, 8).tolist()
         placed = []
