@@ -1,0 +1,738 @@
+"""Full-size parity of one catalog model: transformers vs rapid on a random replica at the real dimensions.
+
+    python scripts/replicas/parity_full.py <catalog-name> [--device cpu|cuda] [--quant 4|none] [--out DIR]
+        [--threads N] [--cache-gib G] [--keep] [--step replica|reference|rapid|compare] [--config FILE]
+
+Steps (each a child process, so every step's time and peak memory are its own; --step runs one):
+  replica    random weights at full size from scripts/replicas/configs/<name>.json, written as the hub
+             checkpoint is laid out (mlx-vlm keys and conv layout, text Linear/Embedding 4-bit affine g64,
+             tower bf16; --quant none: the same keys, every tensor bf16). Streamed tensor by tensor, never all
+             in memory.
+  reference  transformers (eager, float32 activations) on exactly the stored weights: quantized Linear /
+             Embedding modules keep the packed codes and dequantize on the fly, the rest is the bf16 values
+             upcast (--cache-gib keeps dequantized weights). 8 text prompts (one batch), a one-image and a
+             two-image prompt at the family's real image size; logits at chosen positions and greedy tokens
+             (KV cache) with their top-1/top-2 margins.
+  rapid      scripts/replicas/parity_rapid.mjs: the native addon (dist/ + build/) on the same directory and
+             prompts, exact precision; its own image preprocessing, compared with the processor's rows.
+  compare    logits within TOL * max(1, max|ref|) and greedy tokens equal; writes report.json.
+
+Needs torch, transformers 5.18, safetensors, numpy, Pillow. Writes under --out (default /work/big/replicas);
+the replica is deleted at the end unless --keep. See docs/full-size-parity.md.
+"""
+import argparse
+import contextlib
+import gc
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+import zlib
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(_HERE, "..", ".."))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures"))
+sys.path.insert(0, os.path.join(ROOT, "scripts", "fixtures", "vision"))
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import mlx_quant as mq  # noqa: E402
+import images as imgs  # noqa: E402
+
+TOL = 1e-3  # logits: max |rapid - transformers| <= TOL * max(1, max |transformers|), as the tiny q4 fixtures
+N_GREEDY = 8
+N_TEXT, TEXT_LEN = 8, 24
+GROUP, BITS = 64, 4  # mlx-community's 4-bit conversions: mlx_lm/mlx_vlm default group size 64
+SEED = 20261205
+DEQUANT_CHUNK = 1 << 22  # elements of a weight dequantized at once (16 MiB of float32)
+CACHE = {"left": 0}  # bytes of dequantized float32 weights QLinear may keep (--cache-gib): fewer dequant passes
+DRAW_CHUNK = 1 << 24  # elements drawn and quantized at once when writing the replica
+# Real-size test images (drawn like the tiny fixtures' images): 4:3 landscape and 3:4 portrait photos.
+IMAGES = {"photo_1024x768.png": (1024, 768), "portrait_720x960.png": (720, 960)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Families: how a config becomes a transformers model, where its tensors go in the hub layout, which
+# modules are quantized, and how an image becomes pixel rows + placeholder tokens.
+
+
+class Gemma4:
+    name = "gemma4"
+
+    def __init__(self):
+        import transformers
+        from transformers.models.gemma4 import image_processing_pil_gemma4 as pil
+        sys.modules.setdefault("transformers.models.gemma4.image_processing_gemma4", pil)
+        import gen_gemma4 as g4  # the tiny fixtures' init rules and MLX key layout
+        self.g4, self.pil = g4, pil
+        self.config_cls = transformers.Gemma4Config
+        self.model_cls = transformers.Gemma4ForConditionalGeneration
+
+    def hf_config(self, cfg: dict):
+        cfg = {k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")}
+        cfg["audio_config"] = None  # rapid ignores the audio tower; the replica leaves it out
+        return self.config_cls(**cfg)
+
+    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
+        return self.g4.draw_tensor(name, shape, rng)
+
+    def hub_key(self, name: str) -> str:
+        (key, _), = self.g4.mlx_entries(name, np.zeros(1))
+        return key
+
+    def quantized(self, name: str, module: torch.nn.Module) -> bool:
+        # mlx-vlm: every text Linear/Embedding and embed_vision; the SigLIP tower stays bf16.
+        return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and not name.startswith("model.vision_tower.")
+
+    def bos(self, cfg: dict) -> int:
+        return cfg["text_config"].get("bos_token_id", 2)
+
+    def plain_ids(self) -> tuple:
+        return 300, 255000  # below the multimodal specials (255999..), above the control tokens
+
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items()
+              if k not in ("image_processor_type", "processor_class", "image_seq_length", "size")}
+        out = self.pil.Gemma4ImageProcessorPil(**ip)(images=[pil_images], return_tensors="pt")
+        pos = out["image_position_ids"]
+        pool = cfg["vision_config"].get("pooling_kernel_size", 3)
+        per = []
+        for i in range(len(pil_images)):
+            real = int((pos[i] != -1).all(-1).sum())
+            per.append({"n_patches": real, "tokens": real // (pool * pool),
+                        "pixels": out["pixel_values"][i, :real].float().numpy()})
+        return {"kwargs": {"pixel_values": out["pixel_values"], "image_position_ids": pos}, "images": per}
+
+    def image_block(self, cfg: dict, im: dict) -> list:
+        return [cfg["boi_token_id"]] + [cfg["image_token_id"]] * im["tokens"] + [cfg["eoi_token_id"]]
+
+    def image_token_id(self, cfg: dict) -> int:
+        return cfg["image_token_id"]
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {"mm_token_type_ids": (ids == cfg["image_token_id"]).long()}
+
+    def bidirectional(self, cfg: dict) -> bool:
+        return cfg.get("text_config", {}).get("use_bidirectional_attention") == "vision"
+
+    def embed_scale(self, module) -> float | None:
+        return getattr(module, "scalar_embed_scale", None)
+
+    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
+        return w
+
+    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+
+class GvFamily:
+    """A family of the tiny VLM generators (generate_vlm.py): their draw rules and MLX keys; text Linear/Embedding
+    quantized, tower and projector bf16 (mlx-vlm's predicate), patch convolutions stored [O, P, P, C]."""
+    gv_name = ""
+
+    def __init__(self, config_cls, model_cls):
+        import gen_mistral3  # noqa: F401  registers mistral3 with generate_vlm and stubs a torchvision-only module
+        import generate_vlm as gv
+        self.gv, self.config_cls, self.model_cls = gv, config_cls, model_cls
+
+    def hf_config(self, cfg: dict):
+        return self.config_cls(**{k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")})
+
+    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
+        return self.gv.draw_tensor(self.gv_name, name, shape, rng)
+
+    def hub_key(self, name: str) -> str:
+        return self.gv.mlx_key(self.gv_name, name)
+
+    def quantized(self, name: str, module: torch.nn.Module) -> bool:
+        return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and name.startswith("model.language_model.")
+
+    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
+        return self.gv.to_mlx_conv(w) if self.gv.is_conv(name) else w
+
+    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        return t.permute(0, 3, 1, 2).contiguous() if self.gv.is_conv(name) else t
+
+    def embed_scale(self, module) -> float | None:
+        return getattr(module, "scalar_embed_scale", None)
+
+
+class Mistral3(GvFamily):
+    """Ministral 3 text + Pixtral tower (an untied lm_head stays bf16). Tekken control ids: [IMG] 10,
+    [IMG_BREAK] 12, [IMG_END] 13."""
+    gv_name = "mistral3"
+    BREAK, END = 12, 13
+
+    def __init__(self):
+        import transformers
+        from transformers.models.pixtral import image_processing_pil_pixtral as pix
+        super().__init__(transformers.Mistral3Config, transformers.Mistral3ForConditionalGeneration)
+        self.pix = pix
+
+    def bos(self, cfg: dict) -> int:
+        return cfg["text_config"].get("bos_token_id", 1)
+
+    def plain_ids(self) -> tuple:
+        return 1000, 1 << 30  # tekken: the first 1000 ids are control tokens
+
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items() if k not in ("image_processor_type", "processor_class")}
+        proc = files.get("processor_config.json", {})
+        cell = proc.get("patch_size", cfg["vision_config"]["patch_size"]) * cfg.get("spatial_merge_size", 1)
+        # PixtralProcessor resizes to cells of patch * merge pixels (it overrides the image processor's patch_size)
+        ip["patch_size"] = {"height": cell, "width": cell}
+        out = self.pix.PixtralImageProcessorPil(**ip)(images=pil_images, return_tensors="pt")
+        per = []
+        for i in range(len(pil_images)):
+            h, w = out["image_sizes"][i].tolist()
+            per.append({"rows": h // cell, "cols": w // cell, "tokens": (h // cell) * (w // cell),
+                        "pixels": out["pixel_values"][i, :, :h, :w].float().numpy()})
+        return {"kwargs": {"pixel_values": out["pixel_values"], "image_sizes": out["image_sizes"]}, "images": per}
+
+    def image_block(self, cfg: dict, im: dict) -> list:
+        img = self.image_token_id(cfg)
+        out = []
+        for r in range(im["rows"]):
+            out += [img] * im["cols"] + [self.END if r == im["rows"] - 1 else self.BREAK]
+        return out
+
+    def image_token_id(self, cfg: dict) -> int:
+        return cfg.get("image_token_index", cfg.get("image_token_id"))
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {}
+
+    def bidirectional(self, cfg: dict) -> bool:
+        return False
+
+
+class Gemma3(GvFamily):
+    """Gemma 3 text + SigLIP. Images: fixed size, mm_tokens_per_image soft tokens between boi and eoi."""
+    gv_name = "gemma3"
+
+    def __init__(self):
+        import transformers
+        from transformers.models.gemma3 import image_processing_pil_gemma3 as pil
+        super().__init__(transformers.Gemma3Config, transformers.Gemma3ForConditionalGeneration)
+        self.pil = pil
+
+    def bos(self, cfg: dict) -> int:
+        return cfg.get("text_config", {}).get("bos_token_id", 2)
+
+    def plain_ids(self) -> tuple:
+        return 300, 255000  # below the image specials (255999..), above the control tokens
+
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items()
+              if k not in ("image_processor_type", "processor_class", "image_seq_length") and v is not None}
+        out = self.pil.Gemma3ImageProcessorPil(**ip)(images=pil_images, return_tensors="pt")
+        n = cfg.get("mm_tokens_per_image", 256)
+        per = [{"tokens": n, "pixels": out["pixel_values"][i].float().numpy()} for i in range(len(pil_images))]
+        return {"kwargs": {"pixel_values": out["pixel_values"]}, "images": per}
+
+    def image_block(self, cfg: dict, im: dict) -> list:
+        return [cfg.get("boi_token_index", 255999)] + [self.image_token_id(cfg)] * im["tokens"] + \
+            [cfg.get("eoi_token_index", 256000)]
+
+    def image_token_id(self, cfg: dict) -> int:
+        return cfg.get("image_token_index", cfg.get("image_token_id", 262144))
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {"token_type_ids": (ids == self.image_token_id(cfg)).long()}  # image blocks attend both ways
+
+    def bidirectional(self, cfg: dict) -> bool:
+        return True
+
+
+FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3}  # by catalog family
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+@contextlib.contextmanager
+def params_on_meta():
+    """Parameters are created on the meta device (no memory), buffers for real (rotary tables, clamps)."""
+    old = torch.nn.Module.register_parameter
+
+    def register(module, name, param):
+        old(module, name, param)
+        if param is not None:
+            p = module._parameters[name]
+            module._parameters[name] = torch.nn.Parameter(p.to("meta"), requires_grad=False)
+
+    torch.nn.Module.register_parameter = register
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = old
+
+
+def skeleton(fam, cfg: dict):
+    with params_on_meta():
+        model = fam.model_cls._from_config(fam.hf_config(cfg), attn_implementation="eager", dtype=torch.float32)
+    return model.eval()
+
+
+def catalog_entry(name: str) -> dict:
+    cat = json.load(open(os.path.join(ROOT, "src", "models", "catalog.json")))
+    for e in cat["models"]:
+        if e["alias"] == name:
+            return e
+    raise SystemExit(f"{name}: not a catalog alias (src/models/catalog.json)")
+
+
+def read_configs(name: str, config: str | None) -> tuple:
+    """config.json and the processor files (configs/<name>.processor.json -> processor_config.json, ...)."""
+    d = os.path.join(_HERE, "configs")
+    cfg = json.load(open(config or os.path.join(d, f"{name}.json")))
+    files = {}
+    for suffix in ("processor", "preprocessor"):
+        p = os.path.join(d, f"{name}.{suffix}.json")
+        if os.path.exists(p):
+            files[f"{suffix}_config.json"] = json.load(open(p))
+    return cfg, files
+
+
+def image_config(files: dict) -> dict:
+    """The image processor's settings: preprocessor_config.json, else processor_config.json's image_processor
+    (as rapid's readProcessorFiles)."""
+    return files.get("preprocessor_config.json") or files.get("processor_config.json", {}).get("image_processor", {})
+
+
+def rng_for(name: str) -> np.random.Generator:
+    return np.random.default_rng([SEED, zlib.crc32(name.encode())])
+
+
+def f32_file(path: str, arr: np.ndarray) -> None:
+    np.ascontiguousarray(arr, dtype="<f4").tofile(path)
+
+
+def peak_rss_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / (1 << 20)
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 1: the replica checkpoint
+
+
+def tied(model) -> bool:
+    return bool(model.config.get_text_config().tie_word_embeddings)
+
+
+def plan_tensors(fam, model, quant: bool) -> list:
+    """[(hf_name, hub_key, quantized, shape)] for every stored tensor (a tied lm_head is not stored)."""
+    modules = dict(model.named_modules())
+    plan = []
+    for name, t in model.state_dict(keep_vars=True).items():
+        if name == "lm_head.weight" and tied(model):
+            continue
+        mod_name, leaf = name.rsplit(".", 1)
+        q = quant and leaf == "weight" and fam.quantized(mod_name, modules[mod_name]) and t.shape[-1] % GROUP == 0
+        plan.append((name, fam.hub_key(name), q, tuple(t.shape)))
+    # n-d tensors (convolutions) are stored in the hub's axis order
+    return sorted(plan, key=lambda p: p[1])
+
+
+def header_for(fam, plan: list) -> tuple:
+    header, off = {}, 0
+
+    def add(key, dtype, shape, nbytes):
+        nonlocal off
+        header[key] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+
+    for name, key, q, shape in plan:
+        n = int(np.prod(shape))
+        if q:
+            base = key[: -len(".weight")]
+            rows, cols = int(np.prod(shape[:-1])), shape[-1]
+            add(base + ".weight", "U32", (*shape[:-1], cols * BITS // 32), rows * cols * BITS // 8)
+            add(base + ".scales", "BF16", (*shape[:-1], cols // GROUP), rows * cols // GROUP * 2)
+            add(base + ".biases", "BF16", (*shape[:-1], cols // GROUP), rows * cols // GROUP * 2)
+        else:
+            hub_shape = fam.to_hub(name, np.zeros(shape, dtype=np.uint8)).shape if len(shape) > 2 else shape
+            add(key, "BF16", hub_shape, n * 2)
+    return header, off
+
+
+def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool) -> dict:
+    os.makedirs(out, exist_ok=True)
+    model = skeleton(fam, cfg)
+    plan = plan_tensors(fam, model, quant)
+    del model
+    header, total = header_for(fam, plan)
+    hb = json.dumps({"__metadata__": {"format": "mlx"}, **header}, separators=(",", ":")).encode()
+    hb += b" " * ((8 - len(hb) % 8) % 8)
+    base = 8 + len(hb)
+    path = os.path.join(out, "model.safetensors")
+    with open(path, "wb") as f:
+        f.write(len(hb).to_bytes(8, "little"))
+        f.write(hb)
+        f.truncate(base + total)
+        for i, (hf_name, key, q, shape) in enumerate(plan):
+            rng = rng_for(hf_name)
+            if len(shape) > 2:  # small (convolutions): drawn whole, fan-in from every input axis
+                data = mq.f32_to_bf16_bits(fam.to_hub(hf_name, mq.round_bf16(fam.draw(hf_name, shape, rng))))
+                f.seek(base + header[key]["data_offsets"][0])
+                f.write(np.ascontiguousarray(data).tobytes())
+                continue
+            rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+            cols = shape[-1] if shape else 1
+            step = max(1, DRAW_CHUNK // cols)
+            for r0 in range(0, rows, step):
+                r1 = min(rows, r0 + step)
+                part_shape = (r1 - r0, cols) if len(shape) > 1 else shape  # draw rules read fan-in from [-1]
+                w = mq.round_bf16(fam.draw(hf_name, part_shape, rng).reshape(r1 - r0, cols))
+                if q:
+                    packed, scales, biases = mq.affine_quantize(w, GROUP, BITS)
+                    kb = key[: -len(".weight")]
+                    for k, data in ((kb + ".weight", packed.astype("<u4")),
+                                    (kb + ".scales", mq.f32_to_bf16_bits(scales)),
+                                    (kb + ".biases", mq.f32_to_bf16_bits(biases))):
+                        row_bytes = data[0].nbytes
+                        f.seek(base + header[k]["data_offsets"][0] + r0 * row_bytes)
+                        f.write(np.ascontiguousarray(data).tobytes())
+                else:
+                    data = mq.f32_to_bf16_bits(w)
+                    f.seek(base + header[key]["data_offsets"][0] + r0 * data[0].nbytes)
+                    f.write(data.tobytes())
+            if i % 50 == 0:
+                print(f"  replica {i + 1}/{len(plan)} {key} {shape}", flush=True)
+    hub_cfg = dict(cfg)
+    hub_cfg.pop("quantization_config", None)
+    if quant:
+        hub_cfg["quantization"] = {"group_size": GROUP, "bits": BITS, "mode": "affine"}
+        hub_cfg["quantization_config"] = dict(hub_cfg["quantization"])
+    else:
+        hub_cfg.pop("quantization", None)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(hub_cfg, f, indent=2)
+    for fname, obj in proc.items():
+        with open(os.path.join(out, fname), "w") as f:
+            json.dump(obj, f, indent=2)
+    return {"tensors": len(plan), "bytes": base + total}
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 2: transformers on the stored weights
+
+
+def dequant(packed: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor) -> torch.Tensor:
+    """MLX affine: w = scale * q + bias per group of GROUP along the last axis (as mlx_quant.dequantize)."""
+    per = 32 // BITS
+    shifts = torch.arange(per, dtype=torch.int32, device=packed.device) * BITS
+    codes = (packed.unsqueeze(-1) >> shifts) & ((1 << BITS) - 1)
+    codes = codes.reshape(packed.shape[0], -1, GROUP).float()
+    return (codes * scales.unsqueeze(-1) + biases.unsqueeze(-1)).reshape(packed.shape[0], -1)
+
+
+class QLinear(torch.nn.Module):
+    """A Linear on stored MLX codes, dequantized in row chunks at each call (exact weights, little memory)."""
+
+    def __init__(self, packed, scales, biases):
+        super().__init__()
+        self.packed, self.scales, self.biases = packed, scales, biases
+        self.cached = None
+
+    def forward(self, x):
+        if self.cached is not None:
+            return torch.nn.functional.linear(x, self.cached)
+        rows, cols = self.packed.shape[0], self.packed.shape[1] * 32 // BITS
+        step = max(1, DEQUANT_CHUNK // cols)
+        if rows * cols * 4 <= CACHE["left"]:
+            CACHE["left"] -= rows * cols * 4
+            self.cached = torch.empty(rows, cols, device=self.packed.device)
+            for r in range(0, rows, step):  # in chunks: no full-size temporaries
+                self.cached[r:r + step] = dequant(self.packed[r:r + step], self.scales[r:r + step],
+                                                  self.biases[r:r + step])
+            return torch.nn.functional.linear(x, self.cached)
+        outs = [torch.nn.functional.linear(x, dequant(self.packed[r:r + step], self.scales[r:r + step],
+                                                      self.biases[r:r + step]))
+                for r in range(0, self.packed.shape[0], step)]
+        return torch.cat(outs, dim=-1)
+
+
+class QEmbedding(torch.nn.Module):
+    """An Embedding on stored MLX codes (only the looked-up rows are dequantized), times the module's scale."""
+
+    def __init__(self, packed, scales, biases, scale):
+        super().__init__()
+        self.packed, self.scales, self.biases = packed, scales, biases
+        self.embed_scale = None if scale is None else torch.tensor(scale)
+
+    @property
+    def weight(self):  # transformers reads single rows (Gemma 4: the pad row for image positions' PLE)
+        return _Rows(self)
+
+    def forward(self, ids):
+        flat = ids.reshape(-1)
+        w = dequant(self.packed[flat], self.scales[flat], self.biases[flat]).reshape(*ids.shape, -1)
+        return w if self.embed_scale is None else w * self.embed_scale.to(w.device)
+
+
+class _Rows:
+    """weight[row, :] of a QEmbedding: that row dequantized (unscaled, as Embedding.weight)."""
+
+    def __init__(self, emb):
+        self.emb = emb
+
+    def __getitem__(self, idx):
+        row = idx[0] if isinstance(idx, tuple) else idx
+        e = self.emb
+        return dequant(e.packed[row:row + 1], e.scales[row:row + 1], e.biases[row:row + 1])[0]
+
+
+def load_reference_model(fam, cfg: dict, d: str, device: str):
+    from safetensors import safe_open
+    model = skeleton(fam, cfg)
+    st = safe_open(os.path.join(d, "model.safetensors"), framework="pt")
+    keys = set(st.keys())
+
+    def get(k):
+        t = st.get_tensor(k)
+        return t.view(torch.int32).to(device) if t.dtype == torch.uint32 else t.float().to(device)
+
+    modules = dict(model.named_modules())
+    quantized = {}
+    for mod_name, mod in modules.items():
+        if not isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)) or mod_name == "lm_head":
+            continue
+        kb = fam.hub_key(mod_name + ".weight")[: -len(".weight")]
+        if kb + ".scales" not in keys:
+            continue
+        p, s, b = get(kb + ".weight"), get(kb + ".scales"), get(kb + ".biases")
+        new = QEmbedding(p, s, b, fam.embed_scale(mod)) if isinstance(mod, torch.nn.Embedding) else QLinear(p, s, b)
+        parent, _, child = mod_name.rpartition(".")
+        setattr(model.get_submodule(parent), child, new)
+        quantized[mod_name] = new
+    for name, t in list(model.state_dict(keep_vars=True).items()):
+        if (name == "lm_head.weight" and tied(model)) or any(name.startswith(m + ".") for m in quantized):
+            continue
+        mod_name, leaf = name.rsplit(".", 1)
+        mod = model.get_submodule(mod_name)
+        v = fam.from_hub(name, get(fam.hub_key(name))).reshape(t.shape)
+        if leaf in mod._parameters:
+            mod._parameters[leaf] = torch.nn.Parameter(v, requires_grad=False)
+        else:
+            mod._buffers[leaf] = v
+    emb = model.get_input_embeddings()
+    if not tied(model):
+        pass
+    elif isinstance(emb, QEmbedding):  # tied head = the quantized embedding as a linear (mlx as_linear)
+        model.lm_head = QLinear(emb.packed, emb.scales, emb.biases)
+    else:
+        model.lm_head.weight = emb.weight
+    left = [n for n, p in model.named_parameters() if p.device.type == "meta"]
+    assert not left, f"parameters not loaded: {left[:5]}"
+    return model.to(device).eval()
+
+
+def logits_positions(n: int, runs: list) -> list:
+    pos = set(range(n - 4, n))
+    for off, k in runs:  # the image blocks' edges
+        pos.update(range(max(0, off - 1), off + 3))
+        pos.update(range(off + k - 2, min(n, off + k + 1)))
+    return sorted(pos)
+
+
+def make_cases(fam, cfg: dict, files_cfg: dict, out: str) -> tuple:
+    rng = np.random.default_rng(SEED)
+    lo, hi = fam.plain_ids()
+    hi = min(hi, fam.hf_config(cfg).get_text_config().vocab_size)
+    bos = fam.bos(cfg)
+    text = [[bos] + rng.integers(lo, hi, TEXT_LEN - 1).tolist() for _ in range(N_TEXT)]
+    img_dir = os.path.join(out, "images")
+    os.makedirs(img_dir, exist_ok=True)
+    pil = {}
+    for f, (w, h) in IMAGES.items():
+        im = imgs.draw(f, w, h)
+        im.save(os.path.join(img_dir, f))
+        pil[f] = im
+    image_cases = []
+    two = ["photo_1024x768.png", "portrait_720x960.png"]
+    for cname, files in (("one_image", two[:1]), ("two_images", two)):
+        prep = fam.prepare_images(files_cfg, cfg, [pil[f] for f in files])
+        ids = [bos] + rng.integers(lo, hi, 8).tolist()
+        placed = []
+        for f, im in zip(files, prep["images"]):
+            block = fam.image_block(cfg, im)
+            first = block.index(fam.image_token_id(cfg))
+            placed.append({"file": f, "offset": len(ids) + first, "span": len(block) - first, "tokens": im["tokens"]})
+            ids += block + rng.integers(lo, hi, 6).tolist()
+        image_cases.append((cname, ids, placed, prep))
+    return text, image_cases
+
+
+@torch.no_grad()
+def greedy(model, inputs: dict, n_prompt: int) -> tuple:
+    gen = model.generate(**inputs, max_new_tokens=N_GREEDY, min_new_tokens=N_GREEDY, do_sample=False,
+                         return_dict_in_generate=True, output_logits=True, pad_token_id=0)
+    toks = gen.sequences[:, n_prompt:].tolist()
+    margins = []
+    for b in range(gen.sequences.shape[0]):
+        m = []
+        for lg in gen.logits:
+            top = torch.topk(lg[b].float(), 2).values
+            m.append(round(float(top[0] - top[1]), 6))
+        margins.append(m)
+    return toks, margins
+
+
+@torch.no_grad()
+def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> dict:
+    model = load_reference_model(fam, cfg, d, device)
+    text, image_cases = make_cases(fam, cfg, proc, out)
+    cases = []
+    ids = torch.tensor(text, device=device)
+    kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids)}
+    t0 = time.time()
+    pos = logits_positions(TEXT_LEN, [])
+    logits = model(**kw, logits_to_keep=torch.tensor(pos, device=device)).logits  # only the compared rows
+    toks, margins = greedy(model, kw, TEXT_LEN)
+    for i in range(N_TEXT):
+        f = f"text{i}.logits.f32"
+        f32_file(os.path.join(out, f), logits[i].float().cpu().numpy())
+        cases.append({"name": f"text{i}", "input_ids": text[i], "images": [], "logits": f, "logits_positions": pos,
+                      "greedy": toks[i], "margins": margins[i]})
+    del logits
+    print(f"  text batch: {time.time() - t0:.1f}s", flush=True)
+    for cname, ids_l, placed, prep in image_cases:
+        t0 = time.time()
+        ids = torch.tensor([ids_l], device=device)
+        kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids),
+              **{k: v.to(device) for k, v in prep["kwargs"].items()}}
+        pos = logits_positions(len(ids_l), [(p["offset"], p["span"]) for p in placed])
+        logits = model(**kw, logits_to_keep=torch.tensor(pos, device=device)).logits
+        f = f"{cname}.logits.f32"
+        f32_file(os.path.join(out, f), logits[0].float().cpu().numpy())
+        del logits
+        toks, margins = greedy(model, kw, len(ids_l))
+        for i, (p, im) in enumerate(zip(placed, prep["images"])):
+            p["pixel_values"] = f"{cname}.img{i}.pixels.f32"
+            p["pixel_values_shape"] = list(im["pixels"].shape)
+            f32_file(os.path.join(out, p["pixel_values"]), im["pixels"])
+        cases.append({"name": cname, "input_ids": ids_l, "images": placed, "logits": f, "logits_positions": pos,
+                      "greedy": toks[0], "margins": margins[0]})
+        print(f"  {cname}: {len(ids_l)} tokens, {time.time() - t0:.1f}s", flush=True)
+    vocab = model.config.get_text_config().vocab_size
+    ref = {"vocab_size": vocab, "images_dir": "images", "n_greedy": N_GREEDY, "cases": cases,
+           "image_token_id": fam.image_token_id(cfg),
+           "bidirectional": fam.bidirectional(cfg)}
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump(ref, f, indent=1)
+    return {"cases": len(cases)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 4: compare
+
+
+def read_f32(path: str) -> np.ndarray:
+    return np.fromfile(path, dtype="<f4")
+
+
+def compare(out: str) -> dict:
+    ref = json.load(open(os.path.join(out, "reference.json")))
+    got = json.load(open(os.path.join(out, "rapid.json")))
+    rows, ok = [], True
+    for c in ref["cases"]:
+        g = got["cases"][c["name"]]
+        want = read_f32(os.path.join(out, c["logits"]))
+        have = read_f32(os.path.join(out, g["logits"]))
+        scale = max(1.0, float(np.abs(want).max()))
+        err = float(np.abs(want - have).max()) / scale
+        same = g["greedy"] == c["greedy"]
+        first = next((i for i, (a, b) in enumerate(zip(g["greedy"], c["greedy"])) if a != b), None)
+        row = {"case": c["name"], "tokens": len(c["input_ids"]), "logit_err": err, "greedy_equal": same,
+               "min_margin": min(c["margins"]), "pixels_err": g.get("pixels_err")}
+        if first is not None:
+            row["first_diff"] = {"step": first, "ref_margin": c["margins"][first]}
+        ok = ok and err <= TOL and same
+        rows.append(row)
+    return {"ok": ok, "tol": TOL, "worst_logit_err": max(r["logit_err"] for r in rows),
+            "greedy_equal": sum(r["greedy_equal"] for r in rows), "cases": rows}
+
+
+# ---------------------------------------------------------------------------------------------
+# Driver
+
+
+def run_step(args, step: str, fam, cfg: dict, proc: dict, model_dir: str, out: str) -> dict:
+    if step == "replica":
+        return build_replica(fam, args.name, cfg, proc, model_dir, args.quant == "4")
+    if step == "reference":
+        torch.set_num_threads(args.threads)
+        CACHE["left"] = int(args.cache_gib * (1 << 30))
+        return run_reference(fam, cfg, proc, model_dir, out, args.device)
+    if step == "rapid":
+        cmd = ["node", os.path.join(_HERE, "parity_rapid.mjs"), "--dir", model_dir, "--out", out,
+               "--device", args.device, "--threads", str(args.threads)]
+        subprocess.run(cmd, check=True)
+        return {}
+    if step == "compare":
+        return compare(out)
+    raise SystemExit(f"unknown step {step}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("name")
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--quant", choices=["4", "none"], default="4")
+    ap.add_argument("--out", default="/work/big/replicas")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--keep", action="store_true", help="keep the replica checkpoint")
+    ap.add_argument("--step", choices=["replica", "reference", "rapid", "compare"])
+    ap.add_argument("--cache-gib", type=float, default=0.0,
+                    help="reference: keep up to this many GiB of dequantized weights (faster where memory allows)")
+    ap.add_argument("--config", help="another config.json for the model (a shrunken one to try the script quickly)")
+    args = ap.parse_args()
+    entry = catalog_entry(args.name)
+    fam_cls = FAMILIES.get(entry["family"])
+    if fam_cls is None:
+        raise SystemExit(f"{args.name}: family {entry['family']} has no full-size replica here yet")
+    cfg, proc = read_configs(args.name, args.config)
+    out = os.path.join(args.out, f"{args.name}-q{args.quant}-{args.device}")
+    model_dir = os.path.join(out, "model")
+    os.makedirs(out, exist_ok=True)
+    if args.step:
+        res = run_step(args, args.step, fam_cls(), cfg, proc, model_dir, out)
+        res["peak_rss_gib"] = round(peak_rss_gib(), 2)
+        print("RESULT " + json.dumps(res), flush=True)
+        return
+    timings = {}
+    for step in ("replica", "reference", "rapid"):
+        t0 = time.time()
+        cmd = [sys.executable, os.path.abspath(__file__), args.name, "--device", args.device, "--quant", args.quant,
+               "--out", args.out, "--threads", str(args.threads), "--step", step]
+        if args.config:
+            cmd += ["--config", args.config]
+        if args.cache_gib:
+            cmd += ["--cache-gib", str(args.cache_gib)]
+        p = subprocess.Popen(cmd)
+        _, status, ru = os.wait4(p.pid, 0)
+        if status != 0:
+            raise SystemExit(f"step {step} failed ({status})")
+        timings[step] = {"seconds": round(time.time() - t0, 1), "peak_rss_gib": round(ru.ru_maxrss / (1 << 20), 2)}
+        print(f"{step}: {timings[step]}", flush=True)
+        gc.collect()
+    report = compare(out)
+    report.update({"model": args.name, "device": args.device, "quant": args.quant, "steps": timings,
+                   "torch": torch.__version__})
+    with open(os.path.join(out, "report.json"), "w") as f:
+        json.dump(report, f, indent=1)
+    print(json.dumps(report, indent=1))
+    if not args.keep:
+        import shutil
+        shutil.rmtree(model_dir, ignore_errors=True)
+    sys.exit(0 if report["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()
