@@ -8,7 +8,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { endpointOptions, startServePool } from '../../src/cli/serve-pool.js';
+import { endpointOptionsFrom } from '../../src/app/start-server.js';
+import { startServePool } from '../../src/cli/serve-pool.js';
 import type { RunningPoolServer } from '../../src/app/pool-server.js';
 import { nativeAvailable } from '../helpers/addon.js';
 import { copyDir, editConfig, rewriteTensors, writeFresh, type Corruption } from './checkpoint-corruptions.js';
@@ -249,7 +250,7 @@ describe.skipIf(!nativeAvailable())('corrupt checkpoints: CLI and server', () =>
   describe('a pool server', () => {
     let srv: RunningPoolServer;
     const good = join(ROOT, 'models', 'qwen3-f32');
-    const opts = endpointOptions({ threads: 1, precision: 'exact', kvCacheMemory: 4 << 20, blockSize: 16, maxNumSeqs: 4 });
+    const opts = endpointOptionsFrom({ threads: 1, precision: 'exact', kvCacheMemory: 4 << 20, blockSize: 16, maxNumSeqs: 4 });
     beforeAll(async () => {
       const specs = [{ spec: good, dir: good, names: ['good'], pin: true, options: opts }, ...dirs.map((d, i) => ({ spec: d, dir: d, names: [`bad-${i}`], pin: false, options: opts }))];
       srv = await startServePool(specs, { port: 0, modelLoadTimeout: 60 });
