@@ -4,10 +4,12 @@
 // to attention over an f32 pool holding the same (rounded) values; over contexts of several key tiles
 // (flash-style online softmax), the same bits whatever the query chunking (one prefill, chunks, decode
 // tokens) and a double-precision reference within 1e-5. Prints "N passed, M failed".
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 #include "check.h"
 #include "kv/kv_convert.h"
@@ -123,6 +125,27 @@ std::vector<float> rounded(KvDtype t, const std::vector<float>& x, int T, int n_
   return out;
 }
 
+// Writes k, v [T, n_kv, hd] and runs paged attention of q [T, n_heads, hd] as the given chunks (each
+// [c0, c1) after the previous ones) over a pool of dtype dt; returns the outputs.
+std::vector<float> attend_chunks(ThreadPool& pool, KvDtype dt, size_t pool_bytes, int bs, const std::vector<int32_t>& table,
+                                 const AttnShape& s, const std::vector<float>& q, const std::vector<float>& kk,
+                                 const std::vector<float>& vv, const std::vector<std::pair<int, int>>& chunks) {
+  const std::vector<KvLayerSpec> layers = {{s.n_kv_heads, s.head_dim, -1}};
+  KvPool kvp(layers, bs, pool_bytes, true, dt);
+  std::vector<float> out(q.size());
+  const size_t kw = size_t(s.n_kv_heads * s.head_dim), qw = size_t(s.n_heads * s.head_dim);
+  for (auto [c0, c1] : chunks) {
+    SeqSpan sp;
+    sp.n = c1 - c0;
+    sp.context_len = c0;
+    sp.block_table = table.data();
+    sp.n_blocks = int64_t(table.size());
+    write_kv(kvp, 0, kk.data() + size_t(c0) * kw, vv.data() + size_t(c0) * kw, {sp});
+    paged_attention(pool, kvp, 0, q.data() + size_t(c0) * qw, out.data() + size_t(c0) * qw, {sp}, s);
+  }
+  return out;
+}
+
 void attention_equivalence() {
   ThreadPool pool(2);
   const int n_kv = 2, hd = 32, n_heads = 4, bs = 16, T = 45;
@@ -132,7 +155,6 @@ void attention_equivalence() {
   for (float& x : q) x = nd(rng);
   for (float& x : k) x = nd(rng);
   for (float& x : v) x = nd(rng);
-  const std::vector<KvLayerSpec> layers = {{n_kv, hd, -1}};
   const std::vector<int32_t> table = {3, 0, 2, 5};  // out-of-order blocks
   AttnShape s;
   s.n_heads = n_heads;
@@ -144,19 +166,7 @@ void attention_equivalence() {
       s.window = window;
       // Prefill in two chunks (30 + 14), then one decode token: every read path of attention_tile.
       auto run = [&](KvDtype dt, const std::vector<float>& kk, const std::vector<float>& vv) {
-        KvPool kvp(layers, bs, size_t(1) << 20, true, dt);
-        std::vector<float> out(q.size());
-        for (auto [c0, c1] : {std::pair{0, 30}, std::pair{30, 44}, std::pair{44, 45}}) {
-          SeqSpan sp;
-          sp.start = 0;
-          sp.n = c1 - c0;
-          sp.context_len = c0;
-          sp.block_table = table.data();
-          sp.n_blocks = int64_t(table.size());
-          write_kv(kvp, 0, kk.data() + size_t(c0 * n_kv * hd), vv.data() + size_t(c0 * n_kv * hd), {sp});
-          paged_attention(pool, kvp, 0, q.data() + size_t(c0 * n_heads * hd), out.data() + size_t(c0 * n_heads * hd), {sp}, s);
-        }
-        return out;
+        return attend_chunks(pool, dt, size_t(1) << 20, bs, table, s, q, kk, vv, {{0, 30}, {30, 44}, {44, 45}});
       };
       const std::vector<float> got = run(t, k, v);
       const std::vector<float> want = run(KvDtype::F32, rounded(t, k, T, n_kv, hd), rounded(t, v, T, n_kv, hd));
@@ -176,7 +186,6 @@ void long_attention() {
   for (float& x : q) x = nd(rng);
   for (float& x : k) x = nd(rng);
   for (float& x : v) x = nd(rng);
-  const std::vector<KvLayerSpec> layers = {{n_kv, hd, -1}};
   std::vector<int32_t> table(size_t((T + bs - 1) / bs));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7) % table.size());  // 7 is coprime to 44
   AttnShape s;
@@ -187,20 +196,8 @@ void long_attention() {
   for (int window : {0, 300})
     for (KvDtype t : {KvDtype::F32, KvDtype::F16}) {
       s.window = window;
-      // Runs attention over [0, T) as the given chunks (each [c0, c1) after the previous ones).
       auto run = [&](const std::vector<std::pair<int, int>>& chunks) {
-        KvPool kvp(layers, bs, size_t(64) << 20, true, t);
-        std::vector<float> out(q.size());
-        for (auto [c0, c1] : chunks) {
-          SeqSpan sp;
-          sp.n = c1 - c0;
-          sp.context_len = c0;
-          sp.block_table = table.data();
-          sp.n_blocks = int64_t(table.size());
-          write_kv(kvp, 0, k.data() + size_t(c0 * n_kv * hd), v.data() + size_t(c0 * n_kv * hd), {sp});
-          paged_attention(pool, kvp, 0, q.data() + size_t(c0 * n_heads * hd), out.data() + size_t(c0 * n_heads * hd), {sp}, s);
-        }
-        return out;
+        return attend_chunks(pool, t, size_t(64) << 20, bs, table, s, q, k, v, chunks);
       };
       const std::vector<float> one = run({{0, T}});
       const std::vector<float> chunked = run({{0, 255}, {255, 513}, {513, 697}, {697, 698}, {698, 699}, {699, 700}});

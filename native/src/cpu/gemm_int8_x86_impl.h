@@ -100,6 +100,23 @@ void gemm4_tile(const GemmTile& t, float* out) {
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * 16, _mm512_add_ps(flo[r], fhi[r]));
 }
 
+// Sweeps the column tiles (16 activation rows each) of xq for R weight rows from r: points t at each,
+// runs tile(c0) into out [R][16] and scatters the live columns to y.
+template <class Tile, class RunTile>
+void gemm_columns(Tile& t, const XQuant& xq, int64_t n, int64_t K, int64_t r, int R, const float* out, float* y,
+                  int64_t ldy, RunTile&& tile) {
+  for (int64_t c0 = 0; c0 < n; c0 += 16) {
+    const int C = n - c0 < 16 ? int(n - c0) : 16;
+    t.cols = __mmask16((1u << C) - 1u);
+    t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
+    t.dT = xq.dT + c0;
+    t.sxT = xq.sxT + c0;
+    tile(c0);
+    for (int i = 0; i < R; ++i)
+      for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
+  }
+}
+
 // Rows [r0, r1) of y for all n activation rows: tiles of kGemmRows weight rows, unpacked once and
 // swept over every 16-row column tile of xq.xp.
 template <int UNIT, int UPG>
@@ -139,18 +156,11 @@ void gemm4_rows_t(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int6
         }
       }
     }
-    for (int64_t c0 = 0; c0 < n; c0 += 16) {
-      const int C = n - c0 < 16 ? int(n - c0) : 16;
-      t.cols = __mmask16((1u << C) - 1u);
-      t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
-      t.dT = xq.dT + c0;
-      t.sxT = xq.sxT + c0;
+    gemm_columns(t, xq, n, K, r, R, out, y, ldy, [&](int64_t c0) {
       // Whole-tile bytes: UNIT 32 packs 16 bytes per unit per row, so the same R * 32 covers two of its units.
       t.pf = c0 == 0 && r + 2 * kGemmRows <= r1 ? wbase + size_t(r + R) * row_bytes : nullptr;
       fns[R - 1](t, out);
-      for (int i = 0; i < R; ++i)
-        for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
-    }
+    });
   }
 }
 
@@ -282,16 +292,7 @@ void gemm8_rows_t(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int6
       for (int64_t g = ng; g < ngp; ++g) sw[g] = bw[g] = 0;
       for (int64_t g = 0; g < ng; ++g) bw[g] += 128.0f * sw[g];
     }
-    for (int64_t c0 = 0; c0 < n; c0 += 16) {
-      const int C = n - c0 < 16 ? int(n - c0) : 16;
-      t.cols = __mmask16((1u << C) - 1u);
-      t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
-      t.dT = xq.dT + c0;
-      t.sxT = xq.sxT + c0;
-      fns[R - 1](t, out);
-      for (int i = 0; i < R; ++i)
-        for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
-    }
+    gemm_columns(t, xq, n, K, r, R, out, y, ldy, [&](int64_t) { fns[R - 1](t, out); });
   }
 }
 

@@ -38,8 +38,34 @@ void pv_scalar(const float* p, int64_t ldp, const void* const* vrow, int64_t lo,
   }
 }
 
+// x[j] *= scale for j in [0, n); returns the largest result. The same products in any path, and a max is
+// exact in any order, so the SIMD form gives the same bits.
+float scale_max_scalar(float* x, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j] *= scale);
+  return mx;
+}
+
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 float scale_max_avx2(float* x, int64_t n, float scale) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + j), vs), b = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vs);
+    _mm256_storeu_ps(x + j, a);
+    _mm256_storeu_ps(x + j + 8, b);
+    m0 = _mm256_max_ps(m0, a);
+    m1 = _mm256_max_ps(m1, b);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+  float mx = scale_max_scalar(x + j, n - j, scale);
+  for (float v : lanes) mx = std::max(mx, v);
+  return mx;
+}
 
 // R query rows × 16 keys per inner step; every (m, j) gets the same FMA chain over d, so results do
 // not depend on where a row or key falls in a tile.
@@ -266,8 +292,11 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
         std::fill(sr, sr + Nkp, 0.0f);
         continue;
       }
-      float mt = -INFINITY;
-      for (int64_t j = a; j <= b; ++j) mt = std::max(mt, sr[j] *= t.scale);
+#if defined(__x86_64__)
+      const float mt = simd ? scale_max_avx2(sr + a, b - a + 1, t.scale) : scale_max_scalar(sr + a, b - a + 1, t.scale);
+#else
+      const float mt = scale_max_scalar(sr + a, b - a + 1, t.scale);
+#endif
       const float mnew = std::max(sc.mx[size_t(m)], mt);
       sc.alpha[size_t(m)] = std::exp(sc.mx[size_t(m)] - mnew);  // exp(-inf) = 0 on the first tile
       sc.mx[size_t(m)] = mnew;
