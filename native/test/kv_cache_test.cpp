@@ -175,11 +175,11 @@ void attention_equivalence() {
     }
 }
 
-// Qwen2.5-0.5B's attention shape (14 heads over 2 KV heads of 64) over 700 tokens: three key tiles of
-// kAttnKeyTile, the last partial, a window crossing tile edges.
+// Grouped heads of 32 over 520 tokens: three key tiles of kAttnKeyTile, the last partial, a window
+// crossing tile edges; decode tokens across the last edge (small enough for the scalar path under qemu).
 void long_attention() {
   ThreadPool pool(2);
-  const int n_kv = 2, hd = 64, n_heads = 14, G = n_heads / n_kv, bs = 16, T = 700;
+  const int n_kv = 2, hd = 32, n_heads = 4, G = n_heads / n_kv, bs = 16, T = 520;
   std::mt19937 rng(11);
   std::normal_distribution<float> nd(0.0f, 1.0f);
   std::vector<float> q(size_t(T * n_heads * hd)), k(size_t(T * n_kv * hd)), v(k.size());
@@ -187,7 +187,7 @@ void long_attention() {
   for (float& x : k) x = nd(rng);
   for (float& x : v) x = nd(rng);
   std::vector<int32_t> table(size_t((T + bs - 1) / bs));
-  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7) % table.size());  // 7 is coprime to 44
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7) % table.size());  // 7 is coprime to 33
   AttnShape s;
   s.n_heads = n_heads;
   s.n_kv_heads = n_kv;
@@ -200,9 +200,9 @@ void long_attention() {
         return attend_chunks(pool, t, size_t(64) << 20, bs, table, s, q, k, v, chunks);
       };
       const std::vector<float> one = run({{0, T}});
-      const std::vector<float> chunked = run({{0, 255}, {255, 513}, {513, 697}, {697, 698}, {698, 699}, {699, 700}});
-      std::vector<std::pair<int, int>> tokens;
-      for (int i = 0; i < T; ++i) tokens.emplace_back(i, i + 1);
+      const std::vector<float> chunked = run({{0, 255}, {255, 511}, {511, 517}, {517, 518}, {518, 519}, {519, 520}});
+      std::vector<std::pair<int, int>> tokens = {{0, 480}};
+      for (int i = 480; i < T; ++i) tokens.emplace_back(i, i + 1);
       const std::vector<float> decode = run(tokens);
       CHECK(std::memcmp(one.data(), chunked.data(), one.size() * 4) == 0 &&
                 std::memcmp(one.data(), decode.data(), one.size() * 4) == 0,
@@ -211,7 +211,7 @@ void long_attention() {
       // Reference: softmax in double over the keys and values the pool holds.
       const std::vector<float> kr = rounded(t, k, T, n_kv, hd), vr = rounded(t, v, T, n_kv, hd);
       double worst = 0;
-      for (int i = 0; i < T; i += 7)
+      for (int i = 0; i < T; i += 13)
         for (int h = 0; h < n_heads; ++h) {
           const int kh = h / G, lo = window > 0 ? std::max(0, i - window + 1) : 0;
           std::vector<double> p(size_t(i + 1));
