@@ -146,21 +146,34 @@ std::vector<float> attend_chunks(ThreadPool& pool, KvDtype dt, size_t pool_bytes
   return out;
 }
 
+// Normal random q [T, n_heads, hd], k and v [T, n_kv, hd], and the attention shape over them.
+struct AttnCase {
+  std::vector<float> q, k, v;
+  AttnShape s;
+};
+AttnCase attn_case(unsigned seed, int T, int n_heads, int n_kv, int hd, float scale) {
+  AttnCase c;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  c.q.resize(size_t(T * n_heads * hd));
+  c.k.resize(size_t(T * n_kv * hd));
+  c.v.resize(c.k.size());
+  for (std::vector<float>* x : {&c.q, &c.k, &c.v})
+    for (float& e : *x) e = nd(rng);
+  c.s.n_heads = n_heads;
+  c.s.n_kv_heads = n_kv;
+  c.s.head_dim = hd;
+  c.s.scale = scale;
+  return c;
+}
+
 void attention_equivalence() {
   ThreadPool pool(2);
   const int n_kv = 2, hd = 32, n_heads = 4, bs = 16, T = 45;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(size_t(T * n_heads * hd)), k(size_t(T * n_kv * hd)), v(k.size());
-  for (float& x : q) x = nd(rng);
-  for (float& x : k) x = nd(rng);
-  for (float& x : v) x = nd(rng);
+  AttnCase c = attn_case(3, T, n_heads, n_kv, hd, 0.17f);
+  const std::vector<float>&q = c.q, &k = c.k, &v = c.v;
+  AttnShape& s = c.s;
   const std::vector<int32_t> table = {3, 0, 2, 5};  // out-of-order blocks
-  AttnShape s;
-  s.n_heads = n_heads;
-  s.n_kv_heads = n_kv;
-  s.head_dim = hd;
-  s.scale = 0.17f;
   for (int window : {0, 20})
     for (KvDtype t : kAll) {
       s.window = window;
@@ -180,19 +193,11 @@ void attention_equivalence() {
 void long_attention() {
   ThreadPool pool(2);
   const int n_kv = 2, hd = 32, n_heads = 4, G = n_heads / n_kv, bs = 16, T = 520;
-  std::mt19937 rng(11);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(size_t(T * n_heads * hd)), k(size_t(T * n_kv * hd)), v(k.size());
-  for (float& x : q) x = nd(rng);
-  for (float& x : k) x = nd(rng);
-  for (float& x : v) x = nd(rng);
+  AttnCase c = attn_case(11, T, n_heads, n_kv, hd, 0.125f);
+  const std::vector<float>&q = c.q, &k = c.k, &v = c.v;
+  AttnShape& s = c.s;
   std::vector<int32_t> table(size_t((T + bs - 1) / bs));
   for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7) % table.size());  // 7 is coprime to 33
-  AttnShape s;
-  s.n_heads = n_heads;
-  s.n_kv_heads = n_kv;
-  s.head_dim = hd;
-  s.scale = 0.125f;
   for (int window : {0, 300})
     for (KvDtype t : {KvDtype::F32, KvDtype::F16}) {
       s.window = window;
