@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
     int i = b.n_tokens++;
     b.token[i] = tok; b.pos[i] = pos; b.n_seq_id[i] = 1; b.seq_id[i][0] = seq; b.logits[i] = logits;
   };
+  const auto tp = std::chrono::steady_clock::now();
   for (int s = 0; s < npl; ++s)
     for (int p = 0; p < npp; ++p) {
       add(100 + (s * 7 + p * 13) % 1000, p, s, p == npp - 1);
@@ -36,6 +37,9 @@ int main(int argc, char** argv) {
     }
   if (b.n_tokens) { if (llama_decode(ctx, b)) return 1; b.n_tokens = 0; }
   llama_synchronize(ctx);
+  // Prefill (llama-batched-bench's S_PP): npl * npp prompt tokens in batches of 512, cold caches.
+  const double tpp = std::chrono::duration<double>(std::chrono::steady_clock::now() - tp).count();
+  printf("npl %d npp %d threads %d: T_PP %.3f s, S_PP %.1f tok/s\n", npl, npp, nt, tpp, npl * npp / tpp);
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < ntg; ++i) {
     b.n_tokens = 0;

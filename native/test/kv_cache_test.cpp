@@ -1,11 +1,15 @@
 // The KV cache's stored types (kv/kv_convert, kv/kv_pool, layers/attention): f16/bf16/int8 store + load
 // round trips within their error bounds, the portable f16 rounding equal to F16C's, the SIMD and portable
 // loads bit-identical, pool capacity per dtype, and paged attention over a 16-bit / int8 pool bit-identical
-// to attention over an f32 pool holding the same (rounded) values. Prints "N passed, M failed".
+// to attention over an f32 pool holding the same (rounded) values; over contexts of several key tiles
+// (flash-style online softmax), the same bits whatever the query chunking (one prefill, chunks, decode
+// tokens) and a double-precision reference within 1e-5. Prints "N passed, M failed".
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 #include "check.h"
 #include "kv/kv_convert.h"
@@ -121,45 +125,118 @@ std::vector<float> rounded(KvDtype t, const std::vector<float>& x, int T, int n_
   return out;
 }
 
+// Writes k, v [T, n_kv, hd] and runs paged attention of q [T, n_heads, hd] as the given chunks (each
+// [c0, c1) after the previous ones) over a pool of dtype dt; returns the outputs.
+std::vector<float> attend_chunks(ThreadPool& pool, KvDtype dt, size_t pool_bytes, int bs, const std::vector<int32_t>& table,
+                                 const AttnShape& s, const std::vector<float>& q, const std::vector<float>& kk,
+                                 const std::vector<float>& vv, const std::vector<std::pair<int, int>>& chunks) {
+  const std::vector<KvLayerSpec> layers = {{s.n_kv_heads, s.head_dim, -1}};
+  KvPool kvp(layers, bs, pool_bytes, true, dt);
+  std::vector<float> out(q.size());
+  const size_t kw = size_t(s.n_kv_heads * s.head_dim), qw = size_t(s.n_heads * s.head_dim);
+  for (auto [c0, c1] : chunks) {
+    SeqSpan sp;
+    sp.n = c1 - c0;
+    sp.context_len = c0;
+    sp.block_table = table.data();
+    sp.n_blocks = int64_t(table.size());
+    write_kv(kvp, 0, kk.data() + size_t(c0) * kw, vv.data() + size_t(c0) * kw, {sp});
+    paged_attention(pool, kvp, 0, q.data() + size_t(c0) * qw, out.data() + size_t(c0) * qw, {sp}, s);
+  }
+  return out;
+}
+
+// Normal random q [T, n_heads, hd], k and v [T, n_kv, hd], and the attention shape over them.
+struct AttnCase {
+  std::vector<float> q, k, v;
+  AttnShape s;
+};
+AttnCase attn_case(unsigned seed, int T, int n_heads, int n_kv, int hd, float scale) {
+  AttnCase c;
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  c.q.resize(size_t(T * n_heads * hd));
+  c.k.resize(size_t(T * n_kv * hd));
+  c.v.resize(c.k.size());
+  for (std::vector<float>* x : {&c.q, &c.k, &c.v})
+    for (float& e : *x) e = nd(rng);
+  c.s.n_heads = n_heads;
+  c.s.n_kv_heads = n_kv;
+  c.s.head_dim = hd;
+  c.s.scale = scale;
+  return c;
+}
+
 void attention_equivalence() {
   ThreadPool pool(2);
   const int n_kv = 2, hd = 32, n_heads = 4, bs = 16, T = 45;
-  std::mt19937 rng(3);
-  std::normal_distribution<float> nd(0.0f, 1.0f);
-  std::vector<float> q(size_t(T * n_heads * hd)), k(size_t(T * n_kv * hd)), v(k.size());
-  for (float& x : q) x = nd(rng);
-  for (float& x : k) x = nd(rng);
-  for (float& x : v) x = nd(rng);
-  const std::vector<KvLayerSpec> layers = {{n_kv, hd, -1}};
+  AttnCase c = attn_case(3, T, n_heads, n_kv, hd, 0.17f);
+  const std::vector<float>&q = c.q, &k = c.k, &v = c.v;
+  AttnShape& s = c.s;
   const std::vector<int32_t> table = {3, 0, 2, 5};  // out-of-order blocks
-  AttnShape s;
-  s.n_heads = n_heads;
-  s.n_kv_heads = n_kv;
-  s.head_dim = hd;
-  s.scale = 0.17f;
   for (int window : {0, 20})
     for (KvDtype t : kAll) {
       s.window = window;
       // Prefill in two chunks (30 + 14), then one decode token: every read path of attention_tile.
       auto run = [&](KvDtype dt, const std::vector<float>& kk, const std::vector<float>& vv) {
-        KvPool kvp(layers, bs, size_t(1) << 20, true, dt);
-        std::vector<float> out(q.size());
-        for (auto [c0, c1] : {std::pair{0, 30}, std::pair{30, 44}, std::pair{44, 45}}) {
-          SeqSpan sp;
-          sp.start = 0;
-          sp.n = c1 - c0;
-          sp.context_len = c0;
-          sp.block_table = table.data();
-          sp.n_blocks = int64_t(table.size());
-          write_kv(kvp, 0, kk.data() + size_t(c0 * n_kv * hd), vv.data() + size_t(c0 * n_kv * hd), {sp});
-          paged_attention(pool, kvp, 0, q.data() + size_t(c0 * n_heads * hd), out.data() + size_t(c0 * n_heads * hd), {sp}, s);
-        }
-        return out;
+        return attend_chunks(pool, dt, size_t(1) << 20, bs, table, s, q, kk, vv, {{0, 30}, {30, 44}, {44, 45}});
       };
       const std::vector<float> got = run(t, k, v);
       const std::vector<float> want = run(KvDtype::F32, rounded(t, k, T, n_kv, hd), rounded(t, v, T, n_kv, hd));
       CHECK(std::memcmp(got.data(), want.data(), got.size() * 4) == 0,
             "%s attention (window %d) equals f32 attention over the same rounded keys and values", kv_dtype_name(t), window);
+    }
+}
+
+// Grouped heads of 32 over 520 tokens: three key tiles of kAttnKeyTile, the last partial, a window
+// crossing tile edges; decode tokens across the last edge (small enough for the scalar path under qemu).
+void long_attention() {
+  ThreadPool pool(2);
+  const int n_kv = 2, hd = 32, n_heads = 4, G = n_heads / n_kv, bs = 16, T = 520;
+  AttnCase c = attn_case(11, T, n_heads, n_kv, hd, 0.125f);
+  const std::vector<float>&q = c.q, &k = c.k, &v = c.v;
+  AttnShape& s = c.s;
+  std::vector<int32_t> table(size_t((T + bs - 1) / bs));
+  for (size_t i = 0; i < table.size(); ++i) table[i] = int32_t((i * 7) % table.size());  // 7 is coprime to 33
+  for (int window : {0, 300})
+    for (KvDtype t : {KvDtype::F32, KvDtype::F16}) {
+      s.window = window;
+      auto run = [&](const std::vector<std::pair<int, int>>& chunks) {
+        return attend_chunks(pool, t, size_t(64) << 20, bs, table, s, q, k, v, chunks);
+      };
+      const std::vector<float> one = run({{0, T}});
+      const std::vector<float> chunked = run({{0, 255}, {255, 511}, {511, 517}, {517, 518}, {518, 519}, {519, 520}});
+      std::vector<std::pair<int, int>> tokens = {{0, 480}};
+      for (int i = 480; i < T; ++i) tokens.emplace_back(i, i + 1);
+      const std::vector<float> decode = run(tokens);
+      CHECK(std::memcmp(one.data(), chunked.data(), one.size() * 4) == 0 &&
+                std::memcmp(one.data(), decode.data(), one.size() * 4) == 0,
+            "%s attention over %d tokens (window %d): one prefill, chunks and decode tokens give the same bits",
+            kv_dtype_name(t), T, window);
+      // Reference: softmax in double over the keys and values the pool holds.
+      const std::vector<float> kr = rounded(t, k, T, n_kv, hd), vr = rounded(t, v, T, n_kv, hd);
+      double worst = 0;
+      for (int i = 0; i < T; i += 13)
+        for (int h = 0; h < n_heads; ++h) {
+          const int kh = h / G, lo = window > 0 ? std::max(0, i - window + 1) : 0;
+          std::vector<double> p(size_t(i + 1));
+          double mx = -1e300, sum = 0;
+          for (int j = lo; j <= i; ++j) {
+            double d = 0;
+            for (int e = 0; e < hd; ++e)
+              d += double(q[size_t((i * n_heads + h) * hd + e)]) * kr[size_t((j * n_kv + kh) * hd + e)];
+            p[size_t(j)] = d * s.scale;
+            mx = std::max(mx, p[size_t(j)]);
+          }
+          for (int j = lo; j <= i; ++j) sum += (p[size_t(j)] = std::exp(p[size_t(j)] - mx));
+          for (int e = 0; e < hd; ++e) {
+            double o = 0;
+            for (int j = lo; j <= i; ++j) o += p[size_t(j)] * vr[size_t((j * n_kv + kh) * hd + e)];
+            worst = std::max(worst, std::fabs(o / sum - one[size_t((i * n_heads + h) * hd + e)]));
+          }
+        }
+      CHECK(worst < 1e-5, "%s attention over %d tokens (window %d) within 1e-5 of double precision (%.2e)",
+            kv_dtype_name(t), T, window, worst);
     }
 }
 
@@ -169,6 +246,7 @@ int main() {
   round_trips();
   capacity();
   attention_equivalence();
+  long_attention();
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;
 }

@@ -17,6 +17,9 @@ export interface BenchEngineOptions {
   onStep: (result: NativeStepResult) => void;
 }
 
+/** The watchdog bound of a bench step (the engine's default, 120 s, is for serving). */
+const BENCH_STEP_TIMEOUT_MS = 30 * 60_000;
+
 export function benchEngine(model: NativeModel, o: BenchEngineOptions): Engine {
   const watched: NativeModel = {
     info: () => model.info(),
@@ -37,6 +40,9 @@ export function benchEngine(model: NativeModel, o: BenchEngineOptions): Engine {
     maxBatchedTokens: o.maxBatchedTokens,
     enablePrefixCache: false, // a repeated prompt is computed again, as each bench run must
     maxPrefillAttention: 0,
+    // A one-step prefill of 8192+ tokens on two shared cores runs for minutes: past the serving
+    // watchdog's bound, not stuck.
+    stepTimeoutMs: BENCH_STEP_TIMEOUT_MS,
   });
 }
 

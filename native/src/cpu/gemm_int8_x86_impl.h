@@ -1,4 +1,4 @@
-// Batched decode GEMM for 4-bit affine weights on the Fast path (int8 activations), AVX-512 VNNI.
+// Batched decode GEMM for 4-bit and 8-bit affine weights on the Fast path (int8 activations), AVX-512 VNNI.
 // Included by cpu/kernels_x86.cpp inside its AVX-512 target region only (no include guard; expects
 // <immintrin.h>, cpu/kernels.h and tensor/dtype.h, and cvt_floats from kernels_x86_impl.h).
 //
@@ -100,6 +100,23 @@ void gemm4_tile(const GemmTile& t, float* out) {
   for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * 16, _mm512_add_ps(flo[r], fhi[r]));
 }
 
+// Sweeps the column tiles (16 activation rows each) of xq for R weight rows from r: points t at each,
+// runs tile(c0) into out [R][16] and scatters the live columns to y.
+template <class Tile, class RunTile>
+void gemm_columns(Tile& t, const XQuant& xq, int64_t n, int64_t K, int64_t r, int R, const float* out, float* y,
+                  int64_t ldy, RunTile&& tile) {
+  for (int64_t c0 = 0; c0 < n; c0 += 16) {
+    const int C = n - c0 < 16 ? int(n - c0) : 16;
+    t.cols = __mmask16((1u << C) - 1u);
+    t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
+    t.dT = xq.dT + c0;
+    t.sxT = xq.sxT + c0;
+    tile(c0);
+    for (int i = 0; i < R; ++i)
+      for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
+  }
+}
+
 // Rows [r0, r1) of y for all n activation rows: tiles of kGemmRows weight rows, unpacked once and
 // swept over every 16-row column tile of xq.xp.
 template <int UNIT, int UPG>
@@ -139,18 +156,11 @@ void gemm4_rows_t(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int6
         }
       }
     }
-    for (int64_t c0 = 0; c0 < n; c0 += 16) {
-      const int C = n - c0 < 16 ? int(n - c0) : 16;
-      t.cols = __mmask16((1u << C) - 1u);
-      t.xp = xq.xp + (c0 / 16) * (K / 4) * 16;
-      t.dT = xq.dT + c0;
-      t.sxT = xq.sxT + c0;
+    gemm_columns(t, xq, n, K, r, R, out, y, ldy, [&](int64_t c0) {
       // Whole-tile bytes: UNIT 32 packs 16 bytes per unit per row, so the same R * 32 covers two of its units.
       t.pf = c0 == 0 && r + 2 * kGemmRows <= r1 ? wbase + size_t(r + R) * row_bytes : nullptr;
       fns[R - 1](t, out);
-      for (int i = 0; i < R; ++i)
-        for (int c = 0; c < C; ++c) y[(c0 + c) * ldy + r + i] = out[i * 16 + c];
-    }
+    });
   }
 }
 
@@ -159,4 +169,137 @@ void gemm4_rows(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_
   if (W.group == 32) gemm4_rows_t<32, 1>(W, xq, n, r0, r1, y, ldy, scratch);
   else if (W.group == 64) gemm4_rows_t<64, 1>(W, xq, n, r0, r1, y, ldy, scratch);
   else gemm4_rows_t<64, 2>(W, xq, n, r0, r1, y, ldy, scratch);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8-bit affine weights: the same one-lane-per-activation-row GEMM. fast8 / gemv8 keep 8 float partial
+// sums per output (one per ymm lane: dwords l and 8 + l of each x block) and fold them with hsum, so
+// here each output has 8 partial accumulators too, each fed the same exact int32 block sums, the same
+// s·d products in the same order; the bias pass and the final fold are theirs, hence the same bits.
+// vpdpbusd multiplies unsigned by signed bytes: x + 128 (xp packed with the sign bits flipped) against
+// the codes as q - 128, the int32 sum started at -128·Σ(q - 128) of the lane's bytes, which leaves the
+// exact Σ(q - 128)·x that fast8 computes with its sign trick.
+
+constexpr int kGemm8Rows = 2;  // weight rows per tile: 2 x 8 partial f32 accumulators + temporaries in 32 zmm
+
+struct Gemm8Tile {
+  const int8_t* wq[kGemm8Rows];   // [K] q - 128
+  const int32_t* wc[kGemm8Rows];  // [nblk][8] -128·Σ(q - 128) of each lane's bytes per x block
+  const float* sw[kGemm8Rows];    // [ngp] scales, zero padded
+  const float* bw[kGemm8Rows];    // [ngp] biases + 128·scale, zero padded
+  const uint32_t* xp;  // [K/4][16] dwords of x + 128 of this column tile
+  const float* dT;     // x block scales, block-major: dT[blk * ldd + c]
+  const float* sxT;    // x group sums, group-major: sxT[g * ldd + c]
+  int64_t ldd, nblk, ngp, bpg;
+  __mmask16 cols;
+};
+
+// out[r * 16 + c] for R weight rows × 16 activation rows; XB: x block (32 or 64 elements).
+template <int R, int XB>
+void gemm8_tile(const Gemm8Tile& t, float* out) {
+  __m512 f[R][8];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) f[r][l] = _mm512_setzero_ps();
+  for (int64_t blk = 0; blk < t.nblk; ++blk) {
+    const int64_t g = blk / t.bpg;
+    const __m512 d = _mm512_maskz_loadu_ps(t.cols, t.dT + blk * t.ldd);
+    __m512 cs[R];
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) cs[r] = _mm512_mul_ps(_mm512_set1_ps(t.sw[r][g]), d);
+    const int64_t p0 = blk * (XB / 4);  // first dword of the block
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      const __m512i x0 = _mm512_loadu_si512(t.xp + (p0 + l) * 16);
+      __m512i x1 = x0;
+      if constexpr (XB == 64) x1 = _mm512_loadu_si512(t.xp + (p0 + 8 + l) * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        int32_t wd;
+        std::memcpy(&wd, t.wq[r] + (p0 + l) * 4, 4);
+        __m512i acc = _mm512_dpbusd_epi32(_mm512_set1_epi32(t.wc[r][blk * 8 + l]), x0, _mm512_set1_epi32(wd));
+        if constexpr (XB == 64) {
+          std::memcpy(&wd, t.wq[r] + (p0 + 8 + l) * 4, 4);
+          acc = _mm512_dpbusd_epi32(acc, x1, _mm512_set1_epi32(wd));
+        }
+        // maskz form: see gemm4_half.
+        f[r][l] = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(__mmask16(0xFFFF), acc), cs[r], f[r][l]);
+      }
+    }
+  }
+  // Bias pass as fast8's finish: group g goes to partial g % 8 (ngp is a multiple of 8).
+  for (int64_t g = 0; g < t.ngp; g += 8)
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      const __m512 sx = _mm512_maskz_loadu_ps(t.cols, t.sxT + (g + l) * t.ldd);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) f[r][l] = _mm512_fmadd_ps(_mm512_set1_ps(t.bw[r][g + l]), sx, f[r][l]);
+    }
+  // hsum's fold: ((a0 + a4) + (a2 + a6)) + ((a1 + a5) + (a3 + a7)).
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const __m512 a = _mm512_add_ps(_mm512_add_ps(f[r][0], f[r][4]), _mm512_add_ps(f[r][2], f[r][6]));
+    const __m512 b = _mm512_add_ps(_mm512_add_ps(f[r][1], f[r][5]), _mm512_add_ps(f[r][3], f[r][7]));
+    _mm512_storeu_ps(out + r * 16, _mm512_add_ps(a, b));
+  }
+}
+
+template <int XB>
+void gemm8_rows_t(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
+                  float* scratch) {
+  using TileFn = void (*)(const Gemm8Tile&, float*);
+  static const TileFn fns[kGemm8Rows] = {gemm8_tile<1, XB>, gemm8_tile<2, XB>};
+  const int64_t K = W.in, ng = K / W.group, ngp = xq.ngp, nblk = K / XB;
+  const uint8_t* wbase = static_cast<const uint8_t*>(W.data);
+  // Scratch (within kern::fast_scratch_floats): out [2][16] | sw, bw [2][ngp] | wc [2][nblk * 8] | wq [2][K].
+  float* out = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch) + 63) & ~uintptr_t(63));
+  float* swb = out + kGemm8Rows * 16;
+  float* bwb = swb + kGemm8Rows * ngp;
+  int32_t* wcb = reinterpret_cast<int32_t*>(bwb + kGemm8Rows * ngp);
+  int8_t* wqb = reinterpret_cast<int8_t*>(wcb + kGemm8Rows * nblk * 8);
+  Gemm8Tile t{};
+  for (int i = 0; i < kGemm8Rows; ++i) {
+    t.sw[i] = swb + i * ngp;
+    t.bw[i] = bwb + i * ngp;
+    t.wc[i] = wcb + i * nblk * 8;
+    t.wq[i] = wqb + size_t(i) * size_t(K);
+  }
+  t.ldd = xq.ldd;
+  t.nblk = nblk;
+  t.ngp = ngp;
+  t.bpg = W.group / XB;
+  const __m512i flip = _mm512_set1_epi8(char(0x80));
+  for (int64_t r = r0; r < r1; r += kGemm8Rows) {
+    const int R = r + kGemm8Rows <= r1 ? kGemm8Rows : int(r1 - r);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* w = wbase + size_t(r + i) * size_t(K);
+      int8_t* wq = wqb + size_t(i) * size_t(K);
+      for (int64_t k = 0; k < K; k += 64)  // K % 64 == 0 (fast_ok)
+        _mm512_storeu_si512(wq + k, _mm512_xor_si512(_mm512_loadu_si512(w + k), flip));
+      int32_t* wc = wcb + i * nblk * 8;
+      for (int64_t b = 0; b < nblk; ++b)
+        for (int l = 0; l < 8; ++l) {
+          int32_t s = 0;
+          for (int h = 0; h < XB / 32; ++h)
+            for (int e = 0; e < 4; ++e) s += wq[b * XB + h * 32 + l * 4 + e];
+          wc[b * 8 + l] = -128 * s;
+        }
+      float* sw = swb + i * ngp;
+      float* bw = bwb + i * ngp;
+      cvt_floats(W.scales, W.dtype, (r + i) * ng, ng, sw);
+      cvt_floats(W.biases, W.dtype, (r + i) * ng, ng, bw);
+      for (int64_t g = ng; g < ngp; ++g) sw[g] = bw[g] = 0;
+      for (int64_t g = 0; g < ng; ++g) bw[g] += 128.0f * sw[g];
+    }
+    gemm_columns(t, xq, n, K, r, R, out, y, ldy, [&](int64_t) { fns[R - 1](t, out); });
+  }
+}
+
+// The family's Kernels::gemm_rows: 4-bit and 8-bit affine weights.
+void gemm_rows(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
+               float* scratch) {
+  if (W.bits == 4) return gemm4_rows(W, xq, n, r0, r1, y, ldy, scratch);
+  if (W.group == 32) gemm8_rows_t<32>(W, xq, n, r0, r1, y, ldy, scratch);
+  else gemm8_rows_t<64>(W, xq, n, r0, r1, y, ldy, scratch);
 }

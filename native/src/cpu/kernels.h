@@ -21,7 +21,8 @@ struct XQuant {
   int xb = 64;           // elements per x block (natural order)
   int perm = 0;          // 0 natural, 32 or 64: evens then odds within each chunk of `perm`
   // Batched GEMM only (Kernels::gemm_rows): [ceil(n/16)][K/4][16] dwords of q, one activation row per
-  // lane; lanes past n are zero.
+  // lane; lanes past n are zero. For 8-bit weights the bytes are x + 128 (sign bits flipped, see
+  // kGemmXFlip8): vpdpbusd's unsigned operand.
   uint32_t* xp = nullptr;
 };
 
@@ -29,6 +30,8 @@ struct XQuant {
 // fast_rows; both give bit-identical results. Measured on Zen4, 4864x896 4-bit: at 8 rows (half the
 // lanes idle) 0.89x the 4-row tiles, at 10 rows 1.7x, at 16 rows 1.5x the VNNI 4-row tiles.
 constexpr int64_t kGemmMinRows = 9;
+// XOR applied to each packed x dword for 8-bit weights (x + 128 as unsigned bytes); 4-bit packs x as is.
+constexpr uint32_t kGemmXFlip8 = 0x80808080u;
 
 // Fast layout parameters for a weight.
 inline void xq_layout(const Weight& W, int& xb, int& perm) {
@@ -54,8 +57,8 @@ struct Kernels {
   void (*gemv_exact)(const Weight& W, const float* x, int64_t r0, int64_t r1, float* y, float* scratch);
   // Reads n uint64 words (bandwidth probe); returns a checksum so the reads are not elided.
   uint64_t (*read_sum)(const uint64_t* p, size_t n);
-  // Batched GEMM (decode of 9+ sequences, prefill), W Affine 4-bit, xq.xp packed: same contract and
-  // results as fast_rows; nullptr where the family has none.
+  // Batched GEMM (decode of 9+ sequences, prefill), W Affine 4- or 8-bit, xq.xp packed: same contract
+  // and results as fast_rows; nullptr where the family has none.
   void (*gemm_rows)(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
                     float* scratch);
 };
@@ -82,7 +85,8 @@ bool cpu_has_dotprod();
 // Bytes of scratch fast_rows needs per thread.
 inline size_t fast_scratch_floats(const Weight& W) {
   int64_t ng = W.in / W.group;
-  // gemm_rows: 8 rows of codes (K bytes each), their scales and biases, an 8x16 tile out.
+  // gemm_rows: 8 rows of codes (K bytes each), their scales and biases, an 8x16 tile out (4-bit); the
+  // 8-bit tiles' 2 rows of K bytes, their lane sums and padded scales and biases fit in the same.
   const int64_t gemm = 8 * (W.in / 4 + 2 * ng + 16) + 16;
   return size_t(std::max<int64_t>((ng + 8) * 8 * 4, gemm) + 64);
 }

@@ -71,7 +71,7 @@ const Kernels& avx2_kernels() {
 const Kernels& avx512_vnni_kernels() {
   using namespace x86_avx512;
   static const Kernels k{"avx512-vnni", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum,
-                         gemm4_rows};
+                         gemm_rows};
   return k;
 }
 

@@ -111,8 +111,8 @@ struct XQBuffers {
 };
 thread_local XQBuffers t_xq_buffers;
 
-// xp[t][p][l] = dword p of activation row 16t + l (Kernels::gemm_rows' layout).
-void pack_gemm_x(const int8_t* q, int64_t n, int64_t K, uint32_t* xp) {
+// xp[t][p][l] = dword p of activation row 16t + l, XOR flip (Kernels::gemm_rows' layout).
+void pack_gemm_x(const int8_t* q, int64_t n, int64_t K, uint32_t flip, uint32_t* xp) {
   const int64_t nd = K / 4;
   for (int64_t t = 0; t < (n + 15) / 16; ++t)
     for (int l = 0; l < 16; ++l) {
@@ -125,7 +125,7 @@ void pack_gemm_x(const int8_t* q, int64_t n, int64_t K, uint32_t* xp) {
       for (int64_t p = 0; p < nd; ++p) {
         uint32_t v;
         std::memcpy(&v, q + c * K + p * 4, 4);
-        dst[p * 16] = v;
+        dst[p * 16] = v ^ flip;
       }
     }
 }
@@ -241,11 +241,11 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
     kern::XQuant xq = detail::quantize_activations(pool, k, W, x, ldx, n);
     XQBuffers& xb = t_xq_buffers;
     const size_t scratch = kern::fast_scratch_floats(W);
-    if (k.gemm_rows != nullptr && W.bits == 4 && n >= kern::kGemmMinRows) {
+    if (k.gemm_rows != nullptr && n >= kern::kGemmMinRows) {
       const size_t np = size_t((n + 15) / 16 * 16 * K / 4);
       if (xb.xp.size() < np) xb.xp.resize(np);
       xq.xp = xb.xp.data();
-      pack_gemm_x(xq.q, n, K, xq.xp);
+      pack_gemm_x(xq.q, n, K, W.bits == 8 ? kern::kGemmXFlip8 : 0u, xq.xp);
       split_rows(pool, W.out, n * K, [&](int64_t r0, int64_t r1) {
         k.gemm_rows(W, xq, n, r0, r1, y, ldy, scratch_floats(scratch));
       });

@@ -1,5 +1,6 @@
 #include "layers/attention.h"
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include "kv/kv_convert.h"
@@ -35,21 +36,27 @@ void paged_attention(ThreadPool& pool, KvPool& kv, int layer, const float* q, fl
   const int hd = s.head_dim;
   const int group = s.n_heads / s.n_kv_heads;  // query heads per KV head, processed together
   const int bs = kv.block_size();
-  // Work items: (row, KV head, query chunk). The chunk size depends only on the row's own
-  // length, so a row's arithmetic never depends on its neighbours.
+  // Work items: (row, KV head, query chunk). A row's results do not depend on its chunk (attention_tile
+  // tiles the keys at fixed positions), so chunks are sized for the caches: ~kAttnKeyTile query rows.
+  const int64_t chunk = std::max<int64_t>(1, kAttnKeyTile / group);
   std::vector<WorkItem> items;
   for (size_t r = 0; r < spans.size(); ++r) {
     const SeqSpan& sp = spans[r];
-    const int64_t ctx = sp.context_len + sp.n;
-    const int64_t chunk = std::clamp<int64_t>((int64_t(1) << 18) / (int64_t(group) * (ctx + 16)), 1, 32);
     for (int h = 0; h < s.n_kv_heads; ++h)
       for (int64_t t = 0; t < sp.n; t += chunk) items.push_back({int(r), h, t, std::min(sp.n, t + chunk)});
   }
+  // Causal chunks late in a long prompt cost the most: hand them out first, through an atomic
+  // counter, so a descheduled thread (shared machine) delays one item, not a fixed share.
+  auto cost = [&](const WorkItem& w) { return (w.t1 - w.t0) * (spans[size_t(w.span)].context_len + w.t1); };
+  std::stable_sort(items.begin(), items.end(), [&](const WorkItem& a, const WorkItem& b) { return cost(a) > cost(b); });
 
   const KvPool::View kvv = kv.view(layer);
-  pool.parallel_for(int64_t(items.size()), [&](int64_t b, int64_t e) {
+  std::atomic<int64_t> next{0};
+  const int64_t n_items = int64_t(items.size());
+  pool.run([&](int, int) {
     AttnScratch scratch;
-    for (int64_t it = b; it < e; ++it) {
+    for (int64_t it = next.fetch_add(1, std::memory_order_relaxed); it < n_items;
+         it = next.fetch_add(1, std::memory_order_relaxed)) {
       const WorkItem& w = items[size_t(it)];
       const SeqSpan& sp = spans[size_t(w.span)];
       AttnTile tile;

@@ -38,8 +38,34 @@ void pv_scalar(const float* p, int64_t ldp, const void* const* vrow, int64_t lo,
   }
 }
 
+// x[j] *= scale for j in [0, n); returns the largest result. The same products in any path, and a max is
+// exact in any order, so the SIMD form gives the same bits.
+float scale_max_scalar(float* x, int64_t n, float scale) {
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) mx = std::max(mx, x[j] *= scale);
+  return mx;
+}
+
 #if defined(__x86_64__)
 #define AVX2 __attribute__((target("avx2,fma")))
+
+AVX2 float scale_max_avx2(float* x, int64_t n, float scale) {
+  const __m256 vs = _mm256_set1_ps(scale);
+  __m256 m0 = _mm256_set1_ps(-INFINITY), m1 = m0;
+  int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m256 a = _mm256_mul_ps(_mm256_loadu_ps(x + j), vs), b = _mm256_mul_ps(_mm256_loadu_ps(x + j + 8), vs);
+    _mm256_storeu_ps(x + j, a);
+    _mm256_storeu_ps(x + j + 8, b);
+    m0 = _mm256_max_ps(m0, a);
+    m1 = _mm256_max_ps(m1, b);
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_max_ps(m0, m1));
+  float mx = scale_max_scalar(x + j, n - j, scale);
+  for (float v : lanes) mx = std::max(mx, v);
+  return mx;
+}
 
 // R query rows × 16 keys per inner step; every (m, j) gets the same FMA chain over d, so results do
 // not depend on where a row or key falls in a tile.
@@ -162,9 +188,11 @@ AVX2_F16C void pv_simd(KvDtype t, const float* p, int64_t ldp, const void* const
 void attention_tile(const AttnTile& t, AttnScratch& sc) {
   const int hd = t.hd, G = t.group;
   const int64_t M = t.n_q * G;
-  // Last visible key of each query token: itself, or the end of its bidirectional block.
-  std::vector<int64_t> qhi(static_cast<size_t>(t.n_q));
-  int64_t qlast = 0;
+  // Visible keys [qlo, qhi] of each query token: the window's start (or 0) to itself, or to the end of
+  // its bidirectional block.
+  sc.qlo.resize(size_t(t.n_q));
+  sc.qhi.resize(size_t(t.n_q));
+  int64_t klo = INT64_MAX, khi = -1;
   for (int64_t ti = 0; ti < t.n_q; ++ti) {
     const int64_t qpos = t.qpos0 + ti;
     int64_t last = qpos;
@@ -172,12 +200,11 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
       const int64_t s = t.bidir_base + t.bidir[2 * b], e = t.bidir_base + t.bidir[2 * b + 1];
       if (qpos >= s && qpos < e) { last = std::max(last, e - 1); break; }
     }
-    qhi[size_t(ti)] = last;
-    qlast = std::max(qlast, last);
+    sc.qlo[size_t(ti)] = t.window > 0 ? std::max<int64_t>(0, qpos - t.window + 1) : 0;
+    sc.qhi[size_t(ti)] = last;
+    klo = std::min(klo, sc.qlo[size_t(ti)]);
+    khi = std::max(khi, last);
   }
-  const int64_t kstart = t.window > 0 ? std::max<int64_t>(0, t.qpos0 - t.window + 1) : 0;
-  const int64_t Nk = qlast - kstart + 1;
-  const int64_t Nkp = (Nk + 15) / 16 * 16;
 #if defined(__x86_64__)
   const bool simd = vec::simd_enabled() && hd % 8 == 0;
 #else
@@ -189,28 +216,24 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
     for (int g = 0; g < G; ++g)
       std::copy_n(t.q + ti * t.n_heads * hd + g * hd, hd, sc.qt.data() + (ti * G + g) * hd);
 
-  // V row pointers; keys are transposed to [hd, Nkp] (zero padded) for the panel kernel. A decode tile (one
-  // query token) takes the same path, so a token's scores are bit-identical whether it decodes alone or is
-  // one of several query tokens (a verified speculative draft, a prefill chunk).
-  std::vector<const void*> vrow(static_cast<size_t>(Nk));
-  sc.s.resize(size_t(M * Nkp));
   // Rows of key/value j as f32 [hd]: f32 caches are read in place, others converted (exactly the same
-  // values whatever the tile, so batch invariance holds for every dtype).
+  // values whatever the tile, so batch invariance holds for every dtype). Values of 16-bit / int8 caches
+  // are converted inside the SIMD P·V pass where it can (vrow then points at the stored codes);
+  // otherwise into sc.vc first. Both give the same f32 values.
   const bool f32 = t.dtype == KvDtype::F32;
   const size_t eb = kv_elem_bytes(t.dtype);
-  // Values of 16-bit / int8 caches are converted inside the SIMD P·V pass where it can (vrow then points
-  // at the stored codes); otherwise into sc.vc first. Both give the same f32 values.
 #if defined(__x86_64__)
   const bool fused_v = !f32 && simd && hd % 8 == 0 && kv::simd_loads();
 #else
   const bool fused_v = false;
 #endif
   [[maybe_unused]] const KvDtype vrow_type = fused_v ? t.dtype : KvDtype::F32;
+  constexpr int64_t KT = kAttnKeyTile;
   if (!f32) sc.kr.resize(size_t(hd));
-  if (!f32 && !fused_v) sc.vc.resize(size_t(Nk * hd));
-  if (fused_v && t.dtype == KvDtype::I8) sc.vs.resize(size_t(Nk));
-  auto slot_of = [&](int64_t j) {
-    const int64_t k = kstart + j;
+  if (!f32 && !fused_v) sc.vc.resize(size_t(KT * hd));
+  if (fused_v && t.dtype == KvDtype::I8) sc.vs.resize(size_t(KT));
+  sc.vrow.resize(size_t(KT));
+  auto slot_of = [&](int64_t k) {
     return size_t(t.block_table[k / t.block_size]) * t.block_stride + size_t(k % t.block_size) * t.token_stride;
   };
   auto key_row = [&](size_t off) -> const float* {
@@ -228,55 +251,96 @@ void attention_tile(const AttnTile& t, AttnScratch& sc) {
     kv::load_row(t.dtype, t.v_base + off * eb, t.vs_base ? t.vs_base + off / size_t(hd) : nullptr, dst, hd);
     return dst;
   };
-  sc.kt.assign(size_t(hd * Nkp), 0.0f);
-  for (int64_t j = 0; j < Nk; ++j) {
-    const size_t off = slot_of(j);
-    const float* kr = key_row(off);  // [hd]
-    for (int d = 0; d < hd; ++d) sc.kt[size_t(d * Nkp + j)] = kr[d];
-    vrow[size_t(j)] = value_row(off, j);
-  }
-#if defined(__x86_64__)
-  if (simd) scores_avx2(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
-  else
-#endif
-    scores_scalar(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
 
-  // Softmax per row over its own key range [lo, hi]; entries outside are set to exactly 0 so rows of
-  // different query tokens can share one P·V pass (fma(0, v, acc) == acc: results are unchanged).
-  std::vector<int64_t> lo(static_cast<size_t>(M)), hi(static_cast<size_t>(M));
-  for (int64_t m = 0; m < M; ++m) {
-    const int64_t qpos = t.qpos0 + m / G;
-    lo[size_t(m)] = (t.window > 0 ? std::max<int64_t>(0, qpos - t.window + 1) : 0) - kstart;
-    hi[size_t(m)] = qhi[size_t(m / G)] - kstart;
-    float* sr = sc.s.data() + m * Nkp;  // [Nkp]
-    float mx = -INFINITY;
-    for (int64_t j = lo[size_t(m)]; j <= hi[size_t(m)]; ++j) mx = std::max(mx, sr[j] *= t.scale);
-    const float inv = 1.0f / vec::exp_shift_sum(sr + lo[size_t(m)], hi[size_t(m)] - lo[size_t(m)] + 1, mx);
-    for (int64_t j = lo[size_t(m)]; j <= hi[size_t(m)]; ++j) sr[j] *= inv;
-    std::fill(sr, sr + lo[size_t(m)], 0.0f);
-    std::fill(sr + hi[size_t(m)] + 1, sr + Nkp, 0.0f);
-  }
-  // Output row m = (token ti, head g) lives at out[ti*n_heads*hd + g*hd]: G rows of a token are
-  // contiguous, so a block of rows is a strided run only within one token; write via a row buffer.
-  sc.o.resize(size_t(M * hd));
-  for (int64_t m0 = 0; m0 < M;) {
-    const int R = int(std::min<int64_t>(4, M - m0));
-    const int Rb = R >= 4 ? 4 : R >= 2 ? 2 : 1;
-    int64_t jl = lo[size_t(m0)], jh = hi[size_t(m0)];
-    for (int r = 1; r < Rb; ++r) {
-      jl = std::min(jl, lo[size_t(m0 + r)]);
-      jh = std::max(jh, hi[size_t(m0 + r)]);
+  // Flash-style: keys in tiles of KT at fixed absolute positions [kb, kb + KT), a running max, sum and
+  // output per row (online softmax), so memory is O(M · (KT + hd)) at any context length. A row's
+  // arithmetic depends only on its own key range and the fixed tile grid, never on the other rows of
+  // its chunk: a token decodes to the same bits alone, in a prefill chunk or in a verified draft.
+  sc.o.assign(size_t(M * hd), 0.0f);
+  sc.mx.assign(size_t(M), -INFINITY);
+  sc.sum.assign(size_t(M), 0.0f);
+  sc.alpha.resize(size_t(M));
+  sc.ra.resize(size_t(M));
+  sc.rb.resize(size_t(M));
+  sc.ot.resize(size_t(M * hd));
+  for (int64_t kb = klo / KT * KT; kb <= khi; kb += KT) {
+    const int64_t j0 = std::max(kb, klo), j1 = std::min(kb + KT - 1, khi);  // keys loaded: [j0, j1]
+    const int64_t Nk = j1 - j0 + 1, Nkp = (Nk + 15) / 16 * 16;
+    sc.kt.assign(size_t(hd * Nkp), 0.0f);  // [hd, Nkp] keys transposed, zero padded
+    for (int64_t j = 0; j < Nk; ++j) {
+      const size_t off = slot_of(j0 + j);
+      const float* kr = key_row(off);  // [hd]
+      for (int d = 0; d < hd; ++d) sc.kt[size_t(d * Nkp + j)] = kr[d];
+      sc.vrow[size_t(j)] = value_row(off, j);
     }
-    const float* p = sc.s.data() + m0 * Nkp;
+    sc.s.resize(size_t(M * Nkp));
 #if defined(__x86_64__)
-    if (simd) pv_simd(vrow_type, p, Nkp, vrow.data(), sc.vs.data(), jl, jh, Rb, hd, sc.o.data() + m0 * hd, hd);
+    if (simd) scores_avx2(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
     else
 #endif
-      pv_scalar(p, Nkp, vrow.data(), jl, jh, Rb, hd, sc.o.data() + m0 * hd, hd);
-    m0 += Rb;
+      scores_scalar(sc.qt.data(), sc.kt.data(), sc.s.data(), M, Nkp, hd);
+
+    // Per row: its keys [a, b] in this tile (tile-local; a > b: none), the new running max, the scale
+    // alpha of what it had, and its probabilities (exactly 0 outside [a, b], so rows of different
+    // query tokens share one P·V pass: fma(0, v, acc) == acc).
+    for (int64_t m = 0; m < M; ++m) {
+      const int64_t a = std::max(sc.qlo[size_t(m / G)], j0) - j0, b = std::min(sc.qhi[size_t(m / G)], j1) - j0;
+      sc.ra[size_t(m)] = a;
+      sc.rb[size_t(m)] = b;
+      float* sr = sc.s.data() + m * Nkp;  // [Nkp]
+      if (a > b) {
+        std::fill(sr, sr + Nkp, 0.0f);
+        continue;
+      }
+#if defined(__x86_64__)
+      const float mt = simd ? scale_max_avx2(sr + a, b - a + 1, t.scale) : scale_max_scalar(sr + a, b - a + 1, t.scale);
+#else
+      const float mt = scale_max_scalar(sr + a, b - a + 1, t.scale);
+#endif
+      const float mnew = std::max(sc.mx[size_t(m)], mt);
+      sc.alpha[size_t(m)] = std::exp(sc.mx[size_t(m)] - mnew);  // exp(-inf) = 0 on the first tile
+      sc.mx[size_t(m)] = mnew;
+      sc.sum[size_t(m)] = sc.sum[size_t(m)] * sc.alpha[size_t(m)] + vec::exp_shift_sum(sr + a, b - a + 1, mnew);
+      std::fill(sr, sr + a, 0.0f);
+      std::fill(sr + b + 1, sr + Nkp, 0.0f);
+    }
+    // Output row m = (token ti, head g): P·V of this tile in blocks of up to 4 rows, then folded into
+    // the running output.
+    for (int64_t m0 = 0; m0 < M;) {
+      const int R = int(std::min<int64_t>(4, M - m0));
+      const int Rb = R >= 4 ? 4 : R >= 2 ? 2 : 1;
+      int64_t jl = INT64_MAX, jh = -1;
+      for (int r = 0; r < Rb; ++r)
+        if (sc.ra[size_t(m0 + r)] <= sc.rb[size_t(m0 + r)]) {
+          jl = std::min(jl, sc.ra[size_t(m0 + r)]);
+          jh = std::max(jh, sc.rb[size_t(m0 + r)]);
+        }
+      if (jh >= 0) {
+        const float* p = sc.s.data() + m0 * Nkp;
+#if defined(__x86_64__)
+        if (simd) pv_simd(vrow_type, p, Nkp, sc.vrow.data(), sc.vs.data(), jl, jh, Rb, hd, sc.ot.data() + m0 * hd, hd);
+        else
+#endif
+          pv_scalar(p, Nkp, sc.vrow.data(), jl, jh, Rb, hd, sc.ot.data() + m0 * hd, hd);
+        for (int r = 0; r < Rb; ++r) {
+          const int64_t m = m0 + r;
+          if (sc.ra[size_t(m)] > sc.rb[size_t(m)]) continue;
+          float* om = sc.o.data() + m * hd;
+          const float* tm = sc.ot.data() + m * hd;
+          const float al = sc.alpha[size_t(m)];
+          for (int d = 0; d < hd; ++d) om[d] = om[d] * al + tm[d];
+        }
+      }
+      m0 += Rb;
+    }
   }
-  for (int64_t m = 0; m < M; ++m)
-    std::copy_n(sc.o.data() + m * hd, hd, t.out + (m / G) * t.n_heads * hd + (m % G) * hd);
+  // Output row m = (token ti, head g) lives at out[ti*n_heads*hd + g*hd].
+  for (int64_t m = 0; m < M; ++m) {
+    const float inv = 1.0f / sc.sum[size_t(m)];
+    const float* om = sc.o.data() + m * hd;
+    float* dst = t.out + (m / G) * t.n_heads * hd + (m % G) * hd;
+    for (int d = 0; d < hd; ++d) dst[d] = om[d] * inv;
+  }
 }
 
 }  // namespace rapid
