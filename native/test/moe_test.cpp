@@ -292,7 +292,7 @@ static void test_experts(ThreadPool& pool, const Master& m, const std::vector<fl
                       "expert index 6 outside [0, 6)"),
           "bad expert index");
     CHECK(throws_with([&] { load_moe_experts(*ck, qc, "l.mlp.experts", "", E, H, I / 2, Activation::Silu); },
-                      "experts l.mlp.experts: gate_up_proj [6, 64, 64]"),
+                      "l.mlp.experts.gate_up_proj [6, 64, 64] and l.mlp.experts.down_proj"),
           "fused shapes matching no layout");
     CHECK(throws_with([&] { load_moe_experts(*ck, qc, "nope", "nope2", E, H, I, Activation::Silu); },
                       "missing expert tensors"),
