@@ -140,13 +140,6 @@ bool fast_ok(const Weight& W) {
          (W.group == 32 || W.group == 64 || W.group == 128);
 }
 
-// Splits rows [0, out) over the pool (cpu/row_split.h: owned slices, stealing from late threads).
-template <class F>
-void split_rows(ThreadPool& pool, int64_t out, int64_t work_per_row, F&& fn) {
-  const int nt = row_split_threads(pool, out, work_per_row);
-  split_owned_rows(pool, nt, out, row_split_chunk(nt, out, work_per_row), fn);
-}
-
 }  // namespace
 
 bool force_scalar_kernels(bool on) { return g_force_scalar.exchange(on); }

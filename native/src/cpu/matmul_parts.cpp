@@ -47,8 +47,7 @@ void matmul_parts(ThreadPool& pool, const MatmulPart* parts, int count, const fl
   for (int i = 0; i < count; ++i) off[size_t(i) + 1] = off[size_t(i)] + parts[i].w->out;
   const int64_t rows = off[size_t(count)];
   const size_t scratch = scratch_for(parts, count);
-  const int nt = row_split_threads(pool, rows, n * K);
-  split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, n * K), [&](int64_t b, int64_t e) {
+  split_rows(pool, rows, n * K, [&](int64_t b, int64_t e) {
     float* s = detail::thread_scratch(scratch);
     for (int i = 0; i < count; ++i) {
       const int64_t r0 = std::max(b, off[size_t(i)]), r1 = std::min(e, off[size_t(i) + 1]);
@@ -73,8 +72,7 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
   const int64_t K = a.in;
   const kern::XQuant xq = detail::quantize_activations(pool, k, a, x, K, n);
   const size_t scratch = scratch_for(parts, 2);
-  const int nt = row_split_threads(pool, rows, 2 * n * K);
-  split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, 2 * n * K), [&](int64_t r0, int64_t r1) {
+  split_rows(pool, rows, 2 * n * K, [&](int64_t r0, int64_t r1) {
     float* s = detail::thread_scratch(scratch);
     k.fast_rows(a, xq, n, r0, r1, ya, rows, s);
     k.fast_rows(b, xq, n, r0, r1, yb, rows, s);

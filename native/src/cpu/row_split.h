@@ -60,4 +60,11 @@ void split_owned_rows(ThreadPool& pool, int nt, int64_t rows, int64_t chunk, F&&
   });
 }
 
+// The usual split: threads and chunk from the rows' work (row_split_threads, row_split_chunk).
+template <class F>
+void split_rows(ThreadPool& pool, int64_t rows, int64_t work_per_row, F&& fn, int64_t align = 4) {
+  const int nt = row_split_threads(pool, rows, work_per_row);
+  split_owned_rows(pool, nt, rows, row_split_chunk(nt, rows, work_per_row), fn, align);
+}
+
 }  // namespace rapid
