@@ -9,9 +9,9 @@
 #include <cmath>
 #include <cstring>
 #include <string_view>
-#include <vector>
 
 #include "cpu/gemm_packed_tiles.h"
+#include "cpu/matmul_fast.h"
 
 namespace rapid {
 namespace {
@@ -150,16 +150,14 @@ void gemm_packed(ThreadPool& pool, const PackedDense& P, const float* x, int64_t
   // Below ~1M multiply-adds a parallel region costs more than it saves.
   const bool parallel = pool.size() > 1 && items > 1 && double(n) * double(K) * double(P.out) >= 1e6;
   if (!parallel) {
-    thread_local std::vector<float> s;
-    if (s.size() < scratch) s.resize(scratch);
-    for (int64_t it = 0; it < items; ++it) run_item(it, s.data(), s.data() + kcs * mr);
+    float* s = detail::thread_scratch(scratch);
+    for (int64_t it = 0; it < items; ++it) run_item(it, s, s + kcs * mr);
     return;
   }
   std::atomic<int64_t> next{0};
   pool.run([&](int, int) {
-    thread_local std::vector<float> s;
-    if (s.size() < scratch) s.resize(scratch);
-    for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) run_item(it, s.data(), s.data() + kcs * mr);
+    float* s = detail::thread_scratch(scratch);
+    for (int64_t it = next.fetch_add(1); it < items; it = next.fetch_add(1)) run_item(it, s, s + kcs * mr);
   });
 }
 
