@@ -10,6 +10,7 @@
 #include "cpu/threadpool.h"
 #include "format/json.h"
 #include "format/safetensors.h"
+#include "layers/layer_norm.h"
 #include "layers/linear.h"
 #include "layers/norm.h"
 #include "layers/rope.h"
@@ -53,20 +54,6 @@ VAct parse_act(const std::string& name, const std::string& where);
 void activate_rows(ThreadPool& pool, float* x, int64_t rows, int64_t width, VAct a);
 // gate, up [rows, width]: gate = act(gate) * up, row by row like activate_rows.
 void activate_mul_rows(ThreadPool& pool, float* gate, const float* up, int64_t rows, int64_t width, VAct a);
-
-// ---- norms -------------------------------------------------------------------------------------
-
-// nn.LayerNorm with elementwise affine: y = (x - mean) / sqrt(var + eps) * w + b (biased variance).
-struct LayerNormW {
-  std::vector<float> w, b;  // [dim] each
-  float eps = 1e-6f;
-  int64_t dim() const { return int64_t(w.size()); }
-};
-
-LayerNormW load_layer_norm(const Checkpoint& ckpt, const std::string& name, int64_t dim, float eps);
-
-// x [rows, dim] -> y [rows, dim]; may alias. Parallel over rows.
-void layer_norm(ThreadPool& pool, const float* x, float* y, int64_t rows, const LayerNormW& ln);
 
 // ---- linear layers -----------------------------------------------------------------------------
 
