@@ -22,6 +22,7 @@
 #include <vector>
 #include <unistd.h>
 
+#include "cpu/cpu_ops.h"
 #include "cpu/matmul.h"
 #include "cpu/threadpool.h"
 #include "format/json.h"
@@ -57,6 +58,12 @@ static double rel_err(const float* a, const std::vector<float>& b) {
     mb = std::max(mb, std::fabs(double(b[i])));
   }
   return md / std::max(mb, 1e-30);
+}
+
+// The tower on the CPU backend (the reference) over `pool`.
+static ImageEmbedding encode(const VisionEncoder& enc, const ImageInput& in, ThreadPool& pool, Precision p) {
+  ops::CpuBackend cpu(pool);
+  return enc.encode(in, cpu, p);
 }
 
 static bool throws_invalid(const std::function<void()>& f, const std::string& needle) {
@@ -133,7 +140,7 @@ static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
       const auto t0 = std::chrono::steady_clock::now();
       ImageEmbedding e;
       try {
-        e = enc->encode(in, pool, Precision::Exact);
+        e = encode(*enc, in, pool, Precision::Exact);
       } catch (const std::exception& ex) {
         CHECK(false, "%s/%s: encode threw: %s", dir.filename().c_str(), c.get_string("name", "?").c_str(), ex.what());
         continue;
@@ -152,7 +159,7 @@ static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
                   in.grid_h, in.grid_w, (long long)e.tokens, err, ms);
       CHECK(err < kTol, "%s: features rel err %.3e", label.c_str(), err);
       if (enc->quantization() != "none") {  // Fast: int8 activations against quantized weights
-        const ImageEmbedding f = enc->encode(in, pool, Precision::Fast);
+        const ImageEmbedding f = encode(*enc, in, pool, Precision::Fast);
         const double ferr = rel_err(f.embeddings.data(), feat);
         std::printf("  %-40s Fast precision rel err %.2e\n", label.c_str(), ferr);
         CHECK(ferr < kFastTol, "%s: Fast features rel err %.3e", label.c_str(), ferr);
@@ -171,16 +178,16 @@ static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
         checked_errors = true;
         // Thread-count invariance: one thread gives bitwise the same features.
         ThreadPool one(1);
-        const ImageEmbedding e1 = enc->encode(in, one, Precision::Exact);
+        const ImageEmbedding e1 = encode(*enc, in, one, Precision::Exact);
         CHECK(e1.embeddings == e.embeddings && e1.deepstack == e.deepstack, "%s: 1-thread result differs",
               label.c_str());
         ImageInput bad = in;
         bad.n_values -= 1;
-        CHECK(throws_invalid([&] { enc->encode(bad, pool, Precision::Exact); }, "pixel values"),
+        CHECK(throws_invalid([&] { encode(*enc, bad, pool, Precision::Exact); }, "pixel values"),
               "%s: short pixel buffer not rejected", label.c_str());
         bad = in;
         bad.grid_h += 1;
-        CHECK(throws_invalid([&] { enc->encode(bad, pool, Precision::Exact); }, "grid"),
+        CHECK(throws_invalid([&] { encode(*enc, bad, pool, Precision::Exact); }, "grid"),
               "%s: bad grid not rejected", label.c_str());
       }
     }
@@ -247,7 +254,7 @@ static int bench(int threads) {
     ImageInput in{pix.data(), int64_t(pix.size()), 1, g, g};
     const auto t0 = std::chrono::steady_clock::now();
     const std::clock_t c0 = std::clock();  // process CPU time: meaningful on a shared machine
-    ImageEmbedding e = enc->encode(in, pool, Precision::Exact);
+    ImageEmbedding e = encode(*enc, in, pool, Precision::Exact);
     const double cpu = double(std::clock() - c0) / CLOCKS_PER_SEC;
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("bench: Qwen2.5-VL-3B-shaped tower (bf16 %.0f MiB), 448x448 -> %lld tokens x %lld: %.2f s wall, "

@@ -66,7 +66,7 @@ class EncodeWorker : public Napi::AsyncWorker {
     image_.n_values = int64_t(pixels_.size());
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      out_ = rt_->model->vision()->encode(image_, *rt_->pool, rt_->precision);
+      out_ = rt_->model->encode_image(image_, *rt_->pool, rt_->precision);
     } catch (const std::invalid_argument& e) {
       SetError("encodeImage: bad image input: " + readable_error(e));
     } catch (...) {

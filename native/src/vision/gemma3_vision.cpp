@@ -88,7 +88,7 @@ class Gemma3Vision final : public VisionEncoder {
     proj_t_.resize(size_t(out_ * hidden_));
     for (int64_t i = 0; i < hidden_; ++i)
       for (int64_t o = 0; o < out_; ++o) proj_t_[size_t(o * hidden_ + i)] = load_float(pw.data, pw.dtype, size_t(i * out_ + o));
-    proj_ = f32_weight(proj_t_.data(), out_, hidden_, pw.name);
+    proj_.w = f32_weight(proj_t_.data(), out_, hidden_, pw.name);
 
     bytes_ = prefix_bytes(ck, {vprefix_, pprefix_});
     std::vector<const Weight*> ws{&pos_};
@@ -102,7 +102,7 @@ class Gemma3Vision final : public VisionEncoder {
   size_t weight_bytes() const override { return bytes_; }
   std::string quantization() const override { return quant_; }
 
-  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+  ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
     const int64_t px = pps_ * patch_;
     if (!img.pixels) throw std::invalid_argument("gemma3 vision: no pixel values given");
     if (img.grid_t != 1 || img.grid_h != pps_ || img.grid_w != pps_)
@@ -115,62 +115,61 @@ class Gemma3Vision final : public VisionEncoder {
                                   std::to_string(channels_ * px * px) + " ([" + std::to_string(channels_) + ", " +
                                   std::to_string(px) + ", " + std::to_string(px) + "])");
     const int64_t n = pps_ * pps_;  // patches, row-major
-    std::vector<float> rows = image_patch_rows(img.pixels, channels_, pps_, pps_, patch_);  // [n, C*P*P]
-    std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
-    patch_embed(pool, pe_, rows.data(), x.data(), n);
-    rows = {};
-    pool.parallel_for(n, [&](int64_t r0, int64_t r1) {
-      std::vector<float> pr(static_cast<size_t>(hidden_));  // [hidden]
-      for (int64_t i = r0; i < r1; ++i) {
-        dequantize_row(pos_, i, pr.data());
-        for (int64_t d = 0; d < hidden_; ++d) x[size_t(i * hidden_ + d)] += pr[size_t(d)];
-      }
-    });
+    const ops::Buf x = be.alloc(n * hidden_);  // [n, hidden]
+    {
+      const ops::Buf px = be.upload(img.pixels, img.n_values);    // [C, H, W] as rows of P floats
+      const ops::Buf rows = be.alloc(n * pe_.in());                // [n, C*P*P]
+      be.gather_rows(px.data(), patch_, rows.data(), patch_, patch_, image_patch_index(channels_, pps_, pps_, patch_));
+      be.linear(pe_.lin, rows.data(), x.data(), n, Precision::Exact);
+    }
+    ops::Taps pos;  // learned position i for patch i
+    for (int64_t i = 0; i < n; ++i) pos.idx.push_back(int32_t(i));
+    be.add_table_rows(pos_, pos, x.data(), hidden_);
 
-    std::vector<float> hn(size_t(n * hidden_));       // [n, hidden]
-    std::vector<float> qkv(size_t(n * 3 * hidden_));  // [n, (q, k, v), heads, hd]
-    std::vector<float> att(size_t(n * hidden_));      // [n, hidden]
-    std::vector<float> f1(size_t(n * ffn_));          // [n, ffn]
+    const ops::Buf hn = be.alloc(n * hidden_);       // [n, hidden]
+    const ops::Buf qkv = be.alloc(n * 3 * hidden_);  // [n, (q, k, v), heads, hd]
+    const ops::Buf att = be.alloc(n * hidden_);      // [n, hidden]
+    const ops::Buf f1 = be.alloc(n * ffn_);          // [n, ffn]
     const std::vector<int64_t> cu{0, n};
     const float scale = 1.0f / std::sqrt(float(hd_));
     const int64_t ld = 3 * hidden_;
+    float* q = qkv.data();
     for (const SiglipLayer& l : layers_) {
-      layer_norm(pool, x.data(), hn.data(), n, l.ln1);
-      linear_strided(pool, l.q, hn.data(), qkv.data(), ld, n, prec);
-      linear_strided(pool, l.k, hn.data(), qkv.data() + hidden_, ld, n, prec);
-      linear_strided(pool, l.v, hn.data(), qkv.data() + 2 * hidden_, ld, n, prec);
-      segment_attention(pool, qkv.data(), qkv.data() + hidden_, qkv.data() + 2 * hidden_, ld, att.data(), hidden_,
-                        int(heads_), int(hd_), scale, cu);
-      linear(pool, l.o, att.data(), hn.data(), n, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
-      layer_norm(pool, x.data(), hn.data(), n, l.ln2);
-      linear(pool, l.fc1, hn.data(), f1.data(), n, prec);
-      activate_rows(pool, f1.data(), n, ffn_, act_);
-      linear(pool, l.fc2, f1.data(), hn.data(), n, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      be.layer_norm(x.data(), hn.data(), n, l.ln1);
+      be.linear(l.q, hn.data(), hidden_, q, ld, n, prec);
+      be.linear(l.k, hn.data(), hidden_, q + hidden_, ld, n, prec);
+      be.linear(l.v, hn.data(), hidden_, q + 2 * hidden_, ld, n, prec);
+      be.attention(q, ld, q + hidden_, q + 2 * hidden_, ld, att.data(), hidden_, int(heads_), int(heads_), int(hd_),
+                   scale, cu, prec);
+      be.linear(l.o, att.data(), hn.data(), n, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
+      be.layer_norm(x.data(), hn.data(), n, l.ln2);
+      be.linear(l.fc1, hn.data(), f1.data(), n, prec);
+      be.act(f1.data(), n, ffn_, act_);
+      be.linear(l.fc2, f1.data(), hn.data(), n, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
     }
-    layer_norm(pool, x.data(), x.data(), n, post_ln_);
+    be.layer_norm(x.data(), x.data(), n, post_ln_);
 
     // AvgPool2d(k, k) over the pps x pps patch grid -> tps x tps tokens, row-major.
     const int64_t k = pps_ / tps_, tokens = tps_ * tps_;
-    std::vector<float> pooled(size_t(tokens * hidden_), 0.0f);  // [tokens, hidden]
+    ops::Taps avg;
+    avg.k = int(k * k);
+    avg.div = float(k * k);
     for (int64_t ty = 0; ty < tps_; ++ty)
-      for (int64_t tx = 0; tx < tps_; ++tx) {
-        float* dst = pooled.data() + (ty * tps_ + tx) * hidden_;
+      for (int64_t tx = 0; tx < tps_; ++tx)
         for (int64_t a = 0; a < k; ++a)
-          for (int64_t b = 0; b < k; ++b) {
-            const float* src = x.data() + ((ty * k + a) * pps_ + tx * k + b) * hidden_;
-            for (int64_t d = 0; d < hidden_; ++d) dst[d] += src[d];
-          }
-        const float div = float(k * k);
-        for (int64_t d = 0; d < hidden_; ++d) dst[d] /= div;
-      }
-    rms_norm_rows(pool, pooled.data(), pooled.data(), tokens, soft_norm_);
+          for (int64_t b = 0; b < k; ++b) avg.idx.push_back(int32_t((ty * k + a) * pps_ + tx * k + b));
+    const ops::Buf pooled = be.alloc(tokens * hidden_);  // [tokens, hidden]
+    be.pool_rows(x.data(), hidden_, pooled.data(), hidden_, hidden_, avg);
+    be.rms_norm(pooled.data(), pooled.data(), tokens, soft_norm_);
 
+    const ops::Buf y = be.alloc(tokens * out_);  // [tokens, text_hidden]
+    be.linear(proj_, pooled.data(), y.data(), tokens, Precision::Exact);
     ImageEmbedding e;
     e.tokens = tokens;
-    e.embeddings.resize(size_t(tokens * out_));  // [tokens, text_hidden]
-    matmul(pool, proj_, pooled.data(), e.embeddings.data(), tokens, Precision::Exact);
+    e.embeddings.resize(size_t(tokens * out_));
+    be.download(y.data(), tokens * out_, e.embeddings.data());
     return e;
   }
 
@@ -186,7 +185,7 @@ class Gemma3Vision final : public VisionEncoder {
   LayerNormW post_ln_;
   NormWeight soft_norm_;          // Gemma RMSNorm, (1 + w) folded in
   std::vector<float> proj_t_;     // [text_hidden, vision_hidden]
-  Weight proj_;                   // Dense F32 view of proj_t_
+  Linear proj_;                   // Dense F32 view of proj_t_, no bias
   size_t bytes_ = 0;
   std::string quant_;
 };

@@ -10,7 +10,6 @@
 // and zeroes padding patches before pooling, so real patches never see them.
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <limits>
 #include <stdexcept>
 #include "vision/vision_blocks.h"
@@ -61,64 +60,25 @@ ClipLinear load_clip_linear(const Checkpoint& ck, const QuantConfig& qc, const s
   return c;
 }
 
-// y [n, ldy] (first l.out() columns) = clamp(clamp(x [n, in]) · Wᵀ). `scratch` holds n*in floats when the
-// input is clamped (x is shared by q/k/v and must stay intact).
-void clip_linear(ThreadPool& pool, const ClipLinear& c, const float* x, std::vector<float>& scratch, float* y,
-                 int64_t ldy, int64_t n, Precision p) {
-  const int64_t in = c.l.in(), out = c.l.out();
+// y [n, ldy] (first l.out() columns) = clamp(clamp(x [n, in]) · Wᵀ). `scratch` holds n*in floats (backend
+// memory) for the clamped input, used only when the input is clamped (x is shared by q/k/v and must stay intact).
+void clip_linear(ops::Backend& be, const ClipLinear& c, const float* x, float* scratch, float* y, int64_t ldy,
+                 int64_t n, Precision p) {
+  const int64_t in = c.l.in();
   const float* src = x;
-  auto rows = [&](const std::function<void(int64_t)>& f) {  // elementwise work, split over rows when large
-    auto body = [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) f(r);
-    };
-    if (n * std::max(in, out) >= 32768) pool.parallel_for(n, body);
-    else body(0, n);
-  };
   if (c.clips_input()) {
-    scratch.resize(size_t(n * in));  // [n, in]
-    rows([&](int64_t r) {
-      for (int64_t i = r * in; i < (r + 1) * in; ++i) scratch[size_t(i)] = std::clamp(x[i], c.in_lo, c.in_hi);
-    });
-    src = scratch.data();
+    be.clamp(x, in, scratch, in, n, in, c.in_lo, c.in_hi);
+    src = scratch;
   }
-  linear_strided(pool, c.l, src, y, ldy, n, p);
-  if (!c.clips_output()) return;
-  rows([&](int64_t r) {
-    for (int64_t o = 0; o < out; ++o) y[r * ldy + o] = std::clamp(y[r * ldy + o], c.out_lo, c.out_hi);
-  });
+  be.linear(c.l, src, in, y, ldy, n, p);
+  if (c.clips_output()) be.clamp(y, ldy, y, ldy, n, c.l.out(), c.out_lo, c.out_hi);
 }
 
-NormWeight unit_norm(int64_t dim, float eps) {
+// The no-scale RMSNorm (with_scale=False): an empty weight, which ops::Backend::rms_norm_heads takes as 1.
+NormWeight unit_norm(float eps) {
   NormWeight nw;
-  nw.w.assign(size_t(dim), 1.0f);  // with_scale=False: x * rsqrt(mean(x^2) + eps) * 1 (exact)
   nw.eps = eps;
   return nw;
-}
-
-// Rotates every head of x (row t, head h at x + t*ld + h*hd): channels [0, hd/2) by angle px[t]*inv[j]
-// and [hd/2, hd) by py[t]*inv[j], each half with its own rotate_half (dim j pairs with j + hd/4).
-void rope_2d(ThreadPool& pool, float* x, int64_t ld, int64_t n, int heads, int hd, const std::vector<float>& cx,
-             const std::vector<float>& sx, const std::vector<float>& cy, const std::vector<float>& sy) {
-  const int q = hd / 4;
-  auto body = [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      for (int h = 0; h < heads; ++h) {
-        float* v = x + t * ld + int64_t(h) * hd;  // [hd]
-        for (int half = 0; half < 2; ++half) {
-          const float* c = (half == 0 ? cx : cy).data() + t * q;  // [q]
-          const float* s = (half == 0 ? sx : sy).data() + t * q;  // [q]
-          float* u = v + half * 2 * q;                            // [2q]
-          for (int j = 0; j < q; ++j) {
-            const float a = u[j], b = u[j + q];
-            u[j] = a * c[j] - b * s[j];
-            u[j + q] = b * c[j] + a * s[j];
-          }
-        }
-      }
-    }
-  };
-  if (n >= 64) pool.parallel_for(n, body);
-  else body(0, n);
 }
 
 class Gemma4Vision final : public VisionEncoder {
@@ -156,6 +116,7 @@ class Gemma4Vision final : public VisionEncoder {
                                " kv heads");
     table_.resize(size_t(2 * n_pos_ * hidden_));  // [2, positions, hidden]
     for (size_t i = 0; i < table_.size(); ++i) table_[i] = load_float(table.data, table.dtype, i);
+    table_w_ = f32_weight(table_.data(), 2 * n_pos_, hidden_, table.name);
     row_len_ = 3 * patch_ * patch_;
     input_proj_ = load_tower_linear(ck, qc, vprefix_ + "patch_embedder.input_proj", hidden_, row_len_, false);
 
@@ -179,8 +140,8 @@ class Gemma4Vision final : public VisionEncoder {
       l.down = load_clip_linear(ck, qc, p + "mlp.down_proj", hidden_, ffn_);
       layers_.push_back(std::move(l));
     }
-    v_norm_ = unit_norm(hd_, eps);
-    embed_norm_ = unit_norm(hidden_, eps);
+    v_norm_ = unit_norm(eps);
+    embed_norm_ = unit_norm(eps);
     if (standardize_) {
       std_bias_ = load_vector_f32(ck, vprefix_ + "std_bias", hidden_);
       std_scale_ = load_vector_f32(ck, vprefix_ + "std_scale", hidden_);
@@ -201,7 +162,7 @@ class Gemma4Vision final : public VisionEncoder {
   size_t weight_bytes() const override { return bytes_; }
   std::string quantization() const override { return quant_; }
 
-  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+  ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
     if (img.grid_h > 0 && img.grid_w > 0 && (img.grid_h % pool_k_ != 0 || img.grid_w % pool_k_ != 0))
       throw std::invalid_argument("gemma4 vision: image grid [" + std::to_string(img.grid_t) + ", " +
                                   std::to_string(img.grid_h) + ", " + std::to_string(img.grid_w) +
@@ -221,19 +182,16 @@ class Gemma4Vision final : public VisionEncoder {
     const int64_t H = hidden_, hd = hd_, nh = heads_, nkv = kv_heads_;
 
     // 2(x - 0.5), input_proj, + table[0][x] + table[1][y].
-    std::vector<float> rows(img.pixels, img.pixels + n * row_len_);  // [n, 3*P*P] (py, px, c)
-    for (float& v : rows) v = 2.0f * (v - 0.5f);
-    std::vector<float> x(size_t(n * H));  // [n, hidden]
-    linear(pool, input_proj_, rows.data(), x.data(), n, prec);
-    rows = {};
-    pool.parallel_for(n, [&](int64_t r0, int64_t r1) {
-      for (int64_t i = r0; i < r1; ++i) {
-        const float* ex = table_.data() + (i % gw) * H;            // [hidden]
-        const float* ey = table_.data() + (n_pos_ + i / gw) * H;  // [hidden]
-        float* xr = x.data() + i * H;
-        for (int64_t d = 0; d < H; ++d) xr[d] += ex[d] + ey[d];
-      }
-    });
+    const ops::Buf x = be.alloc(n * H);  // [n, hidden]
+    {
+      const ops::Buf px = be.upload(img.pixels, n * row_len_);  // [n, 3*P*P] (py, px, c)
+      be.scale_shift(px.data(), n * row_len_, 0.5f, 2.0f);
+      be.linear(input_proj_, px.data(), x.data(), n, prec);
+    }
+    ops::Taps pos;  // the x row and the y row of the position table
+    pos.k = 2;
+    for (int64_t i = 0; i < n; ++i) pos.idx.insert(pos.idx.end(), {int32_t(i % gw), int32_t(n_pos_ + i / gw)});
+    be.add_table_rows(table_w_, pos, x.data(), H);
 
     // RoPE angles per patch: [n, hd/4] for x and for y.
     const int64_t q4 = hd / 4;
@@ -246,77 +204,68 @@ class Gemma4Vision final : public VisionEncoder {
         cy[size_t(i * q4 + j)] = std::cos(ay);
         sy[size_t(i * q4 + j)] = std::sin(ay);
       }
+    const ops::Buf bcx = be.upload(cx.data(), n * q4), bsx = be.upload(sx.data(), n * q4);  // [n, hd/4]
+    const ops::Buf bcy = be.upload(cy.data(), n * q4), bsy = be.upload(sy.data(), n * q4);  // [n, hd/4]
+    // 2-D RoPE: the first half of each head by the x angles, the second by the y angles (rotate_half each).
+    auto rope_2d = [&](float* t, int64_t ld, int heads) {
+      be.rope(t, ld, n, heads, hd, int(q4), bcx.data(), bsx.data());
+      be.rope(t + hd / 2, ld, n, heads, hd, int(q4), bcy.data(), bsy.data());
+    };
 
-    const int64_t qw = nh * hd, kw = nkv * hd, ld = 3 * qw;
-    std::vector<float> hn(size_t(n * H));          // [n, hidden]
-    std::vector<float> kv(size_t(n * 2 * kw));     // [n, (k, v), kv_heads, hd]
-    std::vector<float> qkv(size_t(n * ld));        // [n, (q, k, v), heads, hd] (k/v repeated per group)
-    std::vector<float> att(size_t(n * qw));        // [n, heads*hd]
-    std::vector<float> gate(size_t(n * ffn_)), up(size_t(n * ffn_));  // [n, ffn]
-    std::vector<float> scratch;
+    const int64_t qw = nh * hd, kw = nkv * hd;
+    const ops::Buf hn = be.alloc(n * H);                                  // [n, hidden]
+    const ops::Buf q = be.alloc(n * qw);                                  // [n, heads, hd]
+    const ops::Buf k = be.alloc(n * kw), v = be.alloc(n * kw);            // [n, kv_heads, hd]
+    const ops::Buf att = be.alloc(n * qw);                                // [n, heads*hd]
+    const ops::Buf gate = be.alloc(n * ffn_), up = be.alloc(n * ffn_);    // [n, ffn]
+    const ops::Buf scratch = be.alloc(n * std::max({H, ffn_, qw}));       // [n, in] clamped inputs
     const std::vector<int64_t> cu{0, n};
-    const int64_t group = nh / nkv;
+    float* sc = scratch.data();
     for (const Gemma4VisionLayer& l : layers_) {
-      rms_norm_rows(pool, x.data(), hn.data(), n, l.input_ln);
-      clip_linear(pool, l.q, hn.data(), scratch, qkv.data(), ld, n, prec);
-      clip_linear(pool, l.k, hn.data(), scratch, kv.data(), 2 * kw, n, prec);
-      clip_linear(pool, l.v, hn.data(), scratch, kv.data() + kw, 2 * kw, n, prec);
-      pool.parallel_for(n, [&](int64_t r0, int64_t r1) {
-        for (int64_t t = r0; t < r1; ++t) {
-          rms_norm(qkv.data() + t * ld, qkv.data() + t * ld, nh, l.q_norm);              // q heads
-          rms_norm(kv.data() + t * 2 * kw, kv.data() + t * 2 * kw, nkv, l.k_norm);        // k heads
-          rms_norm(kv.data() + t * 2 * kw + kw, kv.data() + t * 2 * kw + kw, nkv, v_norm_);  // v heads
-        }
-      });
-      rope_2d(pool, qkv.data(), ld, n, int(nh), int(hd), cx, sx, cy, sy);
-      rope_2d(pool, kv.data(), 2 * kw, n, int(nkv), int(hd), cx, sx, cy, sy);
-      for (int64_t t = 0; t < n; ++t)
-        for (int64_t h = 0; h < nh; ++h) {
-          const float* ks = kv.data() + t * 2 * kw + (h / group) * hd;  // [hd]
-          std::copy_n(ks, hd, qkv.data() + t * ld + qw + h * hd);
-          std::copy_n(ks + kw, hd, qkv.data() + t * ld + 2 * qw + h * hd);
-        }
-      segment_attention(pool, qkv.data(), qkv.data() + qw, qkv.data() + 2 * qw, ld, att.data(), qw, int(nh),
-                        int(hd), 1.0f, cu);
-      clip_linear(pool, l.o, att.data(), scratch, hn.data(), H, n, prec);
-      rms_norm_rows(pool, hn.data(), hn.data(), n, l.post_attn_ln);
-      add_inplace(pool, x.data(), hn.data(), n * H);
+      be.rms_norm(x.data(), hn.data(), n, l.input_ln);
+      clip_linear(be, l.q, hn.data(), sc, q.data(), qw, n, prec);
+      clip_linear(be, l.k, hn.data(), sc, k.data(), kw, n, prec);
+      clip_linear(be, l.v, hn.data(), sc, v.data(), kw, n, prec);
+      be.rms_norm_heads(q.data(), qw, n, int(nh), int(hd), l.q_norm);
+      be.rms_norm_heads(k.data(), kw, n, int(nkv), int(hd), l.k_norm);
+      be.rms_norm_heads(v.data(), kw, n, int(nkv), int(hd), v_norm_);
+      rope_2d(q.data(), qw, int(nh));
+      rope_2d(k.data(), kw, int(nkv));
+      be.attention(q.data(), qw, k.data(), v.data(), kw, att.data(), qw, int(nh), int(nkv), int(hd), 1.0f, cu, prec);
+      clip_linear(be, l.o, att.data(), sc, hn.data(), H, n, prec);
+      be.rms_norm(hn.data(), hn.data(), n, l.post_attn_ln);
+      be.add(x.data(), hn.data(), n * H);
 
-      rms_norm_rows(pool, x.data(), hn.data(), n, l.pre_ffn_ln);
-      clip_linear(pool, l.gate, hn.data(), scratch, gate.data(), ffn_, n, prec);
-      clip_linear(pool, l.up, hn.data(), scratch, up.data(), ffn_, n, prec);
-      activate_mul_rows(pool, gate.data(), up.data(), n, ffn_, act_);
-      clip_linear(pool, l.down, gate.data(), scratch, hn.data(), H, n, prec);
-      rms_norm_rows(pool, hn.data(), hn.data(), n, l.post_ffn_ln);
-      add_inplace(pool, x.data(), hn.data(), n * H);
+      be.rms_norm(x.data(), hn.data(), n, l.pre_ffn_ln);
+      clip_linear(be, l.gate, hn.data(), sc, gate.data(), ffn_, n, prec);
+      clip_linear(be, l.up, hn.data(), sc, up.data(), ffn_, n, prec);
+      be.act_mul(gate.data(), up.data(), n, ffn_, act_);
+      clip_linear(be, l.down, gate.data(), sc, hn.data(), H, n, prec);
+      be.rms_norm(hn.data(), hn.data(), n, l.post_ffn_ln);
+      be.add(x.data(), hn.data(), n * H);
     }
 
     // k x k average pooling by position (token x/k + (w/k)*(y/k)), each patch weighted 1/k^2 as HF's
-    // one-hot matmul does, then * sqrt(hidden) in f32.
-    const int64_t k = pool_k_, tw = gw / k, tokens = (gh / k) * tw;
-    const float wk = 1.0f / float(k * k), root = float(std::sqrt(double(H)));
-    std::vector<float> pooled(size_t(tokens * H), 0.0f);  // [tokens, hidden]
-    pool.parallel_for(tokens, [&](int64_t t0, int64_t t1) {
-      for (int64_t t = t0; t < t1; ++t) {
-        float* dst = pooled.data() + t * H;
-        const int64_t by = t / tw, bx = t % tw;
-        for (int64_t a = 0; a < k; ++a)      // patches in row-major order, as the matmul sums them
-          for (int64_t b = 0; b < k; ++b) {
-            const float* src = x.data() + ((by * k + a) * gw + bx * k + b) * H;
-            for (int64_t d = 0; d < H; ++d) dst[d] += wk * src[d];
-          }
-        for (int64_t d = 0; d < H; ++d) {
-          dst[d] *= root;
-          if (standardize_) dst[d] = (dst[d] - std_bias_[size_t(d)]) * std_scale_[size_t(d)];
-        }
-      }
-    });
-    rms_norm_rows(pool, pooled.data(), pooled.data(), tokens, embed_norm_);
+    // one-hot matmul does (patches in row-major order, as the matmul sums them), then * sqrt(hidden) in f32.
+    const int64_t kk = pool_k_, tw = gw / kk, tokens = (gh / kk) * tw;
+    ops::Taps avg;
+    avg.k = int(kk * kk);
+    for (int64_t t = 0; t < tokens; ++t)
+      for (int64_t a = 0; a < kk; ++a)
+        for (int64_t b = 0; b < kk; ++b) avg.idx.push_back(int32_t(((t / tw) * kk + a) * gw + (t % tw) * kk + b));
+    avg.w.assign(avg.idx.size(), 1.0f / float(kk * kk));
+    const ops::Buf pooled = be.alloc(tokens * H);  // [tokens, hidden]
+    be.pool_rows(x.data(), H, pooled.data(), H, H, avg);
+    be.scale_shift(pooled.data(), tokens * H, 0.0f, float(std::sqrt(double(H))));
+    if (standardize_) be.scale_shift_cols(pooled.data(), tokens, std_bias_, std_scale_);
+    be.rms_norm_heads(pooled.data(), H, tokens, 1, int(H), embed_norm_);
 
+    const ops::Buf y = be.alloc(tokens * out_);  // [tokens, text_hidden]
+    be.linear(proj_, pooled.data(), y.data(), tokens, prec);
     ImageEmbedding e;
     e.tokens = tokens;
-    e.embeddings.resize(size_t(tokens * out_));  // [tokens, text_hidden]
-    linear(pool, proj_, pooled.data(), e.embeddings.data(), tokens, prec);
+    e.embeddings.resize(size_t(tokens * out_));
+    be.download(y.data(), tokens * out_, e.embeddings.data());
     return e;
   }
 
@@ -328,9 +277,10 @@ class Gemma4Vision final : public VisionEncoder {
   bool standardize_ = false;
   VAct act_ = VAct::GeluTanh;
   std::vector<float> table_;  // [2, positions, hidden]: x table then y table
+  Weight table_w_;            // Dense F32 view of table_ as [2 * positions, hidden]
   Linear input_proj_;         // [hidden, 3*P*P]
   std::vector<Gemma4VisionLayer> layers_;
-  NormWeight v_norm_, embed_norm_;          // no-scale RMSNorms ([head_dim], [hidden])
+  NormWeight v_norm_, embed_norm_;          // no-scale RMSNorms (over head_dim, over hidden)
   std::vector<float> std_bias_, std_scale_;  // [hidden] when standardize
   std::vector<float> inv_freq_;              // [head_dim/4]
   Linear proj_;                              // embed_vision.embedding_projection [text_hidden, hidden]

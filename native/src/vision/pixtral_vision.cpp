@@ -101,7 +101,7 @@ class PixtralVision final : public VisionEncoder {
   size_t weight_bytes() const override { return bytes_; }
   std::string quantization() const override { return quant_; }
 
-  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+  ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
     if (!img.pixels) throw std::invalid_argument("mistral3 vision: no pixel values given");
     const int64_t gh = img.grid_h, gw = img.grid_w, unit = patch_ * merge_;
     if (img.grid_t != 1 || gh < merge_ || gw < merge_ || gh % merge_ != 0 || gw % merge_ != 0 || gh * gw > (1 << 16))
@@ -115,22 +115,25 @@ class PixtralVision final : public VisionEncoder {
                                   std::to_string(channels_ * ph * pw) + " ([" + std::to_string(channels_) + ", " +
                                   std::to_string(ph) + ", " + std::to_string(pw) + "])");
     const int64_t n = gh * gw;  // patches, row-major
-    std::vector<float> rows = image_patch_rows(img.pixels, channels_, gh, gw, patch_);  // [n, C*P*P]
-    std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
-    patch_embed(pool, pe_, rows.data(), x.data(), n);
-    rows = {};
-    rms_norm_rows(pool, x.data(), x.data(), n, ln_pre_);
+    const ops::Buf x = be.alloc(n * hidden_);  // [n, hidden]
+    {
+      const ops::Buf px = be.upload(img.pixels, img.n_values);  // [C, H, W] as rows of P floats
+      const ops::Buf rows = be.alloc(n * pe_.in());              // [n, C*P*P]
+      be.gather_rows(px.data(), patch_, rows.data(), patch_, patch_, image_patch_index(channels_, gh, gw, patch_));
+      be.linear(pe_.lin, rows.data(), x.data(), n, Precision::Exact);
+    }
+    be.rms_norm(x.data(), x.data(), n, ln_pre_);
 
     // cos/sin [n, hd/2] = [row * f_h (hd/4), col * f_w (hd/4)]; rotate_half pairs i with i + hd/2.
-    RopeTable rope;
-    rope.half = int(hd_ / 2);
-    rope.head_dim = int(hd_);
-    rope.cos.resize(size_t(n * rope.half));
-    rope.sin.resize(size_t(n * rope.half));
+    RopeTable table;
+    table.half = int(hd_ / 2);
+    table.head_dim = int(hd_);
+    table.cos.resize(size_t(n * table.half));
+    table.sin.resize(size_t(n * table.half));
     const int64_t q4 = hd_ / 4;
     for (int64_t i = 0; i < n; ++i) {
-      float* c = rope.cos.data() + i * rope.half;  // [hd/2]
-      float* s = rope.sin.data() + i * rope.half;  // [hd/2]
+      float* c = table.cos.data() + i * table.half;  // [hd/2]
+      float* s = table.sin.data() + i * table.half;  // [hd/2]
       for (int64_t j = 0; j < q4; ++j) {
         const float ah = float(i / gw) * f_h_[size_t(j)], aw = float(i % gw) * f_w_[size_t(j)];
         c[j] = std::cos(ah);
@@ -139,56 +142,58 @@ class PixtralVision final : public VisionEncoder {
         s[q4 + j] = std::sin(aw);
       }
     }
+    const RopeBufs rope = upload_rope(be, table);
 
     const int64_t qd = heads_ * hd_, ld = 3 * qd;
-    std::vector<float> hn(size_t(n * hidden_));  // [n, hidden]
-    std::vector<float> qkv(size_t(n * ld));      // [n, (q, k, v), heads, hd]
-    std::vector<float> att(size_t(n * qd));      // [n, heads*hd]
-    std::vector<float> g(size_t(n * ffn_)), u(size_t(n * ffn_));  // [n, ffn]
+    const ops::Buf hn = be.alloc(n * hidden_);  // [n, hidden]
+    const ops::Buf qkv = be.alloc(n * ld);      // [n, (q, k, v), heads, hd]
+    const ops::Buf att = be.alloc(n * qd);      // [n, heads*hd]
+    const ops::Buf g = be.alloc(n * ffn_), u = be.alloc(n * ffn_);  // [n, ffn]
     const std::vector<int64_t> cu{0, n};
     const float scale = 1.0f / std::sqrt(float(hd_));
+    float* q = qkv.data();
     for (const PixtralLayer& l : layers_) {
-      rms_norm_rows(pool, x.data(), hn.data(), n, l.attn_norm);
-      linear_strided(pool, l.q, hn.data(), qkv.data(), ld, n, prec);
-      linear_strided(pool, l.k, hn.data(), qkv.data() + qd, ld, n, prec);
-      linear_strided(pool, l.v, hn.data(), qkv.data() + 2 * qd, ld, n, prec);
-      apply_rope_strided(pool, qkv.data(), ld, n, int(heads_), rope);
-      apply_rope_strided(pool, qkv.data() + qd, ld, n, int(heads_), rope);
-      segment_attention(pool, qkv.data(), qkv.data() + qd, qkv.data() + 2 * qd, ld, att.data(), qd, int(heads_),
-                        int(hd_), scale, cu);
-      linear(pool, l.o, att.data(), hn.data(), n, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
-      rms_norm_rows(pool, x.data(), hn.data(), n, l.ffn_norm);
-      linear(pool, l.gate, hn.data(), g.data(), n, prec);
-      linear(pool, l.up, hn.data(), u.data(), n, prec);
-      activate_mul_rows(pool, g.data(), u.data(), n, ffn_, act_);
-      linear(pool, l.down, g.data(), hn.data(), n, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      be.rms_norm(x.data(), hn.data(), n, l.attn_norm);
+      be.linear(l.q, hn.data(), hidden_, q, ld, n, prec);
+      be.linear(l.k, hn.data(), hidden_, q + qd, ld, n, prec);
+      be.linear(l.v, hn.data(), hidden_, q + 2 * qd, ld, n, prec);
+      rope_heads(be, q, ld, n, int(heads_), rope);
+      rope_heads(be, q + qd, ld, n, int(heads_), rope);
+      be.attention(q, ld, q + qd, q + 2 * qd, ld, att.data(), qd, int(heads_), int(heads_), int(hd_), scale, cu, prec);
+      be.linear(l.o, att.data(), hn.data(), n, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
+      be.rms_norm(x.data(), hn.data(), n, l.ffn_norm);
+      be.linear(l.gate, hn.data(), g.data(), n, prec);
+      be.linear(l.up, hn.data(), u.data(), n, prec);
+      be.act_mul(g.data(), u.data(), n, ffn_, act_);
+      be.linear(l.down, g.data(), hn.data(), n, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
     }
 
     // Projector: RMSNorm, then PatchMerger = F.unfold(kernel = stride = merge) over the [hidden, gh, gw] grid:
-    // merged cell (R, C) in raster order, feature c*m*m + kh*m + kw (channel-major).
-    rms_norm_rows(pool, x.data(), x.data(), n, norm_);
+    // merged cell (R, C) in raster order, feature c*m*m + kh*m + kw (channel-major): gather each cell's m*m
+    // patch rows [m*m, hidden], then transpose them to [hidden, m*m].
+    be.rms_norm(x.data(), x.data(), n, norm_);
     const int64_t mh = gh / merge_, mw = gw / merge_, units = mh * mw, mm = merge_ * merge_;
-    std::vector<float> cat(size_t(units * hidden_ * mm));  // [units, hidden*m*m]
+    std::vector<int32_t> cell;  // [units * m*m] patch rows, cell-major, (kh, kw) inside
     for (int64_t r = 0; r < mh; ++r)
-      for (int64_t cc = 0; cc < mw; ++cc) {
-        float* dst = cat.data() + (r * mw + cc) * hidden_ * mm;  // [hidden, m, m]
+      for (int64_t cc = 0; cc < mw; ++cc)
         for (int64_t kh = 0; kh < merge_; ++kh)
-          for (int64_t kw = 0; kw < merge_; ++kw) {
-            const float* src = x.data() + ((r * merge_ + kh) * gw + cc * merge_ + kw) * hidden_;  // [hidden]
-            for (int64_t c = 0; c < hidden_; ++c) dst[c * mm + kh * merge_ + kw] = src[c];
-          }
-      }
-    std::vector<float> merged(size_t(units * hidden_));  // [units, hidden]
-    linear(pool, merging_, cat.data(), merged.data(), units, prec);
-    std::vector<float> h1(size_t(units * out_));  // [units, text_hidden]
-    linear(pool, linear1_, merged.data(), h1.data(), units, prec);
-    activate_rows(pool, h1.data(), units, out_, proj_act_);
+          for (int64_t kw = 0; kw < merge_; ++kw) cell.push_back(int32_t((r * merge_ + kh) * gw + cc * merge_ + kw));
+    const ops::Buf cat = be.alloc(units * hidden_ * mm);  // [units, hidden*m*m]
+    be.gather_rows(x.data(), hidden_, hn.data(), hidden_, hidden_, cell);  // [units, m*m, hidden] (n rows)
+    be.transpose(hn.data(), cat.data(), units, mm, hidden_);
+    const ops::Buf merged = be.alloc(units * hidden_);  // [units, hidden]
+    be.linear(merging_, cat.data(), merged.data(), units, prec);
+    const ops::Buf h1 = be.alloc(units * out_);  // [units, text_hidden]
+    be.linear(linear1_, merged.data(), h1.data(), units, prec);
+    be.act(h1.data(), units, out_, proj_act_);
+    const ops::Buf y = be.alloc(units * out_);  // [units, text_hidden], rows of the [IMG] tokens in order
+    be.linear(linear2_, h1.data(), y.data(), units, prec);
     ImageEmbedding e;
     e.tokens = units;
-    e.embeddings.resize(size_t(units * out_));  // [units, text_hidden], rows of the [IMG] tokens in order
-    linear(pool, linear2_, h1.data(), e.embeddings.data(), units, prec);
+    e.embeddings.resize(size_t(units * out_));
+    be.download(y.data(), units * out_, e.embeddings.data());
     return e;
   }
 

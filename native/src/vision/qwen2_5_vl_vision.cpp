@@ -84,7 +84,7 @@ class Qwen25VLVision final : public VisionEncoder {
   size_t weight_bytes() const override { return bytes_; }
   std::string quantization() const override { return quant_; }
 
-  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+  ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
     const int64_t row_len = channels_ * kt_ * patch_ * patch_;
     check_patch_grid(img, "qwen2_5_vl", row_len, merge_, patch_, int64_t(1) << 18);
     const int64_t t = img.grid_t, h = img.grid_h, w = img.grid_w;
@@ -93,7 +93,7 @@ class Qwen25VLVision final : public VisionEncoder {
     const int64_t n_units = n / unit;
 
     // Window partition of the merged units (transformers get_vision_window_index, one image).
-    std::vector<int64_t> win_index;       // [n_units] permuted unit -> original unit
+    std::vector<int32_t> win_index;       // [n_units] permuted unit -> original unit
     std::vector<int64_t> cu_win{0};       // window boundaries in patches (permuted order)
     const int64_t lh = h / merge_, lw = w / merge_;
     const int64_t nwh = (lh + window_ - 1) / window_, nww = (lw + window_ - 1) / window_;
@@ -103,7 +103,7 @@ class Qwen25VLVision final : public VisionEncoder {
           int64_t count = 0;
           for (int64_t r = wh * window_; r < std::min(lh, (wh + 1) * window_); ++r)
             for (int64_t c = ww * window_; c < std::min(lw, (ww + 1) * window_); ++c) {
-              win_index.push_back(f * lh * lw + r * lw + c);
+              win_index.push_back(int32_t(f * lh * lw + r * lw + c));
               ++count;
             }
           if (count > 0) cu_win.push_back(cu_win.back() + count * unit);
@@ -112,11 +112,14 @@ class Qwen25VLVision final : public VisionEncoder {
     for (int64_t f = 0; f < t; ++f) cu_full.push_back(cu_full.back() + h * w);
 
     // Patch embedding, then permute rows unit-wise into window order.
-    std::vector<float> emb(size_t(n * hidden_));  // [n, hidden] processor order
-    patch_embed(pool, pe_, img.pixels, emb.data(), n);
-    std::vector<float> x(size_t(n * hidden_));    // [n, hidden] window order
-    for (int64_t u = 0; u < n_units; ++u)
-      std::copy_n(emb.data() + win_index[size_t(u)] * unit * hidden_, unit * hidden_, x.data() + u * unit * hidden_);
+    const int64_t uw = unit * hidden_;  // floats per merged unit
+    ops::Buf x = be.alloc(n * hidden_);  // [n, hidden] window order
+    {
+      const ops::Buf px = be.upload(img.pixels, n * row_len);  // [n, row_len]
+      const ops::Buf emb = be.alloc(n * hidden_);              // [n, hidden] processor order
+      be.linear(pe_.lin, px.data(), emb.data(), n, Precision::Exact);
+      be.gather_rows(emb.data(), uw, x.data(), uw, uw, win_index);
+    }
 
     std::vector<int32_t> hpos, wpos;  // processor order, then window order
     merge_block_positions(t, h, w, merge_, hpos, wpos);
@@ -126,41 +129,40 @@ class Qwen25VLVision final : public VisionEncoder {
         hp[size_t(u * unit + j)] = hpos[size_t(win_index[size_t(u)] * unit + j)];
         wp[size_t(u * unit + j)] = wpos[size_t(win_index[size_t(u)] * unit + j)];
       }
-    const RopeTable rope = vision_rope_table(inv_freq_, hp.data(), wp.data(), n, int(hd_));
+    const RopeBufs rope = upload_rope(be, vision_rope_table(inv_freq_, hp.data(), wp.data(), n, int(hd_)));
 
-    std::vector<float> hn(size_t(n * hidden_));        // [n, hidden]
-    std::vector<float> qkv(size_t(n * 3 * hidden_));   // [n, 3, heads, hd]
-    std::vector<float> att(size_t(n * hidden_));       // [n, hidden]
-    std::vector<float> g(size_t(n * ffn_)), u(size_t(n * ffn_));  // [n, ffn]
+    const ops::Buf hn = be.alloc(n * hidden_);  // [n, hidden]
+    const QkvScratch qs{be.alloc(n * 3 * hidden_), be.alloc(n * hidden_)};
+    const ops::Buf g = be.alloc(n * ffn_), u = be.alloc(n * ffn_);  // [n, ffn]
     for (size_t li = 0; li < blocks_.size(); ++li) {
       const Qwen25Block& b = blocks_[li];
       const bool full = std::find(fullatt_.begin(), fullatt_.end(), int(li)) != fullatt_.end();
-      rms_norm_rows(pool, x.data(), hn.data(), n, b.norm1);
-      fused_qkv_attention(pool, b.qkv, b.proj, hn.data(), qkv.data(), att.data(), n, hidden_, int(heads_), int(hd_),
-                          rope, full ? cu_full : cu_win, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
-      rms_norm_rows(pool, x.data(), hn.data(), n, b.norm2);
-      linear(pool, b.gate, hn.data(), g.data(), n, prec);
-      linear(pool, b.up, hn.data(), u.data(), n, prec);
-      activate_mul_rows(pool, g.data(), u.data(), n, ffn_, act_);
-      linear(pool, b.down, g.data(), hn.data(), n, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      be.rms_norm(x.data(), hn.data(), n, b.norm1);
+      fused_qkv_attention(be, b.qkv, b.proj, hn.data(), qs, n, hidden_, int(heads_), int(hd_), rope,
+                          full ? cu_full : cu_win, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
+      be.rms_norm(x.data(), hn.data(), n, b.norm2);
+      be.linear(b.gate, hn.data(), g.data(), n, prec);
+      be.linear(b.up, hn.data(), u.data(), n, prec);
+      be.act_mul(g.data(), u.data(), n, ffn_, act_);
+      be.linear(b.down, g.data(), hn.data(), n, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
     }
 
     // Merger over consecutive groups of `unit` rows (one merged unit each, still window order).
-    const int64_t mw = hidden_ * unit;
-    rms_norm_rows(pool, x.data(), hn.data(), n, ln_q_);                // [n_units, mw] as a view
-    std::vector<float> m0(size_t(n_units * mw));            // [n_units, mw]
-    linear(pool, mlp0_, hn.data(), m0.data(), n_units, prec);
-    activate_rows(pool, m0.data(), n_units, mw, VAct::GeluErf);
-    std::vector<float> m2(size_t(n_units * out_));          // [n_units, out] window order
-    linear(pool, mlp2_, m0.data(), m2.data(), n_units, prec);
+    be.rms_norm(x.data(), hn.data(), n, ln_q_);           // [n_units, uw] as a view
+    const ops::Buf m0 = be.alloc(n_units * uw);           // [n_units, uw]
+    be.linear(mlp0_, hn.data(), m0.data(), n_units, prec);
+    be.act(m0.data(), n_units, uw, VAct::GeluErf);
+    const ops::Buf m2 = be.alloc(n_units * out_);         // [n_units, out] window order
+    be.linear(mlp2_, m0.data(), m2.data(), n_units, prec);
+    const ops::Buf m = be.alloc(n_units * out_);          // [n_units, out] processor order
+    be.scatter_rows(m2.data(), out_, m.data(), out_, out_, win_index);
 
     ImageEmbedding e;
     e.tokens = n_units;
-    e.embeddings.resize(size_t(n_units * out_));            // [n_units, out] processor order
-    for (int64_t i = 0; i < n_units; ++i)
-      std::copy_n(m2.data() + i * out_, out_, e.embeddings.data() + win_index[size_t(i)] * out_);
+    e.embeddings.resize(size_t(n_units * out_));
+    be.download(m.data(), n_units * out_, e.embeddings.data());
     return e;
   }
 

@@ -98,7 +98,7 @@ class Qwen3VLVision final : public VisionEncoder {
   size_t weight_bytes() const override { return bytes_; }
   std::string quantization() const override { return quant_; }
 
-  ImageEmbedding encode(const ImageInput& img, ThreadPool& pool, Precision prec) const override {
+  ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
     const int64_t row_len = channels_ * kt_ * patch_ * patch_;
     check_patch_grid(img, "qwen3_vl", row_len, merge_, patch_, int64_t(1) << 18);
     const int64_t t = img.grid_t, h = img.grid_h, w = img.grid_w;
@@ -108,37 +108,43 @@ class Qwen3VLVision final : public VisionEncoder {
     std::vector<int32_t> hpos, wpos;
     merge_block_positions(t, h, w, merge_, hpos, wpos);
 
-    std::vector<float> x(size_t(n * hidden_));  // [n, hidden]
-    patch_embed(pool, pe_, img.pixels, x.data(), n);
-    add_position_embedding(pool, hpos, wpos, h, w, x.data(), n);
-    const RopeTable rope = vision_rope_table(inv_freq_, hpos.data(), wpos.data(), n, int(hd_));
+    const ops::Buf x = be.alloc(n * hidden_);  // [n, hidden]
+    {
+      const ops::Buf px = be.upload(img.pixels, n * row_len);  // [n, row_len]
+      be.linear(pe_.lin, px.data(), x.data(), n, Precision::Exact);
+    }
+    be.add_table_rows(pos_, position_taps(hpos, wpos, h, w), x.data(), hidden_);
+    const RopeBufs rope = upload_rope(be, vision_rope_table(inv_freq_, hpos.data(), wpos.data(), n, int(hd_)));
     std::vector<int64_t> cu{0};  // full attention within each frame
     for (int64_t f = 0; f < t; ++f) cu.push_back(cu.back() + h * w);
 
-    ImageEmbedding e;
-    e.tokens = n_units;
-    e.deepstack.resize(ds_.size() * size_t(n_units * out_));  // [k, n_units, out]
-    std::vector<float> hn(size_t(n * hidden_));       // [n, hidden]
-    std::vector<float> qkv(size_t(n * 3 * hidden_));  // [n, 3, heads, hd]
-    std::vector<float> att(size_t(n * hidden_));      // [n, hidden]
-    std::vector<float> f1(size_t(n * ffn_));          // [n, ffn]
+    const int64_t per = n_units * out_;  // floats of one merger output
+    const ops::Buf ds = be.alloc(int64_t(ds_.size()) * per);  // [k, n_units, out]
+    const ops::Buf hn = be.alloc(n * hidden_);                 // [n, hidden]
+    const QkvScratch qs{be.alloc(n * 3 * hidden_), be.alloc(n * hidden_)};
+    const ops::Buf f1 = be.alloc(n * ffn_);                    // [n, ffn]
     for (size_t li = 0; li < blocks_.size(); ++li) {
       const Qwen3Block& b = blocks_[li];
-      layer_norm(pool, x.data(), hn.data(), n, b.norm1);
-      fused_qkv_attention(pool, b.qkv, b.proj, hn.data(), qkv.data(), att.data(), n, hidden_, int(heads_), int(hd_),
-                          rope, cu, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
-      layer_norm(pool, x.data(), hn.data(), n, b.norm2);
-      linear(pool, b.fc1, hn.data(), f1.data(), n, prec);
-      activate_rows(pool, f1.data(), n, ffn_, act_);
-      linear(pool, b.fc2, f1.data(), hn.data(), n, prec);
-      add_inplace(pool, x.data(), hn.data(), n * hidden_);
+      be.layer_norm(x.data(), hn.data(), n, b.norm1);
+      fused_qkv_attention(be, b.qkv, b.proj, hn.data(), qs, n, hidden_, int(heads_), int(hd_), rope, cu, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
+      be.layer_norm(x.data(), hn.data(), n, b.norm2);
+      be.linear(b.fc1, hn.data(), f1.data(), n, prec);
+      be.act(f1.data(), n, ffn_, act_);
+      be.linear(b.fc2, f1.data(), hn.data(), n, prec);
+      be.add(x.data(), hn.data(), n * hidden_);
       for (size_t k = 0; k < ds_.size(); ++k)
-        if (ds_layer_[k] == int64_t(li))
-          run_merger(pool, ds_[k], x.data(), n, e.deepstack.data() + k * size_t(n_units * out_), prec);
+        if (ds_layer_[k] == int64_t(li)) run_merger(be, ds_[k], x.data(), n, ds.data() + int64_t(k) * per, prec);
     }
-    e.embeddings.resize(size_t(n_units * out_));  // [n_units, out]
-    run_merger(pool, merger_, x.data(), n, e.embeddings.data(), prec);
+    const ops::Buf y = be.alloc(per);  // [n_units, out]
+    run_merger(be, merger_, x.data(), n, y.data(), prec);
+
+    ImageEmbedding e;
+    e.tokens = n_units;
+    e.embeddings.resize(size_t(per));
+    be.download(y.data(), per, e.embeddings.data());
+    e.deepstack.resize(ds_.size() * size_t(per));
+    be.download(ds.data(), ds.size(), e.deepstack.data());
     return e;
   }
 
@@ -153,22 +159,22 @@ class Qwen3VLVision final : public VisionEncoder {
     return m;
   }
 
-  // x [n, hidden] (merge-block order) -> y [n/4, out].
-  void run_merger(ThreadPool& pool, const Merger& m, const float* x, int64_t n, float* y, Precision prec) const {
+  // x [n, hidden] (merge-block order) -> y [n/4, out] (backend memory).
+  void run_merger(ops::Backend& be, const Merger& m, const float* x, int64_t n, float* y, Precision prec) const {
     const int64_t unit = merge_ * merge_, nu = n / unit, mw = hidden_ * unit;
-    std::vector<float> a(size_t(n * hidden_));  // [nu, mw]
-    if (m.postshuffle) layer_norm(pool, x, a.data(), nu, m.norm);
-    else layer_norm(pool, x, a.data(), n, m.norm);
-    std::vector<float> b(size_t(nu * mw));      // [nu, mw]
-    linear(pool, m.fc1, a.data(), b.data(), nu, prec);
-    activate_rows(pool, b.data(), nu, mw, VAct::GeluErf);
-    linear(pool, m.fc2, b.data(), y, nu, prec);
+    const ops::Buf a = be.alloc(n * hidden_);  // [nu, mw]
+    if (m.postshuffle) be.layer_norm(x, a.data(), nu, m.norm);
+    else be.layer_norm(x, a.data(), n, m.norm);
+    const ops::Buf b = be.alloc(nu * mw);      // [nu, mw]
+    be.linear(m.fc1, a.data(), b.data(), nu, prec);
+    be.act(b.data(), nu, mw, VAct::GeluErf);
+    be.linear(m.fc2, b.data(), y, nu, prec);
   }
 
-  // x += bilinear (align_corners=True) resampling of the side x side pos_embed grid to h x w,
-  // per patch in merge-block order (transformers get_vision_interpolation_indices_and_weights).
-  void add_position_embedding(ThreadPool& pool, const std::vector<int32_t>& hpos, const std::vector<int32_t>& wpos,
-                              int64_t h, int64_t w, float* x, int64_t n) const {
+  // Bilinear (align_corners=True) resampling of the side x side pos_embed grid to h x w, per patch in
+  // merge-block order (transformers get_vision_interpolation_indices_and_weights): 4 weighted taps a patch.
+  ops::Taps position_taps(const std::vector<int32_t>& hpos, const std::vector<int32_t>& wpos, int64_t h,
+                          int64_t w) const {
     auto taps = [&](int32_t idx, int64_t size, int64_t tap[2], float wt[2]) {
       const float src = float(idx) * float(side_ - 1) / float(std::max<int64_t>(size - 1, 1));
       const float fl = std::floor(src);
@@ -177,24 +183,20 @@ class Qwen3VLVision final : public VisionEncoder {
         wt[o] = std::max(0.0f, 1.0f - std::fabs(src - fl - float(o)));
       }
     };
-    pool.parallel_for(n, [&](int64_t r0, int64_t r1) {
-      std::vector<float> row(static_cast<size_t>(hidden_)), acc(static_cast<size_t>(hidden_));  // [hidden]
-      for (int64_t i = r0; i < r1; ++i) {
-        int64_t th[2], tw[2];
-        float wh[2], ww[2];
-        taps(hpos[size_t(i)], h, th, wh);
-        taps(wpos[size_t(i)], w, tw, ww);
-        std::fill(acc.begin(), acc.end(), 0.0f);
-        for (int a = 0; a < 2; ++a)
-          for (int b = 0; b < 2; ++b) {
-            const float wt = wh[a] * ww[b];
-            dequantize_row(pos_, th[a] * side_ + tw[b], row.data());
-            for (int64_t d = 0; d < hidden_; ++d) acc[size_t(d)] += row[size_t(d)] * wt;
-          }
-        float* xr = x + i * hidden_;  // [hidden]
-        for (int64_t d = 0; d < hidden_; ++d) xr[d] += acc[size_t(d)];
-      }
-    });
+    ops::Taps t;
+    t.k = 4;
+    for (size_t i = 0; i < hpos.size(); ++i) {
+      int64_t th[2], tw[2];
+      float wh[2], ww[2];
+      taps(hpos[i], h, th, wh);
+      taps(wpos[i], w, tw, ww);
+      for (int a = 0; a < 2; ++a)
+        for (int b = 0; b < 2; ++b) {
+          t.idx.push_back(int32_t(th[a] * side_ + tw[b]));
+          t.w.push_back(wh[a] * ww[b]);
+        }
+    }
+    return t;
   }
 
   std::shared_ptr<const Checkpoint> ckpt_;  // keeps the mapped weights alive

@@ -6,8 +6,7 @@
 #include <memory>
 #include <string>
 #include <vector>
-#include "cpu/matmul.h"
-#include "cpu/threadpool.h"
+#include "backend/ops.h"
 #include "format/json.h"
 #include "format/safetensors.h"
 
@@ -35,8 +34,9 @@ class VisionEncoder {
   virtual int deepstack_layers() const { return 0; }
   virtual size_t weight_bytes() const = 0;     // bytes of the tower + projector tensors
   virtual std::string quantization() const = 0;  // "none" or e.g. "affine 4-bit g64"
+  // Runs the tower over `be` (activations in its buffers), downloading the result at the end.
   // Throws std::invalid_argument with a message a user can act on for a bad grid/size.
-  virtual ImageEmbedding encode(const ImageInput& image, ThreadPool& pool, Precision precision) const = 0;
+  virtual ImageEmbedding encode(const ImageInput& image, ops::Backend& be, Precision precision) const = 0;
 };
 
 // Builds the encoder of a VLM checkpoint (config.json's vision_config + the tower/projector keys in

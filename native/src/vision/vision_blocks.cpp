@@ -1,13 +1,10 @@
 #include "vision/vision_blocks.h"
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <utility>
 #include "cpu/gemm_packed.h"
-#include "layers/activations.h"
-#include "layers/vec_math.h"
 
 namespace rapid::vision {
 
@@ -83,71 +80,6 @@ VAct parse_act(const std::string& name, const std::string& where) {
                            "\" (supported: silu, gelu, gelu_pytorch_tanh, quick_gelu)");
 }
 
-namespace {
-
-// torch.nn.functional.gelu(x) (exact, erf form).
-inline float gelu_erf(float x) { return x * 0.5f * (1.0f + std::erf(x * 0.70710678118654752f)); }
-inline float quick_gelu(float x) { return x / (1.0f + std::exp(-1.702f * x)); }
-
-// Ones for routing a plain activation through the SIMD GLU kernel: act(x) * 1 == act(x) exactly.
-constexpr int64_t kOnes = 4096;
-const float* ones() {
-  static const std::vector<float> v(size_t(kOnes), 1.0f);
-  return v.data();
-}
-
-}  // namespace
-
-namespace {
-
-void activate(float* x, int64_t n, VAct a) {
-  switch (a) {
-    case VAct::Silu:
-    case VAct::GeluTanh: {
-      const Activation act = a == VAct::Silu ? Activation::Silu : Activation::GeluTanh;
-      for (int64_t i = 0; i < n; i += kOnes) vec::glu(x + i, ones(), std::min(kOnes, n - i), act);
-      break;
-    }
-    case VAct::GeluErf:
-      for (int64_t i = 0; i < n; ++i) x[i] = gelu_erf(x[i]);
-      break;
-    case VAct::QuickGelu:
-      for (int64_t i = 0; i < n; ++i) x[i] = quick_gelu(x[i]);
-      break;
-  }
-}
-
-void activate_mul(float* gate, const float* up, int64_t n, VAct a) {
-  switch (a) {
-    case VAct::Silu: vec::glu(gate, up, n, Activation::Silu); break;
-    case VAct::GeluTanh: vec::glu(gate, up, n, Activation::GeluTanh); break;
-    case VAct::GeluErf:
-      for (int64_t i = 0; i < n; ++i) gate[i] = gelu_erf(gate[i]) * up[i];
-      break;
-    case VAct::QuickGelu:
-      for (int64_t i = 0; i < n; ++i) gate[i] = quick_gelu(gate[i]) * up[i];
-      break;
-  }
-}
-
-}  // namespace
-
-void activate_rows(ThreadPool& pool, float* x, int64_t rows, int64_t width, VAct a) {
-  auto body = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) activate(x + r * width, width, a);
-  };
-  if (rows * width >= 32768) pool.parallel_for(rows, body);
-  else body(0, rows);
-}
-
-void activate_mul_rows(ThreadPool& pool, float* gate, const float* up, int64_t rows, int64_t width, VAct a) {
-  auto body = [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) activate_mul(gate + r * width, up + r * width, width, a);
-  };
-  if (rows * width >= 32768) pool.parallel_for(rows, body);
-  else body(0, rows);
-}
-
 // ---- linear layers -----------------------------------------------------------------------------
 
 Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name) {
@@ -164,15 +96,6 @@ Linear load_tower_linear(const Checkpoint& ckpt, const QuantConfig& qc, const st
   Linear l = load_linear(ckpt, qc, path, out, in, with_bias);
   l.w.packed = pack_dense(l.w);
   return l;
-}
-
-void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
-                    Precision p) {
-  matmul_strided(pool, l.w, x, l.in(), y, ldy, n, p);
-  if (l.bias.empty()) return;
-  const int64_t out = l.out();
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t o = 0; o < out; ++o) y[r * ldy + o] += l.bias[size_t(o)];
 }
 
 // ---- patch embedding ---------------------------------------------------------------------------
@@ -203,8 +126,6 @@ PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int
                              " (HF layout) or " + str(mlx) + " (MLX layout)");
   }
   PatchEmbed pe;
-  pe.hidden = hidden;
-  pe.in = in;
   pe.w.resize(size_t(hidden * in));
   const int64_t pp = patch * patch;
   for (int64_t o = 0; o < hidden; ++o) {
@@ -218,30 +139,21 @@ PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int
         for (int64_t q = 0; q < pp; ++q)  // src [T, P, P, C]
           dst[(c * T + tt) * pp + q] = load_float(t.data, t.dtype, size_t(o * in + (tt * pp + q) * channels + c));
   }
-  if (with_bias) pe.bias = load_vector_f32(ckpt, name + ".bias", hidden);
-  pe.view = f32_weight(pe.w.data(), hidden, in, name);
-  pe.view.packed = pack_dense(pe.view);
+  if (with_bias) pe.lin.bias = load_vector_f32(ckpt, name + ".bias", hidden);
+  pe.lin.w = f32_weight(pe.w.data(), hidden, in, name);
+  pe.lin.w.packed = pack_dense(pe.lin.w);
   return pe;
 }
 
-void patch_embed(ThreadPool& pool, const PatchEmbed& pe, const float* rows, float* y, int64_t n) {
-  matmul(pool, pe.view, rows, y, n, Precision::Exact);
-  if (pe.bias.empty()) return;
-  for (int64_t r = 0; r < n; ++r)
-    for (int64_t o = 0; o < pe.hidden; ++o) y[r * pe.hidden + o] += pe.bias[size_t(o)];
-}
-
-std::vector<float> image_patch_rows(const float* pixels, int64_t channels, int64_t gh, int64_t gw, int64_t patch) {
-  const int64_t ph = gh * patch, pw = gw * patch, row_len = channels * patch * patch;
-  std::vector<float> rows(size_t(gh * gw * row_len));  // [gh*gw, C*P*P]
+std::vector<int32_t> image_patch_index(int64_t channels, int64_t gh, int64_t gw, int64_t patch) {
+  const int64_t ph = gh * patch, pw = gw * patch;
+  std::vector<int32_t> idx;  // [gh*gw*C*P]: patch (gy, gx), channel c, patch row i -> image row of P floats
+  idx.reserve(size_t(gh * gw * channels * patch));
   for (int64_t gy = 0; gy < gh; ++gy)
-    for (int64_t gx = 0; gx < gw; ++gx) {
-      float* r = rows.data() + (gy * gw + gx) * row_len;  // [C, P, P]
+    for (int64_t gx = 0; gx < gw; ++gx)
       for (int64_t c = 0; c < channels; ++c)
-        for (int64_t i = 0; i < patch; ++i)
-          std::copy_n(pixels + (c * ph + gy * patch + i) * pw + gx * patch, patch, r + (c * patch + i) * patch);
-    }
-  return rows;
+        for (int64_t i = 0; i < patch; ++i) idx.push_back(int32_t(((c * ph + gy * patch + i) * pw + gx * patch) / patch));
+  return idx;
 }
 
 // ---- 2-D vision RoPE ---------------------------------------------------------------------------
@@ -279,26 +191,16 @@ RopeTable vision_rope_table(const std::vector<float>& inv_freq, const int32_t* h
   return t;
 }
 
-void apply_rope_strided(ThreadPool& pool, float* x, int64_t ld, int64_t n, int n_heads, const RopeTable& t) {
-  const int half = t.half;
-  auto body = [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const float* cs = t.cos.data() + i * half;  // [half]
-      const float* sn = t.sin.data() + i * half;  // [half]
-      for (int h = 0; h < n_heads; ++h) {
-        // The halves and the table do not overlap: restrict lets the compiler vectorize the rotation.
-        float* __restrict lo = x + i * ld + int64_t(h) * t.head_dim;  // [half]
-        float* __restrict hi = lo + half;                              // [half]
-        for (int j = 0; j < half; ++j) {
-          const float a = lo[j], b = hi[j];
-          lo[j] = a * cs[j] - b * sn[j];
-          hi[j] = b * cs[j] + a * sn[j];
-        }
-      }
-    }
-  };
-  if (n >= 64) pool.parallel_for(n, body);
-  else body(0, n);
+RopeBufs upload_rope(ops::Backend& be, const RopeTable& t) {
+  RopeBufs r;
+  r.cos = be.upload(t.cos.data(), int64_t(t.cos.size()));
+  r.sin = be.upload(t.sin.data(), int64_t(t.sin.size()));
+  r.half = t.half;
+  return r;
+}
+
+void rope_heads(ops::Backend& be, float* x, int64_t ld, int64_t n, int n_heads, const RopeBufs& r) {
+  be.rope(x, ld, n, n_heads, 2 * r.half, r.half, r.cos.data(), r.sin.data());
 }
 
 void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::vector<int32_t>& hpos,
@@ -315,101 +217,17 @@ void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::
 
 // ---- attention ---------------------------------------------------------------------------------
 
-void segment_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t ld_in, float* out,
-                       int64_t ld_out, int n_heads, int head_dim, float scale, const std::vector<int64_t>& cu) {
-  if (cu.size() < 2) return;
-  const int64_t hd = head_dim;
-  const int64_t n_seg = int64_t(cu.size()) - 1;
-  constexpr int64_t P = kPackedPanel;
-  auto up = [](int64_t a) { return (a + kPackedPanel - 1) / kPackedPanel * kPackedPanel; };
-  // Per (head, segment), K and V in the packed GEMM's panels, so both products run on it: K as a
-  // weight [len, hd] (keys are the output columns), V as a weight [hd, len]. Memory is linear in n.
-  std::vector<int64_t> kofs{0}, vofs{0};  // per segment, in floats within one head's slab
-  for (int64_t s = 0; s < n_seg; ++s) {
-    const int64_t len = cu[size_t(s) + 1] - cu[size_t(s)];
-    kofs.push_back(kofs.back() + up(len) * hd);
-    vofs.push_back(vofs.back() + up(hd) * len);
-  }
-  std::vector<float> kp(size_t(n_heads * kofs.back()));  // [heads][segments of [len/16][hd][16]]
-  std::vector<float> vp(size_t(n_heads * vofs.back()));  // [heads][segments of [hd/16][len][16]]
-  pool.parallel_for(int64_t(n_heads) * n_seg, [&](int64_t a, int64_t b) {
-    for (int64_t task = a; task < b; ++task) {
-      const int64_t h = task / n_seg, s = task % n_seg;
-      const int64_t t0 = cu[size_t(s)], len = cu[size_t(s) + 1] - t0;
-      float* kd = kp.data() + h * kofs.back() + kofs[size_t(s)];  // [up(len)/16][hd][16]
-      float* vd = vp.data() + h * vofs.back() + vofs[size_t(s)];  // [up(hd)/16][len][16]
-      for (int64_t i = 0; i < up(len); ++i) {
-        const float* kr = k + (t0 + i) * ld_in + h * hd;  // [hd], key i
-        float* col = kd + (i / P) * hd * P + i % P;
-        for (int64_t d = 0; d < hd; ++d) col[d * P] = i < len ? kr[d] : 0.0f;
-      }
-      for (int64_t i = 0; i < len; ++i) {
-        const float* vr = v + (t0 + i) * ld_in + h * hd;  // [hd], value i
-        for (int64_t d0 = 0; d0 < hd; d0 += P) {
-          float* dst = vd + (d0 / P) * len * P + i * P;  // [16]
-          for (int64_t j = 0; j < P; ++j) dst[j] = d0 + j < hd ? vr[d0 + j] : 0.0f;
-        }
-      }
-    }
-  });
-
-  // Tasks: (segment, head, block of up to kQB queries): scores stay [kQB, len].
-  constexpr int64_t kQB = 64;
-  struct Task {
-    int64_t seg, head, q0, q1;
-  };
-  std::vector<Task> tasks;
-  for (int64_t s = 0; s < n_seg; ++s)
-    for (int64_t h = 0; h < n_heads; ++h)
-      for (int64_t q0 = cu[size_t(s)]; q0 < cu[size_t(s) + 1]; q0 += kQB)
-        tasks.push_back({s, h, q0, std::min(cu[size_t(s) + 1], q0 + kQB)});
-  const char* isa = matmul_kernel_name();
-  std::atomic<size_t> next{0};
-  pool.run([&](int, int) {
-    thread_local std::vector<float> scores;
-    for (size_t ti = next.fetch_add(1); ti < tasks.size(); ti = next.fetch_add(1)) {
-      const Task& tk = tasks[ti];
-      const int64_t t0 = cu[size_t(tk.seg)], len = cu[size_t(tk.seg) + 1] - t0;
-      const int64_t nq = tk.q1 - tk.q0;
-      if (scores.size() < size_t(nq * len)) scores.resize(size_t(nq * len));
-      float* S = scores.data();  // [nq, len]
-      PackedDense kw;            // [len, hd] view: S = Q · Kᵀ
-      kw.out = len;
-      kw.in = hd;
-      kw.panels = up(len) / P;
-      kw.data = kp.data() + tk.head * kofs.back() + kofs[size_t(tk.seg)];
-      // Nested inside pool.run, so these GEMMs run inline on this thread.
-      gemm_packed(pool, kw, q + tk.q0 * ld_in + tk.head * hd, ld_in, S, len, nq, isa);
-      for (int64_t i = 0; i < nq; ++i) {
-        float* r = S + i * len;  // [len]
-        float mx = -INFINITY;
-        for (int64_t j = 0; j < len; ++j) {
-          r[j] *= scale;
-          mx = std::max(mx, r[j]);
-        }
-        const float sum = vec::exp_shift_sum(r, len, mx);
-        for (int64_t j = 0; j < len; ++j) r[j] /= sum;
-      }
-      PackedDense vw;  // [hd, len] view: O = P · V
-      vw.out = hd;
-      vw.in = len;
-      vw.panels = up(hd) / P;
-      vw.data = vp.data() + tk.head * vofs.back() + vofs[size_t(tk.seg)];
-      gemm_packed(pool, vw, S, len, out + tk.q0 * ld_out + tk.head * hd, ld_out, nq, isa);
-    }
-  });
-}
-
-void fused_qkv_attention(ThreadPool& pool, const Linear& qkv_proj, const Linear& out_proj, float* hn, float* qkv,
-                         float* att, int64_t n, int64_t hidden, int heads, int head_dim, const RopeTable& rope,
+void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear& out_proj, float* hn,
+                         const QkvScratch& s, int64_t n, int64_t hidden, int heads, int head_dim, const RopeBufs& rope,
                          const std::vector<int64_t>& cu, Precision p) {
   const int64_t ld = 3 * hidden;
-  linear(pool, qkv_proj, hn, qkv, n, p);
-  apply_rope_strided(pool, qkv, ld, n, heads, rope);
-  apply_rope_strided(pool, qkv + hidden, ld, n, heads, rope);
-  segment_attention(pool, qkv, qkv + hidden, qkv + 2 * hidden, ld, att, hidden, heads, head_dim,
-                    1.0f / std::sqrt(float(head_dim)), cu);
-  linear(pool, out_proj, att, hn, n, p);
+  float* qkv = s.qkv.data();  // [n, 3, heads, hd]
+  be.linear(qkv_proj, hn, qkv, n, p);
+  rope_heads(be, qkv, ld, n, heads, rope);
+  rope_heads(be, qkv + hidden, ld, n, heads, rope);
+  be.attention(qkv, ld, qkv + hidden, qkv + 2 * hidden, ld, s.att.data(), hidden, heads, heads, head_dim,
+               1.0f / std::sqrt(float(head_dim)), cu, p);
+  be.linear(out_proj, s.att.data(), hn, n, p);
 }
 
 // ---- input checks ------------------------------------------------------------------------------
@@ -437,16 +255,6 @@ void check_patch_grid(const ImageInput& img, const std::string& family, int64_t 
                                 " pixel values but image grid " + grid + " needs " + std::to_string(patches) +
                                 " rows of " + std::to_string(row_len) + " = " + std::to_string(patches * row_len) +
                                 " (pixel_values must be the processor's rows for exactly this image)");
-}
-
-// ---- misc --------------------------------------------------------------------------------------
-
-void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n) {
-  auto body = [&](int64_t a, int64_t b) {
-    for (int64_t i = a; i < b; ++i) y[i] += x[i];
-  };
-  if (n >= 65536) pool.parallel_for(n, body, 64);
-  else body(0, n);
 }
 
 }  // namespace rapid::vision

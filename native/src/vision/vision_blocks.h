@@ -1,13 +1,12 @@
-// Building blocks shared by the vision towers: key-prefix probing, LayerNorm rows, patch embedding
-// as a matmul over flattened patches, 2-D vision RoPE, dense segment attention, pointwise
-// activations. Everything computes in f32 to match transformers' float32 reference.
+// Building blocks shared by the vision towers: key-prefix probing, config parsing, weight loading (patch
+// embedding as a linear over flattened patches), the host metadata of 2-D vision RoPE and patch layouts,
+// and composite steps written over the op-level backend (backend/ops.h). Towers compute only through it.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
-#include "cpu/matmul.h"
-#include "cpu/threadpool.h"
+#include "backend/ops.h"
 #include "format/json.h"
 #include "format/safetensors.h"
 #include "layers/layer_norm.h"
@@ -44,16 +43,10 @@ double rope_theta(const Json& vc, double def);
 
 // ---- activations -------------------------------------------------------------------------------
 
-enum class VAct : uint8_t { Silu, GeluTanh, GeluErf, QuickGelu };
+using ops::VAct;
 
 // Maps a HF hidden_act string ("silu", "gelu_pytorch_tanh", "gelu", "quick_gelu", ...); throws otherwise.
 VAct parse_act(const std::string& name, const std::string& where);
-
-// x [rows, width]: x = act(x), row by row (each row takes the same SIMD/tail split whatever the
-// thread partition, so results do not depend on the thread count). Parallel over rows.
-void activate_rows(ThreadPool& pool, float* x, int64_t rows, int64_t width, VAct a);
-// gate, up [rows, width]: gate = act(gate) * up, row by row like activate_rows.
-void activate_mul_rows(ThreadPool& pool, float* gate, const float* up, int64_t rows, int64_t width, VAct a);
 
 // ---- linear layers -----------------------------------------------------------------------------
 
@@ -65,19 +58,16 @@ Weight f32_weight(const float* data, int64_t out, int64_t in, std::string name);
 Linear load_tower_linear(const Checkpoint& ckpt, const QuantConfig& qc, const std::string& path, int64_t out,
                          int64_t in, bool with_bias);
 
-// linear() with an explicit output row stride (lets q/k/v land side by side in one buffer).
-void linear_strided(ThreadPool& pool, const Linear& l, const float* x, float* y, int64_t ldy, int64_t n,
-                    Precision p);
-
 // ---- patch embedding ---------------------------------------------------------------------------
 
 // A Conv2d/Conv3d with stride == kernel, as a dense f32 matmul over flattened patches. The weight is
 // permuted once at load into the HF flattening order (C, [kT,] kH, kW) of the processor's rows.
+// Run as ops::Backend::linear(lin, ..., Precision::Exact) (f32, as the Conv is in the reference).
 struct PatchEmbed {
-  std::vector<float> w;     // [hidden, C*kT*P*P]
-  std::vector<float> bias;  // [hidden] or empty
-  Weight view;              // Dense F32 view of w
-  int64_t hidden = 0, in = 0;
+  std::vector<float> w;  // [hidden, C*kT*P*P]
+  Linear lin;            // Dense F32 (packed) view of w, with the conv bias when it has one
+  int64_t hidden() const { return lin.out(); }
+  int64_t in() const { return lin.in(); }
 };
 
 // kT == 0 means Conv2d ([O,C,P,P] HF or [O,P,P,C] MLX); otherwise Conv3d ([O,C,kT,P,P] HF or
@@ -85,12 +75,9 @@ struct PatchEmbed {
 PatchEmbed load_patch_embed(const Checkpoint& ckpt, const std::string& name, int64_t hidden, int64_t channels,
                             int64_t kt, int64_t patch, bool with_bias);
 
-// rows [n, in] -> y [n, hidden].
-void patch_embed(ThreadPool& pool, const PatchEmbed& pe, const float* rows, float* y, int64_t n);
-
-// A [C, gh*P, gw*P] image -> patch rows [gh*gw, C*P*P] (row-major patches) in the Conv2d weight's (c, i, j)
-// order, the rows patch_embed takes.
-std::vector<float> image_patch_rows(const float* pixels, int64_t channels, int64_t gh, int64_t gw, int64_t patch);
+// Gather indices turning a [C, gh*P, gw*P] image (as rows of P floats) into patch rows [gh*gw, C*P*P]
+// (row-major patches) in the Conv2d weight's (c, i, j) order: y row k = image row idx[k], width P, ld P.
+std::vector<int32_t> image_patch_index(int64_t channels, int64_t gh, int64_t gw, int64_t patch);
 
 // ---- 2-D vision RoPE ---------------------------------------------------------------------------
 
@@ -102,8 +89,15 @@ std::vector<float> vision_inv_freq(int head_dim, double theta);
 RopeTable vision_rope_table(const std::vector<float>& inv_freq, const int32_t* hpos, const int32_t* wpos, int64_t n,
                             int head_dim);
 
-// x: row t, head h at x + t*ld + h*head_dim; rotates every head of every row in place.
-void apply_rope_strided(ThreadPool& pool, float* x, int64_t ld, int64_t n, int n_heads, const RopeTable& t);
+// A RopeTable's cos/sin [n, half] in backend memory, uploaded once per image for every layer.
+struct RopeBufs {
+  ops::Buf cos, sin;  // [n, half] each
+  int half = 0;
+};
+RopeBufs upload_rope(ops::Backend& be, const RopeTable& t);
+
+// Whole-head rotate-half RoPE: x row t, head h at x + t*ld + h*head_dim (head_dim = 2 * r.half).
+void rope_heads(ops::Backend& be, float* x, int64_t ld, int64_t n, int n_heads, const RopeBufs& r);
 
 // Patch (h, w) coordinates of a Qwen-style grid in the processor's merge-block order:
 // per frame, blocks of merge x merge patches row-major, row-major inside each block.
@@ -112,17 +106,17 @@ void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::
 
 // ---- attention ---------------------------------------------------------------------------------
 
-// Bidirectional multi-head attention where token i attends to every token of its segment
-// [cu[s], cu[s+1]). q/k/v: row t, head h at p + t*ld_in + h*head_dim; out likewise with ld_out.
-// softmax(q·k * scale) · v in f32, parallel over (segment, head, query block).
-void segment_attention(ThreadPool& pool, const float* q, const float* k, const float* v, int64_t ld_in, float* out,
-                       int64_t ld_out, int n_heads, int head_dim, float scale, const std::vector<int64_t>& cu);
+// Backend buffers of one Qwen-style attention half, sized for n tokens.
+struct QkvScratch {
+  ops::Buf qkv;  // [n, 3, heads, hd]
+  ops::Buf att;  // [n, hidden]
+};
 
 // The attention half of a Qwen-style block with a fused qkv projection: hn [n, hidden] (the normed input)
-// -> qkv [n, 3, heads, hd], RoPE on q and k, segment_attention over `cu` into att [n, hidden], then
+// -> qkv [n, 3, heads, hd], RoPE on q and k, segment attention over `cu` into att [n, hidden], then
 // hn = proj(att). Scale 1/sqrt(hd).
-void fused_qkv_attention(ThreadPool& pool, const Linear& qkv_proj, const Linear& out_proj, float* hn, float* qkv,
-                         float* att, int64_t n, int64_t hidden, int heads, int head_dim, const RopeTable& rope,
+void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear& out_proj, float* hn,
+                         const QkvScratch& s, int64_t n, int64_t hidden, int heads, int head_dim, const RopeBufs& rope,
                          const std::vector<int64_t>& cu, Precision p);
 
 // ---- input checks ------------------------------------------------------------------------------
@@ -132,10 +126,5 @@ void fused_qkv_attention(ThreadPool& pool, const Linear& qkv_proj, const Linear&
 // Throws std::invalid_argument with the expected numbers (and the pixel sizes they correspond to).
 void check_patch_grid(const ImageInput& img, const std::string& family, int64_t row_len, int64_t merge,
                       int64_t patch, int64_t max_patches);
-
-// ---- misc --------------------------------------------------------------------------------------
-
-// y[i] += x[i] over n elements (residual adds).
-void add_inplace(ThreadPool& pool, float* y, const float* x, int64_t n);
 
 }  // namespace rapid::vision
