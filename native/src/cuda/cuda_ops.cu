@@ -5,11 +5,11 @@
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/dense_gemm.h"
@@ -214,17 +214,19 @@ class CudaOps final : public ops::Backend {
 
   const float* dev_vec(const std::vector<float>& v) {
     std::lock_guard<std::mutex> lk(mu_);
-    auto it = vecs_.find(&v);
+    const Key key{&v, v.data()};
+    auto it = vecs_.find(key);
     if (it != vecs_.end()) return it->second;
     const float* d = static_cast<const float*>(device_copy(v.data(), v.size() * sizeof(float)));
-    vecs_.emplace(&v, d);
+    vecs_.emplace(key, d);
     return d;
   }
 
   const DevLinear& dev_linear(const Linear& l, bool fast) {
     std::lock_guard<std::mutex> lk(mu_);
     auto& cache = fast ? fast_ : exact_;
-    auto it = cache.find(&l);
+    const Key key{&l, l.w.data};
+    auto it = cache.find(key);
     if (it != cache.end()) return it->second;
     const int64_t out = l.out(), in = l.in(), rows = gemm_rows_pad(out), ldw = gemm_k_pad(in);
     DevLinear d;
@@ -247,28 +249,30 @@ class CudaOps final : public ops::Backend {
       d.w = device_copy(h.data(), h.size() * sizeof(float));
     }
     if (!l.bias.empty()) d.bias = static_cast<const float*>(device_copy(l.bias.data(), l.bias.size() * sizeof(float)));
-    return cache.emplace(&l, d).first->second;
+    return cache.emplace(key, d).first->second;
   }
 
   const float* dev_table(const Weight& t) {
     std::lock_guard<std::mutex> lk(mu_);
-    auto it = tables_.find(&t);
+    const Key key{&t, t.data};
+    auto it = tables_.find(key);
     if (it != tables_.end()) return it->second;
     std::vector<float> h(static_cast<size_t>(t.out * t.in));  // [out, in]
     host_parallel_rows(t.out, [&](int64_t r0, int64_t r1) {
       for (int64_t r = r0; r < r1; ++r) dequantize_row(t, r, h.data() + r * t.in);
     });
     const float* d = static_cast<const float*>(device_copy(h.data(), h.size() * sizeof(float)));
-    tables_.emplace(&t, d);
+    tables_.emplace(key, d);
     return d;
   }
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  // Cache key: the host struct's address and its data pointer (a struct whose storage moved is uploaded again).
+  using Key = std::pair<const void*, const void*>;
   mutable std::mutex mu_;  // the weight caches (ops may be called from more than one thread)
-  std::unordered_map<const Linear*, DevLinear> fast_, exact_;
-  std::unordered_map<const std::vector<float>*, const float*> vecs_;
-  std::unordered_map<const Weight*, const float*> tables_;
+  std::map<Key, DevLinear> fast_, exact_;
+  std::map<Key, const float*> vecs_, tables_;
   std::vector<void*> weights_;  // every weight allocation, freed with the backend
   int64_t weight_bytes_ = 0;
 };
