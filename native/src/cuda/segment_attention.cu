@@ -18,6 +18,18 @@ namespace {
 constexpr int kQT = kSegQueryTile;  // queries per block
 constexpr int kKT = 64;             // keys per tile (Fast)
 
+// One launch's operands (segment_attention's, with group = heads / kv_heads).
+struct AttnArgs {
+  const float* q;
+  const float* k;
+  const float* v;
+  float* out;
+  int64_t ldq, ldkv, ldo;
+  int group, hd;
+  float scale;  // Fast: scale * log2(e), for exp2
+  const SegTile* tiles;
+};
+
 // Rows [0, 64) x dims [0, HDP) of a [tokens, ld] f32 head slice into bf16 pairs; zero outside [r_end) x [hd).
 template <int HDP, int PITCH>
 __device__ __forceinline__ void stage_rows(__nv_bfloat16 (*dst)[PITCH], const float* src, int64_t ld, int64_t r0,
@@ -33,16 +45,17 @@ __device__ __forceinline__ void stage_rows(__nv_bfloat16 (*dst)[PITCH], const fl
 }
 
 template <int HDP>
-__global__ void __launch_bounds__(128) seg_attn_mma(const float* __restrict__ q, int64_t ldq,
-                                                    const float* __restrict__ k, const float* __restrict__ v,
-                                                    int64_t ldkv, float* __restrict__ out, int64_t ldo, int group,
-                                                    int hd, float scale_log2,
-                                                    const SegTile* __restrict__ tiles) {
+__global__ void __launch_bounds__(128) seg_attn_mma(const AttnArgs a) {
   constexpr int NKS = HDP / 16, NDT = HDP / 8;
+  const float* __restrict__ q = a.q;
+  const float* __restrict__ k = a.k;
+  const float* __restrict__ v = a.v;
+  const int64_t ldq = a.ldq, ldkv = a.ldkv, ldo = a.ldo;
+  const int hd = a.hd;
   __shared__ __align__(16) __nv_bfloat16 Ks[kKT][HDP + 8];  // Q staging, then a key tile [key][dim]
   __shared__ __align__(16) __nv_bfloat16 Vt[HDP][kKT + 8];  // a value tile transposed [dim][key]
-  const SegTile T = tiles[blockIdx.x];
-  const int64_t hoff = int64_t(blockIdx.y) * hd, kvoff = int64_t(blockIdx.y / group) * hd;  // GQA
+  const SegTile T = a.tiles[blockIdx.x];
+  const int64_t hoff = int64_t(blockIdx.y) * hd, kvoff = int64_t(blockIdx.y / a.group) * hd;  // GQA
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
 
   stage_rows<HDP, HDP + 8>(Ks, q + hoff, ldq, T.q0, T.end, hd);
@@ -89,7 +102,7 @@ __global__ void __launch_bounds__(128) seg_attn_mma(const float* __restrict__ q,
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const bool live = k0 + j * 8 + 2 * t + (e & 1) < T.end;
-        s[j][e] = live ? s[j][e] * scale_log2 : -INFINITY;
+        s[j][e] = live ? s[j][e] * a.scale : -INFINITY;
         mx[e >> 1] = fmaxf(mx[e >> 1], s[j][e]);
       }
     float alpha[2];
@@ -137,7 +150,7 @@ __global__ void __launch_bounds__(128) seg_attn_mma(const float* __restrict__ q,
     const int64_t r = T.q0 + warp * 16 + g + 8 * h;
     if (r >= T.end) continue;
     const float inv = 1.0f / l[h];
-    float* dst = out + r * ldo + hoff;
+    float* dst = a.out + r * ldo + hoff;
 #pragma unroll
     for (int nd = 0; nd < NDT; ++nd) {
       const int d = nd * 8 + 2 * t;
@@ -150,16 +163,19 @@ __global__ void __launch_bounds__(128) seg_attn_mma(const float* __restrict__ q,
 constexpr int kXKT = 32, kXQ = kQT / 8;  // Exact: keys per tile, queries per warp
 
 template <int DD>
-__global__ void __launch_bounds__(256) seg_attn_f32(const float* __restrict__ q, int64_t ldq,
-                                                    const float* __restrict__ k, const float* __restrict__ v,
-                                                    int64_t ldkv, float* __restrict__ out, int64_t ldo, int group,
-                                                    int hd, float scale,
-                                                    const SegTile* __restrict__ tiles) {
+__global__ void __launch_bounds__(256) seg_attn_f32(const AttnArgs a) {
   constexpr int HD = 32 * DD;
+  const float* __restrict__ q = a.q;
+  const float* __restrict__ k = a.k;
+  const float* __restrict__ v = a.v;
+  float* __restrict__ out = a.out;
+  const int64_t ldq = a.ldq, ldkv = a.ldkv, ldo = a.ldo;
+  const int hd = a.hd;
+  const float scale = a.scale;
   __shared__ float Ks[kXKT][HD + 1];  // +1: lane j reads row j without bank conflicts
   __shared__ float Vs[kXKT][HD];
-  const SegTile T = tiles[blockIdx.x];
-  const int64_t hoff = int64_t(blockIdx.y) * hd, kvoff = int64_t(blockIdx.y / group) * hd;  // GQA
+  const SegTile T = a.tiles[blockIdx.x];
+  const int64_t hoff = int64_t(blockIdx.y) * hd, kvoff = int64_t(blockIdx.y / a.group) * hd;  // GQA
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t r0 = T.q0 + int64_t(warp) * kXQ;
   float qr[kXQ][DD], o[kXQ][DD] = {}, m[kXQ], l[kXQ];  // lane holds dims lane + 32 dd
@@ -241,15 +257,16 @@ void segment_attention(const float* q, int64_t ldq, const float* k, const float*
     throw std::invalid_argument("CUDA segment attention: head_dim " + std::to_string(head_dim) +
                                 " is outside the supported 1..128");
   const dim3 grid{unsigned(n_tiles), unsigned(heads)};
-  const float sl2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
+  AttnArgs a{q, k, v, out, ldq, ldkv, ldo, group, head_dim, scale, tiles};
   if (fast) {
-    if (head_dim <= 64) seg_attn_mma<64><<<grid, 128, 0, s>>>(q, ldq, k, v, ldkv, out, ldo, group, head_dim, sl2, tiles);
-    else if (head_dim <= 80) seg_attn_mma<80><<<grid, 128, 0, s>>>(q, ldq, k, v, ldkv, out, ldo, group, head_dim, sl2, tiles);
-    else if (head_dim <= 96) seg_attn_mma<96><<<grid, 128, 0, s>>>(q, ldq, k, v, ldkv, out, ldo, group, head_dim, sl2, tiles);
-    else seg_attn_mma<128><<<grid, 128, 0, s>>>(q, ldq, k, v, ldkv, out, ldo, group, head_dim, sl2, tiles);
+    a.scale = scale * 1.4426950408889634f;  // exp(x) = exp2(x log2 e)
+    if (head_dim <= 64) seg_attn_mma<64><<<grid, 128, 0, s>>>(a);
+    else if (head_dim <= 80) seg_attn_mma<80><<<grid, 128, 0, s>>>(a);
+    else if (head_dim <= 96) seg_attn_mma<96><<<grid, 128, 0, s>>>(a);
+    else seg_attn_mma<128><<<grid, 128, 0, s>>>(a);
   } else {
-    if (head_dim <= 64) seg_attn_f32<2><<<grid, 256, 0, s>>>(q, ldq, k, v, ldkv, out, ldo, group, head_dim, scale, tiles);
-    else seg_attn_f32<4><<<grid, 256, 0, s>>>(q, ldq, k, v, ldkv, out, ldo, group, head_dim, scale, tiles);
+    if (head_dim <= 64) seg_attn_f32<2><<<grid, 256, 0, s>>>(a);
+    else seg_attn_f32<4><<<grid, 256, 0, s>>>(a);
   }
   check(cudaGetLastError(), "segment_attention launch");
 }
