@@ -360,13 +360,8 @@ void tower_cases(ThreadPool& pool, const fs::path& root) {
       ++towers;
       const std::vector<float> pix = read_f32(dir / im->at("pixel_values").as_string());
       const std::vector<float> feat = read_f32(dir / im->at("features").as_string());
-      const Json& g = im->at("grid");
-      ImageInput in;
-      in.pixels = pix.data();
-      in.n_values = int64_t(pix.size());
-      in.grid_t = int(g[0].as_int());
-      in.grid_h = int(g[1].as_int());
-      in.grid_w = int(g[2].as_int());
+      const Json& g = im->at("grid");  // [t, h, w]
+      const ImageInput in{pix.data(), int64_t(pix.size()), int(g[0].as_int()), int(g[1].as_int()), int(g[2].as_int())};
       ops::CpuBackend cpu(pool);
       const std::unique_ptr<ops::Backend> gpu = cuda::make_cuda_ops();
       const ImageEmbedding c = enc->encode(in, cpu, Precision::Exact);
