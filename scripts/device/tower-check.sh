@@ -9,6 +9,8 @@
 # 3. Image encode time, rapid (cuda_tower_bench, --precision fast) against transformers bf16 sdpa on the same GPU
 #    (bench/peers/torch_vision_tower.py, the box's python3): random Qwen2.5-VL-3B tower at 448x448 and Gemma 3 4B
 #    SigLIP + projector at 896x896, one image and a batch of 8, 5 rounds each; medians and ratios at the end.
+# 4. Only where node, dist/ and node_modules/ were carried too (carry build/cuda, dist, node_modules): the time to
+#    first token of a one-image request on CUDA (npm run bench:vision -- --device cuda, 3B-shaped tower).
 # Logs and JSON lines go to $OUT. Exit status 1 if a check failed. About 4-6 minutes of GPU time.
 set -u
 out=${OUT:-/tmp/tower-check}
@@ -32,6 +34,14 @@ for fam in qwen2_5_vl gemma3; do
       > "$out/torch-$fam-$n.jsonl" 2> "$out/torch-$fam-$n.err" || { rc=1; tail -3 "$out/torch-$fam-$n.err"; }
   done
 done
+
+if command -v node > /dev/null 2>&1 && [ -f dist/bench/vision.js ] && [ -d node_modules ] && [ -f build/cuda/rapid_native.node ]; then
+  timeout 240 node bench/run.js vision --device cuda --skip-fixtures --tower-runs 3 --torch python3 \
+    --json "$out/bench-vision-cuda.json" > "$out/bench-vision-cuda.txt" 2>&1 || rc=1
+  tail -8 "$out/bench-vision-cuda.txt"
+else
+  echo "SKIP time to first token: node, dist/, node_modules/ or build/cuda/rapid_native.node not carried"
+fi
 
 python3 - "$out" <<'PY'
 import json, os, statistics, sys
