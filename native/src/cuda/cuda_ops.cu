@@ -137,6 +137,10 @@ class CudaOps final : public ops::Backend {
   }
   void add_table_rows(const Weight& table, const ops::Taps& taps, float* x, int64_t ldx) override {
     check_taps(taps);
+    for (int32_t r : taps.idx)
+      if (r < 0 || r >= table.out)
+        throw std::out_of_range("add_table_rows: row " + std::to_string(r) + " outside " + table.name + " [" +
+                                std::to_string(table.out) + ", " + std::to_string(table.in) + "]");
     const float* t = dev_table(table);
     Meta<int32_t> idx(*this, taps.idx);
     Meta<float> w(*this, taps.w);
