@@ -67,6 +67,28 @@ export function headerClosure(file: string): string[] {
   return hit;
 }
 
+/**
+ * The .cpp files `units` need: for each header they reach (transitively), the files that implement it
+ * (dir/name.cpp and dir/name_*.cpp, e.g. cpu/kernels_x86.cpp), and theirs in turn; `units` themselves excluded.
+ */
+export function sourceClosure(units: string[]): string[] {
+  const out = new Set<string>(units);
+  const todo = [...units];
+  for (let f = todo.pop(); f !== undefined; f = todo.pop()) {
+    for (const h of headerClosure(f)) {
+      const stem = basename(h).replace(/\.h$/, '');
+      for (const c of readdirSync(dirname(h))) {
+        const p = join(dirname(h), c);
+        if (c.endsWith('.cpp') && (c === `${stem}.cpp` || c.startsWith(`${stem}_`)) && !out.has(p)) {
+          out.add(p);
+          todo.push(p);
+        }
+      }
+    }
+  }
+  return [...out].filter((u) => !units.includes(u)).sort();
+}
+
 const compilerIds = new Map<string, string>();
 function objectKey(cxx: string, unit: string, flags: string[]): string {
   let id = compilerIds.get(cxx);

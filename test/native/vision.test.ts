@@ -6,9 +6,9 @@
 import { spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { basename, dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { buildNativeSuite, hasCompiler, headerClosure } from '../helpers/native-suite.js';
+import { buildNativeSuite, hasCompiler, sourceClosure } from '../helpers/native-suite.js';
 
 const root = resolve(import.meta.dirname, '..', '..');
 const src = join(root, 'native', 'src');
@@ -25,28 +25,11 @@ const visionDirs = existsSync(fixtures)
     })
   : [];
 
-/**
- * The sources the test binary needs besides the test: every vision/*.cpp, and for each header they and the
- * test reach the .cpp files that implement it (dir/name.cpp and dir/name_*.cpp, e.g. cpu/kernels_x86.cpp).
- */
+/** The sources the test binary needs besides the test: every vision/*.cpp and what they and the test reach. */
 function sources(): string[] {
   const test = join(root, 'native', 'test', 'vision_test.cpp');
-  const out = new Set<string>([test]);
-  for (const f of readdirSync(join(src, 'vision'))) if (f.endsWith('.cpp')) out.add(join(src, 'vision', f));
-  const todo = [...out];
-  for (let f = todo.pop(); f !== undefined; f = todo.pop()) {
-    for (const h of headerClosure(f)) {
-      const stem = basename(h).replace(/\.h$/, '');
-      for (const c of readdirSync(dirname(h))) {
-        const p = join(dirname(h), c);
-        if (c.endsWith('.cpp') && (c === `${stem}.cpp` || c.startsWith(`${stem}_`)) && !out.has(p)) {
-          out.add(p);
-          todo.push(p);
-        }
-      }
-    }
-  }
-  return [...out].filter((u) => u !== test).sort();
+  const towers = readdirSync(join(src, 'vision')).filter((f) => f.endsWith('.cpp')).map((f) => join(src, 'vision', f));
+  return [...towers, ...sourceClosure([test, ...towers])].sort();
 }
 
 const work = mkdtempSync(join(tmpdir(), 'rapid-vision-'));
