@@ -2,7 +2,8 @@
 // naive loop: weighted pooling and position-table taps, gather / scatter / transpose, per-head RMSNorm over
 // strided heads (with and without weight), rotate-half RoPE with a head stride (whole head and Gemma 4's
 // per-half 2-D variant), segment attention with GQA and separate strides; plus Buf ownership, the pointwise
-// ops and the errors bad metadata gets. Strided outputs must leave the gaps between rows untouched.
+// ops and the errors bad metadata gets. Strided outputs must leave the gaps between rows untouched. Also runs
+// backend_ops_compare.h (the check a GPU backend must pass against the CPU) between 4 threads and 1.
 // Build and run: test/native/cpu-ops.test.ts. Prints "N passed, M failed"; exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
@@ -10,6 +11,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include "backend_ops_compare.h"
 #include "check.h"
 #include "cpu/cpu_ops.h"
 #include "tensor/dtype.h"
@@ -372,6 +374,11 @@ int main() {
     test_head_norm(be);
     test_rope(be);
     test_attention(be, one);
+    // The op-by-op comparison a GPU backend runs against the CPU, here between two thread counts: the CPU ops
+    // are bitwise independent of the split, so every output must match exactly.
+    ops_compare::compare_backends(be, one, {0.0, 0.0}, [](bool ok, const std::string& what, double err) {
+      CHECK(ok, "compare_backends (4 threads vs 1): %s rel err %.2e", what.c_str(), err);
+    });
   } catch (const std::exception& e) {
     CHECK(false, "unexpected exception: %s", e.what());
   }
