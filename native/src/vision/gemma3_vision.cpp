@@ -144,9 +144,7 @@ class Gemma3Vision final : public VisionEncoder {
       be.linear(l.o, att.data(), hn.data(), n, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       be.layer_norm(x.data(), hn.data(), n, l.ln2);
-      be.linear(l.fc1, hn.data(), f1.data(), n, prec);
-      be.act(f1.data(), n, ffn_, act_);
-      be.linear(l.fc2, f1.data(), hn.data(), n, prec);
+      plain_mlp(be, l.fc1, l.fc2, hn.data(), f1.data(), n, act_, prec);
       be.add(x.data(), hn.data(), n * hidden_);
     }
     be.layer_norm(x.data(), x.data(), n, post_ln_);

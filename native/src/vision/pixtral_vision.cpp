@@ -163,10 +163,7 @@ class PixtralVision final : public VisionEncoder {
       be.linear(l.o, att.data(), hn.data(), n, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       be.rms_norm(x.data(), hn.data(), n, l.ffn_norm);
-      be.linear(l.gate, hn.data(), g.data(), n, prec);
-      be.linear(l.up, hn.data(), u.data(), n, prec);
-      be.act_mul(g.data(), u.data(), n, ffn_, act_);
-      be.linear(l.down, g.data(), hn.data(), n, prec);
+      gated_mlp(be, l.gate, l.up, l.down, hn.data(), g.data(), u.data(), n, act_, prec);
       be.add(x.data(), hn.data(), n * hidden_);
     }
 

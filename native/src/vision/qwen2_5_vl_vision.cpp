@@ -142,10 +142,7 @@ class Qwen25VLVision final : public VisionEncoder {
                           full ? cu_full : cu_win, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       be.rms_norm(x.data(), hn.data(), n, b.norm2);
-      be.linear(b.gate, hn.data(), g.data(), n, prec);
-      be.linear(b.up, hn.data(), u.data(), n, prec);
-      be.act_mul(g.data(), u.data(), n, ffn_, act_);
-      be.linear(b.down, g.data(), hn.data(), n, prec);
+      gated_mlp(be, b.gate, b.up, b.down, hn.data(), g.data(), u.data(), n, act_, prec);
       be.add(x.data(), hn.data(), n * hidden_);
     }
 

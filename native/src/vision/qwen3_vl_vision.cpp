@@ -129,9 +129,7 @@ class Qwen3VLVision final : public VisionEncoder {
       fused_qkv_attention(be, b.qkv, b.proj, hn.data(), qs, n, hidden_, int(heads_), int(hd_), rope, cu, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       be.layer_norm(x.data(), hn.data(), n, b.norm2);
-      be.linear(b.fc1, hn.data(), f1.data(), n, prec);
-      be.act(f1.data(), n, ffn_, act_);
-      be.linear(b.fc2, f1.data(), hn.data(), n, prec);
+      plain_mlp(be, b.fc1, b.fc2, hn.data(), f1.data(), n, act_, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       for (size_t k = 0; k < ds_.size(); ++k)
         if (ds_layer_[k] == int64_t(li)) run_merger(be, ds_[k], x.data(), n, ds.data() + int64_t(k) * per, prec);

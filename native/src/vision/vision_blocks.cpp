@@ -230,6 +230,23 @@ void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear&
   be.linear(out_proj, s.att.data(), hn, n, p);
 }
 
+// ---- MLP ---------------------------------------------------------------------------------------
+
+void gated_mlp(ops::Backend& be, const Linear& gate, const Linear& up, const Linear& down, float* hn, float* g,
+               float* u, int64_t n, VAct act, Precision p) {
+  be.linear(gate, hn, g, n, p);
+  be.linear(up, hn, u, n, p);
+  be.act_mul(g, u, n, gate.out(), act);
+  be.linear(down, g, hn, n, p);
+}
+
+void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, int64_t n, VAct act,
+               Precision p) {
+  be.linear(fc1, hn, f1, n, p);
+  be.act(f1, n, fc1.out(), act);
+  be.linear(fc2, f1, hn, n, p);
+}
+
 // ---- input checks ------------------------------------------------------------------------------
 
 void check_patch_grid(const ImageInput& img, const std::string& family, int64_t row_len, int64_t merge,
