@@ -1,11 +1,13 @@
 // The CUDA op backend (cuda/cuda_ops.h) against the CPU reference (cpu/cpu_ops.h): every op of ops::Backend on
-// random inputs with awkward sizes (n = 1, 63, 1000; head_dim 64/72/80; many short segments and one long one), then
-// every tiny VLM tower fixture (test/fixtures/vlm/*-f32) encoding one image on both backends. One PASS/FAIL line per
+// random inputs with awkward sizes (n = 1, 63, 1000; head_dim 64/72/80; many short segments and one long one), the
+// shared op-by-op suite (backend_ops_compare.h: every weight format, empty segments), then every tiny VLM tower
+// fixture (test/fixtures/vlm) encoding one image on both backends. One PASS/FAIL line per
 // check; exit status 1 on any failure. Without a usable GPU it prints one SKIP line and exits 0.
 //   node scripts/build-cuda.mjs --tests && build/cuda/tests/cuda_ops_test [FIXTURE_ROOT]   (default test/fixtures/vlm)
 // Tolerances: max |cuda - cpu| / max |cpu| over the output. Exact (f32 both): 2e-5 per op, 1e-4 per tower (every
 // tower layer adds its own rounding-order differences). Fast (bf16 operands on tensor cores, f32 sums, against the
-// CPU's f32): 2e-2 per op, 5e-2 per tower.
+// CPU's f32): 2e-2 per op, 5e-2 per tower; the shared suite's Fast linears compare against the CPU's Fast (int8
+// activations for 4/8-bit weights): 3e-2.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
@@ -26,6 +28,7 @@
 #include "quant/quantize.h"
 #include "tensor/dtype.h"
 #include "vision/vision.h"
+#include "backend_ops_compare.h"
 #include "cuda_test_util.h"
 
 using namespace rapid;
@@ -398,6 +401,13 @@ int main(int argc, char** argv) {
     linear_cases(pr);
     attention_cases(pr);
     row_cases(pr);
+    {
+      // A backend of its own: the suite's weights die with it, and a later one at the same address must not hit.
+      const std::unique_ptr<ops::Backend> fresh = cuda::make_cuda_ops();
+      ops_compare::compare_backends(cpu, *fresh, {kExactOp, 3e-2}, [](bool ok, const std::string& what, double err) {
+        report_bool("compare_backends " + what, ok, "rel_err=" + std::to_string(err));
+      });
+    }
     tower_cases(pool, root);
   });
 }
