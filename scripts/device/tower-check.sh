@@ -21,8 +21,12 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 
 timeout 300 "$T/cuda_ops_test" test/fixtures/vlm 2>&1 | tee "$out/cuda_ops_test.log"
 [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
-timeout 120 "$T/cuda_matmul_test" > "$out/cuda_matmul_test.log" 2>&1 || rc=1
-grep -E '^(FAIL|ALL|FAILED)' "$out/cuda_matmul_test.log" | tail -5
+if [ -x "$T/cuda_matmul_test" ]; then
+  timeout 120 "$T/cuda_matmul_test" > "$out/cuda_matmul_test.log" 2>&1 || rc=1
+  grep -E '^(FAIL|ALL|FAILED)' "$out/cuda_matmul_test.log" | tail -5
+else
+  echo "SKIP cuda_matmul_test: not carried"
+fi
 
 for fam in qwen2_5_vl gemma3; do
   dir=/tmp/rapid-tower-$fam
