@@ -1,5 +1,6 @@
-// The transformers f32 peer of the 3B-shaped tower bench: bench/peers/torch_vision_tower.py kept alive
-// in a child process, asked for one timed forward per round so rounds interleave with rapid's.
+// The transformers peer of the 3B-shaped tower bench (f32 on the CPU, bf16 sdpa on CUDA):
+// bench/peers/torch_vision_tower.py kept alive in a child process, asked for one timed forward per round so rounds
+// interleave with rapid's.
 import { spawn, type ChildProcessWithoutNullStreams } from 'node:child_process';
 import { createInterface, type Interface } from 'node:readline';
 import { join } from 'node:path';
@@ -10,15 +11,24 @@ import { packageRoot } from '../native/binding.js';
 const PEER_START_MS = 10 * 60_000;
 const PEER_ROUND_MS = 10 * 60_000;
 
+/** Where the peer runs: f32 on the CPU, or bf16 (sdpa) on the GPU next to rapid's CUDA tower. */
+export type TorchDevice = 'cpu' | 'cuda';
+
+/** The peer's arithmetic, for reports. */
+export function torchPeerLabel(device: TorchDevice): string {
+  return device === 'cuda' ? 'transformers bf16 (sdpa, CUDA)' : 'transformers f32 (sdpa)';
+}
+
 export class TorchTowerPeer {
   private readonly child: ChildProcessWithoutNullStreams;
   private readonly lines: Interface;
   private readonly pending: ((line: string | null) => void)[] = [];
   private stderr = '';
 
-  private constructor(python: string, configPath: string, threads: number, grid: [number, number, number]) {
+  private constructor(python: string, configPath: string, threads: number, grid: [number, number, number], device: TorchDevice) {
     const script = join(packageRoot(), 'bench', 'peers', 'torch_vision_tower.py');
-    this.child = spawn(python, [script, '--config', configPath, '--threads', String(threads), '--grid', ...grid.map(String)], { stdio: 'pipe' });
+    const where = device === 'cuda' ? ['--device', 'cuda', '--dtype', 'bf16'] : [];
+    this.child = spawn(python, [script, '--config', configPath, '--threads', String(threads), '--grid', ...grid.map(String), ...where], { stdio: 'pipe' });
     this.child.stderr.on('data', (d: Buffer) => {
       this.stderr = (this.stderr + d.toString()).slice(-4000);
     });
@@ -30,8 +40,8 @@ export class TorchTowerPeer {
   }
 
   /** Starts the peer and waits (bounded) for its warm-up forward. */
-  static async start(python: string, configPath: string, threads: number, grid: [number, number, number]): Promise<TorchTowerPeer> {
-    const p = new TorchTowerPeer(python, configPath, threads, grid);
+  static async start(python: string, configPath: string, threads: number, grid: [number, number, number], device: TorchDevice = 'cpu'): Promise<TorchTowerPeer> {
+    const p = new TorchTowerPeer(python, configPath, threads, grid, device);
     await p.next(PEER_START_MS, 'start');
     return p;
   }

@@ -14,20 +14,23 @@ import { imageChatPrompt, imageUserMessage } from '../engine/image-prompt.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import { createTextEngine } from '../engine/text-engine.js';
 import { openTextModel, type TextModel } from '../engine/text-model.js';
-import { packageRoot } from '../native/binding.js';
+import { packageRoot, parseDevice } from '../native/binding.js';
+import type { NativeDevice } from '../native/types.js';
 import { decodeImage } from '../vision/decode-image.js';
 import { median } from './median.js';
 import { intOption } from './bench-options.js';
 import { defaultBenchDir } from './random-checkpoint.js';
-import { TorchTowerPeer } from './vision-torch-peer.js';
+import { TorchTowerPeer, torchPeerLabel, type TorchDevice } from './vision-torch-peer.js';
 import { ensureRandomVlmCheckpoint, QWEN25_VL_3B_TOWER, type VlmTowerShape } from './random-vlm-checkpoint.js';
 
 const USAGE = `usage: npm run bench:vision -- [--runs N] [--threads N] [--skip-tower] [--skip-fixtures] [--dir DIR] [--json FILE]
-                               [--tower-runs N] [--torch PYTHON]
+                               [--tower-runs N] [--torch PYTHON] [--device cpu|cuda|auto]
   --runs N         runs per tiny fixture (median reported; default 5)
   --tower-runs N   runs of the 3B-shaped tower (default 1)
-  --torch PYTHON   also time transformers' f32 tower (bench/peers/torch_vision_tower.py, this python,
-                   the same threads; default threads: all cores), one forward after each rapid run
+  --torch PYTHON   also time transformers' tower (bench/peers/torch_vision_tower.py, this python, the same
+                   threads; default threads: all cores), one forward after each rapid run: f32 on the CPU,
+                   bf16 sdpa on the GPU with --device cuda
+  --device D       where rapid runs (default: RAPID_DEVICE, else auto); cuda puts the tower on the GPU
   --threads N      native threads (default: all cores)
   --skip-tower     only the tiny fixtures
   --skip-fixtures  only the 3B-shaped tower
@@ -63,6 +66,8 @@ export interface TowerProfile {
 
 export interface VisionBenchReport {
   machine: { cpu: string; cores: number; loadavg1: number };
+  /** --device as given ('default': RAPID_DEVICE, else auto). */
+  device: NativeDevice | 'default';
   threads: number | 'default';
   fixtures: VisionCase[];
   skipped: { name: string; reason: string }[];
@@ -70,10 +75,11 @@ export interface VisionBenchReport {
     checkpoint: { dir: string; towerMiB: number; towerParameters: number; generated: boolean; generateMs: number };
     profile: TowerProfile;
     /**
-     * transformers f32 (sdpa) forward after each rapid run: wall ms and torch ms / rapid encode ms per round;
-     * process CPU ms and torch CPU / rapid ttft CPU (encode + the small decoder's prefill: conservative).
+     * transformers forward (f32 sdpa on the CPU, bf16 sdpa on CUDA) after each rapid run: wall ms and torch ms /
+     * rapid encode ms per round; process CPU ms and torch CPU / rapid ttft CPU (encode + the small decoder's
+     * prefill: conservative).
      */
-    torch?: { ms: number[]; ratios: number[]; medianRatio: number; cpuMs: number[]; cpuRatios: number[]; medianCpuRatio: number };
+    torch?: { label: string; ms: number[]; ratios: number[]; medianRatio: number; cpuMs: number[]; cpuRatios: number[]; medianCpuRatio: number };
   };
 }
 
@@ -120,9 +126,10 @@ export async function benchModel(
   runs: number,
   threads: number | undefined,
   afterRun?: () => Promise<void>,
+  device?: NativeDevice,
 ): Promise<VisionCase> {
   const t0 = performance.now();
-  const model = openTextModel(dir, threads !== undefined ? { threads } : {});
+  const model = openTextModel(dir, { ...(threads !== undefined ? { threads } : {}), ...(device !== undefined ? { device } : {}) });
   const loadMs = performance.now() - t0;
   try {
     if (model.vision === null) throw new Error(`${dir} has no vision tower`);
@@ -198,11 +205,13 @@ export async function runVisionBench(o: {
   fixtures: boolean;
   tower: boolean;
   dir: string;
+  device?: NativeDevice;
 }): Promise<VisionBenchReport> {
   const root = join(packageRoot(), 'test', 'fixtures', 'vlm');
   const report: VisionBenchReport = {
     machine: { cpu: cpus()[0]?.model ?? 'unknown', cores: cpus().length, loadavg1: loadavg()[0] },
     threads: o.threads ?? 'default',
+    device: o.device ?? 'default',
     fixtures: [],
     skipped: [],
   };
@@ -213,7 +222,7 @@ export async function runVisionBench(o: {
     const bytes = new Uint8Array(readFileSync(join(root, 'images', imageFile)));
     for (const d of dirs) {
       try {
-        report.fixtures.push(await benchModel(d, join(root, d), imageFile, bytes, o.runs, o.threads));
+        report.fixtures.push(await benchModel(d, join(root, d), imageFile, bytes, o.runs, o.threads, undefined, o.device));
       } catch (err) {
         // A fixture of a family this build does not know yet is reported, not fatal.
         const why = err instanceof Error ? err.message.split('\n')[0] : String(err);
@@ -230,7 +239,8 @@ export async function runVisionBench(o: {
     log(`${ck.cached ? 'reused' : `generated in ${(ck.generateMs / 1000).toFixed(1)} s:`} ${ck.dir}`);
     const threads = o.threads ?? cpus().length;
     // 448x448 at patch 14: a 1 x 32 x 32 grid, the one rapid's processor makes of the synthetic PNG.
-    const peer = o.torch !== undefined ? await TorchTowerPeer.start(o.torch, join(ck.dir, 'config.json'), threads, [1, 32, 32]) : undefined;
+    const torchDevice: TorchDevice = o.device === 'cuda' ? 'cuda' : 'cpu';
+    const peer = o.torch !== undefined ? await TorchTowerPeer.start(o.torch, join(ck.dir, 'config.json'), threads, [1, 32, 32], torchDevice) : undefined;
     const torchMs: number[] = [];
     const torchCpuMs: number[] = [];
     let c: VisionCase;
@@ -239,8 +249,8 @@ export async function runVisionBench(o: {
         const r = await peer.run();
         torchMs.push(r.ms);
         torchCpuMs.push(r.cpuMs);
-        log(`transformers f32 tower: ${r.ms.toFixed(1)} ms (CPU ${r.cpuMs.toFixed(0)} ms)`);
-      }));
+        log(`${torchPeerLabel(torchDevice)} tower: ${r.ms.toFixed(1)} ms (CPU ${r.cpuMs.toFixed(0)} ms)`);
+      }), o.device);
     } finally {
       peer?.close();
     }
@@ -259,7 +269,7 @@ export async function runVisionBench(o: {
     if (peer) {
       const ratios = torchMs.map((ms, i) => ms / c.runs[i].encodeMs);
       const cpuRatios = torchCpuMs.map((ms, i) => ms / c.runs[i].ttftCpuMs);
-      report.tower.torch = { ms: torchMs, ratios, medianRatio: median(ratios), cpuMs: torchCpuMs, cpuRatios, medianCpuRatio: median(cpuRatios) };
+      report.tower.torch = { label: torchPeerLabel(torchDevice), ms: torchMs, ratios, medianRatio: median(ratios), cpuMs: torchCpuMs, cpuRatios, medianCpuRatio: median(cpuRatios) };
     }
   }
   return report;
@@ -273,7 +283,7 @@ function row(c: VisionCase): string {
 
 export function formatReport(r: VisionBenchReport): string {
   const lines = [
-    `bench:vision on ${r.machine.cpu} (${r.machine.cores} cores, load ${r.machine.loadavg1.toFixed(1)}), native threads ${r.threads}`,
+    `bench:vision on ${r.machine.cpu} (${r.machine.cores} cores, load ${r.machine.loadavg1.toFixed(1)}), native threads ${r.threads}, device ${r.device}`,
     `${'model'.padEnd(36)} ${'grid'.padStart(8)} ${'img tk'.padStart(6)} ${'prompt'.padStart(6)} ${'prep ms'.padStart(9)} ${'encode ms'.padStart(9)} ${'ttft ms'.padStart(9)} ${'ttft CPU'.padStart(9)} ${'req ttft'.padStart(9)} ${'runs'.padStart(4)}`,
     ...r.fixtures.map(row),
     ...r.skipped.map((k) => `${k.name.padEnd(36)} skipped: ${k.reason}`),
@@ -290,7 +300,7 @@ export function formatReport(r: VisionBenchReport): string {
     );
     if (t.torch)
       lines.push(
-        `  transformers f32 (sdpa) ms per round: ${t.torch.ms.map((x) => x.toFixed(0)).join(', ')}; ` +
+        `  ${t.torch.label} ms per round: ${t.torch.ms.map((x) => x.toFixed(0)).join(', ')}; ` +
           `rapid speed-up per round: ${t.torch.ratios.map((x) => `${x.toFixed(2)}x`).join(', ')} (median ${t.torch.medianRatio.toFixed(2)}x)`,
         `  in process CPU time (torch forward / rapid ttft CPU): ${t.torch.cpuRatios.map((x) => `${x.toFixed(2)}x`).join(', ')} ` +
           `(median ${t.torch.medianCpuRatio.toFixed(2)}x)`,
@@ -312,6 +322,7 @@ export async function main(argv: string[]): Promise<number> {
       'skip-tower': { type: 'boolean' },
       'tower-runs': { type: 'string' },
       torch: { type: 'string' },
+      device: { type: 'string' },
       'skip-fixtures': { type: 'boolean' },
       dir: { type: 'string' },
       json: { type: 'string' },
@@ -331,6 +342,7 @@ export async function main(argv: string[]): Promise<number> {
     fixtures: !values['skip-fixtures'],
     tower: !values['skip-tower'],
     dir: values.dir ?? defaultBenchDir(),
+    device: values.device === undefined ? undefined : parseDevice(values.device, '--device'),
   });
   process.stdout.write(`${formatReport(report)}\n`);
   if (values.json) {

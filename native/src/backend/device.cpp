@@ -52,10 +52,13 @@ Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_si
 #if RAPID_CUDA
   if (why.empty()) why = cuda::unsupported_reason(*host);
   if (why.empty()) {
-    // Default KV budget: half of what the weights leave free, at most 32 GiB (f32 K/V).
+    // Default KV budget: half of what the weights leave free, at most 32 GiB (f32 K/V). The image tower's device
+    // copy (dequantized on upload) may be larger than its stored bytes, which weight_bytes already counts.
     int64_t budget = kv_bytes;
     if (budget <= 0) {
-      const int64_t left = cuda::free_bytes() - int64_t(host->info().weight_bytes);
+      const int64_t stored_tower = host->vision() ? int64_t(host->vision()->weight_bytes()) : 0;
+      const int64_t tower_extra = std::max<int64_t>(0, cuda::tower_device_bytes(*host, precision) - stored_tower);
+      const int64_t left = cuda::free_bytes() - int64_t(host->info().weight_bytes) - tower_extra;
       budget = std::min<int64_t>(std::max<int64_t>(left / 2, int64_t(256) << 20), int64_t(32) << 30);
     }
     Placement p;

@@ -1,5 +1,6 @@
 // Device discovery and the model checks of the CUDA backend.
 #include <cuda_runtime.h>
+#include <cstdio>
 #include <string>
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
@@ -46,6 +47,19 @@ int64_t free_bytes() {
   check(cudaSetDevice(0), "cudaSetDevice");
   check(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
   return int64_t(free);
+}
+
+int64_t tower_device_bytes(const Model& host, Precision precision) {
+  const VisionEncoder* v = host.vision();
+  if (!v) return 0;
+  // Stored bytes per parameter: affine B-bit gG packs B bits plus a 16-bit scale and bias per G; a "mixed" tower is
+  // counted as 4-bit g64 and a dense one as 16-bit (both the most parameters its bytes could hold).
+  double per = 2.0;
+  int bits = 0, group = 0;
+  const std::string q = v->quantization();
+  if (std::sscanf(q.c_str(), "affine %d-bit g%d", &bits, &group) == 2 && bits > 0 && group > 0) per = bits / 8.0 + 4.0 / group;
+  else if (q == "mixed") per = 0.5 + 4.0 / 64;
+  return int64_t(double(v->weight_bytes()) / per * (precision == Precision::Fast ? 2.0 : 4.0));
 }
 
 static std::string weight_problem(const Weight& w, const std::string& what) {

@@ -13,6 +13,10 @@ CudaStatus status();
 // "" when the CUDA backend can run this model, else the reason (family, MoE, weight format ...).
 std::string unsupported_reason(const Model& host);
 
+// Device bytes the image tower's weights take once CudaOps has uploaded them (dequantized to bf16 under Fast, f32
+// under Exact): an estimate from the stored size and format, high rather than low; 0 without a tower.
+int64_t tower_device_bytes(const Model& host, Precision precision);
+
 // Free bytes on the current device.
 int64_t free_bytes();
 

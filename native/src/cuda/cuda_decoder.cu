@@ -15,6 +15,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -25,6 +26,7 @@
 #include "cuda/ahead_policy.h"
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/cuda_ops.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
 #include "cuda/rope_rows.h"
@@ -260,6 +262,14 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const ModelInfo& info() const override { return host_->info(); }
   std::vector<KvLayerSpec> kv_layers() const override { return host_->kv_layers(); }
   const VisionEncoder* vision() const override { return host_->vision(); }
+  // The tower runs over the CUDA op backend (its weights uploaded on the first image, then kept).
+  ImageEmbedding encode_image(const ImageInput& image, ThreadPool& pool, Precision p) override {
+    if (!host_->vision()) return host_->encode_image(image, pool, p);  // the host's "no vision tower" error
+    std::lock_guard<std::mutex> lk(tower_mu_);
+    check(cudaSetDevice(0), "cudaSetDevice");
+    if (!tower_ops_) tower_ops_ = make_cuda_ops();
+    return host_->vision()->encode(image, *tower_ops_, p);
+  }
   DeviceLogits* device_logits() override { return this; }
   bool ahead() const override { return ahead_.live && ahead_.hit; }
 
@@ -966,6 +976,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
   }
 
   std::unique_ptr<Model> host_;  // owns the mapped checkpoint, the config and the vision tower
+  std::mutex tower_mu_;          // one image at a time on tower_ops_
+  std::unique_ptr<ops::Backend> tower_ops_;  // made on the first image
   const DecoderParts& parts_;
   const DecoderConfig& cfg_;
   const Precision precision_;

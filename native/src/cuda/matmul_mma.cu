@@ -58,6 +58,7 @@
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
+#include "cuda/mma.cuh"
 
 namespace rapid::cuda {
 namespace {
@@ -102,20 +103,6 @@ struct MmaParams {
   MmaJob job[4];             // GLU: job[0] gate (y = out), job[1] up
   AttnPartials am;           // am.o set: x (one row) is the merge of these attention partials
 };
-
-// Not volatile: a pure function of its operands, so independent chains (groups of a batch) may interleave.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
 
 // The element pairs of k-step s inside a thread's quarter of a group: slots (2t, 2t+1) hold elements
 // (lo0, hi0), slots (2t+8, 2t+9) hold (lo1, hi1). 4-bit: word w = s/2 holds 8 codes, nibble i = element 8w+i;

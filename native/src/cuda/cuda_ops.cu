@@ -1,0 +1,291 @@
+// CudaOps: ops::Backend on one CUDA stream (cuda_ops.h). Ops enqueue kernels from dense_gemm, segment_attention
+// and tower_rows; small host metadata (indices, taps, segment tiles) is copied into pool memory that is freed,
+// stream-ordered, right after the kernel that reads it.
+#include "cuda/cuda_ops.h"
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+#include "cuda/cuda_kernels.h"
+#include "cuda/dense_gemm.h"
+#include "cuda/segment_attention.h"
+#include "cuda/tower_rows.h"
+#include "quant/mlx_quant.h"
+
+namespace rapid::cuda {
+
+namespace {
+
+// f32 -> bf16 bits, round to nearest even (NaN kept quiet): the rounding __float2bfloat16_rn does on the device.
+uint16_t bf16_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
+  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Rows [0, rows) split over up to 16 host threads (dequantizing a tower's weights once at upload).
+template <class F>
+void host_parallel_rows(int64_t rows, F&& body) {
+  const int64_t width = std::clamp<int64_t>(int64_t(std::thread::hardware_concurrency()), 1, 16);
+  const int64_t per = (rows + width - 1) / width;
+  std::vector<std::thread> threads;
+  for (int64_t r0 = 0; r0 < rows; r0 += per) threads.emplace_back([&body, r0, r1 = std::min(rows, r0 + per)] { body(r0, r1); });
+  for (std::thread& t : threads) t.join();
+}
+
+}  // namespace
+
+class CudaOps final : public ops::Backend {
+ public:
+  CudaOps() {
+    check(cudaGetDevice(&device_), "cudaGetDevice");
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate (tower ops)");
+  }
+  ~CudaOps() override {
+    cudaStreamSynchronize(stream_);
+    for (void* p : weights_) cudaFree(p);
+    cudaStreamDestroy(stream_);
+  }
+  CudaOps(const CudaOps&) = delete;
+  CudaOps& operator=(const CudaOps&) = delete;
+
+  std::string name() const override { return "cuda"; }
+  int64_t weight_bytes() const {
+    std::lock_guard<std::mutex> lk(mu_);
+    return weight_bytes_;
+  }
+
+  // ---- memory ---------------------------------------------------------------------------------
+  ops::Buf alloc(int64_t n) override {
+    float* p = pool_alloc<float>(n);
+    check(cudaMemsetAsync(p, 0, size_t(std::max<int64_t>(n, 1)) * sizeof(float), stream_), "tower alloc memset");
+    return make_buf(p, n);
+  }
+  ops::Buf upload(const float* host, int64_t n) override {
+    float* p = pool_alloc<float>(n);
+    if (n > 0) check(cudaMemcpyAsync(p, host, size_t(n) * sizeof(float), cudaMemcpyHostToDevice, stream_), "tower upload");
+    return make_buf(p, n);
+  }
+  void download(const float* src, int64_t n, float* host) override {
+    if (n > 0) check(cudaMemcpyAsync(host, src, size_t(n) * sizeof(float), cudaMemcpyDeviceToHost, stream_), "tower download");
+    check(cudaStreamSynchronize(stream_), "tower ops (a kernel before this download failed)");
+  }
+
+  // ---- matmuls --------------------------------------------------------------------------------
+  void linear(const Linear& l, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n, Precision p) override {
+    const bool fast = p == Precision::Fast;
+    const DevLinear& d = dev_linear(l, fast);
+    if (fast) gemm_bf16(x, ldx, static_cast<const uint16_t*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
+    else gemm_f32(x, ldx, static_cast<const float*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
+  }
+
+  // ---- norms ----------------------------------------------------------------------------------
+  void rms_norm(const float* x, float* y, int64_t rows, const NormWeight& w) override {
+    if (rows > 0) cuda::rms_norm(x, y, rows, w.dim(), dev_vec(w.w), w.eps, stream_);
+  }
+  void rms_norm_heads(float* x, int64_t ld, int64_t n, int heads, int head_dim, const NormWeight& w) override {
+    if (!w.w.empty() && w.dim() != head_dim)
+      throw std::runtime_error("rms_norm_heads: weight has " + std::to_string(w.dim()) + " entries, head_dim is " +
+                               std::to_string(head_dim));
+    tower::rms_norm_heads(x, ld, n, heads, head_dim, w.w.empty() ? nullptr : dev_vec(w.w), w.eps, stream_);
+  }
+  void layer_norm(const float* x, float* y, int64_t rows, const LayerNormW& w) override {
+    tower::layer_norm(x, y, rows, w.dim(), dev_vec(w.w), dev_vec(w.b), w.eps, stream_);
+  }
+
+  // ---- pointwise ------------------------------------------------------------------------------
+  void act(float* x, int64_t rows, int64_t width, ops::VAct a) override { tower::act(x, rows * width, int(a), stream_); }
+  void act_mul(float* gate, const float* up, int64_t rows, int64_t width, ops::VAct a) override {
+    tower::act_mul(gate, up, rows * width, int(a), stream_);
+  }
+  void add(float* y, const float* x, int64_t n) override { tower::add(y, x, n, stream_); }
+  void scale_shift(float* x, int64_t n, float sub, float mul) override { tower::scale_shift(x, n, sub, mul, stream_); }
+  void scale_shift_cols(float* x, int64_t rows, const std::vector<float>& sub, const std::vector<float>& mul) override {
+    if (sub.size() != mul.size()) throw std::runtime_error("scale_shift_cols: sub and mul differ in length");
+    tower::scale_shift_cols(x, rows, int64_t(sub.size()), dev_vec(sub), dev_vec(mul), stream_);
+  }
+  void clamp(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t rows, int64_t width, float lo,
+             float hi) override {
+    tower::clamp(x, ldx, y, ldy, rows, width, lo, hi, stream_);
+  }
+
+  // ---- data movement ---------------------------------------------------------------------------
+  void gather_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t width,
+                   const std::vector<int32_t>& idx) override {
+    Meta<int32_t> d(*this, idx);
+    tower::gather_rows(x, ldx, y, ldy, width, d.p, int64_t(idx.size()), stream_);
+  }
+  void scatter_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t width,
+                    const std::vector<int32_t>& idx) override {
+    Meta<int32_t> d(*this, idx);
+    tower::scatter_rows(x, ldx, y, ldy, width, d.p, int64_t(idx.size()), stream_);
+  }
+  void transpose(const float* x, float* y, int64_t batch, int64_t rows, int64_t cols) override {
+    tower::transpose(x, y, batch, rows, cols, stream_);
+  }
+  void pool_rows(const float* x, int64_t ldx, float* y, int64_t ldy, int64_t width, const ops::Taps& taps) override {
+    check_taps(taps);
+    Meta<int32_t> idx(*this, taps.idx);
+    Meta<float> w(*this, taps.w);
+    tower::tap_rows(x, ldx, y, ldy, width, idx.p, w.p, taps.k, taps.div, taps.rows(), false, stream_);
+  }
+  void add_table_rows(const Weight& table, const ops::Taps& taps, float* x, int64_t ldx) override {
+    check_taps(taps);
+    for (int32_t r : taps.idx)
+      if (r < 0 || r >= table.out)
+        throw std::out_of_range("add_table_rows: row " + std::to_string(r) + " outside " + table.name + " [" +
+                                std::to_string(table.out) + ", " + std::to_string(table.in) + "]");
+    const float* t = dev_table(table);
+    Meta<int32_t> idx(*this, taps.idx);
+    Meta<float> w(*this, taps.w);
+    tower::tap_rows(t, table.in, x, ldx, table.in, idx.p, w.p, taps.k, taps.div, taps.rows(), true, stream_);
+  }
+
+  // ---- RoPE -----------------------------------------------------------------------------------
+  void rope(float* x, int64_t ld, int64_t n, int heads, int64_t head_stride, int half, const float* cos,
+            const float* sin) override {
+    tower::rope(x, ld, n, heads, head_stride, half, cos, sin, stream_);
+  }
+
+  // ---- attention ------------------------------------------------------------------------------
+  void attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo,
+                 int heads, int kv_heads, int head_dim, float scale, const std::vector<int64_t>& cu,
+                 Precision p) override {
+    if (cu.empty() || cu.front() != 0) throw std::runtime_error("attention: segment bounds must start at 0");
+    for (size_t i = 1; i < cu.size(); ++i)
+      if (cu[i] < cu[i - 1]) throw std::runtime_error("attention: segment bounds decrease at index " + std::to_string(i));
+    if (cu.back() > INT32_MAX) throw std::runtime_error("attention: more than 2^31 tokens");
+    const std::vector<SegTile> tiles = seg_tiles(cu);
+    Meta<SegTile> d(*this, tiles);
+    segment_attention(q, ldq, k, v, ldkv, out, ldo, heads, kv_heads, head_dim, scale, d.p, int(tiles.size()),
+                      p == Precision::Fast, stream_);
+  }
+
+ protected:
+  void release(float* p) noexcept override { cudaFreeAsync(p, stream_); }
+
+ private:
+  struct DevLinear {
+    void* w = nullptr;        // bf16 bits or f32 [gemm_rows_pad(out), gemm_k_pad(in)]
+    const float* bias = nullptr;  // [out] or null
+  };
+
+  // A stream-ordered device copy of host metadata, freed (stream-ordered) when it goes out of scope.
+  template <class T>
+  struct Meta {
+    Meta(CudaOps& o, const std::vector<T>& h) : s(o.stream_) {
+      if (h.empty()) return;
+      p = o.pool_alloc<T>(int64_t(h.size()));
+      check(cudaMemcpyAsync(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s), "tower metadata upload");
+    }
+    ~Meta() {
+      if (p) cudaFreeAsync(p, s);
+    }
+    Meta(const Meta&) = delete;
+    Meta& operator=(const Meta&) = delete;
+    cudaStream_t s;
+    T* p = nullptr;
+  };
+
+  template <class T>
+  T* pool_alloc(int64_t n) {
+    void* p = nullptr;
+    check(cudaMallocAsync(&p, size_t(std::max<int64_t>(n, 1)) * sizeof(T), stream_), "cudaMallocAsync (tower ops)");
+    return static_cast<T*>(p);
+  }
+
+  static void check_taps(const ops::Taps& t) {
+    if (t.k < 1 || int64_t(t.idx.size()) % t.k != 0 || (!t.w.empty() && t.w.size() != t.idx.size()))
+      throw std::runtime_error("taps: " + std::to_string(t.idx.size()) + " indices, " + std::to_string(t.w.size()) +
+                               " weights and k = " + std::to_string(t.k) + " do not describe whole rows");
+  }
+
+  // A weight copy made once, synchronously (weights are few and large; the pool is for activations).
+  void* device_copy(const void* host, size_t bytes) {
+    void* p = nullptr;
+    check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (tower weights)");
+    weights_.push_back(p);
+    weight_bytes_ += int64_t(bytes);
+    if (bytes) check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "tower weight upload");
+    return p;
+  }
+
+  const float* dev_vec(const std::vector<float>& v) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const Key key{&v, v.data()};
+    auto it = vecs_.find(key);
+    if (it != vecs_.end()) return it->second;
+    const float* d = static_cast<const float*>(device_copy(v.data(), v.size() * sizeof(float)));
+    vecs_.emplace(key, d);
+    return d;
+  }
+
+  const DevLinear& dev_linear(const Linear& l, bool fast) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& cache = fast ? fast_ : exact_;
+    const Key key{&l, l.w.data};
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    const int64_t out = l.out(), in = l.in(), rows = gemm_rows_pad(out), ldw = gemm_k_pad(in);
+    DevLinear d;
+    // MLX 4/8-bit and 16-bit weights are dequantized once here: a tower is small next to GPU memory.
+    if (fast) {
+      std::vector<uint16_t> h(size_t(rows * ldw), 0);
+      host_parallel_rows(out, [&](int64_t r0, int64_t r1) {
+        std::vector<float> row(static_cast<size_t>(in));  // [in]
+        for (int64_t r = r0; r < r1; ++r) {
+          dequantize_row(l.w, r, row.data());
+          for (int64_t i = 0; i < in; ++i) h[size_t(r * ldw + i)] = bf16_bits(row[size_t(i)]);
+        }
+      });
+      d.w = device_copy(h.data(), h.size() * sizeof(uint16_t));
+    } else {
+      std::vector<float> h(size_t(rows * ldw), 0.0f);
+      host_parallel_rows(out, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) dequantize_row(l.w, r, h.data() + r * ldw);
+      });
+      d.w = device_copy(h.data(), h.size() * sizeof(float));
+    }
+    if (!l.bias.empty()) d.bias = static_cast<const float*>(device_copy(l.bias.data(), l.bias.size() * sizeof(float)));
+    return cache.emplace(key, d).first->second;
+  }
+
+  const float* dev_table(const Weight& t) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const Key key{&t, t.data};
+    auto it = tables_.find(key);
+    if (it != tables_.end()) return it->second;
+    std::vector<float> h(static_cast<size_t>(t.out * t.in));  // [out, in]
+    host_parallel_rows(t.out, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) dequantize_row(t, r, h.data() + r * t.in);
+    });
+    const float* d = static_cast<const float*>(device_copy(h.data(), h.size() * sizeof(float)));
+    tables_.emplace(key, d);
+    return d;
+  }
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  // Cache key: the host struct's address and its data pointer (a struct whose storage moved is uploaded again).
+  using Key = std::pair<const void*, const void*>;
+  mutable std::mutex mu_;  // the weight caches (ops may be called from more than one thread)
+  std::map<Key, DevLinear> fast_, exact_;
+  std::map<Key, const float*> vecs_, tables_;
+  std::vector<void*> weights_;  // every weight allocation, freed with the backend
+  int64_t weight_bytes_ = 0;
+};
+
+std::unique_ptr<ops::Backend> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+
+int64_t uploaded_weight_bytes(const ops::Backend& be) {
+  const auto* c = dynamic_cast<const CudaOps*>(&be);
+  return c ? c->weight_bytes() : 0;
+}
+
+}  // namespace rapid::cuda

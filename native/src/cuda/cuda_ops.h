@@ -1,0 +1,21 @@
+// The CUDA implementation of the op backend (backend/ops.h) that the vision towers run over. Host-only header:
+// includes no CUDA header, so the model and test code compile the same way in both variants.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include "backend/ops.h"
+
+namespace rapid::cuda {
+
+class CudaOps;
+
+// Ops on the current device, on a stream of their own. Activations come from the stream-ordered pool
+// (cudaMallocAsync); weights are uploaded on first use and kept, keyed by the host struct's address: Linear
+// weights of any format dequantized once to bf16 (Fast) or f32 (Exact), norms, tables and per-column vectors
+// as f32. Every op enqueues only; download() waits.
+std::unique_ptr<ops::Backend> make_cuda_ops();
+
+// Device bytes of the weights a CudaOps backend has uploaded so far (0 for another backend).
+int64_t uploaded_weight_bytes(const ops::Backend& be);
+
+}  // namespace rapid::cuda

@@ -1,0 +1,26 @@
+// The bf16 tensor-core step every mma.sync kernel shares (m16n8k16, f32 accumulate) and the bf16 pair packing of
+// its operands. Fragment layout (g = lane / 4, t = lane % 4): A a0 (row g, k 2t..2t+1), a1 (row g+8, same k),
+// a2 (row g, k 2t+8..2t+9), a3 (row g+8, same k); B b0 (k 2t..2t+1, col g), b1 (k 2t+8..2t+9, col g);
+// C c0/c1 (row g, cols 2t, 2t+1), c2/c3 (row g+8, same cols).
+#pragma once
+#include <cuda_bf16.h>
+#include <cstdint>
+
+namespace rapid::cuda {
+
+// Not volatile: a pure function of its operands, so independent chains (groups of a batch) may interleave.
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (lo, hi) rounded to bf16 (nearest even), lo in the low half: one operand register.
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+}  // namespace rapid::cuda

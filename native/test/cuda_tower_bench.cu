@@ -1,0 +1,194 @@
+// Image encode time of rapid's vision towers on the GPU (the CUDA op backend), for scripts/device/tower-check.sh and
+// docs/performance.md: a random-weight bf16 tower of a real model's shape, written once to --dir, encodes one image
+// and then a batch of --images images (back to back, as the engine encodes them) per round. Prints one JSON line per
+// round: {"family", "images", "ms"}; the first encode (weight upload + dequantization) is reported as "warmupMs".
+//   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N] [--images N]
+//                                     [--precision fast|exact]
+// qwen2_5_vl: Qwen2.5-VL-3B's tower (32 blocks, hidden 1280, window attention, merger to 2048), one 448x448 image
+// (grid 1x32x32, 1024 patches). gemma3: Gemma 3 4B's SigLIP (27 layers, hidden 1152) at 896x896 (4096 patches) and
+// its projector to 2560. The torch peer (bench/peers/torch_vision_tower.py) reads the same DIR/config.json.
+#include <cuda_runtime.h>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+#include "backend/ops.h"
+#include "cuda/cuda_ops.h"
+#include "format/json.h"
+#include "format/safetensors.h"
+#include "tensor/dtype.h"
+#include "vision/vision.h"
+
+using namespace rapid;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Random bf16 tensors (uniform, sd ~ `sd` around `mean`): timing does not depend on the values.
+struct Writer {
+  std::vector<std::vector<uint16_t>> store;
+  std::vector<TensorData> tds;
+  uint64_t s = 0x9e3779b97f4a7c15ull;
+  void add(const std::string& name, std::vector<int64_t> shape, float sd, float mean = 0.f) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    std::vector<uint16_t> v(static_cast<size_t>(n));
+    for (auto& x : v) {
+      s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+      const float u = float(s >> 40) / float(1 << 24) * 2.f - 1.f;  // [-1, 1): sd 0.577
+      x = f32_to_bf16(mean + u * sd * 1.732f);
+    }
+    store.push_back(std::move(v));
+    tds.push_back({name, DType::BF16, shape, nullptr, size_t(n) * 2});
+  }
+  void write(const fs::path& dir, const std::string& config) {
+    for (size_t i = 0; i < tds.size(); ++i) tds[i].data = store[i].data();
+    write_safetensors((dir / "model.safetensors").string(), tds);
+    std::ofstream(dir / "config.json") << config;
+  }
+};
+
+void write_qwen25_3b(const fs::path& dir) {
+  const int64_t H = 1280, depth = 32, ffn = 3420, out = 2048, P = 14;
+  Writer w;
+  const std::string p = "visual.";
+  w.add(p + "patch_embed.proj.weight", {H, 3, 2, P, P}, 0.02f);
+  for (int64_t i = 0; i < depth; ++i) {
+    const std::string b = p + "blocks." + std::to_string(i) + ".";
+    w.add(b + "norm1.weight", {H}, 0.02f, 1.0f);
+    w.add(b + "norm2.weight", {H}, 0.02f, 1.0f);
+    w.add(b + "attn.qkv.weight", {3 * H, H}, 0.02f);
+    w.add(b + "attn.qkv.bias", {3 * H}, 0.02f);
+    w.add(b + "attn.proj.weight", {H, H}, 0.02f);
+    w.add(b + "attn.proj.bias", {H}, 0.02f);
+    for (const char* m : {"gate_proj", "up_proj"}) {
+      w.add(b + "mlp." + m + ".weight", {ffn, H}, 0.02f);
+      w.add(b + "mlp." + m + ".bias", {ffn}, 0.02f);
+    }
+    w.add(b + "mlp.down_proj.weight", {H, ffn}, 0.02f);
+    w.add(b + "mlp.down_proj.bias", {H}, 0.02f);
+  }
+  w.add(p + "merger.ln_q.weight", {H}, 0.02f, 1.0f);
+  w.add(p + "merger.mlp.0.weight", {4 * H, 4 * H}, 0.02f);
+  w.add(p + "merger.mlp.0.bias", {4 * H}, 0.02f);
+  w.add(p + "merger.mlp.2.weight", {out, 4 * H}, 0.02f);
+  w.add(p + "merger.mlp.2.bias", {out}, 0.02f);
+  w.write(dir, R"({"model_type":"qwen2_5_vl","vision_config":{"depth":32,"hidden_size":1280,"hidden_act":"silu",)"
+               R"("intermediate_size":3420,"num_heads":16,"in_chans":3,"out_hidden_size":2048,"patch_size":14,)"
+               R"("spatial_merge_size":2,"temporal_patch_size":2,"window_size":112,"fullatt_block_indexes":[7,15,23,31]}})");
+}
+
+void write_gemma3_4b(const fs::path& dir) {
+  const int64_t H = 1152, layers = 27, ffn = 4304, P = 14, side = 896 / 14, text = 2560;
+  Writer w;
+  const std::string v = "vision_tower.vision_model.";
+  w.add(v + "embeddings.patch_embedding.weight", {H, 3, P, P}, 0.02f);
+  w.add(v + "embeddings.patch_embedding.bias", {H}, 0.02f);
+  w.add(v + "embeddings.position_embedding.weight", {side * side, H}, 0.02f);
+  for (int64_t i = 0; i < layers; ++i) {
+    const std::string b = v + "encoder.layers." + std::to_string(i) + ".";
+    for (const char* ln : {"layer_norm1", "layer_norm2"}) {
+      w.add(b + ln + ".weight", {H}, 0.02f, 1.0f);
+      w.add(b + ln + ".bias", {H}, 0.02f);
+    }
+    for (const char* m : {"q_proj", "k_proj", "v_proj", "out_proj"}) {
+      w.add(b + "self_attn." + m + ".weight", {H, H}, 0.02f);
+      w.add(b + "self_attn." + m + ".bias", {H}, 0.02f);
+    }
+    w.add(b + "mlp.fc1.weight", {ffn, H}, 0.02f);
+    w.add(b + "mlp.fc1.bias", {ffn}, 0.02f);
+    w.add(b + "mlp.fc2.weight", {H, ffn}, 0.02f);
+    w.add(b + "mlp.fc2.bias", {H}, 0.02f);
+  }
+  w.add(v + "post_layernorm.weight", {H}, 0.02f, 1.0f);
+  w.add(v + "post_layernorm.bias", {H}, 0.02f);
+  w.add("multi_modal_projector.mm_soft_emb_norm.weight", {H}, 0.02f);
+  w.add("multi_modal_projector.mm_input_projection_weight", {H, text}, 0.02f);
+  w.write(dir, R"({"model_type":"gemma3","mm_tokens_per_image":256,"text_config":{"hidden_size":2560},)"
+               R"("vision_config":{"hidden_size":1152,"image_size":896,"intermediate_size":4304,)"
+               R"("num_attention_heads":16,"num_hidden_layers":27,"patch_size":14,)"
+               R"("hidden_act":"gelu_pytorch_tanh","layer_norm_eps":1e-6}})");
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string family = "qwen2_5_vl", precision = "fast";
+  fs::path dir;
+  int rounds = 5, images = 8;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--family") family = v;
+    else if (k == "--dir") dir = v;
+    else if (k == "--rounds") rounds = std::atoi(v.c_str());
+    else if (k == "--images") images = std::atoi(v.c_str());
+    else if (k == "--precision") precision = v;
+    else {
+      std::fprintf(stderr, "cuda_tower_bench: unknown option %s\n", k.c_str());
+      return 2;
+    }
+  }
+  if ((family != "qwen2_5_vl" && family != "gemma3") || rounds < 1 || images < 1 ||
+      (precision != "fast" && precision != "exact")) {
+    std::fprintf(stderr, "usage: cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N>=1] [--images N>=1] "
+                         "[--precision fast|exact]\n");
+    return 2;
+  }
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    std::printf("SKIP cuda_tower_bench: no CUDA device\n");
+    return 0;
+  }
+  if (dir.empty()) dir = fs::temp_directory_path() / ("rapid-tower-bench-" + family);
+  try {
+    fs::create_directories(dir);
+    if (!fs::exists(dir / "model.safetensors")) {
+      const auto t0 = std::chrono::steady_clock::now();
+      family == "gemma3" ? write_gemma3_4b(dir) : write_qwen25_3b(dir);
+      std::fprintf(stderr, "wrote %s in %.1f s\n", dir.c_str(), ms_since(t0) / 1000.0);
+    }
+    std::shared_ptr<const Checkpoint> ck = Checkpoint::open(dir.string());
+    const std::unique_ptr<VisionEncoder> enc = load_vision_encoder(ck, ck->config(), family);
+    std::vector<float> pix;
+    ImageInput in;
+    if (family == "gemma3") {
+      pix.assign(size_t(3 * 896 * 896), 0.f);
+      in.grid_h = in.grid_w = 64;
+    } else {
+      pix.assign(size_t(32 * 32 * 3 * 2 * 14 * 14), 0.f);
+      in.grid_h = in.grid_w = 32;
+    }
+    for (size_t i = 0; i < pix.size(); ++i) pix[i] = float(int(i * 2654435761u % 2001) - 1000) / 1000.f;
+    in.pixels = pix.data();
+    in.n_values = int64_t(pix.size());
+    const Precision p = precision == "fast" ? Precision::Fast : Precision::Exact;
+    const std::unique_ptr<ops::Backend> be = cuda::make_cuda_ops();
+    auto t0 = std::chrono::steady_clock::now();
+    const ImageEmbedding e = enc->encode(in, *be, p);
+    std::printf("{\"family\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f}\n",
+                family.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), ms_since(t0),
+                double(cuda::uploaded_weight_bytes(*be)) / 1048576.0);
+    for (int r = 0; r < rounds; ++r) {
+      t0 = std::chrono::steady_clock::now();
+      enc->encode(in, *be, p);
+      std::printf("{\"family\":\"%s\",\"images\":1,\"ms\":%.3f}\n", family.c_str(), ms_since(t0));
+      t0 = std::chrono::steady_clock::now();
+      for (int i = 0; i < images; ++i) enc->encode(in, *be, p);
+      std::printf("{\"family\":\"%s\",\"images\":%d,\"ms\":%.3f}\n", family.c_str(), images, ms_since(t0));
+      std::fflush(stdout);
+    }
+  } catch (const std::exception& ex) {
+    std::printf("FAIL cuda_tower_bench %s: %s\n", family.c_str(), ex.what());
+    return 1;
+  }
+  return 0;
+}
