@@ -45,6 +45,14 @@ struct Dev {
 
 inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
 
+// An f32 KV cache over two plain device pools [slots, n_kv * head_dim].
+inline KvCache f32_pool(float* k, float* v) {
+  KvCache c;
+  c.k = k;
+  c.v = v;
+  return c;
+}
+
 // Prints the current device's name and compute capability (the first line of every op test).
 inline void print_device() {
   int dev = 0;
