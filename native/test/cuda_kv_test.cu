@@ -33,13 +33,6 @@ namespace {
 
 std::mt19937 g_rng(4321);
 
-std::vector<float> rand_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g_rng);
-  return v;
-}
-
 constexpr KvDtype kAllTypes[] = {KvDtype::F32, KvDtype::F16, KvDtype::BF16, KvDtype::I8};
 
 // One layer's pool on the host (a CPU KvPool of `num_blocks` blocks) and its device mirror in the same layout.
@@ -109,7 +102,7 @@ struct Pools {
 // Rows [n, n_kv, hd] with the values that stress a conversion: exact bf16 / f16 ties, f16 subnormals and overflow,
 // all-zero and huge rows (int8 scale 0, a scale past f16's range clamped), mixed with random ones.
 std::vector<float> hard_rows(int n, int n_kv, int hd) {
-  std::vector<float> x = rand_vec(size_t(n) * n_kv * hd, -3.0f, 3.0f);
+  std::vector<float> x = uniform_vec(g_rng, size_t(n) * n_kv * hd, -3.0f, 3.0f);
   const float specials[] = {1.0f + 0x1p-8f,  1.0f + 3 * 0x1p-8f, -(1.0f + 0x1p-8f), 1.0f + 0x1p-11f, 1.0f + 3 * 0x1p-11f,
                             3e-6f,           -6e-8f,             1e-8f,             65519.0f,        65520.0f,
                             70000.0f,        -1e30f,             0.0f,              -0.0f,           0x1p-133f};
@@ -183,8 +176,8 @@ void test_rope_kv_write_bytes() {
       for (int i = 0; i < n; ++i) pos[size_t(i)] = i * 977 + 3;
       const RopeTable tab = rope_table(spec, pos.data(), n);
       const size_t width = size_t(rc.n_kv) * rc.hd;
-      const std::vector<float> q = rand_vec(size_t(n) * rc.heads * rc.hd), k = hard_rows(n, rc.n_kv, rc.hd),
-                               v = hard_rows(n, rc.n_kv, rc.hd), qs = rand_vec(size_t(n), 0.5f, 2.0f);
+      const std::vector<float> q = uniform_vec(g_rng, size_t(n) * rc.heads * rc.hd), k = hard_rows(n, rc.n_kv, rc.hd),
+                               v = hard_rows(n, rc.n_kv, rc.hd), qs = uniform_vec(g_rng, size_t(n), 0.5f, 2.0f);
       Pools P(t, rc.n_kv, rc.hd, 16, 2);
       const std::vector<int32_t> slot = pick_slots(n, P.slots());
       Dev<float> dq1(q), dq2(q), dk(k), dv(v), dc(tab.cos), dsn(tab.sin), dqs(qs);
@@ -200,7 +193,7 @@ void test_rope_kv_write_bytes() {
       std::vector<float> krot(size_t(n) * width);
       for (int i = 0; i < n; ++i)
         if (slot[size_t(i)] >= 0)
-          std::copy_n(pk.begin() + std::ptrdiff_t(size_t(slot[size_t(i)]) * width), width, krot.begin() + std::ptrdiff_t(size_t(i) * width));
+          std::copy_n(pk.data() + size_t(slot[size_t(i)]) * width, width, krot.data() + size_t(i) * width);
       cpu_write(P, krot.data(), v.data(), slot);
       std::string where = P.diff();
       const std::vector<float> a = dq1.download(), b = dq2.download();
@@ -275,10 +268,11 @@ void run_attention(ThreadPool& pool, const AttnCase& c, KvDtype t) {
     start += n;
     fstart += ctx + n;
   }
-  const std::vector<float> k = rand_vec(size_t(all) * width, -2.0f, 2.0f), v = rand_vec(size_t(all) * width, -2.0f, 2.0f);
+  const std::vector<float> k = uniform_vec(g_rng, size_t(all) * width, -2.0f, 2.0f),
+                           v = uniform_vec(g_rng, size_t(all) * width, -2.0f, 2.0f);
   write_kv(P.host, 0, k.data(), v.data(), fill);
   P.upload();
-  const std::vector<float> q = rand_vec(size_t(T) * c.n_heads * c.hd);
+  const std::vector<float> q = uniform_vec(g_rng, size_t(T) * c.n_heads * c.hd);
   const float scale = 1.0f / std::sqrt(float(c.hd));
   std::vector<float> ref(q.size());
   paged_attention(pool, P.host, 0, q.data(), ref.data(), spans, AttnShape{c.n_heads, c.n_kv, c.hd, scale, c.window});

@@ -40,12 +40,7 @@ using namespace rapid::cuda::test;
 namespace {
 
 std::mt19937 g_rng(1234);
-std::vector<float> rand_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g_rng);
-  return v;
-}
+std::vector<float> rand_vec(size_t n, float lo = -1.0f, float hi = 1.0f) { return uniform_vec(g_rng, n, lo, hi); }
 
 // max |a - b| / max(|b|) (relative to the reference's scale); NaN when a value is non-finite.
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {

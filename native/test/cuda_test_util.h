@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 #include "cuda/cuda_kernels.h"
@@ -42,6 +43,14 @@ struct Dev {
     return h;
   }
 };
+
+// n values uniform in [lo, hi) from rng.
+inline std::vector<float> uniform_vec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
 
 inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
 

@@ -28,7 +28,8 @@
 //            unbiased rows batched with biased ones keep their greedy tokens.
 //   kvdtype  per --kv-cache-dtype (f32 f16 bf16 int8) on the dense fixtures, exact precision, chunks of 7: logits
 //            vs transformers within that dtype's tolerance (KV_TOL, test/native/kv-cache.test.ts), the device vs
-//            the CPU with the same dtype (same tolerance), greedy agreement with both reported; the default dtype
+//            the CPU with the same dtype (same tolerance), greedy agreement with both reported (on CUDA each dtype
+//            also at fast precision, within FAST_TOL); the default dtype
 //            (DEFAULT_KV: fast precision). CUDA stores every dtype with the CPU pool's bytes: that the write kernels
 //            store the CPU's bytes and attention reads them as the CPU does is build/cuda/tests/cuda_kv_test's part.
 //   sampling seeded draws over a grid of temperature, top-k, top-p, min-p (and penalties, a logit bias) on one
@@ -800,9 +801,15 @@ async function kvDtypeChecks(addon, device, fx) {
     const want = DEFAULT_KV[device];
     report(got === want ? 'PASS' : 'FAIL', 'kvdtype', `${fx.name} default`, `fast precision on ${device} stores ${got} (want ${want})`);
   });
-  for (const dtype of Object.keys(KV_TOL)) {
-    const name = `${fx.name} kv ${dtype}`;
-    const opts = { ...base, precision: 'exact', kvCacheDtype: dtype };
+  // Exact precision isolates the KV type's error; on CUDA each dtype also runs fast (the path users take: the RoPE
+  // epilogue writes 16-bit pools, int8 takes rope_kv_write), held to FAST_TOL like parity's fast runs.
+  const runs = Object.keys(KV_TOL).flatMap((dtype) => [
+    { dtype, precision: 'exact', tol: KV_TOL[dtype] },
+    ...(device === 'cuda' ? [{ dtype, precision: 'fast', tol: FAST_TOL }] : []),
+  ]);
+  for (const { dtype, precision, tol } of runs) {
+    const name = `${fx.name} kv ${dtype}${precision === 'fast' ? ' fast' : ''}`;
+    const opts = { ...base, precision, kvCacheDtype: dtype };
     const model = load(addon, fx.dir, opts, 'kvdtype', name);
     if (!model) continue;
     const cpu = device === 'cpu' ? null : addon.loadModel(fx.dir, { ...opts, device: 'cpu' });
@@ -830,21 +837,21 @@ async function kvDtypeChecks(addon, device, fx) {
             if (j > 0 && out.tokens[j - 1] !== pr.greedy[j - 1]) break;
             const d = maxAbsDiff(out.logits[j], fx.logits.subarray(pr.logits_offset + j * v, pr.logits_offset + (j + 1) * v)) / scale;
             worst = Math.max(worst, d);
-            if (!(d <= KV_TOL[dtype])) problems.push(`prompt ${p} row ${j} vs transformers: ${fmt(d)} > ${KV_TOL[dtype]}`);
+            if (!(d <= tol)) problems.push(`prompt ${p} row ${j} vs transformers: ${fmt(d)} > ${tol}`);
           }
           if (ref) {
             for (let j = 0; j < Math.min(out.logits.length, ref.logits.length); j++) {
               if (j > 0 && out.tokens[j - 1] !== ref.tokens[j - 1]) break;
               const d = maxAbsDiff(out.logits[j], ref.logits[j]) / scale;
               worstCpu = Math.max(worstCpu, d);
-              if (!(d <= KV_TOL[dtype])) problems.push(`prompt ${p} row ${j} vs the CPU: ${fmt(d)} > ${KV_TOL[dtype]}`);
+              if (!(d <= tol)) problems.push(`prompt ${p} row ${j} vs the CPU: ${fmt(d)} > ${tol}`);
             }
             agreeCpu += agreePrefix(out.tokens, ref.tokens);
           }
           agree += agreePrefix(out.tokens, pr.greedy);
           total += pr.greedy.length;
         }
-        const nums = `vs transformers ${fmt(worst)} (tol ${KV_TOL[dtype]}), greedy ${agree}/${total}` + (cpu ? `; vs CPU ${fmt(worstCpu)}, greedy ${agreeCpu}/${total}` : '');
+        const nums = `vs transformers ${fmt(worst)} (tol ${tol}), greedy ${agree}/${total}` + (cpu ? `; vs CPU ${fmt(worstCpu)}, greedy ${agreeCpu}/${total}` : '');
         report(problems.length ? 'FAIL' : 'PASS', 'kvdtype', name, problems.length ? `${nums}; ${problems.slice(0, 4).join('; ')}` : nums);
       } finally {
         model.close();
