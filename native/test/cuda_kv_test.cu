@@ -6,11 +6,13 @@
 //   attention  paged_attention over a 16-bit or int8 pool (bytes written by the CPU) is bitwise paged_attention over
 //              an f32 pool of the widened values (kv::load_row), under every split-K setting, and within 2e-5 of the
 //              CPU's attention over the same pool; a token alone == in the launch (bitwise); a decode token whose own
-//              row the launch just before rewrites (PDL, early key copies) reads the new row.
+//              row the launch just before rewrites (PDL, early key copies) reads the new row;
+//   TIME       decode attention per dtype (printed only), as a ratio to f32 of the same shape.
 // Build: node scripts/build-cuda.mjs --tests -> build/cuda/tests/cuda_kv_test.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -353,6 +355,76 @@ void test_attention(ThreadPool& pool) {
   cu::set_attention_split(-1);
 }
 
+// Decode attention's time per launch for each dtype, in a replayed graph (printed, not checked: speed is the bench's),
+// with the ratio to f32 of the same shape: the bytes each key costs against the widening each one needs.
+void time_decode_attention() {
+  struct Shape {
+    int n_heads, n_kv, hd;
+  };
+  constexpr int kReps = 20, kLaunches = 5;
+  for (const Shape& sh : {Shape{14, 2, 64}, Shape{16, 2, 128}})
+    for (const auto& [T, keys] : {std::pair{1, 8192}, std::pair{8, 8192}, std::pair{64, 1024}}) {
+      const int bs = 16, nb = keys / bs, width = sh.n_kv * sh.hd;
+      const size_t slots = size_t(T) * size_t(nb) * bs;
+      std::vector<int32_t> tables(size_t(T) * nb), off(static_cast<size_t>(T)), pos(size_t(T), keys - 1), end(size_t(T), keys);
+      std::iota(tables.begin(), tables.end(), 0);
+      std::shuffle(tables.begin(), tables.end(), g_rng);
+      for (int t = 0; t < T; ++t) off[size_t(t)] = t * nb;
+      std::vector<int32_t> all(slots);
+      std::iota(all.begin(), all.end(), 0);
+      Dev<int32_t> d_tab(tables), d_off(off), d_pos(pos), d_end(end), d_all(all);
+      Dev<float> rows(uniform_vec(g_rng, slots * size_t(width), -2.0f, 2.0f)), q(uniform_vec(g_rng, size_t(T) * sh.n_heads * sh.hd));
+      Dev<float> out(q.n);
+      cu::AttnTokens tok;
+      tok.table_off = d_off.p;
+      tok.q_pos = d_pos.p;
+      tok.kv_end = d_end.p;
+      tok.block_tables = d_tab.p;
+      tok.block_size = bs;
+      tok.max_keys = keys;
+      std::string line = "TIME decode attention " + std::to_string(sh.n_heads) + "/" + std::to_string(sh.n_kv) + " hd" +
+                         std::to_string(sh.hd) + " T=" + std::to_string(T) + " keys=" + std::to_string(keys) + ":";
+      double f32_us = 0;
+      for (KvDtype t : kAllTypes) {
+        Pools P(t, sh.n_kv, sh.hd, bs, int(slots / bs));
+        cu::kv_write(rows.p, rows.p, int64_t(slots), d_all.p, P.dev(), sh.n_kv, sh.hd, nullptr);
+        device_sync();
+        cudaStream_t s = nullptr;
+        cudaGraphExec_t exec = nullptr;
+        cudaEvent_t e0 = nullptr, e1 = nullptr;
+        cu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
+        cu::paged_attention_reserve(s);
+        cu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
+        for (int i = 0; i < kReps; ++i)
+          cu::paged_attention(q.p, out.p, T, tok, P.dev(), sh.n_heads, sh.n_kv, sh.hd, 0.1f, 0, s);
+        cudaGraph_t g = nullptr;
+        cu::check(cudaStreamEndCapture(s, &g), "end capture");
+        cu::check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
+        cudaGraphDestroy(g);
+        cu::check(cudaEventCreate(&e0), "event");
+        cu::check(cudaEventCreate(&e1), "event");
+        for (int i = 0; i < 2; ++i) cu::check(cudaGraphLaunch(exec, s), "warm-up");
+        cu::check(cudaEventRecord(e0, s), "record");
+        for (int i = 0; i < kLaunches; ++i) cu::check(cudaGraphLaunch(exec, s), "launch");
+        cu::check(cudaEventRecord(e1, s), "record");
+        cu::check(cudaStreamSynchronize(s), "sync");
+        float ms = 0;
+        cu::check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+        const double us = double(ms) * 1000.0 / (kReps * kLaunches);
+        if (t == KvDtype::F32) f32_us = us;
+        char buf[64];
+        std::snprintf(buf, sizeof buf, " %s %.1f us (%.2fx) |", kv_dtype_name(t), us, f32_us / us);
+        line += buf;
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        cudaGraphExecDestroy(exec);
+        cu::paged_attention_release(s);
+        cudaStreamDestroy(s);
+      }
+      std::printf("%s\n", line.c_str());
+    }
+}
+
 }  // namespace
 
 int main() {
@@ -361,5 +433,6 @@ int main() {
     test_kv_write_bytes();
     test_rope_kv_write_bytes();
     test_attention(pool);
+    time_decode_attention();
   });
 }
