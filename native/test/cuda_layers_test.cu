@@ -40,12 +40,7 @@ using namespace rapid::cuda::test;
 namespace {
 
 std::mt19937 g_rng(1234);
-std::vector<float> rand_vec(size_t n, float lo = -1.0f, float hi = 1.0f) {
-  std::uniform_real_distribution<float> d(lo, hi);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(g_rng);
-  return v;
-}
+std::vector<float> rand_vec(size_t n, float lo = -1.0f, float hi = 1.0f) { return uniform_vec(g_rng, n, lo, hi); }
 
 // max |a - b| / max(|b|) (relative to the reference's scale); NaN when a value is non-finite.
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
@@ -189,7 +184,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
   // Device.
   Dev<float> dq(q), dkn(k), dvn(v), dout(q.size()), dsub(q.size());
   Dev<int32_t> d_off(m.table_off), d_qpos(m.q_pos), d_end(m.kv_end), d_tables(m.tables), d_slot(m.slot);
-  cu::kv_write(dkn.p, dvn.p, T, d_slot.p, dk.p, dv.p, width, nullptr);
+  cu::kv_write(dkn.p, dvn.p, T, d_slot.p, f32_pool(dk.p, dv.p), c.n_kv, c.hd, nullptr);
   cu::AttnTokens tok;
   tok.table_off = d_off.p;
   tok.q_pos = d_qpos.p;
@@ -211,7 +206,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
     sub.q_pos += first;
     sub.kv_end += first;
     poison(dst, size_t(n) * row);
-    cu::paged_attention(dq.p + size_t(first) * row, dst, n, sub, dk.p, dv.p, c.n_heads, c.n_kv, c.hd, scale, c.window,
+    cu::paged_attention(dq.p + size_t(first) * row, dst, n, sub, f32_pool(dk.p, dv.p), c.n_heads, c.n_kv, c.hd, scale, c.window,
                         nullptr);
     device_sync();
   };
@@ -259,7 +254,7 @@ void run_attention_case(ThreadPool& pool, const AttnCase& c) {
         sub.kv_end += t;
         poison(dsub.p, row);
         cu::AttnPartials ap;
-        cu::paged_attention(dq.p + size_t(t) * row, dsub.p, 1, sub, dk.p, dv.p, c.n_heads, c.n_kv, c.hd, scale, c.window,
+        cu::paged_attention(dq.p + size_t(t) * row, dsub.p, 1, sub, f32_pool(dk.p, dv.p), c.n_heads, c.n_kv, c.hd, scale, c.window,
                             nullptr, &ap);
         cu::attention_merge(ap, dsub.p, nullptr);
         device_sync();
@@ -358,7 +353,7 @@ struct DecodeBatch {
     device_sync();  // launches on non-blocking streams follow
   }
   float scale() const { return 1.0f / std::sqrt(float(hd)); }
-  void launch(cudaStream_t s) { cu::paged_attention(q.p, out.p, T, tok, k.p, v.p, n_heads, n_kv, hd, scale(), 0, s); }
+  void launch(cudaStream_t s) { cu::paged_attention(q.p, out.p, T, tok, f32_pool(k.p, v.p), n_heads, n_kv, hd, scale(), 0, s); }
   // f64 reference of token t over keys [0, nkeys).
   std::vector<double> reference(int t, int nkeys) const {
     const size_t width = size_t(n_kv) * hd, pool_rows = size_t(T) * nb * bs;
@@ -503,7 +498,7 @@ void test_attention_fresh_key() {
       vnew.upload(rand_vec(size_t(width), -8.0f, -4.0f));
       poison(b.out.p, b.out.n);
       device_sync();
-      cu::kv_write(knew.p, vnew.p, 1, slot.p, b.k.p, b.v.p, width, s);
+      cu::kv_write(knew.p, vnew.p, 1, slot.p, f32_pool(b.k.p, b.v.p), b.n_kv, b.hd, s);
       b.launch(s);
       cu::check(cudaStreamSynchronize(s), "fresh key sync");
       const std::vector<float> got = b.out.download();
@@ -698,9 +693,9 @@ void test_rope_kv_write() {
     const float* qsp = rc.qscale ? dqs.p : nullptr;
     cu::rope(q1.p, n, rc.heads, rc.hd, tab.half, dc.p, ds.p, qsp, nullptr);
     cu::rope(k1.p, n, rc.kv, rc.hd, tab.half, dc.p, ds.p, nullptr, nullptr);
-    cu::kv_write(k1.p, v1.p, n, dslot.p, kp1.p, vp1.p, width, nullptr);
-    cu::rope_kv_write(q2.p, k2.p, v2.p, n, rc.heads, rc.kv, rc.hd, tab.half, dc.p, ds.p, qsp, dslot.p, kp2.p, vp2.p,
-                      nullptr);
+    cu::kv_write(k1.p, v1.p, n, dslot.p, f32_pool(kp1.p, vp1.p), rc.kv, rc.hd, nullptr);
+    cu::rope_kv_write(q2.p, k2.p, v2.p, n, rc.heads, rc.kv, rc.hd, tab.half, dc.p, ds.p, qsp, dslot.p,
+                      f32_pool(kp2.p, vp2.p), nullptr);
     device_sync();
     const auto a = q1.download(), b = q2.download(), ka = kp1.download(), kb = kp2.download();
     const auto va = vp1.download(), vb = vp2.download(), kk = k2.download();

@@ -712,7 +712,8 @@ void test_partials(std::mt19937& rng) {
 
 // The RoPE epilogue (q/k rows in rope_pair_rows order; q rotated into q, k rotated and v as is into the KV pool at
 // each token's slot) stores bitwise what matmul + rope_kv_write store, with and without a fused input norm, for the
-// gemv (n = 1) and the prepared (n > 1) kernels, row-major and tiled codes; a slot of -1 stores nothing.
+// gemv (n = 1) and the prepared (n > 1) kernels, row-major and tiled codes, into f32, f16 and bf16 pools (int8 pools
+// are written by rope_kv_write only); a slot of -1 stores nothing.
 void test_rope_epilogue(std::mt19937& rng) {
   const int nh = 4, nkv = 2, hd = 64, half = hd / 2;
   const int64_t in = 256, qd = nh * hd, kd = nkv * hd, slots = 64;
@@ -759,7 +760,9 @@ void test_rope_epilogue(std::mt19937& rng) {
       const cuda::DevWeight Qr = tiled ? tiled_copy(Q, keep) : Q.dev, Kr = tiled ? tiled_copy(K, keep) : K.dev,
                             Vr = tiled ? tiled_copy(V, keep) : V.dev;
       for (int n : {1, 3, 33}) {
-        for (bool with_norm : {false, true}) {
+        for (const auto& [with_norm, kt] : {std::pair{false, KvDtype::F32}, std::pair{true, KvDtype::F32},
+                                            std::pair{false, KvDtype::F16}, std::pair{true, KvDtype::BF16}}) {
+          const int64_t pool_words = slots * kd * int64_t(kv_elem_bytes(kt)) / 4;  // a pool's bytes / 4
           const std::vector<float> x = random_vec(size_t(n * in), rng), cs = random_vec(size_t(n * half), rng),
                                    sn = random_vec(size_t(n * half), rng);
           std::vector<int32_t> slot(static_cast<size_t>(n));
@@ -768,8 +771,8 @@ void test_rope_epilogue(std::mt19937& rng) {
           DevBuf d_slot(slot.data(), slot.size() * 4);
           DevBuf q[2] = {DevBuf(size_t(n * qd) * 4), DevBuf(size_t(n * qd) * 4)};
           DevBuf k(size_t(n * kd) * 4), v(size_t(n * kd) * 4);
-          DevBuf kp[2] = {DevBuf(size_t(slots * kd) * 4), DevBuf(size_t(slots * kd) * 4)};
-          DevBuf vp[2] = {DevBuf(size_t(slots * kd) * 4), DevBuf(size_t(slots * kd) * 4)};
+          DevBuf kp[2] = {DevBuf(size_t(pool_words) * 4), DevBuf(size_t(pool_words) * 4)};
+          DevBuf vp[2] = {DevBuf(size_t(pool_words) * 4), DevBuf(size_t(pool_words) * 4)};
           for (int i = 0; i < 2; ++i) {
             ck(cudaMemset(kp[i].p, 0, kp[i].bytes), "memset");
             ck(cudaMemset(vp[i].p, 0, vp[i].bytes), "memset");
@@ -777,24 +780,28 @@ void test_rope_epilogue(std::mt19937& rng) {
           const cuda::RowNorm* nm = with_norm ? &norm : nullptr;
           const cuda::MatmulJob plain[3] = {{Qr, d_bq.f(), q[0].f(), qd, false}, {Kr, d_bk.f(), k.f(), kd, false}, {Vr, d_bv.f(), v.f(), kd, false}};
           cuda::matmul(d_x.f(), in, n, plain, 3, nullptr, cuda::MathMode::Fast, nm);
+          cuda::KvCache pool0;
+          pool0.dtype = kt;
+          pool0.k = kp[0].p;
+          pool0.v = vp[0].p;
           cuda::rope_kv_write(q[0].f(), k.f(), v.f(), n, nh, nkv, hd, half, d_cs.f(), d_sn.f(), nullptr,
-                              static_cast<const int32_t*>(d_slot.p), kp[0].f(), vp[0].f(), nullptr);
+                              static_cast<const int32_t*>(d_slot.p), pool0, nullptr);
           const cuda::MatmulJob fused[3] = {{Qp, d_bqp.f(), q[1].f(), qd, false, 1}, {Kp, d_bkp.f(), kp[1].f(), kd, false, 2},
                                             {Vr, d_bv.f(), vp[1].f(), kd, false, 3}};
-          const cuda::RopeOut rope{d_cs.f(), d_sn.f(), static_cast<const int32_t*>(d_slot.p), hd};
+          const cuda::RopeOut rope{d_cs.f(), d_sn.f(), static_cast<const int32_t*>(d_slot.p), hd, kt};
           cuda::matmul(d_x.f(), in, n, fused, 3, nullptr, cuda::MathMode::Fast, nm, &rope);
           ck(cudaDeviceSynchronize(), "rope epilogue");
-          const bool qs = same_bits(q[0], q[1], size_t(n * qd)), ks = same_bits(kp[0], kp[1], size_t(slots * kd)),
-                     vs = same_bits(vp[0], vp[1], size_t(slots * kd));
+          const bool qs = same_bits(q[0], q[1], size_t(n * qd)), ks = same_bits(kp[0], kp[1], size_t(pool_words)),
+                     vs = same_bits(vp[0], vp[1], size_t(pool_words));
           if (!(qs && ks && vs)) {
             all = false;
             where += std::string(tiled ? " tiled" : " row-major") + " n=" + std::to_string(n) + (with_norm ? "+norm" : "") +
-                     (qs ? "" : " q") + (ks ? "" : " k") + (vs ? "" : " v");
+                     " kv " + kv_dtype_name(kt) + (qs ? "" : " q") + (ks ? "" : " k") + (vs ? "" : " v");
           }
         }
       }
     }
-    report(all, "fast rope epilogue " + f.name(), all ? "bitwise equal to matmul + rope_kv_write (n 1, 3, 33; norm; tiled)" : "differs:" + where);
+    report(all, "fast rope epilogue " + f.name(), all ? "bitwise equal to matmul + rope_kv_write (n 1, 3, 33; norm; tiled; KV f32/f16/bf16)" : "differs:" + where);
   }
 }
 

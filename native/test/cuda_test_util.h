@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <exception>
 #include <functional>
+#include <random>
 #include <string>
 #include <vector>
 #include "cuda/cuda_kernels.h"
@@ -43,7 +44,23 @@ struct Dev {
   }
 };
 
+// n values uniform in [lo, hi) from rng.
+inline std::vector<float> uniform_vec(std::mt19937& rng, size_t n, float lo = -1.0f, float hi = 1.0f) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
 inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
+
+// An f32 KV cache over two plain device pools [slots, n_kv * head_dim].
+inline KvCache f32_pool(float* k, float* v) {
+  KvCache c;
+  c.k = k;
+  c.v = v;
+  return c;
+}
 
 // Prints the current device's name and compute capability (the first line of every op test).
 inline void print_device() {

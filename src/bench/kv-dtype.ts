@@ -1,7 +1,7 @@
-// `npm run bench:kv-dtype`: batch-1 decode speed after a long prompt (default 1024 tokens) on the CPU with
-// the KV cache stored as f32, f16 and int8 (--kv-cache-dtype), on the random-weight Qwen2.5-0.5B-shaped
+// `npm run bench:kv-dtype`: decode speed after a long prompt (default 1024 tokens) on the CPU or (--device cuda) the
+// GPU with the KV cache stored as f32, f16, bf16 or int8 (--kv-cache-dtype), on the random-weight Qwen2.5-0.5B-shaped
 // 4-bit checkpoint of bench:cpu. The dtypes run interleaved round by round in one process, so a loaded
-// machine slows them alike; figures are medians with their spread, and ratios against f32 of the same run.
+// machine slows them alike; figures are medians with their spread, and ratios against the first dtype of the same run.
 import { loadavg } from 'node:os';
 import { parseArgs } from 'node:util';
 import { loadNative } from '../native/binding.js';
@@ -11,8 +11,10 @@ import { timeDecode } from './decode-loop.js';
 import { median } from './median.js';
 import { defaultBenchDir, ensureRandomCheckpoint, hash32, QWEN25_05B } from './random-checkpoint.js';
 
-const USAGE = `usage: npm run bench:kv-dtype -- [--prompt N=1024] [--steps N=64] [--rounds N=3] [--threads N=2]
-  [--concurrency N=1] [--dtypes f32,f16,int8] [--precision fast|exact] [--dir DIR]`;
+const USAGE = `usage: npm run bench:kv-dtype -- [--device cpu|cuda] [--prompt N=1024] [--steps N=64] [--rounds N=3]
+  [--threads N=2] [--concurrency N=1] [--dtypes f32,f16,int8 (cuda: f32,bf16,int8)] [--precision fast|exact] [--dir DIR]`;
+
+const DEFAULT_DTYPES = { cpu: 'f32,f16,int8', cuda: 'f32,bf16,int8' } as const;
 
 /** K + V bytes one token takes over all layers (int8: plus an f16 scale per KV head). */
 function kvBytesPerToken(d: KvCacheDtype): number {
@@ -31,6 +33,7 @@ export async function main(argv: string[]): Promise<number> {
       threads: { type: 'string' },
       concurrency: { type: 'string' },
       dtypes: { type: 'string' },
+      device: { type: 'string' },
       precision: { type: 'string' },
       dir: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
@@ -47,14 +50,18 @@ export async function main(argv: string[]): Promise<number> {
   const threads = intOption(values.threads, 'threads', 2);
   const concurrency = intOption(values.concurrency, 'concurrency', 1);
   const precision = precisionOption(values.precision);
-  const dtypes = (values.dtypes ?? 'f32,f16,int8').split(',') as KvCacheDtype[];
+  const device = values.device ?? 'cpu';
+  if (device !== 'cpu' && device !== 'cuda') throw new Error(`--device must be cpu or cuda, got '${device}'`);
+  const dtypes = (values.dtypes ?? DEFAULT_DTYPES[device]).split(',') as KvCacheDtype[];
   const ckpt = ensureRandomCheckpoint(values.dir ?? defaultBenchDir(), QWEN25_05B, { bits: 4, groupSize: 64 });
-  const addon = loadNative().addon;
+  const addon = loadNative({ device }).addon;
   // Enough for every row's prompt and decode at f32 (the widest), so each dtype runs the same sequence.
   const kvBytes = concurrency * (prompt + steps + 32) * QWEN25_05B.layers * 2 * QWEN25_05B.kvHeads * QWEN25_05B.headDim * 4;
   const models = new Map<KvCacheDtype, NativeModel>(
-    dtypes.map((d) => [d, addon.loadModel(ckpt.dir, { threads, precision, kvCacheBytes: kvBytes, kvCacheDtype: d })]),
+    dtypes.map((d) => [d, addon.loadModel(ckpt.dir, { threads, precision, kvCacheBytes: kvBytes, kvCacheDtype: d, device })]),
   );
+  const info = models.get(dtypes[0]!)!.info();
+  if (info.device !== device) throw new Error(`the model loaded on ${String(info.device)}, not ${device}${info.deviceNote ? ` (${info.deviceNote})` : ''}`);
   const load0 = loadavg()[0]!;
   const tokS = new Map<KvCacheDtype, number[]>(dtypes.map((d) => [d, []]));
   try {
@@ -76,7 +83,7 @@ export async function main(argv: string[]): Promise<number> {
   }
   const base = median(tokS.get(dtypes[0]!)!);
   process.stdout.write(
-    `Qwen2.5-0.5B shape, random 4-bit weights, ${precision}, ${threads} threads, concurrency ${concurrency}, ` +
+    `Qwen2.5-0.5B shape, random 4-bit weights, ${device}${device === 'cuda' ? ` (${info.deviceName})` : `, ${threads} threads`}, ${precision}, concurrency ${concurrency}, ` +
       `decode ${steps} tokens after a ${prompt}-token prompt, ${rounds} rounds (load average ${load0.toFixed(1)} -> ${loadavg()[0]!.toFixed(1)})\n`,
   );
   for (const d of dtypes) {

@@ -28,9 +28,10 @@
 //            unbiased rows batched with biased ones keep their greedy tokens.
 //   kvdtype  per --kv-cache-dtype (f32 f16 bf16 int8) on the dense fixtures, exact precision, chunks of 7: logits
 //            vs transformers within that dtype's tolerance (KV_TOL, test/native/kv-cache.test.ts), the device vs
-//            the CPU with the same dtype (same tolerance), greedy agreement with both reported; the default dtype
-//            (fast: f16 on the CPU, f32 on CUDA). CUDA stores f32 only for now: another dtype under device
-//            cuda must be refused at load naming f32 (PASS); when CUDA gains a dtype, it is checked like the CPU.
+//            the CPU with the same dtype (same tolerance), greedy agreement with both reported (on CUDA each dtype
+//            also at fast precision, within FAST_TOL); the default dtype
+//            (DEFAULT_KV: fast precision). CUDA stores every dtype with the CPU pool's bytes: that the write kernels
+//            store the CPU's bytes and attention reads them as the CPU does is build/cuda/tests/cuda_kv_test's part.
 //   sampling seeded draws over a grid of temperature, top-k, top-p, min-p (and penalties, a logit bias) on one
 //            fixture: the device's 8 tokens per setting against the CPU sampler's (both sample the fixed-point
 //            rules of sampling/fixed_weight.h; logits differ by rounding, so agreement is reported and at least
@@ -64,7 +65,8 @@ const VLM_F32_TOL = 1e-4; // vlm.test.ts / mistral3.test.ts
 const FIXTURE_KV = 32 << 20;
 // max |logit diff| / max(1, max|logit|) per KV dtype at exact precision (test/native/kv-cache.test.ts).
 const KV_TOL = { f32: 1e-3, f16: 3e-3, bf16: 2e-2, int8: 4e-2 };
-const CUDA_KV_DTYPES = new Set(['f32']); // what the CUDA KV storage holds today (backend/device.cpp)
+// What each device stores when --kv-cache-dtype is not given, at fast precision (kv/kv_dtype.cpp default_kv_dtype).
+const DEFAULT_KV = { cpu: 'f16', cuda: 'bf16' };
 const GREEDY = Object.freeze({
   temperature: 0, topP: 1, topK: 0, minP: 0, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0,
   seed: 0, counter: 0, logprobs: -1,
@@ -796,22 +798,18 @@ async function kvDtypeChecks(addon, device, fx) {
     const m = addon.loadModel(fx.dir, base);
     const got = m.info().kvCacheDtype;
     m.close();
-    const want = device === 'cuda' ? 'f32' : 'f16';
+    const want = DEFAULT_KV[device];
     report(got === want ? 'PASS' : 'FAIL', 'kvdtype', `${fx.name} default`, `fast precision on ${device} stores ${got} (want ${want})`);
   });
-  for (const dtype of Object.keys(KV_TOL)) {
-    const name = `${fx.name} kv ${dtype}`;
-    const opts = { ...base, precision: 'exact', kvCacheDtype: dtype };
-    if (device === 'cuda' && !CUDA_KV_DTYPES.has(dtype)) {
-      let msg = '';
-      try {
-        addon.loadModel(fx.dir, opts).close();
-      } catch (e) {
-        msg = e instanceof Error ? e.message : String(e);
-      }
-      report(/f32/.test(msg) ? 'PASS' : 'FAIL', 'kvdtype', name, msg ? `refused: ${msg}` : 'loaded on cuda, but CUDA_KV_DTYPES lacks it: add it there');
-      continue;
-    }
+  // Exact precision isolates the KV type's error; on CUDA each dtype also runs fast (the path users take: the RoPE
+  // epilogue writes 16-bit pools, int8 takes rope_kv_write), held to FAST_TOL like parity's fast runs.
+  const runs = Object.keys(KV_TOL).flatMap((dtype) => [
+    { dtype, precision: 'exact', tol: KV_TOL[dtype] },
+    ...(device === 'cuda' ? [{ dtype, precision: 'fast', tol: FAST_TOL }] : []),
+  ]);
+  for (const { dtype, precision, tol } of runs) {
+    const name = `${fx.name} kv ${dtype}${precision === 'fast' ? ' fast' : ''}`;
+    const opts = { ...base, precision, kvCacheDtype: dtype };
     const model = load(addon, fx.dir, opts, 'kvdtype', name);
     if (!model) continue;
     const cpu = device === 'cpu' ? null : addon.loadModel(fx.dir, { ...opts, device: 'cpu' });
@@ -839,21 +837,21 @@ async function kvDtypeChecks(addon, device, fx) {
             if (j > 0 && out.tokens[j - 1] !== pr.greedy[j - 1]) break;
             const d = maxAbsDiff(out.logits[j], fx.logits.subarray(pr.logits_offset + j * v, pr.logits_offset + (j + 1) * v)) / scale;
             worst = Math.max(worst, d);
-            if (!(d <= KV_TOL[dtype])) problems.push(`prompt ${p} row ${j} vs transformers: ${fmt(d)} > ${KV_TOL[dtype]}`);
+            if (!(d <= tol)) problems.push(`prompt ${p} row ${j} vs transformers: ${fmt(d)} > ${tol}`);
           }
           if (ref) {
             for (let j = 0; j < Math.min(out.logits.length, ref.logits.length); j++) {
               if (j > 0 && out.tokens[j - 1] !== ref.tokens[j - 1]) break;
               const d = maxAbsDiff(out.logits[j], ref.logits[j]) / scale;
               worstCpu = Math.max(worstCpu, d);
-              if (!(d <= KV_TOL[dtype])) problems.push(`prompt ${p} row ${j} vs the CPU: ${fmt(d)} > ${KV_TOL[dtype]}`);
+              if (!(d <= tol)) problems.push(`prompt ${p} row ${j} vs the CPU: ${fmt(d)} > ${tol}`);
             }
             agreeCpu += agreePrefix(out.tokens, ref.tokens);
           }
           agree += agreePrefix(out.tokens, pr.greedy);
           total += pr.greedy.length;
         }
-        const nums = `vs transformers ${fmt(worst)} (tol ${KV_TOL[dtype]}), greedy ${agree}/${total}` + (cpu ? `; vs CPU ${fmt(worstCpu)}, greedy ${agreeCpu}/${total}` : '');
+        const nums = `vs transformers ${fmt(worst)} (tol ${tol}), greedy ${agree}/${total}` + (cpu ? `; vs CPU ${fmt(worstCpu)}, greedy ${agreeCpu}/${total}` : '');
         report(problems.length ? 'FAIL' : 'PASS', 'kvdtype', name, problems.length ? `${nums}; ${problems.slice(0, 4).join('; ')}` : nums);
       } finally {
         model.close();

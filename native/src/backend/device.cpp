@@ -45,15 +45,13 @@ Placement place_model(std::unique_ptr<Model> host, DeviceKind want, int block_si
   const CudaStatus st = cuda_status();
   std::string why;
   if (!st.compiled || st.devices.empty()) why = st.error.empty() ? "no CUDA device" : st.error;
-  const KvDtype cuda_dtype = kv_dtype.value_or(default_kv_dtype(true, exact));
-  if (why.empty() && cuda_dtype != KvDtype::F32)
-    why = std::string("the CUDA KV cache stores f32 only for now, not ") + kv_dtype_name(cuda_dtype) +
-          " (pass --kv-cache-dtype f32)";
 #if RAPID_CUDA
+  // Every KvDtype is stored on CUDA too (cuda/kv_elems.cuh), with the CPU pool's bytes.
+  const KvDtype cuda_dtype = kv_dtype.value_or(default_kv_dtype(true, exact));
   if (why.empty()) why = cuda::unsupported_reason(*host);
   if (why.empty()) {
-    // Default KV budget: half of what the weights leave free, at most 32 GiB (f32 K/V). The image tower's device
-    // copy (dequantized on upload) may be larger than its stored bytes, which weight_bytes already counts.
+    // Default KV budget: half of what the weights leave free, at most 32 GiB (of blocks of the chosen type). The
+    // image tower's device copy (dequantized on upload) may be larger than its stored bytes, which weight_bytes counts.
     int64_t budget = kv_bytes;
     if (budget <= 0) {
       const int64_t stored_tower = host->vision() ? int64_t(host->vision()->weight_bytes()) : 0;

@@ -24,6 +24,7 @@
 #include "cuda/attn_partials.cuh"
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/kv_elems.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/stream_scratch.h"
 
@@ -57,8 +58,11 @@ struct AttnParams {
   const float* q;      // [T, n_heads, hd]
   float* out;          // [T, n_heads, hd]
   AttnTokens tok;
-  const float* kpool;  // [num_blocks * block_size, width]
-  const float* vpool;  // [num_blocks * block_size, width]
+  const unsigned char* kpool;  // [num_blocks * block_size, width] of the KvCache's type
+  const unsigned char* vpool;
+  const uint32_t* kscale;      // int8: the [slots, n_kv] f16 scales as 32-bit words (kv_scale_word)
+  const uint32_t* vscale;
+  int n_kv;
   int n_heads, group, heads_per_block, n_hgroups, hd, width, window;
   float scale;
   int64_t t0;          // first token of this launch's tile: block x handles token t0 + blockIdx.x
@@ -85,12 +89,33 @@ __device__ inline KeyRange token_keys(const AttnParams& p, int64_t t) {
   return r;
 }
 
-// Shared layout (floats): K [S][kChunk][ld], V [S][kChunk][ld], Q [Gb][hd], P [Gb][kChunk], M, L, A [Gb],
-// S = pipeline stages. ld = hd + 4 keeps rows 16-byte aligned and the per-lane float4 row reads
-// bank-conflict free.
-size_t attn_smem_floats(int hd, int gb, int stages) {
+// Shared layout: K [S][kChunk][ld], V [S][kChunk][ld] elements of the pool's type (eb bytes each), for int8 then the
+// keys' K and V scale words and their shifts [S][kChunk] (u32), then floats Q [Gb][hd], P [Gb][kChunk], M, L, A [Gb];
+// S = pipeline stages. ld = hd + 4 keeps rows aligned to 4 elements and the per-lane row reads bank-conflict free.
+size_t attn_smem_bytes(int hd, int gb, int stages, int eb, bool scaled) {
   const size_t ld = size_t(hd) + 4;
-  return 2 * size_t(stages) * size_t(kChunk) * ld + size_t(gb) * size_t(hd) + size_t(gb) * kChunk + 3 * size_t(gb);
+  const size_t kv = 2 * size_t(stages) * size_t(kChunk) * ld * size_t(eb);
+  const size_t sc = scaled ? 3 * size_t(stages) * size_t(kChunk) * sizeof(uint32_t) : 0;
+  return kv + sc + (size_t(gb) * size_t(hd) + size_t(gb) * kChunk + 3 * size_t(gb)) * sizeof(float);
+}
+
+// Asynchronous N-byte global -> shared copy (N = 4, 8 or 16: four elements of the pool's type).
+template <int N>
+__device__ __forceinline__ void cp_async_n(void* smem, const void* gmem) {
+  if constexpr (N == 16) {
+    cp_async16(smem, gmem);
+  } else {
+    const uint32_t sa = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(sa), "l"(gmem), "n"(N) : "memory");
+  }
+}
+
+// The same N bytes copied now, read through L2 (a row another kernel just wrote).
+template <int N>
+__device__ __forceinline__ void copy_now(void* smem, const void* gmem) {
+  if constexpr (N == 16) *static_cast<float4*>(smem) = __ldcg(static_cast<const float4*>(gmem));
+  else if constexpr (N == 8) *static_cast<uint2*>(smem) = __ldcg(static_cast<const uint2*>(gmem));
+  else *static_cast<uint32_t*>(smem) = __ldcg(static_cast<const unsigned int*>(gmem));
 }
 
 // Merges one query head from its partitions, by one warp, into out_row [hd] (attn_partials.cuh's arithmetic; lane i
@@ -142,11 +167,14 @@ __device__ void merge_head(const float4* po, const float2* pml, float* out_row, 
 // only parallelism; the partitions and their arithmetic do not depend on it). A token in one partition is
 // normalized and written to out here; otherwise each partition goes to the scratch and the last block merges.
 // Two stages aim at three blocks per multiprocessor: registers are bounded so that they fit.
-template <int MAXH, int STAGES>
+// KV: the pool's element policy (kv_elems.cuh); keys and values are widened to f32 as they leave shared memory.
+template <int MAXH, int STAGES, class KV>
 __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention_kernel(const AttnParams p) {
+  constexpr int EB = KV::kBytes, CP = 4 * EB;  // bytes of an element, of a copy (four elements)
+  constexpr bool kScaled = KV::kType == KvDtype::I8;
   extern __shared__ float4 smem4[];
-  float* smem = reinterpret_cast<float*>(smem4);
-  const int hd = p.hd, ld = hd + 4, hd4 = hd / 4;
+  unsigned char* smem = reinterpret_cast<unsigned char*>(smem4);
+  const int hd = p.hd, ld = hd + 4, hd4 = hd / 4, ldb = ld * EB;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t tl = blockIdx.x;  // token within the tile
   const int64_t t = p.t0 + tl;
@@ -164,9 +192,13 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
   if (int(blockIdx.z) >= split.parts) return;  // block-uniform, before any barrier: this token has fewer partitions
   const int32_t* bt = p.tok.block_tables + p.tok.table_off[t];
 
-  float* Ks = smem;                                  // [STAGES][kChunk][ld]
-  float* Vs = Ks + STAGES * kChunk * ld;             // [STAGES][kChunk][ld]
-  float* Qs = Vs + STAGES * kChunk * ld;             // [Gb][hd]
+  unsigned char* Ks = smem;                          // [STAGES][kChunk][ld] elements
+  unsigned char* Vs = Ks + STAGES * kChunk * ldb;    // [STAGES][kChunk][ld] elements
+  uint32_t* Sk = reinterpret_cast<uint32_t*>(Vs + STAGES * kChunk * ldb);  // int8: [STAGES][kChunk] K scale words
+  uint32_t* Sv = Sk + STAGES * kChunk;                                      // V scale words
+  int* Sh = reinterpret_cast<int*>(Sv + STAGES * kChunk);                   // each key's scale shift in its words
+  float* Qs = kScaled ? reinterpret_cast<float*>(Sh + STAGES * kChunk)
+                      : reinterpret_cast<float*>(Vs + STAGES * kChunk * ldb);  // [Gb][hd]
   float* Ps = Qs + p.heads_per_block * hd;           // [Gb][kChunk]
   float* Ms = Ps + p.heads_per_block * kChunk;       // [Gb] running max
   float* Ls = Ms + p.heads_per_block;                // [Gb] running sum
@@ -205,16 +237,26 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
     }
     const int k0 = lo + c * kChunk;
     const int nk = min(kChunk, kv_end - k0);
-    float* kd = Ks + buf * kChunk * ld;
-    float* vd = Vs + buf * kChunk * ld;
+    unsigned char* kd = Ks + buf * kChunk * ldb;
+    unsigned char* vd = Vs + buf * kChunk * ldb;
+    // int8: the thread copying a key's first column also copies its K and V scale words.
+    auto copy_scales = [&](int j, int64_t slot_idx) {
+      if constexpr (kScaled) {
+        const int64_t si = slot_idx * p.n_kv + kvh;
+        cp_async_n<4>(Sk + buf * kChunk + j, p.kscale + kv_scale_word(si));
+        cp_async_n<4>(Sv + buf * kChunk + j, p.vscale + kv_scale_word(si));
+        Sh[buf * kChunk + j] = kv_scale_shift(si);
+      }
+    };
     if (fast_idx) {  // the address math of every copy is most of a short chunk's instructions: shifts, no divides
       for (int j = j_first; j < nk; j += j_step) {
         const int key = k0 + j;
         if (key == skip) continue;
         const int64_t slot_idx = (int64_t(bt[key >> bs_shift]) << bs_shift) + (key & (bs - 1));
-        const int64_t src = slot_idx * p.width + col0 + 4 * e_fixed;
-        cp_async16(kd + j * ld + 4 * e_fixed, p.kpool + src);
-        cp_async16(vd + j * ld + 4 * e_fixed, p.vpool + src);
+        const int64_t src = (slot_idx * p.width + col0 + 4 * e_fixed) * EB;
+        cp_async_n<CP>(kd + j * ldb + e_fixed * CP, p.kpool + src);
+        cp_async_n<CP>(vd + j * ldb + e_fixed * CP, p.vpool + src);
+        if (e_fixed == 0) copy_scales(j, slot_idx);
       }
     } else {
       for (int i = tid; i < nk * hd4; i += kThreads) {
@@ -222,9 +264,10 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
         const int key = k0 + j;
         if (key == skip) continue;
         const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
-        const int64_t src = slot_idx * p.width + col0 + 4 * e;
-        cp_async16(kd + j * ld + 4 * e, p.kpool + src);
-        cp_async16(vd + j * ld + 4 * e, p.vpool + src);
+        const int64_t src = (slot_idx * p.width + col0 + 4 * e) * EB;
+        cp_async_n<CP>(kd + j * ldb + e * CP, p.kpool + src);
+        cp_async_n<CP>(vd + j * ldb + e * CP, p.vpool + src);
+        if (e == 0) copy_scales(j, slot_idx);
       }
     }
     cp_async_commit();
@@ -249,10 +292,19 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
     const int j = kr_tok.q_pos - lo;
     if (j >= 0 && j < min(kv_end - lo, (STAGES - 1) * kChunk) && tid < hd4) {
       const int key = kr_tok.q_pos;
-      const int64_t src = (int64_t(bt[key / bs]) * bs + key % bs) * p.width + col0 + 4 * tid;
-      const int off = (j / kChunk) * kChunk * ld + (j % kChunk) * ld + 4 * tid;
-      *reinterpret_cast<float4*>(Ks + off) = __ldcg(reinterpret_cast<const float4*>(p.kpool + src));
-      *reinterpret_cast<float4*>(Vs + off) = __ldcg(reinterpret_cast<const float4*>(p.vpool + src));
+      const int64_t slot_idx = int64_t(bt[key / bs]) * bs + key % bs;
+      const int64_t src = (slot_idx * p.width + col0 + 4 * tid) * EB;
+      const int off = ((j / kChunk) * kChunk + j % kChunk) * ldb + tid * CP;
+      copy_now<CP>(Ks + off, p.kpool + src);
+      copy_now<CP>(Vs + off, p.vpool + src);
+      if constexpr (kScaled) {
+        if (tid == 0) {
+          const int64_t si = slot_idx * p.n_kv + kvh;
+          Sk[j] = __ldcg(p.kscale + kv_scale_word(si));  // chunk j / kChunk, key j % kChunk: flat index j
+          Sv[j] = __ldcg(p.vscale + kv_scale_word(si));
+          Sh[j] = kv_scale_shift(si);
+        }
+      }
     }
   }
 
@@ -282,7 +334,8 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
       // Scores and the online-softmax update: warp w owns heads w, w+4, ...; lane j owns key j.
       {
         const bool valid = lane < nk;
-        const float4* kr = reinterpret_cast<const float4*>(Ks + buf * kChunk * ld + lane * ld);
+        const unsigned char* kr = Ks + (buf * kChunk + lane) * ldb;
+        const float ksc = kScaled ? kv_scale_of(Sk[buf * kChunk + lane], Sh[buf * kChunk + lane]) : 1.0f;
         for (int gb = warp; gb < Gb; gb += 4 * kWarps) {
           // Four partial sums per score (dims d % 4), combined in a fixed order: a 4x shorter FMA chain.
           float4 s4[4];
@@ -294,7 +347,7 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
             constexpr int NH = decltype(nh)::value;
 #pragma unroll(NH == 1 ? 8 : NH == 2 ? 4 : 2)
             for (int e = 0; e < hd4; ++e) {
-              const float4 kf = kr[e];
+              const float4 kf = KV::load4(kr + e * CP, ksc);
 #pragma unroll
               for (int hh = 0; hh < NH; ++hh) {
                 const float4 qf = reinterpret_cast<const float4*>(Qs + (gb + hh * kWarps) * hd)[e];
@@ -338,7 +391,9 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
 
       // acc = acc * alpha + Σ_j p_j · v_j, keys in order.
       if (pv_active) {
-        const float* vb = Vs + buf * kChunk * ld + 4 * col;
+        const unsigned char* vb = Vs + buf * kChunk * ldb + col * CP;
+        const uint32_t* svb = Sv + buf * kChunk;
+        const int* shb = Sh + buf * kChunk;
 #pragma unroll
         for (int h = 0; h < MAXH; ++h) {
           const int g = slot + h * slots;
@@ -357,7 +412,7 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
         for (int h = 0; h < MAXH; ++h) pr[h] = Ps + (slot + h * slots < Gb ? slot + h * slots : 0) * kChunk;
 #pragma unroll 8
         for (int j = 0; j < nk; ++j) {
-          const float4 v = *reinterpret_cast<const float4*>(vb + j * ld);
+          const float4 v = KV::load4(vb + j * ldb, kScaled ? kv_scale_of(svb[j], shb[j]) : 1.0f);
 #pragma unroll
           for (int h = 0; h < MAXH; ++h) {
             const float pj = pr[h][j];
@@ -435,24 +490,35 @@ __global__ void __launch_bounds__(kThreads, STAGES == 2 ? 3 : 1) paged_attention
 using AttnKernel = void (*)(AttnParams);
 
 // The kernel instantiation, allowed `smem` bytes of dynamic shared memory on the current device.
-template <int MAXH, int STAGES>
+template <int MAXH, int STAGES, class KV>
 AttnKernel prepared_kernel(size_t smem) {
-  if (!allow_dynamic_smem(reinterpret_cast<const void*>(paged_attention_kernel<MAXH, STAGES>), smem, 16))
+  if (!allow_dynamic_smem(reinterpret_cast<const void*>(paged_attention_kernel<MAXH, STAGES, KV>), smem, 16))
     throw std::runtime_error("paged_attention: " + std::to_string(smem) + " bytes of shared memory exceed this GPU's limit");
-  return paged_attention_kernel<MAXH, STAGES>;
+  return paged_attention_kernel<MAXH, STAGES, KV>;
 }
 
-AttnKernel select_kernel(int per_thread, int stages, size_t smem) {
+template <class KV>
+AttnKernel select_kernel_of(int per_thread, int stages, size_t smem) {
   if (stages == 4) {
-    if (per_thread <= 1) return prepared_kernel<1, 4>(smem);
-    if (per_thread <= 2) return prepared_kernel<2, 4>(smem);
-    if (per_thread <= 4) return prepared_kernel<4, 4>(smem);
-    return prepared_kernel<kMaxH, 4>(smem);
+    if (per_thread <= 1) return prepared_kernel<1, 4, KV>(smem);
+    if (per_thread <= 2) return prepared_kernel<2, 4, KV>(smem);
+    if (per_thread <= 4) return prepared_kernel<4, 4, KV>(smem);
+    return prepared_kernel<kMaxH, 4, KV>(smem);
   }
-  if (per_thread <= 1) return prepared_kernel<1, 2>(smem);
-  if (per_thread <= 2) return prepared_kernel<2, 2>(smem);
-  if (per_thread <= 4) return prepared_kernel<4, 2>(smem);
-  return prepared_kernel<kMaxH, 2>(smem);
+  if (per_thread <= 1) return prepared_kernel<1, 2, KV>(smem);
+  if (per_thread <= 2) return prepared_kernel<2, 2, KV>(smem);
+  if (per_thread <= 4) return prepared_kernel<4, 2, KV>(smem);
+  return prepared_kernel<kMaxH, 2, KV>(smem);
+}
+
+AttnKernel select_kernel(KvDtype t, int per_thread, int stages, size_t smem) {
+  switch (t) {
+    case KvDtype::F16: return select_kernel_of<KvF16>(per_thread, stages, smem);
+    case KvDtype::BF16: return select_kernel_of<KvBF16>(per_thread, stages, smem);
+    case KvDtype::I8: return select_kernel_of<KvI8>(per_thread, stages, smem);
+    case KvDtype::F32: break;
+  }
+  return select_kernel_of<KvF32>(per_thread, stages, smem);
 }
 
 // ---- split-K configuration (process-wide; set at model load, read at every launch)
@@ -508,26 +574,32 @@ StreamScratch g_scratch("paged_attention", kScratchBytes, kScratchBytes - kCount
 
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+// One block per token: k/v [n, n_kv, hd] f32 into slot[t] of the pools, converted as kv::store_slot converts. int8: a
+// warp per (head, K or V) row, which it quantizes whole.
+template <class KV>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, const int32_t* slot,
-                                float* kpool, float* vpool, int64_t width, bool vec) {
+                                const KvCache kv, int n_kv, int hd) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
   const int64_t sl = slot[t];
   if (sl < 0) return;  // padding token: nothing to store
+  const int64_t width = int64_t(n_kv) * hd;
   const float* ks = k + t * width;
   const float* vs = v + t * width;
-  float* kd = kpool + sl * width;
-  float* vd = vpool + sl * width;
-  if (vec) {
-    for (int64_t i = threadIdx.x; i < width / 4; i += blockDim.x) {
-      reinterpret_cast<float4*>(kd)[i] = reinterpret_cast<const float4*>(ks)[i];
-      reinterpret_cast<float4*>(vd)[i] = reinterpret_cast<const float4*>(vs)[i];
+  if constexpr (KV::kType == KvDtype::I8) {
+    const int lane = int(threadIdx.x) & 31;
+    for (int r = int(threadIdx.x) >> 5; r < 2 * n_kv; r += int(blockDim.x) >> 5) {
+      const int h = r >> 1;
+      const float* x = (r & 1 ? vs : ks) + int64_t(h) * hd;
+      int8_t* codes = static_cast<int8_t*>(r & 1 ? kv.v : kv.k) + sl * width + int64_t(h) * hd;
+      uint16_t* scale = (r & 1 ? kv.vs : kv.ks) + sl * n_kv + h;
+      kv_store_i8_row([&](int d) { return x[d]; }, hd, codes, scale, lane);
     }
   } else {
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
-      kd[i] = ks[i];
-      vd[i] = vs[i];
+      KV::store(kv.k, sl * width + i, ks[i]);
+      KV::store(kv.v, sl * width + i, vs[i]);
     }
   }
 }
@@ -558,9 +630,8 @@ void attention_merge(const AttnPartials& a, float* out, cudaStream_t s) {
   launch(merge_partials_kernel, dim3(unsigned(a.n_heads)), dim3(32), 0, s, "attention_merge launch", a, out);
 }
 
-void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const float* kpool,
-                     const float* vpool, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
-                     cudaStream_t s, AttnPartials* defer) {
+void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const KvCache& kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale, int window, cudaStream_t s, AttnPartials* defer) {
   if (defer) *defer = AttnPartials{};
   if (T <= 0) return;
   if (n_kv_heads <= 0 || n_heads % n_kv_heads != 0)
@@ -570,15 +641,21 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   if (head_dim <= 0 || head_dim % 4 != 0 || head_dim > 256)
     throw std::runtime_error("paged_attention: head_dim " + std::to_string(head_dim) +
                              " must be a positive multiple of 4 up to 256");
-  if (!aligned16(q) || !aligned16(out) || !aligned16(kpool) || !aligned16(vpool))
+  if (!aligned16(q) || !aligned16(out) || !aligned16(kv.k) || !aligned16(kv.v))
     throw std::runtime_error("paged_attention: q, out and the pools must be 16-byte aligned");
+  const bool scaled = kv.dtype == KvDtype::I8;
+  if (scaled && (!kv.ks || !kv.vs || reinterpret_cast<uintptr_t>(kv.ks) % 4 || reinterpret_cast<uintptr_t>(kv.vs) % 4))
+    throw std::runtime_error("paged_attention: an int8 KV cache needs its scales, 4-byte aligned");
   if (tok.block_size <= 0) throw std::runtime_error("paged_attention: block_size must be positive");
   AttnParams p;
   p.q = q;
   p.out = out;
   p.tok = tok;
-  p.kpool = kpool;
-  p.vpool = vpool;
+  p.kpool = static_cast<const unsigned char*>(kv.k);
+  p.vpool = static_cast<const unsigned char*>(kv.v);
+  p.kscale = reinterpret_cast<const uint32_t*>(kv.ks);
+  p.vscale = reinterpret_cast<const uint32_t*>(kv.vs);
+  p.n_kv = n_kv_heads;
   p.n_heads = n_heads;
   p.group = n_heads / n_kv_heads;
   p.hd = head_dim;
@@ -616,8 +693,8 @@ void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& to
   const int64_t busy = T * int64_t(gy) * parts;
   const int64_t walk = bound <= 0 ? INT64_MAX : split ? split_keys(int(std::min<int64_t>(bound, 1 << 30)), pk).len : bound;
   const int stages = head_dim <= 128 && walk > 2 * kChunk && (!split || busy <= 2 * int64_t(sm_count())) ? 4 : 2;
-  const size_t smem = attn_smem_floats(head_dim, p.heads_per_block, stages) * sizeof(float);
-  const AttnKernel kernel = select_kernel(per_thread, stages, smem);
+  const size_t smem = attn_smem_bytes(head_dim, p.heads_per_block, stages, int(kv_elem_bytes(kv.dtype)), scaled);
+  const AttnKernel kernel = select_kernel(kv.dtype, per_thread, stages, smem);
   if (!split) {
     p.t0 = 0;
     p.part_keys = 0;
@@ -665,12 +742,20 @@ void paged_attention_reserve(cudaStream_t s) { g_scratch.get(s); }
 
 void paged_attention_release(cudaStream_t s) { g_scratch.release(s); }
 
-void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, float* kpool, float* vpool,
-              int64_t width, cudaStream_t s) {
+void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, const KvCache& kv, int n_kv_heads,
+              int head_dim, cudaStream_t s) {
   if (n <= 0) return;
-  // float4 copies when every row start is 16-byte aligned; otherwise scalar.
-  const bool vec = width % 4 == 0 && aligned16(k) && aligned16(v) && aligned16(kpool) && aligned16(vpool);
-  launch(kv_write_kernel, dim3(unsigned(n)), dim3(128), 0, s, "kv_write launch", k, v, slot, kpool, vpool, width, vec);
+  if (kv.dtype == KvDtype::I8 && head_dim > 32 * kKvRowPerLane)
+    throw std::runtime_error("kv_write: an int8 KV cache takes head_dim up to " + std::to_string(32 * kKvRowPerLane));
+  auto go = [&](auto kernel) {
+    launch(kernel, dim3(unsigned(n)), dim3(128), 0, s, "kv_write launch", k, v, slot, kv, n_kv_heads, head_dim);
+  };
+  switch (kv.dtype) {
+    case KvDtype::F32: return go(kv_write_kernel<KvF32>);
+    case KvDtype::F16: return go(kv_write_kernel<KvF16>);
+    case KvDtype::BF16: return go(kv_write_kernel<KvBF16>);
+    case KvDtype::I8: return go(kv_write_kernel<KvI8>);
+  }
 }
 
 }  // namespace rapid::cuda

@@ -229,7 +229,8 @@ struct PendingSample {
 class CudaDecoder final : public Model, public DeviceLogits {
  public:
   CudaDecoder(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision)
-      : host_(std::move(host)), parts_(*host_->decoder_parts()), cfg_(*parts_.cfg), precision_(precision) {
+      : host_(std::move(host)), parts_(*host_->decoder_parts()), cfg_(*parts_.cfg), precision_(precision),
+        kv_dtype_(geometry.dtype()) {
     check(cudaSetDevice(0), "cudaSetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     const char* g = std::getenv("RAPID_CUDA_GRAPHS");
@@ -441,9 +442,12 @@ class CudaDecoder final : public Model, public DeviceLogits {
     c.biases = scale_row ? biases.data() : nullptr;
     return upload_copy(c, /*tileable=*/true);  // its host copy dies here: never a dedup key
   }
-  // Whether layer L's q/k/v launch can take the RoPE epilogue (RAPID_CUDA_ROPE_EPILOGUE=0 turns it off).
+  // Whether layer L's q/k/v launch can take the RoPE epilogue (RAPID_CUDA_ROPE_EPILOGUE=0 turns it off). Not for an
+  // int8 pool: a code needs its whole head row's scale, which one epilogue thread does not see.
   bool rope_epilogue_for(const DecoderLayer& L, int layer) const {
-    if (!rope_epilogue_on_ || precision_ != Precision::Fast || cfg_.qk_norm || cfg_.q_pos_beta != 0.0f) return false;
+    if (!rope_epilogue_on_ || precision_ != Precision::Fast || cfg_.qk_norm || cfg_.q_pos_beta != 0.0f ||
+        kv_dtype_ == KvDtype::I8)
+      return false;
     const int rot = cfg_.ropes[size_t(cfg_.rope_of[size_t(layer)])].rot_dim;
     // Host views, for the format only (nothing reads through them).
     const auto view = [](const Weight& w) { return device_view(w, w.data, w.scales, w.biases); };
@@ -494,12 +498,16 @@ class CudaDecoder final : public Model, public DeviceLogits {
     }
     uploaded_.clear();
   }
+  // Per layer, in the CPU pool's order (kv/kv_pool.h): K codes, V codes [slots, n_kv, hd] of the pool's type, then for
+  // int8 K and V scales [slots, n_kv] f16; each region starts on 256 bytes.
   void allocate_kv(const KvPool& g) {
     num_blocks_ = g.num_blocks();
     block_size_ = g.block_size();
-    const int64_t width = int64_t(cfg_.n_kv_heads) * cfg_.head_dim;
-    const size_t per_layer = size_t(num_blocks_) * size_t(block_size_) * size_t(width) * sizeof(float);  // K or V
-    const size_t total = per_layer * 2 * size_t(cfg_.n_layers);
+    const size_t slots = size_t(num_blocks_) * size_t(block_size_);
+    const size_t codes = align_up(slots * size_t(cfg_.n_kv_heads) * size_t(cfg_.head_dim) * kv_elem_bytes(kv_dtype_));
+    const size_t scales = align_up(slots * size_t(cfg_.n_kv_heads) * kv_scale_bytes(kv_dtype_));
+    const size_t per_layer = 2 * codes + 2 * scales;
+    const size_t total = per_layer * size_t(cfg_.n_layers);
     const int64_t free = free_bytes();
     if (int64_t(total) > free - (int64_t(512) << 20))
       throw std::runtime_error("KV cache of " + std::to_string(total >> 20) + " MiB does not fit in the GPU's free memory (" +
@@ -510,8 +518,16 @@ class CudaDecoder final : public Model, public DeviceLogits {
     // Zeroed so that a never-written slot is harmless (no NaN garbage reaches a softmax).
     check(cudaMemset(p, 0, total), "cudaMemset KV cache");
     for (int l = 0; l < cfg_.n_layers; ++l) {
-      kpool_.push_back(reinterpret_cast<float*>(static_cast<char*>(p) + per_layer * size_t(2 * l)));
-      vpool_.push_back(reinterpret_cast<float*>(static_cast<char*>(p) + per_layer * size_t(2 * l + 1)));
+      char* base = static_cast<char*>(p) + per_layer * size_t(l);
+      KvCache c;
+      c.dtype = kv_dtype_;
+      c.k = base;
+      c.v = base + codes;
+      if (scales > 0) {
+        c.ks = reinterpret_cast<uint16_t*>(base + 2 * codes);
+        c.vs = reinterpret_cast<uint16_t*>(base + 2 * codes + scales);
+      }
+      kv_.push_back(c);
     }
   }
 
@@ -899,11 +915,14 @@ class CudaDecoder final : public Model, public DeviceLogits {
       const float* sn = meta_.as<float>(layout_.floats + rope_off_[size_t(r)].second);
       // The RoPE epilogue: q rotated into q, k rotated and v as is straight into the KV pool (the same values
       // rope_kv_write stores, one launch less).
-      const RopeOut rope{cs, sn, slot, d.head_dim};
+      // (The key and value jobs' y is the pool's K or V codes, of RopeOut::kv's type.)
+      const RopeOut rope{cs, sn, slot, d.head_dim, kv_dtype_};
       const bool fused_rope = L.rope_epilogue && mode == MathMode::Fast;
+      float* kcodes = static_cast<float*>(kv_[size_t(l)].k);
+      float* vcodes = static_cast<float*>(kv_[size_t(l)].v);
       const std::array<MatmulJob, 3> qkv = fused_rope ? std::array<MatmulJob, 3>{MatmulJob{L.q, L.bq, q, qd, false, 1},
-                                                                     MatmulJob{L.k, L.bk, kpool_[size_t(l)], kd, false, 2},
-                                                                     MatmulJob{L.v, L.bv, vpool_[size_t(l)], kd, false, 3}}
+                                                                     MatmulJob{L.k, L.bk, kcodes, kd, false, 2},
+                                                                     MatmulJob{L.v, L.bv, vcodes, kd, false, 3}}
                                           : std::array<MatmulJob, 3>{MatmulJob{L.q, L.bq, q, qd, false},
                                                                      MatmulJob{L.k, L.bk, k, kd, false},
                                                                      MatmulJob{L.v, L.bv, v, kd, false}};
@@ -921,15 +940,14 @@ class CudaDecoder final : public Model, public DeviceLogits {
         rms_norm(k, k, T * d.n_kv_heads, d.head_dim, L.k_norm, d.rms_eps, s);
       }
       if (!fused_rope)
-        rope_kv_write(q, k, v, T, d.n_heads, d.n_kv_heads, d.head_dim, half, cs, sn, qscale, slot, kpool_[size_t(l)],
-                      vpool_[size_t(l)], s);
+        rope_kv_write(q, k, v, T, d.n_heads, d.n_kv_heads, d.head_dim, half, cs, sn, qscale, slot, kv_[size_t(l)], s);
       // h += att·Woᵀ (h last written before q/k/v), or o = att·Woᵀ to be normed (sandwich norms).
       const MatmulJob oj = d.sandwich_norms ? MatmulJob{L.o, L.bo, o, H, false} : MatmulJob{L.o, L.bo, h, H, true, 0, true};
       // One token: the attention may leave its key partitions unmerged for the o projection to merge as it stages its
       // input (the same x, bit for bit; the attention's partition counter and merge leave the chain).
       AttnPartials parts;
       const bool defer = can_merge_partials(&oj, 1, T, mode, d.head_dim);
-      paged_attention(q, att, T, tok, kpool_[size_t(l)], vpool_[size_t(l)], d.n_heads, d.n_kv_heads, d.head_dim,
+      paged_attention(q, att, T, tok, kv_[size_t(l)], d.n_heads, d.n_kv_heads, d.head_dim,
                       d.attn_scale, d.window[size_t(l)], s, defer ? &parts : nullptr);
       matmul(att, qd, T, &oj, 1, s, mode, nullptr, nullptr, defer ? &parts : nullptr);
       if (d.sandwich_norms) {
@@ -981,6 +999,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const DecoderParts& parts_;
   const DecoderConfig& cfg_;
   const Precision precision_;
+  const KvDtype kv_dtype_;  // what the pool stores (KvPool::dtype of the geometry)
   cudaStream_t stream_ = nullptr;
   bool use_graphs_ = true;
   bool permuted_rows_ = false;  // this step wants a logit row of every token, not in token order (never graphed)
@@ -991,7 +1010,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   const float* final_norm_ = nullptr;
   std::vector<DevLayer> layers_;
   int num_blocks_ = 0, block_size_ = 0;
-  std::vector<float*> kpool_, vpool_;  // per layer [num_blocks * block_size, n_kv * hd]
+  std::vector<KvCache> kv_;  // per layer: its pool regions on the device
   // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
   int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, m_ = 0;
   DeviceBuffer scratch_, logits_, meta_, embeds_dev_, mask_dev_, pen_scratch_;

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 #include <cstdint>
 #include <vector>
+#include "kv/kv_dtype.h"
 #include "sampling/sampler.h"
 #include "tensor/weight.h"
 
@@ -60,12 +61,15 @@ struct MatmulJob {
   bool y_settled = false;
 };
 
-// What a RoPE epilogue needs: the step's tables cos/sin [n, head_dim / 2] and KV slots [n] (< 0: not stored).
+// What a RoPE epilogue needs: the step's tables cos/sin [n, head_dim / 2] and KV slots [n] (< 0: not stored), and
+// the pool's element type: F32, F16 or BF16 (the key and value jobs' y is then the pool's K or V codes, ldy elements
+// a slot). int8 is not written by an epilogue (a code needs its whole head row's scale): rope_kv_write stores it.
 struct RopeOut {
   const float* cos = nullptr;
   const float* sin = nullptr;
   const int32_t* slot = nullptr;
   int head_dim = 0;
+  KvDtype kv = KvDtype::F32;
 };
 
 
@@ -144,16 +148,27 @@ void embed_rows(const DevWeight& E, const int32_t* ids, int64_t n, float scale, 
 void rope(float* x, int64_t n, int heads, int head_dim, int half, const float* cos, const float* sin,
           const float* q_scale, cudaStream_t s);
 
+// One layer's KV cache in device memory, in the CPU pool's layout (kv/kv_pool.h) and bytes: K and V codes, each
+// [slots, n_kv_heads, head_dim] of `dtype` (slot = block * block_size + offset), and for int8 the K and V scales, each
+// [slots, n_kv_heads] f16 (absmax / 127 of the (token, head) row). Codes 16-byte aligned, scales 4-byte aligned.
+struct KvCache {
+  KvDtype dtype = KvDtype::F32;
+  void* k = nullptr;
+  void* v = nullptr;
+  uint16_t* ks = nullptr;  // int8 only
+  uint16_t* vs = nullptr;
+};
+
 // rope(q, n_heads, ..., q_scale) + rope(k, n_kv_heads, ...) + kv_write(k, v) in one launch, with the same
-// arithmetic; the rotated k goes only to the pool (k itself is left as it was).
+// arithmetic; the rotated k goes only to the pool (k itself is left as it was), stored as kv_write stores.
 void rope_kv_write(float* q, const float* k, const float* v, int64_t n, int n_heads, int n_kv_heads, int head_dim,
                    int half, const float* cos, const float* sin, const float* q_scale, const int32_t* slot,
-                   float* kpool, float* vpool, cudaStream_t s);
+                   const KvCache& kv, cudaStream_t s);
 
-// Writes k/v [n, width] (width = n_kv_heads * head_dim) into pool slots: slot[t] is the flat slot
-// index (block * block_size + offset); kpool/vpool [num_blocks * block_size, width].
-void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, float* kpool, float* vpool,
-              int64_t width, cudaStream_t s);
+// Writes k/v [n, n_kv_heads, head_dim] f32 into pool slots slot[t] (< 0: not stored), converted to the pool's type
+// with the bytes kv::store_slot writes on the CPU.
+void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, const KvCache& kv, int n_kv_heads,
+              int head_dim, cudaStream_t s);
 
 // Per-token attention metadata, all [T] except block_tables (the step's tables concatenated).
 struct AttnTokens {
@@ -170,11 +185,13 @@ struct AttnTokens {
 
 // q [T, n_heads, head_dim] -> out [T, n_heads, head_dim]: softmax(scale · q·kᵀ) · v over the token's
 // visible keys (window > 0 keeps keys k > q_pos - window), GQA (head h reads kv head h / (n_heads/n_kv)).
-// Online softmax in f32; no score matrix is materialized.
+// Online softmax in f32; no score matrix is materialized. Keys and values of any KvCache type are widened to f32 as
+// they are read (exactly the CPU's kv::load_row values), so attention over a 16-bit or int8 pool is bitwise attention
+// over an f32 pool holding the widened values.
 // defer (T = 1): a token in several key partitions leaves them unmerged, described in *defer (out still receives a
 // token in one partition); *defer is empty when the launch does not split (RAPID_CUDA_ATTN_DEFER=0: never deferred).
-void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const float* kpool,
-                     const float* vpool, int n_heads, int n_kv_heads, int head_dim, float scale, int window,
+void paged_attention(const float* q, float* out, int64_t T, const AttnTokens& tok, const KvCache& kv, int n_heads,
+                     int n_kv_heads, int head_dim, float scale, int window,
                      cudaStream_t s, AttnPartials* defer = nullptr);
 
 // Merges deferred partials into out [n_heads, head_dim] (nothing for a token in one partition, which the attention

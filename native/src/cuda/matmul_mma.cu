@@ -56,6 +56,7 @@
 #include "cuda/bulk_copy.cuh"
 #include "cuda/cluster.cuh"
 #include "cuda/device_math.cuh"
+#include "cuda/kv_elems.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
 #include "cuda/mma.cuh"
@@ -100,6 +101,7 @@ struct MmaParams {
   const float* rope_sin = nullptr;
   const int32_t* rope_slot = nullptr;  // [n] KV pool rows (< 0: not stored)
   int rope_hd = 0;
+  KvDtype rope_kv = KvDtype::F32;   // the pool's element type (RopeOut::kv): F32, F16 or BF16
   MmaJob job[4];             // GLU: job[0] gate (y = out), job[1] up
   AttnPartials am;           // am.o set: x (one row) is the merge of these attention partials
 };
@@ -445,15 +447,21 @@ __device__ __forceinline__ void rope_epilogue(const MmaParams& P, const Tile& T,
     const float a = Y.bias ? __fadd_rn(v[c], ba) : v[c], b = Y.bias ? __fadd_rn(v[2 + c], bb) : v[2 + c];
     const int64_t row = Y.rope == 1 ? t : PRE ? int64_t(e.slot) : int64_t(P.rope_slot[t]);
     if (row < 0) continue;
-    float* yr = Y.y + row * Y.ldy;
+    // Queries are f32 rows of y; keys and values go into the pool as its type (kv_write's conversion).
+    auto put = [&](int64_t col, float x) {
+      const int64_t i = row * Y.ldy + col;
+      if (Y.rope == 1 || P.rope_kv == KvDtype::F32) Y.y[i] = x;
+      else if (P.rope_kv == KvDtype::F16) KvF16::store(Y.y, i, x);
+      else KvBF16::store(Y.y, i, x);
+    };
     if (Y.rope == 3) {
-      yr[r] = a;
-      yr[r + 8] = b;
+      put(r, a);
+      put(r + 8, b);
     } else {
       const float cs = PRE ? e.cs : P.rope_cos[t * half + j], sn = PRE ? e.sn : P.rope_sin[t * half + j];
       const float2 o = rotate(a, b, cs, sn);
-      yr[h * P.rope_hd + j] = o.x;
-      yr[h * P.rope_hd + j + half] = o.y;
+      put(h * P.rope_hd + j, o.x);
+      put(h * P.rope_hd + j + half, o.y);
     }
   }
 }
@@ -1663,6 +1671,9 @@ void mma_matmul(const float* x, int64_t ldx, int64_t n, const MatmulJob* jobs, i
     P.rope_sin = rope->sin;
     P.rope_slot = rope->slot;
     P.rope_hd = rope->head_dim;
+    if (rope->kv == KvDtype::I8)
+      throw std::runtime_error("cuda::matmul (fast): an int8 KV cache is written by rope_kv_write, not a RoPE epilogue");
+    P.rope_kv = rope->kv;
   }
   for (int i = 0; i < count; ++i) {
     const MatmulJob& J = jobs[i];

@@ -5,8 +5,11 @@
 // contract into FMAs the CPU does not use.
 #include <algorithm>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
+#include "cuda/kv_elems.cuh"
 #include "cuda/launch.cuh"
 
 namespace rapid::cuda {
@@ -90,12 +93,15 @@ constexpr int kRopeKvThreads = 256;
 
 // Blocks (token, y) share a token's items in one flat pass (a decode step has a single token: serial rounds of
 // loads are what it waits on):
-// q [n, n_heads, hd] rotated in place (and scaled); k [n, n_kv, hd] rotated on its way into kpool[slot] and
-// v [n, n_kv, hd] copied into vpool[slot] (pools [slots, n_kv * hd]); k stays unrotated.
+// q [n, n_heads, hd] rotated in place (and scaled); k [n, n_kv, hd] rotated on its way into the pool's K at slot[t]
+// and v [n, n_kv, hd] stored into its V (KV: the pool's element policy, kv_elems.cuh); k stays unrotated. int8: the
+// flat pass does q only, then a warp per (head, K or V) row computes the row's values and quantizes it whole.
+template <class KV>
 __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
     float* q, const float* __restrict__ k, const float* __restrict__ v, int n_heads, int n_kv, int head_dim, int half,
     const float* __restrict__ cos, const float* __restrict__ sin, const float* __restrict__ q_scale,
-    const int32_t* __restrict__ slot, float* kpool, float* vpool) {
+    const int32_t* __restrict__ slot, const KvCache kv) {
+  constexpr bool kRows = KV::kType == KvDtype::I8;
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
@@ -109,8 +115,9 @@ __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
   float* qt = q + t * n_heads * head_dim;
   const float* kt = k + t * width;
   const float* vt = v + t * width;
-  const int nq = n_heads * half, nqr = scaled ? n_heads * rest : 0, nk = sl >= 0 ? n_kv * half : 0;
-  const int nkr = sl >= 0 ? n_kv * rest : 0, nv = sl >= 0 ? int(width) : 0;
+  const bool flat_kv = sl >= 0 && !kRows;
+  const int nq = n_heads * half, nqr = scaled ? n_heads * rest : 0, nk = flat_kv ? n_kv * half : 0;
+  const int nkr = flat_kv ? n_kv * rest : 0, nv = flat_kv ? int(width) : 0;
   const int total = nq + nqr + nk + nkr + nv;
   // Grid y spreads a token's items over blocks (one item per thread at decode: no serial loads).
   const int stride = kRopeKvThreads * int(gridDim.y);
@@ -126,15 +133,37 @@ __global__ void __launch_bounds__(kRopeKvThreads) rope_kv_write_kernel(
       const int e = i - nq - nqr, h = e / half, j = e - h * half;
       const int64_t o = int64_t(h) * head_dim + j;
       const float2 r = rotate(kt[o], kt[o + half], cs[j], sn[j]);
-      kpool[sl * width + o] = r.x;
-      kpool[sl * width + o + half] = r.y;
+      if constexpr (!kRows) {
+        KV::store(kv.k, sl * width + o, r.x);
+        KV::store(kv.k, sl * width + o + half, r.y);
+      }
     } else if (i < nq + nqr + nk + nkr) {  // a k dim past the rotated ones
       const int e = i - nq - nqr - nk, h = e / rest;
       const int64_t o = int64_t(h) * head_dim + 2 * half + (e - h * rest);
-      kpool[sl * width + o] = kt[o];
+      if constexpr (!kRows) KV::store(kv.k, sl * width + o, kt[o]);
     } else {  // v
       const int64_t o = i - (nq + nqr + nk + nkr);
-      vpool[sl * width + o] = vt[o];
+      if constexpr (!kRows) KV::store(kv.v, sl * width + o, vt[o]);
+    }
+  }
+  if constexpr (kRows) {
+    if (sl < 0) return;
+    // Rows 2h (K of head h, rotated as above) and 2h + 1 (V), over the launch's warps.
+    const int lane = int(threadIdx.x) & 31, warps = kRopeKvThreads / 32;
+    for (int r = int(blockIdx.y) * warps + (int(threadIdx.x) >> 5); r < 2 * n_kv; r += warps * int(gridDim.y)) {
+      const int h = r >> 1;
+      const float* x = (r & 1 ? vt : kt) + int64_t(h) * head_dim;
+      int8_t* codes = static_cast<int8_t*>(r & 1 ? kv.v : kv.k) + sl * width + int64_t(h) * head_dim;
+      uint16_t* sc = (r & 1 ? kv.vs : kv.ks) + sl * n_kv + h;
+      const bool key = (r & 1) == 0;
+      kv_store_i8_row(
+          [&](int d) {
+            if (!key || d >= 2 * half) return x[d];
+            const int j = d < half ? d : d - half;
+            const float2 rot = rotate(x[j], x[j + half], cs[j], sn[j]);
+            return d < half ? rot.x : rot.y;
+          },
+          head_dim, codes, sc, lane);
     }
   }
 }
@@ -162,14 +191,24 @@ void rope(float* x, int64_t n, int heads, int head_dim, int half, const float* c
 
 void rope_kv_write(float* q, const float* k, const float* v, int64_t n, int n_heads, int n_kv_heads, int head_dim,
                    int half, const float* cos, const float* sin, const float* q_scale, const int32_t* slot,
-                   float* kpool, float* vpool, cudaStream_t s) {
+                   const KvCache& kv, cudaStream_t s) {
   if (n <= 0) return;
+  if (kv.dtype == KvDtype::I8 && head_dim > 32 * kKvRowPerLane)
+    throw std::runtime_error("rope_kv_write: an int8 KV cache takes head_dim up to " + std::to_string(32 * kKvRowPerLane));
   const int rest = head_dim - 2 * half;
   const int64_t items = int64_t(n_heads) * (half + (q_scale ? rest : 0)) + int64_t(n_kv_heads) * (half + rest) +
                         int64_t(n_kv_heads) * head_dim;  // a token's total in the kernel, at most
   const unsigned gy = unsigned(std::clamp<int64_t>((items + kRopeKvThreads - 1) / kRopeKvThreads, 1, 16));
-  launch(rope_kv_write_kernel, dim3(unsigned(n), gy), dim3(kRopeKvThreads), 0, s, "rope_kv_write launch", q, k, v, n_heads,
-         n_kv_heads, head_dim, half, cos, sin, q_scale, slot, kpool, vpool);
+  auto go = [&](auto kernel) {
+    launch(kernel, dim3(unsigned(n), gy), dim3(kRopeKvThreads), 0, s, "rope_kv_write launch", q, k, v, n_heads,
+           n_kv_heads, head_dim, half, cos, sin, q_scale, slot, kv);
+  };
+  switch (kv.dtype) {
+    case KvDtype::F32: return go(rope_kv_write_kernel<KvF32>);
+    case KvDtype::F16: return go(rope_kv_write_kernel<KvF16>);
+    case KvDtype::BF16: return go(rope_kv_write_kernel<KvBF16>);
+    case KvDtype::I8: return go(rope_kv_write_kernel<KvI8>);
+  }
 }
 
 }  // namespace rapid::cuda

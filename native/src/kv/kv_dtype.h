@@ -18,8 +18,8 @@ size_t kv_elem_bytes(KvDtype t);
 // Bytes of the per-(token, head) scale: 2 (an f16) for int8, 0 otherwise.
 size_t kv_scale_bytes(KvDtype t);
 
-// The default when the user names none: f32 under exact precision (the parity mode), else f16 on the CPU.
-// CUDA: f32 until its attention kernels read 16-bit keys (then bf16: f32's range, read natively).
+// The default when the user names none (docs/kv-cache.md): f32 under exact precision (the parity mode); under fast
+// precision the device's 16-bit choice (f16 on the CPU), made in kv_dtype.cpp only.
 KvDtype default_kv_dtype(bool cuda, bool exact);
 
 }  // namespace rapid
