@@ -3,7 +3,8 @@
 // and then a batch of --images images (back to back, as the engine encodes them) per round. Prints one JSON line per
 // round: {"family", "images", "ms"}; the first encode (weight upload + dequantization) is reported as "warmupMs".
 //   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N] [--images N]
-//                                     [--precision fast|exact]
+//                                     [--precision fast|exact] [--device cuda|cpu]
+// --device cpu runs the same tower on the CPU backend (all cores), for a same-machine comparison.
 // qwen2_5_vl: Qwen2.5-VL-3B's tower (32 blocks, hidden 1280, window attention, merger to 2048), one 448x448 image
 // (grid 1x32x32, 1024 patches). gemma3: Gemma 3 4B's SigLIP (27 layers, hidden 1152) at 896x896 (4096 patches) and
 // its projector to 2560. The torch peer (bench/peers/torch_vision_tower.py) reads the same DIR/config.json.
@@ -18,6 +19,8 @@
 #include <string>
 #include <vector>
 #include "backend/ops.h"
+#include "cpu/cpu_ops.h"
+#include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
 #include "format/json.h"
 #include "format/safetensors.h"
@@ -122,7 +125,7 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string family = "qwen2_5_vl", precision = "fast";
+  std::string family = "qwen2_5_vl", precision = "fast", device = "cuda";
   fs::path dir;
   int rounds = 5, images = 8;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -132,19 +135,20 @@ int main(int argc, char** argv) {
     else if (k == "--rounds") rounds = std::atoi(v.c_str());
     else if (k == "--images") images = std::atoi(v.c_str());
     else if (k == "--precision") precision = v;
+    else if (k == "--device") device = v;
     else {
       std::fprintf(stderr, "cuda_tower_bench: unknown option %s\n", k.c_str());
       return 2;
     }
   }
   if ((family != "qwen2_5_vl" && family != "gemma3") || rounds < 1 || images < 1 ||
-      (precision != "fast" && precision != "exact")) {
+      (precision != "fast" && precision != "exact") || (device != "cuda" && device != "cpu")) {
     std::fprintf(stderr, "usage: cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N>=1] [--images N>=1] "
-                         "[--precision fast|exact]\n");
+                         "[--precision fast|exact] [--device cuda|cpu]\n");
     return 2;
   }
   int count = 0;
-  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+  if (device == "cuda" && (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)) {
     std::printf("SKIP cuda_tower_bench: no CUDA device\n");
     return 0;
   }
@@ -171,11 +175,13 @@ int main(int argc, char** argv) {
     in.pixels = pix.data();
     in.n_values = int64_t(pix.size());
     const Precision p = precision == "fast" ? Precision::Fast : Precision::Exact;
-    const std::unique_ptr<ops::Backend> be = cuda::make_cuda_ops();
+    ThreadPool pool(0);
+    const std::unique_ptr<ops::Backend> be =
+        device == "cuda" ? cuda::make_cuda_ops() : std::unique_ptr<ops::Backend>(new ops::CpuBackend(pool));
     auto t0 = std::chrono::steady_clock::now();
     const ImageEmbedding e = enc->encode(in, *be, p);
-    std::printf("{\"family\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f}\n",
-                family.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), ms_since(t0),
+    std::printf("{\"family\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f}\n",
+                family.c_str(), device.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), ms_since(t0),
                 double(cuda::uploaded_weight_bytes(*be)) / 1048576.0);
     for (int r = 0; r < rounds; ++r) {
       t0 = std::chrono::steady_clock::now();

@@ -2,7 +2,10 @@
 # GPU checks of the CUDA vision towers (cuda/cuda_ops.h), run by the lead on the H100/H200 box from the repository
 # root. Nothing is built there: the test binaries are built on the dev machine and carried.
 #   here:    RAPID_WERROR=1 node scripts/build-cuda.mjs --tests
-#   device:  run(command="bash scripts/device/tower-check.sh", carry=["build/cuda/tests"])
+#            tar -C build/cuda/tests -cf - cuda_ops_test cuda_tower_bench cuda_matmul_test \
+#              | xz -T0 --lzma2=preset=6,dict=128MiB > build/cuda/tower-check.tar.xz   # 3 x 28 MB -> 18 MB
+#   device:  run(command="bash scripts/device/tower-check.sh", carry=["build/cuda/tower-check.tar.xz"])
+# (the binaries share most of their device code, so the archive fits the carry limit where they would not).
 # 1. build/cuda/tests/cuda_ops_test: every CUDA op against the CPU backend, then every tiny VLM tower fixture
 #    encoded on both (one PASS/FAIL line per check).
 # 2. build/cuda/tests/cuda_matmul_test: the decoder's matmuls (mma.cuh moved out of matmul_mma.cu).
@@ -17,6 +20,11 @@ out=${OUT:-/tmp/tower-check}
 mkdir -p "$out"
 T=build/cuda/tests
 rc=0
+if [ ! -x "$T/cuda_ops_test" ] && [ -f build/cuda/tower-check.tar.xz ]; then
+  mkdir -p "$T"
+  tar -C "$T" -xJf build/cuda/tower-check.tar.xz 2> /dev/null ||
+    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" build/cuda/tower-check.tar.xz "$T"
+fi
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$out/gpu.txt"
 
 timeout 300 "$T/cuda_ops_test" test/fixtures/vlm 2>&1 | tee "$out/cuda_ops_test.log"
