@@ -23,8 +23,11 @@ export interface OneRequestResult {
   imageEncodeMs: number;
 }
 
+/** What `rapid run` may set on its one-request engine. */
+export type OneRequestEngineOptions = Pick<TextEngineOptions, 'speculative' | 'stepTimeoutMs'>;
+
 /** Runs `request` to its end on a fresh engine over `model`; `onText` gets each streamed piece. */
-export async function runOneRequest(model: TextModel, request: SubmitOptions, onText: (text: string) => void = () => undefined, options: Pick<TextEngineOptions, 'speculative'> = {}): Promise<OneRequestResult> {
+export async function runOneRequest(model: TextModel, request: SubmitOptions, onText: (text: string) => void = () => undefined, options: OneRequestEngineOptions = {}): Promise<OneRequestResult> {
   // Serve's token budget per step, so prefill chunks (and their float sums) are the server's.
   const engine = createTextEngine(model, { maxNumSeqs: 1, maxWaiting: 1, maxBatchedTokens: ENGINE_DEFAULTS.maxBatchedTokens, ...options });
   let done: EngineDone | undefined;

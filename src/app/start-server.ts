@@ -110,7 +110,7 @@ export function engineOptionsFrom(opts: Partial<ServeOptions>) {
     maxBatchedTokens: opts.maxBatchedTokens ?? ENGINE_DEFAULTS.maxBatchedTokens,
     maxWaiting: opts.maxWaiting ?? ENGINE_DEFAULTS.maxWaiting,
     maxPrefillAttention: opts.maxPrefillAttention,
-    stepTimeoutMs: (opts.stepTimeout ?? 120) * 1000,
+    stepTimeoutMs: (opts.stepTimeout ?? ENGINE_DEFAULTS.stepTimeoutS) * 1000,
     enablePrefixCache: opts.prefixCache ?? true,
     encoderCacheBytes: opts.encoderCacheMemory,
     ...(opts.speculative !== undefined ? { speculative: opts.speculative } : {}),

@@ -36,4 +36,6 @@ export const ENGINE_DEFAULTS = {
   maxBatchedTokens: 512,
   /** Queued requests at most; more are refused (503). */
   maxWaiting: 256,
+  /** Seconds a step (or an image encode) may run before the watchdog fails its requests. */
+  stepTimeoutS: 120,
 } as const;

@@ -234,7 +234,7 @@ export class Engine implements EngineLike {
     );
     this.newTextStream = opts.newTextStream;
     this.stopTokenIds = new Set(opts.stopTokenIds ?? []);
-    this.stepTimeoutMs = opts.stepTimeoutMs ?? 120_000;
+    this.stepTimeoutMs = opts.stepTimeoutMs ?? ENGINE_DEFAULTS.stepTimeoutS * 1000;
     this.maskTimeoutMs = opts.maskTimeoutMs ?? 10_000;
     this.overlapMasks = opts.overlapMasks ?? true;
     let device: NativeModelInfo['device'] | undefined; // read from the model once, and only if an option needs it

@@ -39,6 +39,15 @@ describe.skipIf(FIXTURES.length === 0).each(FIXTURES)('rapid run --image on %s',
     expect(raw.status).not.toBe(0);
     expect(raw.stderr).toMatch(/--image needs the chat template/);
   });
+
+  it.runIf(name === FIXTURES[0])('--step-timeout bounds the image encode: past it the run fails saying so', () => {
+    const r = rapid(['run', dir, '--prompt', 'x', '-n', '4', '--image', join(vlm, 'images', 'wide_90x60.png'), '--step-timeout', '0']);
+    expect(r.status).not.toBe(0);
+    expect(r.stderr).toMatch(/did not return within 0 ms/);
+    const bad = rapid(['run', dir, '--prompt', 'x', '--step-timeout', 'soon']);
+    expect(bad.status).not.toBe(0);
+    expect(bad.stderr).toMatch(/--step-timeout expects an integer/);
+  });
 });
 
 describe.skipIf(FIXTURES.length === 0)('rapid run --image on a text-only model', () => {

@@ -1,7 +1,7 @@
 // `rapid run MODEL --image FILE [--image FILE2] --prompt TEXT`: local image files through the same
 // engine path as the server (encoder, image spans, mRoPE positions), streamed to stdout.
 import { readFileSync } from 'node:fs';
-import { runOneRequest } from '../../app/one-request.js';
+import { runOneRequest, type OneRequestEngineOptions } from '../../app/one-request.js';
 import type { RequestGrammar } from '../../engine/grammar/request-grammar.js';
 import { imageChatPrompt, imageUserMessage } from '../../engine/image-prompt.js';
 import type { SamplingParams } from '../../engine/sampling-params.js';
@@ -18,6 +18,7 @@ export interface RunImagesOptions {
   grammar?: RequestGrammar;
   json: boolean;
   spec: string;
+  engine: OneRequestEngineOptions;
 }
 
 export async function runWithImages(model: TextModel, o: RunImagesOptions): Promise<void> {
@@ -47,7 +48,7 @@ export async function runWithImages(model: TextModel, o: RunImagesOptions): Prom
   }
   const messages: ChatMessage[] = [...(o.system !== undefined ? [{ role: 'system', content: o.system }] : []), imageUserMessage(o.prompt, prepared.length)];
   const { promptIds, multimodal } = imageChatPrompt(model, messages, prepared);
-  const { done, imageEncodeMs } = await runOneRequest(model, { promptIds, params: o.params, multimodal, grammar: o.grammar }, o.json ? undefined : (text) => process.stdout.write(text));
+  const { done, imageEncodeMs } = await runOneRequest(model, { promptIds, params: o.params, multimodal, grammar: o.grammar }, o.json ? undefined : (text) => process.stdout.write(text), o.engine);
   if (o.json) {
     process.stdout.write(
       `${JSON.stringify({

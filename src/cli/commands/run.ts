@@ -1,11 +1,11 @@
 // `rapid run MODEL --prompt TEXT`: one request through the serving engine in-process, streamed to stdout.
-import { DEFAULT_TEMPERATURE, withSamplingDefaults } from '../../engine/defaults.js';
+import { DEFAULT_TEMPERATURE, ENGINE_DEFAULTS, withSamplingDefaults } from '../../engine/defaults.js';
 import { parseSpeculativeMode, type SpeculativeMode } from '../../engine/speculative/speculator.js';
 import type { Command } from 'commander';
 import { resolveSamplingParams } from '../../engine/sampling-params.js';
 import { openCommandModel } from '../open-model.js';
 import { withWait } from '../wait-spinner.js';
-import { runOneRequest } from '../../app/one-request.js';
+import { runOneRequest, type OneRequestEngineOptions } from '../../app/one-request.js';
 import { checkPrecision, DEVICE_HELP, kvCacheDtypeOption, parseDeviceOption, parseFloatOption, parseIntOption } from '../options.js';
 import type { DeviceFlag } from '../../native/device-index.js';
 import type { KvCacheDtype } from '../../native/types.js';
@@ -39,6 +39,7 @@ interface RunOptions {
   jsonObject?: boolean;
   image?: string[];
   speculative?: SpeculativeMode;
+  stepTimeout?: number;
 }
 
 /** --schema FILE (a JSON Schema) or --json-object; checked before the model loads. */
@@ -83,6 +84,7 @@ export function registerRun(program: Command): void {
     .option('--json-object', 'constrain the output to a JSON object')
     .option('--no-budget-close', 'let --max-tokens cut constrained output mid-JSON (default: steer to a valid end in the tokens left)')
     .option('--image <file>', 'an image file to send with the prompt (repeatable; vision models)', collect)
+    .option('--step-timeout <s>', 'a forward step or image encode running longer than this fails the request (a slow CPU may need more for large images)', parseIntOption('--step-timeout'), ENGINE_DEFAULTS.stepTimeoutS)
     .option('--speculative <mode>', 'speculative decoding: ngram (drafts from the prompt and output) or off (default: ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .action(async (spec: string, opts: RunOptions) => {
       checkPrecision(opts.precision);
@@ -111,6 +113,7 @@ export function registerRun(program: Command): void {
           ),
           { maxTokens: 256 },
         );
+        const engineOptions: OneRequestEngineOptions = { speculative: opts.speculative, stepTimeoutMs: (opts.stepTimeout ?? ENGINE_DEFAULTS.stepTimeoutS) * 1000 };
         let grammar: RequestGrammar | undefined;
         // With max_tokens: a budget below the schema's shortest output is refused, as the server does.
         if (format) {
@@ -118,11 +121,11 @@ export function registerRun(program: Command): void {
           grammar = await withWait('compiling the schema', () => service.matcher(format, { maxTokens: params.maxTokens, budgetClose: opts.budgetClose !== false }));
         }
         if (images.length > 0) {
-          await runWithImages(model, { prompt, system: opts.system, images, params, grammar, json: opts.json ?? false, spec });
+          await runWithImages(model, { prompt, system: opts.system, images, params, grammar, json: opts.json ?? false, spec, engine: engineOptions });
           return;
         }
         const promptIds = model.encodePrompt({ prompt, system: opts.system, raw: opts.raw ?? false });
-        const { done, timings: t } = await runOneRequest(model, { promptIds, params, grammar }, opts.json ? undefined : (text) => process.stdout.write(text), { speculative: opts.speculative });
+        const { done, timings: t } = await runOneRequest(model, { promptIds, params, grammar }, opts.json ? undefined : (text) => process.stdout.write(text), engineOptions);
         if (opts.json) {
           process.stdout.write(
             `${JSON.stringify({

@@ -95,7 +95,7 @@ export function registerServe(program: Command): void {
     .option('--threads <n>', 'CPU threads (default: all cores)', parseIntOption('--threads'))
     .option('--precision <mode>', 'exact (f32 activations) or fast (quantized weights with rounded activations: int8 on the CPU, bf16 on CUDA)', 'fast')
     .option('--device <device>', DEVICE_HELP, parseDeviceOption)
-    .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), 120)
+    .option('--step-timeout <s>', 'a step running longer fails its requests and turns /health to 503', parseIntOption('--step-timeout'), ENGINE_DEFAULTS.stepTimeoutS)
     .option('--no-prefix-cache', 'do not reuse KV of shared prompt prefixes')
     .option('--speculative <mode>', 'speculative decoding: ngram (drafts from the request\'s own context) or off (default: ngram on the CPU, off on CUDA)', parseSpeculativeMode)
     .option('--max-body-bytes <size>', 'largest request body accepted (default 8 MiB; 64 MiB for vision models: inline images)', parseByteSize)
