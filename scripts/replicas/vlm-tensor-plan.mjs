@@ -252,7 +252,8 @@ export function vlmTensorPlan(config, layout, seed = 1) {
       linear(out, 'multi_modal_projector.linear_2', t.hidden_size, t.hidden_size, pq, seed);
     }
   }
-  const tied = (t.tie_word_embeddings ?? config.tie_word_embeddings) !== false;
+  // transformers' default when a config leaves it out: MistralConfig unties, the other families tie
+  const tied = t.tie_word_embeddings ?? config.tie_word_embeddings ?? fam !== 'mistral3';
   if (layout.lmHead === 'copied' || !tied) linear(out, HEAD, t.vocab_size, t.hidden_size, layout.lmHeadQuantized === false ? undefined : q, seed);
   return out.sort(byName);
 }
