@@ -2,7 +2,8 @@
 // weighs what its published repository downloads (catalog sizeBytes), the family-specific tensors (biases,
 // q/k norms, heads, prefixes, quantized shapes) are where mlx-lm puts them, and each VLM family's plan names,
 // types and shapes every tensor of its tiny mlx-vlm fixture (test/fixtures/vlm/*-q4) exactly.
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { closeSync, existsSync, ftruncateSync, mkdtempSync, openSync, readdirSync, readFileSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { catalogEntry, replicaConfig } from '../../scripts/replicas/make-replica.mjs';
@@ -11,6 +12,7 @@ import { tensorBytes } from '../../scripts/replicas/random-fills.mjs';
 import { vlmLayoutOf } from '../../scripts/replicas/vlm-layouts.mjs';
 import { vlmTensorPlan } from '../../scripts/replicas/vlm-tensor-plan.mjs';
 import { readSafetensorsHeader } from '../../src/models/safetensors-header.js';
+import { validateCheckpoint } from '../../src/models/validate-checkpoint.js';
 
 interface Tensor {
   name: string;
@@ -113,6 +115,34 @@ describe('replica layouts', () => {
     // mlx-vlm's gemma3 sanitize copies the tied embedding into language_model.lm_head; the fixture generator does not
     if (dir.startsWith('gemma3')) for (const k of ['weight', 'scales', 'biases']) delete got[`language_model.lm_head.${k}`];
     expect(got).toEqual(want);
+  });
+
+  // rapid's own checkpoint validation (headers only) on the full-size layout: a sparse file of the real size
+  it.each(vlmAliases)('rapid\'s checkpoint validation accepts the %s layout', (alias) => {
+    const { tensors, config } = plan(alias);
+    const dir = mkdtempSync(join(tmpdir(), 'rapid-vlm-layout-'));
+    try {
+      const header: Record<string, unknown> = { __metadata__: { format: 'mlx' } };
+      let off = 0;
+      for (const t of tensors) {
+        const n = tensorBytes(t) as number;
+        header[t.name] = { dtype: t.dtype, shape: t.shape, data_offsets: [off, off + n] };
+        off += n;
+      }
+      const json = Buffer.from(JSON.stringify(header));
+      const len = Buffer.alloc(8);
+      len.writeBigUInt64LE(BigInt(json.length));
+      const fd = openSync(join(dir, 'model.safetensors'), 'w');
+      writeSync(fd, len);
+      writeSync(fd, json);
+      ftruncateSync(fd, 8 + json.length + off);
+      closeSync(fd);
+      writeFileSync(join(dir, 'config.json'), JSON.stringify(config));
+      const checked = validateCheckpoint(dir);
+      expect(checked.vision?.layers).toBeGreaterThan(0);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 
   it('puts each VLM family\'s tensors where mlx-vlm writes them, at full size', () => {
