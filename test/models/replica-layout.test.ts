@@ -43,10 +43,11 @@ const VLM_SIZE_TOLERANCE: Record<string, number> = { 'gemma-4-e2b-4bit': 0.2, 'g
 const names = (t: Tensor[]) => new Set(t.map((x) => x.name));
 
 describe('replica layouts', () => {
-  it('has a config, with its source, for every supported text catalog model', () => {
+  it('has a config, with its source, for every supported text and every VLM catalog model', () => {
     const sources = JSON.parse(readFileSync(join(CONFIGS, '..', 'sources.json'), 'utf8')) as { configs: Record<string, unknown> };
     expect(aliases.length).toBeGreaterThanOrEqual(20);
-    for (const a of aliases) {
+    expect(vlmAliases.length).toBe(12);
+    for (const a of [...aliases, ...vlmAliases]) {
       expect(existsSync(join(CONFIGS, `${a}.json`)), a).toBe(true);
       expect(sources.configs[a], a).toBeDefined();
     }
@@ -89,15 +90,6 @@ describe('replica layouts', () => {
     const t = tensorPlan(config, layout) as Tensor[];
     expect(t.find((x) => x.name === 'model.layers.0.mlp.down_proj.scales')).toMatchObject({ shape: [1024, 96] });
     expect(t.find((x) => x.name === 'model.layers.1.mlp.down_proj.scales')).toMatchObject({ shape: [1024, 48] });
-  });
-
-  it('has a config, with its source, and processor files for every VLM catalog model', () => {
-    const sources = JSON.parse(readFileSync(join(CONFIGS, '..', 'sources.json'), 'utf8')) as { configs: Record<string, unknown> };
-    expect(vlmAliases.length).toBe(12);
-    for (const a of vlmAliases) {
-      expect(existsSync(join(CONFIGS, `${a}.json`)), a).toBe(true);
-      expect(sources.configs[a], a).toBeDefined();
-    }
   });
 
   it.each(vlmAliases)('%s (VLM) weighs its catalog download size', (alias) => {
