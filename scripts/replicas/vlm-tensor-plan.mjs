@@ -159,10 +159,11 @@ function gemma4Tower(out, v, textHidden, q, seed) {
   const p = 'vision_tower.';
   const h = v.hidden_size;
   const hd = v.head_dim;
-  // use_clipped_linears: each tower Linear is wrapped (.linear) with scalar input/output clip bounds
+  // use_clipped_linears: each tower Linear is wrapped (.linear) with 0-d input/output clip bounds (transformers'
+  // scalar buffers, kept as they are by mlx-vlm's sanitize); wide, so random activations are not clipped
   const lin = (name, o, i) => {
     linear(out, `${name}.linear`, o, i, undefined, seed);
-    if (v.use_clipped_linears) for (const [b, x] of [['input_min', -1e4], ['input_max', 1e4], ['output_min', -1e4], ['output_max', 1e4]]) vec(out, `${name}.${b}`, 1, x);
+    if (v.use_clipped_linears) for (const [b, x] of [['input_min', -1e4], ['input_max', 1e4], ['output_min', -1e4], ['output_max', 1e4]]) vec(out, `${name}.${b}`, [], x);
   };
   linear(out, `${p}patch_embedder.input_proj`, h, 3 * v.patch_size ** 2, undefined, seed);
   dense(out, `${p}patch_embedder.position_embedding_table`, [2, v.position_embedding_size, h], seed);
