@@ -189,6 +189,48 @@ function gemma4Tower(out, v, textHidden, q, seed) {
 }
 
 /**
+ * Gemma 4 E2B/E4B's audio tower (a conformer rapid does not run, but the repos hold it): mlx-vlm keeps it bf16
+ * (audio_tower is in the skip list), drops the model. prefix, stores the subsampling Conv2d weights
+ * [O, kH, kW, C] and the depthwise Conv1d [C, k, 1]; embed_audio is quantized like embed_vision.
+ */
+function gemma4Audio(out, a, textHidden, q, seed) {
+  const p = 'audio_tower.';
+  const H = a.hidden_size;
+  const [c0, c1] = a.subsampling_conv_channels;
+  const clipped = (name, o, i) => {
+    linear(out, `${name}.linear`, o, i, undefined, seed);
+    if (a.use_clipped_linears) for (const [b, x] of [['input_min', -1e4], ['input_max', 1e4], ['output_min', -1e4], ['output_max', 1e4]]) vec(out, `${name}.${b}`, [], x);
+  };
+  dense(out, `${p}subsample_conv_projection.layer0.conv.weight`, [c0, 3, 3, 1], seed);
+  vec(out, `${p}subsample_conv_projection.layer0.norm.weight`, c0, 1);
+  dense(out, `${p}subsample_conv_projection.layer1.conv.weight`, [c1, 3, 3, c0], seed);
+  vec(out, `${p}subsample_conv_projection.layer1.norm.weight`, c1, 1);
+  // two stride-2 convolutions: the 128 mel bins become 32 per channel
+  linear(out, `${p}subsample_conv_projection.input_proj_linear`, H, (c1 * (a.input_feat_size ?? 128)) / 4, undefined, seed);
+  for (let i = 0; i < a.num_hidden_layers; i++) {
+    const l = `${p}layers.${i}`;
+    for (const ff of ['feed_forward1', 'feed_forward2']) {
+      clipped(`${l}.${ff}.ffw_layer_1`, 4 * H, H);
+      clipped(`${l}.${ff}.ffw_layer_2`, H, 4 * H);
+      vec(out, `${l}.${ff}.pre_layer_norm.weight`, H, 1);
+      vec(out, `${l}.${ff}.post_layer_norm.weight`, H, 1);
+    }
+    vec(out, `${l}.self_attn.per_dim_scale`, H / a.num_attention_heads, 0);
+    for (const n of ['q_proj', 'k_proj', 'v_proj', 'post']) clipped(`${l}.self_attn.${n}`, H, H);
+    linear(out, `${l}.self_attn.relative_k_proj`, H, H, undefined, seed);
+    clipped(`${l}.lconv1d.linear_start`, 2 * H, H);
+    clipped(`${l}.lconv1d.linear_end`, H, H);
+    dense(out, `${l}.lconv1d.depthwise_conv1d.weight`, [H, a.conv_kernel_size, 1], seed);
+    vec(out, `${l}.lconv1d.pre_layer_norm.weight`, H, 1);
+    vec(out, `${l}.lconv1d.conv_norm.weight`, H, 1);
+    for (const n of ['norm_pre_attn', 'norm_post_attn', 'norm_out']) vec(out, `${l}.${n}.weight`, H, 1);
+  }
+  linear(out, `${p}output_proj`, a.output_proj_dims, H, undefined, seed);
+  vec(out, `${p}output_proj.bias`, a.output_proj_dims, 0);
+  linear(out, 'embed_audio.embedding_projection', textHidden, a.output_proj_dims, q, seed);
+}
+
+/**
  * Per-module quantization entries mlx-vlm records for a family (its quant_predicate returns a dict for them):
  * Qwen3-VL-MoE router gates (mlp.gate) and Gemma 4 routers (router.proj) at 8 bits, group 64.
  */
@@ -221,6 +263,7 @@ export function vlmTensorPlan(config, layout, seed = 1) {
     out = [];
     gemma4Text(out, t, q, seed);
     gemma4Tower(out, v, t.hidden_size, q, seed);
+    if (config.audio_config) gemma4Audio(out, config.audio_config, t.hidden_size, q, seed);
   } else {
     const moe = fam === 'qwen3_vl_moe'
       ? (o, l, i) => {
