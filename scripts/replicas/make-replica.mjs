@@ -10,6 +10,8 @@ import { FAMILY_LAYOUTS, HF_SHARD_BYTES, MLX_AFFINE_GROUP_SIZE, MLX_SHARD_BYTES,
 import { planShards, writeShards } from './safetensors-writer.mjs';
 import { tensorPlan } from './tensor-plan.mjs';
 import { tokenizerFiles } from './tokenizer-files.mjs';
+import { vlmLayoutOf } from './vlm-layouts.mjs';
+import { textConfigOf, vlmQuantOverrides, vlmTensorPlan } from './vlm-tensor-plan.mjs';
 
 const here = dirname(fileURLToPath(import.meta.url));
 const CATALOG = join(here, '../../src/models/catalog.json');
@@ -36,11 +38,24 @@ function bitsOf(entry) {
   return m ? Number(m[1]) : null;
 }
 
-/** config.json as mlx_lm.convert writes it: the real config plus its quantization block (and overrides). */
+/**
+ * config.json as mlx_lm.convert (text) or mlx_vlm.convert (VLM) writes it: the real config plus its quantization
+ * block (and overrides; mlx-vlm also records the family's per-module entries and the quantization_config copy).
+ */
 export function replicaConfig(entry, overrides = {}) {
   const config = realConfig(entry.alias);
-  const layout = FAMILY_LAYOUTS[layoutFamilyOf(entry, config)];
+  delete config.quantization;
+  delete config.quantization_config;
+  const vlm = vlmLayoutOf(entry, config);
   const bits = bitsOf(entry);
+  if (vlm) {
+    if (bits === null) throw new Error(`${entry.alias}: an mlx layout needs an n-bit catalog quantization, got ${entry.quantization}`);
+    const q = { group_size: MLX_AFFINE_GROUP_SIZE, bits, mode: 'affine', ...vlmQuantOverrides(config, vlm.vlmFamily), ...overrides };
+    config.quantization = q;
+    config.quantization_config = q;
+    return { config, layout: vlm };
+  }
+  const layout = FAMILY_LAYOUTS[layoutFamilyOf(entry, config)];
   if (layout.format === 'mlx') {
     if (bits === null) throw new Error(`${entry.alias}: an mlx layout needs an n-bit catalog quantization, got ${entry.quantization}`);
     const q = { group_size: MLX_AFFINE_GROUP_SIZE, bits };
@@ -49,6 +64,20 @@ export function replicaConfig(entry, overrides = {}) {
     if (layout.quantizationConfigCopy) config.quantization_config = q;
   }
   return { config, layout };
+}
+
+/** preprocessor_config.json / processor_config.json of a VLM family: configs/<alias>.{preprocessor,processor}.json. */
+export function processorFiles(alias) {
+  const files = {};
+  for (const kind of ['preprocessor', 'processor']) {
+    try {
+      files[`${kind}_config.json`] = JSON.parse(readFileSync(join(here, 'configs', `${alias}.${kind}.json`), 'utf8'));
+    } catch (err) {
+      if (err.code !== 'ENOENT') throw err;
+    }
+  }
+  if (!Object.keys(files).length) throw new Error(`${alias}: no scripts/replicas/configs/${alias}.preprocessor.json or .processor.json`);
+  return files;
 }
 
 const README = (entry) => `---
@@ -66,7 +95,7 @@ export function makeReplica(name, outDir, { seed = 1, overrides = {} } = {}) {
   const entry = catalogEntry(name);
   const { config, layout } = replicaConfig(entry, overrides);
   mkdirSync(outDir, { recursive: true });
-  const tensors = tensorPlan(config, layout, seed);
+  const tensors = layout.vlmFamily ? vlmTensorPlan(config, layout, seed) : tensorPlan(config, layout, seed);
   const files = [];
   const put = (file, text) => {
     writeFileSync(join(outDir, file), text);
@@ -87,7 +116,9 @@ export function makeReplica(name, outDir, { seed = 1, overrides = {} } = {}) {
   const sorted = mlx ? Object.fromEntries(Object.entries(config).sort(([a], [b]) => (a < b ? -1 : 1))) : config;
   put('config.json', `${JSON.stringify(sorted, null, mlx ? 4 : 2)}\n`);
   put('generation_config.json', `${JSON.stringify(layout.generationConfig, null, 2)}\n`);
-  for (const [file, text] of Object.entries(tokenizerFiles(layout, config, layout.extraFiles))) put(file, text);
+  const vocab = layout.vlmFamily ? textConfigOf(config, layout.vlmFamily).vocab_size : config.vocab_size;
+  for (const [file, text] of Object.entries(tokenizerFiles(layout, config, layout.extraFiles, vocab))) put(file, text);
+  if (layout.vlmFamily) for (const [file, json] of Object.entries(processorFiles(layout.processorFrom))) put(file, `${JSON.stringify(json, null, 2)}\n`);
   put('README.md', README(entry));
   put('.gitattributes', '*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.model filter=lfs diff=lfs merge=lfs -text\ntokenizer.json filter=lfs diff=lfs merge=lfs -text\n');
   return { entry, files: files.sort(), tensors: tensors.length, bytes: total };

@@ -20,30 +20,47 @@ const WEIGHT_STD = 0.02;
  * scales and biases BF16 [out, inp/group] (mean 0, std 0.02), or BF16 [out, inp] when not quantized
  * (bf16 repos, or a module whose input dim does not divide the group size: mlx-lm's predicate).
  */
-function linear(out, path, outDim, inDim, q, seed0) {
+export function linear(out, path, outDim, inDim, q, seed0, lead = []) {
   const seed = hash32(seed0 + out.length);
   if (!q || inDim % (quantOf(q, path).groupSize ?? MLX_AFFINE_GROUP_SIZE) !== 0) {
     const amp = WEIGHT_STD * Math.sqrt(3); // uniform with std 0.02
-    out.push({ name: `${path}.weight`, dtype: 'BF16', shape: [outDim, inDim], fill: fillUniform(seed, amp) });
+    out.push({ name: `${path}.weight`, dtype: 'BF16', shape: [...lead, outDim, inDim], fill: fillUniform(seed, amp) });
     return;
   }
   const { bits, groupSize } = quantOf(q, path);
-  out.push({ name: `${path}.weight`, dtype: 'U32', shape: [outDim, (inDim * bits) / 32], fill: fillRandomBits(seed) });
-  out.push({ name: `${path}.scales`, dtype: 'BF16', shape: [outDim, inDim / groupSize], fill: fillScales(seed, bits, false) });
-  out.push({ name: `${path}.biases`, dtype: 'BF16', shape: [outDim, inDim / groupSize], fill: fillScales(seed, bits, true) });
+  out.push({ name: `${path}.weight`, dtype: 'U32', shape: [...lead, outDim, (inDim * bits) / 32], fill: fillRandomBits(seed) });
+  out.push({ name: `${path}.scales`, dtype: 'BF16', shape: [...lead, outDim, inDim / groupSize], fill: fillScales(seed, bits, false) });
+  out.push({ name: `${path}.biases`, dtype: 'BF16', shape: [...lead, outDim, inDim / groupSize], fill: fillScales(seed, bits, true) });
 }
 
-const vec = (out, name, n, value) => out.push({ name, dtype: 'BF16', shape: [n], fill: fillConst(bf16(value)) });
+/** A bf16 tensor of one value (norm weights, biases, clip bounds). */
+export const vec = (out, name, n, value) => out.push({ name, dtype: 'BF16', shape: Array.isArray(n) ? n : [n], fill: fillConst(bf16(value)) });
+
+/** bf16 tensor of any shape (convolutions, position tables), uniform with std 0.02. */
+export function dense(out, name, shape, seed0) {
+  out.push({ name, dtype: 'BF16', shape, fill: fillUniform(hash32(seed0 + out.length), WEIGHT_STD * Math.sqrt(3)) });
+}
+
+export const byName = (a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0);
 
 /** Every tensor of the checkpoint, sorted by name (mlx and transformers both write sorted weight maps). */
 export function tensorPlan(config, layout, seed = 1) {
   const q = layout.format === 'mlx' ? config.quantization : undefined;
+  const out = textDecoder(config, layout, q, seed, layout.prefix);
+  if (layout.lmHead === 'copied' || (layout.lmHead === 'config' && config.tie_word_embeddings === false)) linear(out, 'lm_head', config.vocab_size, config.hidden_size, q, seed);
+  return out.sort(byName);
+}
+
+/**
+ * The decoder of a dense text family under `p` (embeddings, layers, final norm; no head). `mlp(out, l, i)`
+ * replaces a layer's gate/up/down MLP (mixture-of-experts layers).
+ */
+export function textDecoder(config, layout, q, seed, p, mlp = undefined) {
   const h = config.hidden_size;
   const nh = config.num_attention_heads;
   const kv = config.num_key_value_heads ?? nh;
   const hd = config.head_dim ?? h / nh;
   const inter = config.intermediate_size;
-  const p = layout.prefix;
   const out = [];
   linear(out, `${p}embed_tokens`, config.vocab_size, h, q, seed);
   vec(out, `${p}norm.weight`, h, layout.normCenter);
@@ -66,10 +83,10 @@ export function tensorPlan(config, layout, seed = 1) {
       vec(out, `${l}.self_attn.q_norm.weight`, hd, layout.normCenter);
       vec(out, `${l}.self_attn.k_norm.weight`, hd, layout.normCenter);
     }
+    if (mlp?.(out, l, i)) continue;
     linear(out, `${l}.mlp.gate_proj`, inter, h, q, seed);
     linear(out, `${l}.mlp.up_proj`, inter, h, q, seed);
     linear(out, `${l}.mlp.down_proj`, h, inter, q, seed);
   }
-  if (layout.lmHead === 'copied' || (layout.lmHead === 'config' && config.tie_word_embeddings === false)) linear(out, 'lm_head', config.vocab_size, h, q, seed);
-  return out.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+  return out;
 }
