@@ -45,7 +45,7 @@ const KV_CACHE_DTYPES: readonly KvCacheDtype[] = ['f32', 'f16', 'bf16', 'int8'];
 export function kvCacheDtypeOption(prefix = ''): Option {
   return new Option(
     '--kv-cache-dtype <type>',
-    `${prefix}KV cache element type: f32, f16, bf16 or int8 (default: f16 on the CPU; f32 with --precision exact; see docs/kv-cache.md)`,
+    `${prefix}KV cache element type: f32, f16, bf16 or int8 (default: f16 on the CPU, bf16 on CUDA; f32 with --precision exact; see docs/kv-cache.md)`,
   ).argParser((value: string): KvCacheDtype => {
     const t = KV_CACHE_DTYPES.find((d) => d === value);
     if (t === undefined) throw new InvalidArgumentError(`--kv-cache-dtype must be f32, f16, bf16 or int8, got "${value}"`);

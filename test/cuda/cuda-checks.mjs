@@ -66,7 +66,7 @@ const FIXTURE_KV = 32 << 20;
 // max |logit diff| / max(1, max|logit|) per KV dtype at exact precision (test/native/kv-cache.test.ts).
 const KV_TOL = { f32: 1e-3, f16: 3e-3, bf16: 2e-2, int8: 4e-2 };
 // What each device stores when --kv-cache-dtype is not given, at fast precision (kv/kv_dtype.cpp default_kv_dtype).
-const DEFAULT_KV = { cpu: 'f16', cuda: 'f32' };
+const DEFAULT_KV = { cpu: 'f16', cuda: 'bf16' };
 const GREEDY = Object.freeze({
   temperature: 0, topP: 1, topK: 0, minP: 0, repetitionPenalty: 1, presencePenalty: 0, frequencyPenalty: 0,
   seed: 0, counter: 0, logprobs: -1,
