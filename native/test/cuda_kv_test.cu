@@ -214,6 +214,12 @@ struct AttnCase {
   std::vector<std::pair<int, int>> seqs;  // (context, new tokens)
 };
 
+// A launch's token metadata over device arrays [T] (block tables concatenated).
+cu::AttnTokens attn_tokens(const Dev<int32_t>& table_off, const Dev<int32_t>& q_pos, const Dev<int32_t>& kv_end,
+                           const Dev<int32_t>& tables, int block_size, int64_t max_keys = 0) {
+  return cu::AttnTokens{table_off.p, q_pos.p, kv_end.p, tables.p, block_size, max_keys};
+}
+
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   double mx = 0, ref = 0;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -282,12 +288,7 @@ void run_attention(ThreadPool& pool, const AttnCase& c, KvDtype t) {
   Dev<float> wk(P.widened(false)), wv(P.widened(true));  // the f32 pool of the widened values
   Dev<float> dq(q), out(q.size()), wide(q.size()), one(q.size());
   Dev<int32_t> d_off(table_off), d_pos(q_pos), d_end(kv_end), d_tab(flat), d_slot(slot);
-  cu::AttnTokens tok;
-  tok.table_off = d_off.p;
-  tok.q_pos = d_pos.p;
-  tok.kv_end = d_end.p;
-  tok.block_tables = d_tab.p;
-  tok.block_size = bs;
+  const cu::AttnTokens tok = attn_tokens(d_off, d_pos, d_end, d_tab, bs);
   const size_t row = size_t(c.n_heads) * c.hd;
   const std::string tag = c.name + " " + kv_dtype_name(t);
   for (int part_keys : {0, 32, 128}) {
@@ -375,13 +376,7 @@ void time_decode_attention() {
       Dev<int32_t> d_tab(tables), d_off(off), d_pos(pos), d_end(end), d_all(all);
       Dev<float> rows(uniform_vec(g_rng, slots * size_t(width), -2.0f, 2.0f)), q(uniform_vec(g_rng, size_t(T) * sh.n_heads * sh.hd));
       Dev<float> out(q.n);
-      cu::AttnTokens tok;
-      tok.table_off = d_off.p;
-      tok.q_pos = d_pos.p;
-      tok.kv_end = d_end.p;
-      tok.block_tables = d_tab.p;
-      tok.block_size = bs;
-      tok.max_keys = keys;
+      const cu::AttnTokens tok = attn_tokens(d_off, d_pos, d_end, d_tab, bs, keys);
       std::string line = "TIME decode attention " + std::to_string(sh.n_heads) + "/" + std::to_string(sh.n_kv) + " hd" +
                          std::to_string(sh.hd) + " T=" + std::to_string(T) + " keys=" + std::to_string(keys) + ":";
       double f32_us = 0;
@@ -389,37 +384,14 @@ void time_decode_attention() {
         Pools P(t, sh.n_kv, sh.hd, bs, int(slots / bs));
         cu::kv_write(rows.p, rows.p, int64_t(slots), d_all.p, P.dev(), sh.n_kv, sh.hd, nullptr);
         device_sync();
-        cudaStream_t s = nullptr;
-        cudaGraphExec_t exec = nullptr;
-        cudaEvent_t e0 = nullptr, e1 = nullptr;
-        cu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "stream");
-        cu::paged_attention_reserve(s);
-        cu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "capture");
-        for (int i = 0; i < kReps; ++i)
-          cu::paged_attention(q.p, out.p, T, tok, P.dev(), sh.n_heads, sh.n_kv, sh.hd, 0.1f, 0, s);
-        cudaGraph_t g = nullptr;
-        cu::check(cudaStreamEndCapture(s, &g), "end capture");
-        cu::check(cudaGraphInstantiate(&exec, g, 0), "instantiate");
-        cudaGraphDestroy(g);
-        cu::check(cudaEventCreate(&e0), "event");
-        cu::check(cudaEventCreate(&e1), "event");
-        for (int i = 0; i < 2; ++i) cu::check(cudaGraphLaunch(exec, s), "warm-up");
-        cu::check(cudaEventRecord(e0, s), "record");
-        for (int i = 0; i < kLaunches; ++i) cu::check(cudaGraphLaunch(exec, s), "launch");
-        cu::check(cudaEventRecord(e1, s), "record");
-        cu::check(cudaStreamSynchronize(s), "sync");
-        float ms = 0;
-        cu::check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-        const double us = double(ms) * 1000.0 / (kReps * kLaunches);
+        const cu::KvCache kv = P.dev();
+        const double us = attention_graph_us(
+            [&](cudaStream_t s) { cu::paged_attention(q.p, out.p, T, tok, kv, sh.n_heads, sh.n_kv, sh.hd, 0.1f, 0, s); },
+            kReps, kLaunches);
         if (t == KvDtype::F32) f32_us = us;
         char buf[64];
         std::snprintf(buf, sizeof buf, " %s %.1f us (%.2fx) |", kv_dtype_name(t), us, f32_us / us);
         line += buf;
-        cudaEventDestroy(e0);
-        cudaEventDestroy(e1);
-        cudaGraphExecDestroy(exec);
-        cu::paged_attention_release(s);
-        cudaStreamDestroy(s);
       }
       std::printf("%s\n", line.c_str());
     }

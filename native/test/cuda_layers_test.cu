@@ -536,35 +536,10 @@ void time_decode_attention() {
         for (const SplitSetting& st : settings) {
           cu::set_attention_split(st.part_keys);
           b.tok.max_keys = st.max_keys < 0 ? keys : st.max_keys;
-          cudaStream_t s = nullptr;
-          cudaGraphExec_t exec = nullptr;
-          cudaEvent_t e0 = nullptr, e1 = nullptr;
-          cu::check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
-          cu::paged_attention_reserve(s);
-          cu::check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
-          for (int i = 0; i < kReps; ++i) b.launch(s);
-          cudaGraph_t g = nullptr;
-          cu::check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
-          cu::check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
-          cudaGraphDestroy(g);
-          cu::check(cudaEventCreate(&e0), "event");
-          cu::check(cudaEventCreate(&e1), "event");
-          for (int i = 0; i < 2; ++i) cu::check(cudaGraphLaunch(exec, s), "warm-up");
-          cu::check(cudaEventRecord(e0, s), "record");
-          for (int i = 0; i < kLaunches; ++i) cu::check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
-          cu::check(cudaEventRecord(e1, s), "record");
-          cu::check(cudaStreamSynchronize(s), "sync");
-          float ms = 0;
-          cu::check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
-          const double us = double(ms) * 1000.0 / (kReps * kLaunches);
+          const double us = attention_graph_us([&](cudaStream_t s) { b.launch(s); }, kReps, kLaunches);
           char buf[96];
           std::snprintf(buf, sizeof buf, " %s %.1f us %.0f GB/s |", st.name, us, bytes / (us * 1e-6) / 1e9);
           line += buf;
-          cudaEventDestroy(e0);
-          cudaEventDestroy(e1);
-          cudaGraphExecDestroy(exec);
-          cu::paged_attention_release(s);
-          cudaStreamDestroy(s);
         }
         std::printf("%s\n", line.c_str());
       }

@@ -52,6 +52,37 @@ inline std::vector<float> uniform_vec(std::mt19937& rng, size_t n, float lo = -1
   return v;
 }
 
+// Microseconds per paged-attention launch: `launch(s)` called `reps` times into a CUDA graph on a created stream (its
+// split-K scratch reserved first), replayed twice to warm up, then `replays` times under events.
+inline double attention_graph_us(const std::function<void(cudaStream_t)>& launch, int reps, int replays) {
+  cudaStream_t s = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+  paged_attention_reserve(s);
+  check(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  for (int i = 0; i < reps; ++i) launch(s);
+  cudaGraph_t g = nullptr;
+  check(cudaStreamEndCapture(s, &g), "cudaStreamEndCapture");
+  check(cudaGraphInstantiate(&exec, g, 0), "cudaGraphInstantiate");
+  cudaGraphDestroy(g);
+  check(cudaEventCreate(&e0), "event");
+  check(cudaEventCreate(&e1), "event");
+  for (int i = 0; i < 2; ++i) check(cudaGraphLaunch(exec, s), "warm-up");
+  check(cudaEventRecord(e0, s), "record");
+  for (int i = 0; i < replays; ++i) check(cudaGraphLaunch(exec, s), "cudaGraphLaunch");
+  check(cudaEventRecord(e1, s), "record");
+  check(cudaStreamSynchronize(s), "sync");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, e0, e1), "elapsed");
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaGraphExecDestroy(exec);
+  paged_attention_release(s);
+  cudaStreamDestroy(s);
+  return double(ms) * 1000.0 / (double(reps) * replays);
+}
+
 inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
 
 // An f32 KV cache over two plain device pools [slots, n_kv * head_dim].
