@@ -42,7 +42,7 @@ std::shared_ptr<Chunk> new_chunk(size_t need) {
   if (p == MAP_FAILED) throw std::bad_alloc();
   const uintptr_t a = reinterpret_cast<uintptr_t>(p), b = (a + kHugePage - 1) & ~uintptr_t(kHugePage - 1);
   if (b > a) munmap(p, b - a);
-  if (b + c->size < a + c->size + kHugePage) munmap(reinterpret_cast<void*>(b + c->size), a + kHugePage - b);
+  munmap(reinterpret_cast<void*>(b + c->size), a + kHugePage - b);  // b < a + 2 MiB: never empty
   c->base = reinterpret_cast<uint8_t*>(b);
   madvise(c->base, c->size, MADV_HUGEPAGE);
 #else
@@ -76,7 +76,7 @@ bool interleaved_gemv_enabled() {
   return on;
 }
 
-std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W) {
+std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPool& pool) {
   auto L = std::make_shared<InterleavedRows>();
   const int64_t ng = W.in / W.group;
   const size_t es = dtype_size(W.dtype);
@@ -97,34 +97,36 @@ std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W) {
   const auto* codes = static_cast<const uint8_t*>(W.data);
   const auto* scales = static_cast<const uint8_t*>(W.scales);
   const auto* biases = static_cast<const uint8_t*>(W.biases);
-  for (int64_t b = 0; b < L->blocks; ++b)
-    for (int64_t g = 0; g < ng; ++g) {
-      uint8_t* dst = base + size_t(b) * L->block_bytes + size_t(g) * L->group_bytes;  // [G/8][16] dwords
-      uint8_t* ds = dst + L->code_bytes;                                                // [16] scales
-      uint8_t* db = ds + kInterleaveRows * es;                                          // [16] biases
-      for (int64_t i = 0; i < kInterleaveRows; ++i) {
-        const int64_t r = b * kInterleaveRows + i;
-        if (r >= W.out) {
-          for (int64_t j = 0; j < dwords; ++j) std::memset(dst + size_t(j * kInterleaveRows + i) * 4, 0, 4);
-          std::memset(ds + size_t(i) * es, 0, es);
-          std::memset(db + size_t(i) * es, 0, es);
-          continue;
+  pool.parallel_for(L->blocks, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t g = 0; g < ng; ++g) {
+        uint8_t* dst = base + size_t(b) * L->block_bytes + size_t(g) * L->group_bytes;  // [G/8][16] dwords
+        uint8_t* ds = dst + L->code_bytes;                                                // [16] scales
+        uint8_t* db = ds + kInterleaveRows * es;                                          // [16] biases
+        for (int64_t i = 0; i < kInterleaveRows; ++i) {
+          const int64_t r = b * kInterleaveRows + i;
+          if (r >= W.out) {
+            for (int64_t j = 0; j < dwords; ++j) std::memset(dst + size_t(j * kInterleaveRows + i) * 4, 0, 4);
+            std::memset(ds + size_t(i) * es, 0, es);
+            std::memset(db + size_t(i) * es, 0, es);
+            continue;
+          }
+          const uint8_t* src = codes + size_t(r) * row_bytes + size_t(g * W.group / 2);
+          for (int64_t j = 0; j < dwords; ++j) std::memcpy(dst + size_t(j * kInterleaveRows + i) * 4, src + j * 4, 4);
+          std::memcpy(ds + size_t(i) * es, scales + size_t(r * ng + g) * es, es);
+          std::memcpy(db + size_t(i) * es, biases + size_t(r * ng + g) * es, es);
         }
-        const uint8_t* src = codes + size_t(r) * row_bytes + size_t(g * W.group / 2);
-        for (int64_t j = 0; j < dwords; ++j) std::memcpy(dst + size_t(j * kInterleaveRows + i) * 4, src + j * 4, 4);
-        std::memcpy(ds + size_t(i) * es, scales + size_t(r * ng + g) * es, es);
-        std::memcpy(db + size_t(i) * es, biases + size_t(r * ng + g) * es, es);
       }
-    }
+  });
   return L;
 }
 
-const InterleavedRows* interleaved_rows(const Weight& W) {
+const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
   if (W.interleaved == nullptr || W.kind != WeightKind::Affine || W.bits != 4 || W.in % 64 != 0 ||
       (W.group != 32 && W.group != 64 && W.group != 128) || !interleaved_gemv_enabled())
     return nullptr;
   InterleavedSlot& s = *W.interleaved;
-  std::call_once(s.once, [&] { s.rows = interleave_rows(W); });
+  std::call_once(s.once, [&] { s.rows = interleave_rows(W, pool); });
   const InterleavedRows* L = s.rows.get();
   // A view of other rows that kept the slot (a copy with moved pointers) must not read this copy.
   if (L->src != W.data || L->out != W.out || L->in != W.in || L->group != W.group) return nullptr;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include "cpu/threadpool.h"
 #include "tensor/weight.h"
 
 namespace rapid {
@@ -33,11 +34,11 @@ struct InterleavedRows {
 // False when RAPID_INTERLEAVED_GEMV=0 (read once).
 bool interleaved_gemv_enabled();
 
-// Builds the interleaved copy of an Affine 4-bit weight (portable code).
-std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W);
+// Builds the interleaved copy of an Affine 4-bit weight (portable code), blocks split over the pool.
+std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPool& pool);
 
-// W's interleaved copy, built on the first call (on the calling thread, once per weight); nullptr when W
-// has no slot, is not Affine 4-bit on the Fast path's shapes, or RAPID_INTERLEAVED_GEMV=0.
-const InterleavedRows* interleaved_rows(const Weight& W);
+// W's interleaved copy, built on the first call (once per weight, over the pool); nullptr when W has no
+// slot, is not Affine 4-bit on the Fast path's shapes, or RAPID_INTERLEAVED_GEMV=0.
+const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool);
 
 }  // namespace rapid

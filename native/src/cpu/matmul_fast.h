@@ -26,8 +26,8 @@ kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, cons
 
 // W's interleaved copy (cpu/gemv_interleaved.h) when a batch-1 Fast matmul of family k runs on it (built
 // here on first use: call on the dispatching thread, before the rows are split), else nullptr.
-inline const InterleavedRows* interleaved_for(const kern::Kernels& k, const Weight& W, int64_t n) {
-  return n == 1 && k.gemv4_interleaved != nullptr ? interleaved_rows(W) : nullptr;
+inline const InterleavedRows* interleaved_for(ThreadPool& pool, const kern::Kernels& k, const Weight& W, int64_t n) {
+  return n == 1 && k.gemv4_interleaved != nullptr ? interleaved_rows(W, pool) : nullptr;
 }
 
 // Rows [r0, r1) of a Fast matmul: the interleaved GEMV where il is set (n = 1), else the row kernels.

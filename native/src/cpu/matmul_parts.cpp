@@ -49,7 +49,7 @@ void matmul_parts(ThreadPool& pool, const MatmulPart* parts, int count, const fl
   const size_t scratch = scratch_for(parts, count);
   std::vector<const InterleavedRows*> il(size_t(count), nullptr);  // [count]
   bool any_il = false;
-  for (int i = 0; i < count; ++i) any_il |= (il[size_t(i)] = detail::interleaved_for(k, *parts[i].w, n)) != nullptr;
+  for (int i = 0; i < count; ++i) any_il |= (il[size_t(i)] = detail::interleaved_for(pool, k, *parts[i].w, n)) != nullptr;
   split_rows(pool, rows, n * K, [&](int64_t b, int64_t e) {
     float* s = detail::thread_scratch(scratch);
     for (int i = 0; i < count; ++i) {
@@ -77,8 +77,8 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
   const int64_t K = a.in;
   const kern::XQuant xq = detail::quantize_activations(pool, k, a, x, K, n);
   const size_t scratch = scratch_for(parts, 2);
-  const InterleavedRows* ila = detail::interleaved_for(k, a, n);
-  const InterleavedRows* ilb = detail::interleaved_for(k, b, n);
+  const InterleavedRows* ila = detail::interleaved_for(pool, k, a, n);
+  const InterleavedRows* ilb = detail::interleaved_for(pool, k, b, n);
   split_rows(pool, rows, 2 * n * K, [&](int64_t r0, int64_t r1) {
     float* s = detail::thread_scratch(scratch);
     detail::fast_rows_on(k, ila, a, xq, n, r0, r1, ya, rows, s);
