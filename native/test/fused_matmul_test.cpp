@@ -52,6 +52,7 @@ std::unique_ptr<AffineWeight> random_affine(std::mt19937& rng, int64_t out, int6
   a->w.scales = a->scales.data();
   a->w.biases = a->biases.data();
   a->w.name = name;
+  if (bits == 4) a->w.interleaved = std::make_shared<InterleavedSlot>();  // as the loader does (decode GEMV copy)
   return a;
 }
 
@@ -72,7 +73,7 @@ void test_row_split() {
   for (int64_t rows : {1, 5, 37, 1152, 4864})
     for (int nt : {1, 2, 3, 5})
       for (int64_t chunk : {4, 12, 76, 300})
-        for (int64_t align : {4, 8}) {
+        for (int64_t align : {4, 8, 16}) {
           std::vector<std::atomic<int>> seen(static_cast<size_t>(rows));
           std::atomic<int> misaligned{0};
           split_owned_rows(pool, nt, rows, chunk, [&](int64_t r0, int64_t r1) {

@@ -17,7 +17,9 @@
 #include <vector>
 #include <ctime>
 
+#include "cpu/gemv_interleaved.h"
 #include "cpu/matmul.h"
+#include "cpu/matmul_parts.h"
 #include "cpu/threadpool.h"
 #include "format/json.h"
 #include "format/safetensors.h"
@@ -151,6 +153,7 @@ static OwnedWeight make_affine(std::mt19937& rng, int64_t out, int64_t in, int b
   o.w.scales = o.scales.data();
   o.w.biases = o.biases.data();
   o.w.name = "test.affine";
+  if (bits == 4) o.w.interleaved = std::make_shared<InterleavedSlot>();  // as the loader does: the decode GEMV's copy
   // Reference dequantization straight from the bit stream (independent of the kernels).
   o.deq.resize(size_t(out * in));
   const int64_t ng = in / group;
@@ -382,6 +385,78 @@ static void test_isa_identity(ThreadPool& pool) {
   force_kernels(nullptr);
   CHECK(!force_kernels("no-such-isa"), "an unknown family is refused");
   std::printf("isa identity: %d comparisons across %zu families\n", checked, fams.size());
+}
+
+// The batch-1 GEMV over a 4-bit weight's interleaved copy (cpu/gemv_interleaved.h, families that have
+// it) gives the row-major kernels' bits: against the same weight without its slot (gemv4_h), against
+// batches of 2, 5 and 20 rows (tiles, GEMM), for row counts off the 16-row blocks, row ranges split at
+// any offset (fused parts) and a view of other rows that kept the slot.
+static void test_interleaved(ThreadPool& pool) {
+  std::mt19937 rng(99);
+  int checked = 0;
+  struct Shape { int64_t out, in; };
+  for (int group : {32, 64, 128})
+    for (DType dt : {DType::BF16, DType::F16, DType::F32})
+      for (const Shape& s : {Shape{1, 128}, Shape{37, 256}, Shape{64, 384}, Shape{100, 896}}) {
+        if (s.in % group) continue;
+        OwnedWeight o = make_affine(rng, s.out, s.in, 4, group, dt);
+        Weight rows_only = o.w;
+        rows_only.interleaved = nullptr;
+        const int64_t K = s.in, O = s.out;
+        auto x = random_vec(rng, size_t(20 * K), 2.0f);
+        std::vector<float> y1(static_cast<size_t>(O)), y0(static_cast<size_t>(O)), yn(static_cast<size_t>(20 * O));
+        matmul(pool, o.w, x.data(), y1.data(), 1, Precision::Fast);
+        matmul(pool, rows_only, x.data(), y0.data(), 1, Precision::Fast);
+        CHECK(std::memcmp(y1.data(), y0.data(), size_t(O) * 4) == 0, "%s interleaved g%d %s [%ld,%ld]: differs from rows",
+              matmul_kernel_name(), group, dtype_name(dt), long(O), long(K));
+        for (int64_t n : {2, 5, 20}) {
+          matmul(pool, o.w, x.data(), yn.data(), n, Precision::Fast);
+          CHECK(std::memcmp(y1.data(), yn.data(), size_t(O) * 4) == 0, "%s interleaved g%d %s [%ld,%ld]: n=1 vs n=%ld",
+                matmul_kernel_name(), group, dtype_name(dt), long(O), long(K), long(n));
+        }
+        auto xq = fast_x(x, 1, K, group == 32 ? 32 : 64);
+        const double e = max_rel_err(o, x, &xq, y1, 1);
+        CHECK(e < 2e-5, "%s interleaved g%d %s [%ld,%ld] rel err vs int8 ref %.3g", matmul_kernel_name(), group,
+              dtype_name(dt), long(O), long(K), e);
+        checked += 5;
+      }
+  // Ranges that start and end inside a 16-row block, as a fused matmul's joint row space gives them.
+  {
+    OwnedWeight a = make_affine(rng, 40, 256, 4, 64, DType::BF16), b = make_affine(rng, 24, 256, 4, 64, DType::BF16);
+    auto x = random_vec(rng, 256, 2.0f);
+    std::vector<float> ya(40), yb(24), ya0(40), yb0(24);
+    MatmulPart parts[2] = {{&a.w, ya.data()}, {&b.w, yb.data()}};
+    for (int rep = 0; rep < 2; ++rep) {
+      matmul_parts(pool, parts, 2, x.data(), 1, Precision::Fast);
+      Weight ar = a.w, br = b.w;
+      ar.interleaved = br.interleaved = nullptr;
+      matmul(pool, ar, x.data(), ya0.data(), 1, Precision::Fast);
+      matmul(pool, br, x.data(), yb0.data(), 1, Precision::Fast);
+      CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts of 40 and 24 rows differ", matmul_kernel_name());
+      ++checked;
+    }
+  }
+  // A view of rows 16.. of a weight, sharing the weight's slot: must not read the weight's copy.
+  {
+    OwnedWeight o = make_affine(rng, 48, 128, 4, 64, DType::BF16);
+    auto x = random_vec(rng, 128, 2.0f);
+    std::vector<float> yfull(48), yview(32);
+    matmul(pool, o.w, x.data(), yfull.data(), 1, Precision::Fast);
+    Weight v = o.w;
+    v.out = 32;
+    v.data = o.data.data() + 16 * 64;
+    v.scales = o.scales.data() + 16 * 2 * 2;
+    v.biases = o.biases.data() + 16 * 2 * 2;
+    matmul(pool, v, x.data(), yview.data(), 1, Precision::Fast);
+    CHECK(std::memcmp(yview.data(), yfull.data() + 16, 32 * 4) == 0, "%s a row view sharing the slot differs",
+          matmul_kernel_name());
+    ++checked;
+  }
+  // The path must really run where the family has it (else the checks above compare gemv4_h to itself).
+  const bool on = decode_matmul_description().find("interleaved") != std::string::npos;
+  CHECK(on == (std::string(matmul_kernel_name()) == "avx512-vnni" && interleaved_gemv_enabled()),
+        "%s: interleaved GEMV in use: %d (%s)", matmul_kernel_name(), int(on), decode_matmul_description().c_str());
+  std::printf("interleaved gemv: %d checks (%s)\n", checked, on ? "in use" : "not used by this family");
 }
 
 // ------------------------------------------------------------------------------------------------
@@ -815,6 +890,7 @@ static void kbench(int threads, int64_t out, int64_t in, int64_t n, int bits, in
   std::mt19937 rng(3);
   RawMat m;
   make_raw(m, rng, out, in, bits, group);
+  if (bits == 4) m.w.interleaved = std::make_shared<InterleavedSlot>();  // n = 1: RAPID_INTERLEAVED_GEMV=0 for rows
   std::vector<float> x(size_t(n * in)), y(size_t(n * out));
   std::normal_distribution<float> nd(0, 1);
   for (auto& v : x) v = nd(rng);
@@ -842,16 +918,38 @@ static void dbench(int threads, int64_t out, int64_t in, int copies, int bits, i
   for (auto& m : ms) make_raw(m, rng, out, in, bits, 64);
   std::vector<float> x(static_cast<size_t>(in)), y(static_cast<size_t>(out));
   for (auto& v : x) v = 0.5f;
-  for (Precision p : {Precision::Fast, Precision::Exact}) {
-    double best = 1e9;
-    for (int r = 0; r < reps; ++r) {
-      double t0 = now_s();
-      for (auto& m : ms) matmul(pool, m.w, x.data(), y.data(), 1, p);
-      best = std::min(best, now_s() - t0);
-    }
-    std::printf("%s dram gemv [%ld->%ld] x%d b%d %dT: %.2f GB/s\n", p == Precision::Fast ? "fast " : "exact",
-                long(in), long(out), copies, bits, threads, double(weight_bytes(ms[0].w)) * copies / best / 1e9);
+  // Fast on the rows as stored and on the interleaved copies (4-bit, where the family has that GEMV),
+  // alternating within each rep; then Exact.
+  std::vector<Weight> rows_only;
+  for (auto& m : ms) {
+    rows_only.push_back(m.w);
+    rows_only.back().interleaved = nullptr;
+    if (bits == 4) m.w.interleaved = std::make_shared<InterleavedSlot>();
   }
+  double best[3] = {1e9, 1e9, 1e9};
+  std::vector<double> ratio;  // per rep: rows / interleaved time
+  for (int r = 0; r < reps; ++r) {
+    double t[2];
+    for (int k = 0; k < 2; ++k) {
+      const int v = r % 2 ? 1 - k : k;
+      double t0 = now_s();
+      for (size_t i = 0; i < ms.size(); ++i) matmul(pool, v ? ms[i].w : rows_only[i], x.data(), y.data(), 1, Precision::Fast);
+      t[v] = now_s() - t0;
+      best[v] = std::min(best[v], t[v]);
+    }
+    if (r > 0) ratio.push_back(t[0] / t[1]);  // the first rep builds the copies
+    double t0 = now_s();
+    for (auto& m : ms) matmul(pool, m.w, x.data(), y.data(), 1, Precision::Exact);
+    best[2] = std::min(best[2], now_s() - t0);
+  }
+  const char* names[3] = {"fast (rows)", "fast (interleaved)", "exact"};
+  for (int v = 0; v < 3; ++v)
+    std::printf("%s dram gemv [%ld->%ld] x%d b%d %dT: %.2f GB/s\n", names[v], long(in), long(out), copies, bits,
+                threads, double(weight_bytes(ms[0].w)) * copies / best[v] / 1e9);
+  std::sort(ratio.begin(), ratio.end());
+  if (!ratio.empty())
+    std::printf("time rows / interleaved per rep: median %.3f, quartiles %.3f-%.3f\n", ratio[ratio.size() / 2],
+                ratio[ratio.size() / 4], ratio[ratio.size() * 3 / 4]);
 }
 
 // Kernel families side by side: the Fast matmuls of `layers` Qwen2.5-0.5B-shaped layers (DRAM resident)
@@ -929,6 +1027,7 @@ int main(int argc, char** argv) {
   test_matmul(pool);
   test_batch_invariance(pool);
   test_isa_identity(pool);
+  test_interleaved(pool);
   test_convert(pool);
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

@@ -1,7 +1,8 @@
 // Decode at batch 1 through the real addon on a random Qwen2.5-0.5B-wide checkpoint (2 layers): the
 // step reports its thread-pool dispatches, and the fused path (q/k/v in one pass, gate/up with the GLU)
 // needs 5 per layer plus the head, for 4-bit and MLX 8-bit weights alike; --precision exact keeps the
-// separate matmuls. One thread (no dispatches) picks the same greedy tokens as two.
+// separate matmuls. One thread (no dispatches) picks the same greedy tokens as two. The first decode step
+// may also build the batch-1 GEMV's interleaved copies (cpu/gemv_interleaved.h).
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -51,7 +52,10 @@ describe('decode pool dispatches (random Qwen2.5-0.5B-wide checkpoint, 2 layers)
       }
     };
     const fast = await run('fast');
-    expect(fast.dispatches).toEqual(Array(4).fill(SHAPE.layers * 5 + 1));
+    // On AVX-512 VNNI the first decode step also builds each 4-bit weight's interleaved copy for the
+    // batch-1 GEMV (one dispatch per weight, once): the steps after it are the steady state.
+    expect(fast.dispatches.slice(1)).toEqual(Array(3).fill(SHAPE.layers * 5 + 1));
+    expect(fast.dispatches[0]).toBeGreaterThanOrEqual(SHAPE.layers * 5 + 1);
     // Exact precision runs q, k, v, gate, up and the GLU as separate dispatches.
     const exact = await run('exact');
     expect(exact.dispatches).toEqual(Array(4).fill(SHAPE.layers * 9 + 1));

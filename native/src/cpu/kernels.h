@@ -6,6 +6,10 @@
 #include <cstdint>
 #include "tensor/weight.h"
 
+namespace rapid {
+struct InterleavedRows;
+}
+
 namespace rapid::kern {
 
 // Activations quantized for the Fast path (int8 per block, like llama.cpp q8).
@@ -61,6 +65,9 @@ struct Kernels {
   // and results as fast_rows; nullptr where the family has none.
   void (*gemm_rows)(const Weight& W, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy,
                     float* scratch);
+  // Batch-1 GEMV of a 4-bit weight over its interleaved copy (cpu/gemv_interleaved.h): y[r] for r in
+  // [r0, r1), the same results as fast_rows with n = 1; nullptr where the family has none.
+  void (*gemv4_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y);
 };
 
 // Rows a GEMV prefetches ahead (software prefetch). Intel server cores need it to reach their

@@ -244,9 +244,10 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
       });
       return;
     }
+    const InterleavedRows* il = detail::interleaved_for(pool, k, W, n);
     split_rows(pool, W.out, n * K, [&](int64_t r0, int64_t r1) {
-      k.fast_rows(W, xq, n, r0, r1, y, ldy, scratch_floats(scratch));
-    });
+      detail::fast_rows_on(k, il, W, xq, n, r0, r1, y, ldy, scratch_floats(scratch));
+    }, il != nullptr ? detail::kInterleavedAlign : 4);
     return;
   }
 

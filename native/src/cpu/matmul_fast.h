@@ -3,6 +3,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include "cpu/gemv_interleaved.h"
 #include "cpu/kernels.h"
 #include "cpu/threadpool.h"
 #include "tensor/weight.h"
@@ -22,5 +23,21 @@ float* thread_scratch(size_t n);
 // pool threads help when the rows are many.
 kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, const Weight& W, const float* x,
                                   int64_t ldx, int64_t n);
+
+// W's interleaved copy (cpu/gemv_interleaved.h) when a batch-1 Fast matmul of family k runs on it (built
+// here on first use: call on the dispatching thread, before the rows are split), else nullptr.
+inline const InterleavedRows* interleaved_for(ThreadPool& pool, const kern::Kernels& k, const Weight& W, int64_t n) {
+  return n == 1 && k.gemv4_interleaved != nullptr ? interleaved_rows(W, pool) : nullptr;
+}
+
+// Rows [r0, r1) of a Fast matmul: the interleaved GEMV where il is set (n = 1), else the row kernels.
+inline void fast_rows_on(const kern::Kernels& k, const InterleavedRows* il, const Weight& W, const kern::XQuant& xq,
+                         int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy, float* scratch) {
+  if (il != nullptr) k.gemv4_interleaved(*il, xq, r0, r1, y);
+  else k.fast_rows(W, xq, n, r0, r1, y, ldy, scratch);
+}
+
+// Row alignment of a split feeding the interleaved GEMV: whole 16-row blocks per thread chunk.
+constexpr int64_t kInterleavedAlign = kInterleaveRows;
 
 }  // namespace rapid::detail

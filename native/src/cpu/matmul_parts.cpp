@@ -47,13 +47,18 @@ void matmul_parts(ThreadPool& pool, const MatmulPart* parts, int count, const fl
   for (int i = 0; i < count; ++i) off[size_t(i) + 1] = off[size_t(i)] + parts[i].w->out;
   const int64_t rows = off[size_t(count)];
   const size_t scratch = scratch_for(parts, count);
+  std::vector<const InterleavedRows*> il(size_t(count), nullptr);  // [count]
+  bool any_il = false;
+  for (int i = 0; i < count; ++i) any_il |= (il[size_t(i)] = detail::interleaved_for(pool, k, *parts[i].w, n)) != nullptr;
   split_rows(pool, rows, n * K, [&](int64_t b, int64_t e) {
     float* s = detail::thread_scratch(scratch);
     for (int i = 0; i < count; ++i) {
       const int64_t r0 = std::max(b, off[size_t(i)]), r1 = std::min(e, off[size_t(i) + 1]);
-      if (r0 < r1) k.fast_rows(*parts[i].w, xq, n, r0 - off[size_t(i)], r1 - off[size_t(i)], parts[i].y, parts[i].w->out, s);
+      if (r0 < r1)
+        detail::fast_rows_on(k, il[size_t(i)], *parts[i].w, xq, n, r0 - off[size_t(i)], r1 - off[size_t(i)], parts[i].y,
+                             parts[i].w->out, s);
     }
-  });
+  }, any_il ? detail::kInterleavedAlign : 4);
 }
 
 void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float* x, float* ya, float* yb,
@@ -72,19 +77,23 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
   const int64_t K = a.in;
   const kern::XQuant xq = detail::quantize_activations(pool, k, a, x, K, n);
   const size_t scratch = scratch_for(parts, 2);
+  const InterleavedRows* ila = detail::interleaved_for(pool, k, a, n);
+  const InterleavedRows* ilb = detail::interleaved_for(pool, k, b, n);
   split_rows(pool, rows, 2 * n * K, [&](int64_t r0, int64_t r1) {
     float* s = detail::thread_scratch(scratch);
-    k.fast_rows(a, xq, n, r0, r1, ya, rows, s);
-    k.fast_rows(b, xq, n, r0, r1, yb, rows, s);
+    detail::fast_rows_on(k, ila, a, xq, n, r0, r1, ya, rows, s);
+    detail::fast_rows_on(k, ilb, b, xq, n, r0, r1, yb, rows, s);
     epilogue(r0, r1);
-  }, 8);
+  }, ila != nullptr || ilb != nullptr ? detail::kInterleavedAlign : 8);
 }
 
 std::string decode_matmul_description() {
   detail::active_kernels();  // sets the prefetch distance on first use
   const int pf = kern::g_prefetch_rows;
+  const bool il = detail::active_kernels().gemv4_interleaved != nullptr && interleaved_gemv_enabled();
   return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
-         (pf > 0 ? "prefetch " + std::to_string(pf) + " rows ahead" : std::string("no software prefetch"));
+         (pf > 0 ? "prefetch " + std::to_string(pf) + " rows ahead" : std::string("no software prefetch")) +
+         (il ? ", 4-bit batch-1 GEMV on 16-row interleaved copies" : "");
 }
 
 }  // namespace rapid

@@ -190,8 +190,8 @@ MoeExperts load_moe_experts(const Checkpoint& ck, const QuantConfig& qc, const s
       gu_data = ex.owned.data();
       dn_data = ex.owned.data() + gu->nbytes;
     }
-    Weight wgu{WeightKind::Dense, gu->dtype, E * 2 * I, H, gu_data, nullptr, nullptr, 0, 0, fused + ".gate_up_proj", nullptr};
-    Weight wdn{WeightKind::Dense, dn->dtype, E * H, I, dn_data, nullptr, nullptr, 0, 0, fused + ".down_proj", nullptr};
+    Weight wgu{WeightKind::Dense, gu->dtype, E * 2 * I, H, gu_data, nullptr, nullptr, 0, 0, fused + ".gate_up_proj", nullptr, nullptr};
+    Weight wdn{WeightKind::Dense, dn->dtype, E * H, I, dn_data, nullptr, nullptr, 0, 0, fused + ".down_proj", nullptr, nullptr};
     for (int64_t e = 0; e < E; ++e) {
       ex.gate[size_t(e)] = expert_view(wgu, e, 2 * I, 0, I, wgu.name + ".gate");
       ex.up[size_t(e)] = expert_view(wgu, e, 2 * I, I, I, wgu.name + ".up");

@@ -2,6 +2,7 @@
 #include "quant/mlx_quant.h"
 
 #include <cstring>
+#include <memory>
 #include <stdexcept>
 
 #include "quant/quantize.h"
@@ -79,6 +80,7 @@ Weight build(const Checkpoint& ck, const QuantConfig& qc, const std::string& pat
     throw std::runtime_error(path + ": packed shapes inconsistent with " + params_str(p) + ": weight " +
                              wt.shape_str() + ", scales " + sc->shape_str() + ", biases " + bi->shape_str());
   set_affine_view(w, wt, *sc, *bi, out, in, p);
+  if (p.bits == 4) w.interleaved = std::make_shared<InterleavedSlot>();  // filled on first CPU decode
   return w;
 }
 

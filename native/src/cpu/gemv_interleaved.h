@@ -1,0 +1,44 @@
+// The batch-1 decode GEMV's own copy of an MLX affine 4-bit weight: rows interleaved in blocks of 16,
+// so one 512-bit load feeds the int8 dot products of 16 rows (vpdpbusd, one int32 lane per row) with no
+// horizontal sums, and codes, scales and biases of a block arrive as one sequential stream. Built from
+// the checkpoint's rows on the first batch-1 Fast matmul of a family that has the kernel (x86 AVX-512
+// VNNI), never for CUDA runs; RAPID_INTERLEAVED_GEMV=0 keeps the row-major GEMV (docs/performance.md).
+// The kernel gives bit-identical results to the row-major kernels (gemv_interleaved_x86_impl.h).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include "cpu/threadpool.h"
+#include "tensor/weight.h"
+
+namespace rapid {
+
+// Rows per block: the int32 lanes of one zmm.
+constexpr int64_t kInterleaveRows = 16;
+
+// Layout: blocks of 16 rows in order; in a block, the groups in order; per (block, group):
+//   codes  uint32 [G/8][16]: dword j of row i = bytes [4j, 4j + 4) of row i's packed codes of the group
+//   scales dtype  [16]
+//   biases dtype  [16]      (rows past `out` all zero)
+struct InterleavedRows {
+  int64_t out = 0, in = 0, group = 0, blocks = 0;  // blocks = ceil(out / 16)
+  DType dtype = DType::BF16;                       // of scales and biases (the checkpoint's)
+  size_t code_bytes = 0;                           // 8 * group: one group's codes of 16 rows
+  size_t group_bytes = 0;                          // code_bytes + 32 * dtype size
+  size_t block_bytes = 0;                          // (in / group) * group_bytes
+  std::shared_ptr<void> arena;                     // keeps the huge-page chunk that holds `data` alive
+  const uint8_t* data = nullptr;                   // [blocks][block_bytes], 64-byte aligned
+  const void* src = nullptr;                       // W.data it was built from (a view elsewhere is refused)
+};
+
+// False when RAPID_INTERLEAVED_GEMV=0 (read once).
+bool interleaved_gemv_enabled();
+
+// Builds the interleaved copy of an Affine 4-bit weight (portable code), blocks split over the pool.
+std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPool& pool);
+
+// W's interleaved copy, built on the first call (once per weight, over the pool); nullptr when W has no
+// slot, is not Affine 4-bit on the Fast path's shapes, or RAPID_INTERLEAVED_GEMV=0.
+const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool);
+
+}  // namespace rapid
