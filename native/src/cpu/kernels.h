@@ -68,6 +68,10 @@ struct Kernels {
   // Batch-1 GEMV of a 4-bit weight over its interleaved copy (cpu/gemv_interleaved.h): y[r] for r in
   // [r0, r1), the same results as fast_rows with n = 1; nullptr where the family has none.
   void (*gemv4_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y);
+  // The same for n >= 2 activation rows (decode batches and prefill): y[c*ldy + r], the same results as
+  // fast_rows and gemm_rows; xq.xp unused. nullptr where the family has none.
+  void (*gemm4_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
+                            int64_t ldy);
 };
 
 // Rows a GEMV prefetches ahead (software prefetch). Intel server cores need it to reach their

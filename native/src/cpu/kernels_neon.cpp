@@ -44,13 +44,13 @@ constexpr bool kDot = true;
 
 const Kernels& neon_kernels() {
   using namespace neon_plain;
-  static const Kernels k{"neon", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr};
+  static const Kernels k{"neon", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr, nullptr};
   return k;
 }
 
 const Kernels& neon_dotprod_kernels() {
   using namespace neon_dot;
-  static const Kernels k{"neon-dotprod", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr};
+  static const Kernels k{"neon-dotprod", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr, nullptr};
   return k;
 }
 

@@ -158,7 +158,7 @@ uint64_t read_sum(const uint64_t* p, size_t n) {
 }  // namespace
 
 const Kernels& scalar_kernels() {
-  static const Kernels k{"scalar", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr};
+  static const Kernels k{"scalar", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr, nullptr};
   return k;
 }
 

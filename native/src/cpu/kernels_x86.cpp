@@ -54,6 +54,7 @@ constexpr bool kVnni = true;
 #include "cpu/kernels_x86_impl.h"
 #include "cpu/gemm_int8_x86_impl.h"
 #include "cpu/gemv_interleaved_x86_impl.h"
+#include "cpu/gemm_interleaved_x86_impl.h"
 }  // namespace
 }  // namespace rapid::kern::x86_avx512
 #if defined(__clang__)
@@ -66,14 +67,14 @@ namespace rapid::kern {
 
 const Kernels& avx2_kernels() {
   using namespace x86_avx2;
-  static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr};
+  static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr, nullptr};
   return k;
 }
 
 const Kernels& avx512_vnni_kernels() {
   using namespace x86_avx512;
   static const Kernels k{"avx512-vnni", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum,
-                         gemm_rows, gemv4_interleaved};
+                         gemm_rows, gemv4_interleaved, gemm4_interleaved};
   return k;
 }
 

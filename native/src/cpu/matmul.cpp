@@ -234,7 +234,8 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
     kern::XQuant xq = detail::quantize_activations(pool, k, W, x, ldx, n);
     XQBuffers& xb = t_xq_buffers;
     const size_t scratch = kern::fast_scratch_floats(W);
-    if (k.gemm_rows != nullptr && n >= kern::kGemmMinRows) {
+    const InterleavedRows* il = detail::interleaved_for(pool, k, W, n);
+    if (il == nullptr && k.gemm_rows != nullptr && n >= kern::kGemmMinRows) {
       const size_t np = size_t((n + 15) / 16 * 16 * K / 4);
       if (xb.xp.size() < np) xb.xp.resize(np);
       xq.xp = xb.xp.data();
@@ -244,7 +245,6 @@ void matmul_strided(ThreadPool& pool, const Weight& W, const float* x, int64_t l
       });
       return;
     }
-    const InterleavedRows* il = detail::interleaved_for(pool, k, W, n);
     split_rows(pool, W.out, n * K, [&](int64_t r0, int64_t r1) {
       detail::fast_rows_on(k, il, W, xq, n, r0, r1, y, ldy, scratch_floats(scratch));
     }, il != nullptr ? detail::kInterleavedAlign : 4);

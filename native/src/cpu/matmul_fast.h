@@ -24,17 +24,20 @@ float* thread_scratch(size_t n);
 kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, const Weight& W, const float* x,
                                   int64_t ldx, int64_t n);
 
-// W's interleaved copy (cpu/gemv_interleaved.h) when a batch-1 Fast matmul of family k runs on it (built
-// here on first use: call on the dispatching thread, before the rows are split), else nullptr.
+// W's interleaved copy (cpu/gemv_interleaved.h) when a Fast matmul of n rows on family k runs on it (the
+// GEMV at n = 1, the interleaved GEMM above; built here if the load did not: call on the dispatching
+// thread, before the rows are split), else nullptr.
 inline const InterleavedRows* interleaved_for(ThreadPool& pool, const kern::Kernels& k, const Weight& W, int64_t n) {
-  return n == 1 && k.gemv4_interleaved != nullptr ? interleaved_rows(W, pool) : nullptr;
+  const bool has = n == 1 ? k.gemv4_interleaved != nullptr : k.gemm4_interleaved != nullptr;
+  return has ? interleaved_rows(W, pool) : nullptr;
 }
 
-// Rows [r0, r1) of a Fast matmul: the interleaved GEMV where il is set (n = 1), else the row kernels.
+// Rows [r0, r1) of a Fast matmul: the interleaved kernels where il is set, else the row kernels.
 inline void fast_rows_on(const kern::Kernels& k, const InterleavedRows* il, const Weight& W, const kern::XQuant& xq,
                          int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy, float* scratch) {
-  if (il != nullptr) k.gemv4_interleaved(*il, xq, r0, r1, y);
-  else k.fast_rows(W, xq, n, r0, r1, y, ldy, scratch);
+  if (il == nullptr) k.fast_rows(W, xq, n, r0, r1, y, ldy, scratch);
+  else if (n == 1) k.gemv4_interleaved(*il, xq, r0, r1, y);
+  else k.gemm4_interleaved(*il, xq, n, r0, r1, y, ldy);
 }
 
 // Row alignment of a split feeding the interleaved GEMV: whole 16-row blocks per thread chunk.

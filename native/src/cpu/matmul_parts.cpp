@@ -12,16 +12,21 @@
 namespace rapid {
 namespace {
 
-// Whether the parts can share one quantization of x and the one-to-eight-row kernels (fast_rows):
-// the same x layout (bits, group, in) and fewer rows than the batched GEMM takes.
+// Whether the parts can share one quantization of x and the per-range kernels (fast_rows_on): the same x
+// layout (bits, group, in) and either fewer rows than the row-major GEMM takes or interleaved copies for
+// all (the interleaved GEMM has no lower or upper bound on the rows).
 bool fusable(const MatmulPart* parts, int count, int64_t n, Precision p) {
-  if (p != Precision::Fast || n < 1 || n >= kern::kGemmMinRows) return false;
+  if (p != Precision::Fast || n < 1) return false;
+  const kern::Kernels& k = detail::active_kernels();
+  const bool any_n = k.gemm4_interleaved != nullptr && interleaved_gemv_enabled();
+  if (n >= kern::kGemmMinRows && !any_n) return false;
   const Weight& w0 = *parts[0].w;
   for (int i = 0; i < count; ++i) {
     const Weight& w = *parts[i].w;
     if (!w.valid()) throw std::runtime_error("matmul: weight " + w.name + " is not loaded");
     if (w.in != w0.in) throw std::runtime_error("matmul: fused weights " + w0.name + " and " + w.name + " differ in width");
     if (!detail::fast_path_ok(w) || w.bits != w0.bits || w.group != w0.group) return false;
+    if (n >= kern::kGemmMinRows && (w.bits != 4 || w.interleaved == nullptr)) return false;
   }
   return true;
 }
@@ -93,7 +98,7 @@ std::string decode_matmul_description() {
   const bool il = detail::active_kernels().gemv4_interleaved != nullptr && interleaved_gemv_enabled();
   return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
          (pf > 0 ? "prefetch " + std::to_string(pf) + " rows ahead" : std::string("no software prefetch")) +
-         (il ? ", 4-bit batch-1 GEMV on 16-row interleaved copies" : "");
+         (il ? ", 4-bit GEMV and batched GEMM on 16-row interleaved copies" : "");
 }
 
 }  // namespace rapid
