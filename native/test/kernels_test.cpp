@@ -403,8 +403,9 @@ static void test_interleaved(ThreadPool& pool) {
         Weight rows_only = o.w;
         rows_only.interleaved = nullptr;
         const int64_t K = s.in, O = s.out;
-        auto x = random_vec(rng, size_t(20 * K), 2.0f);
-        std::vector<float> y1(static_cast<size_t>(O)), y0(static_cast<size_t>(O)), yn(static_cast<size_t>(20 * O));
+        auto x = random_vec(rng, size_t(33 * K), 2.0f);
+        std::vector<float> y1(static_cast<size_t>(O)), y0(static_cast<size_t>(O)), yn(static_cast<size_t>(33 * O)),
+            yr(static_cast<size_t>(33 * O));
         matmul(pool, o.w, x.data(), y1.data(), 1, Precision::Fast);
         matmul(pool, rows_only, x.data(), y0.data(), 1, Precision::Fast);
         CHECK(std::memcmp(y1.data(), y0.data(), size_t(O) * 4) == 0, "%s interleaved g%d %s [%ld,%ld]: differs from rows",
@@ -413,6 +414,15 @@ static void test_interleaved(ThreadPool& pool) {
           matmul(pool, o.w, x.data(), yn.data(), n, Precision::Fast);
           CHECK(std::memcmp(y1.data(), yn.data(), size_t(O) * 4) == 0, "%s interleaved g%d %s [%ld,%ld]: n=1 vs n=%ld",
                 matmul_kernel_name(), group, dtype_name(dt), long(O), long(K), long(n));
+        }
+        // The batched GEMM over the copy (n >= 2) against the row kernels at the same n, every row:
+        // partial register tiles (7, 13), two full ones plus four (16), and past the row GEMM's threshold.
+        for (int64_t n : {3, 7, 13, 16, 33}) {
+          matmul(pool, o.w, x.data(), yn.data(), n, Precision::Fast);
+          matmul(pool, rows_only, x.data(), yr.data(), n, Precision::Fast);
+          CHECK(std::memcmp(yn.data(), yr.data(), size_t(n * O) * 4) == 0, "%s interleaved GEMM g%d %s [%ld,%ld] n=%ld: differs from rows",
+                matmul_kernel_name(), group, dtype_name(dt), long(O), long(K), long(n));
+          ++checked;
         }
         auto xq = fast_x(x, 1, K, group == 32 ? 32 : 64);
         const double e = max_rel_err(o, x, &xq, y1, 1);
@@ -435,6 +445,21 @@ static void test_interleaved(ThreadPool& pool) {
       CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts of 40 and 24 rows differ", matmul_kernel_name());
       ++checked;
     }
+  }
+  // 16 activation rows (batched decode): fused q/k/v-like parts split inside blocks, against separate
+  // matmuls on the rows.
+  {
+    OwnedWeight a = make_affine(rng, 40, 256, 4, 64, DType::BF16), b = make_affine(rng, 24, 256, 4, 64, DType::BF16);
+    auto x = random_vec(rng, 16 * 256, 2.0f);
+    std::vector<float> ya(16 * 40), yb(16 * 24), ya0(16 * 40), yb0(16 * 24);
+    MatmulPart parts[2] = {{&a.w, ya.data()}, {&b.w, yb.data()}};
+    matmul_parts(pool, parts, 2, x.data(), 16, Precision::Fast);
+    Weight ar = a.w, br = b.w;
+    ar.interleaved = br.interleaved = nullptr;
+    matmul(pool, ar, x.data(), ya0.data(), 16, Precision::Fast);
+    matmul(pool, br, x.data(), yb0.data(), 16, Precision::Fast);
+    CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts at 16 rows differ", matmul_kernel_name());
+    ++checked;
   }
   // A view of rows 16.. of a weight, sharing the weight's slot: must not read the weight's copy.
   {

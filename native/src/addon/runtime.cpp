@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <fstream>
 #include <string>
+#include "models/cpu_weight_copies.h"
 #include "models/registry.h"
 
 namespace rapid {
@@ -30,6 +31,7 @@ std::shared_ptr<Runtime> load_runtime(const std::string& dir, const LoadOptions&
   rt->device = std::move(p.device);
   rt->device_name = std::move(p.device_name);
   rt->device_note = std::move(p.note);
+  if (rt->device == "cpu") make_cpu_weight_copies(*rt->model, *rt->pool, rt->precision);
   return rt;
 }
 

@@ -9,7 +9,10 @@
 #include <new>
 #if defined(__linux__)
 #include <sys/mman.h>
+#include <unistd.h>
 #endif
+
+#include "cpu/matmul_fast.h"
 
 namespace rapid {
 namespace {
@@ -64,6 +67,19 @@ std::shared_ptr<Chunk> carve(size_t bytes, uint8_t*& out) {
   out = c->base + c->used;
   c->used += (bytes + 63) / 64 * 64;
   return c;
+}
+
+// Drops the resident whole pages inside [p, p + bytes) of a read-only file mapping (they fault back in
+// from the file if read again); the partial pages at the ends may hold a neighbour tensor and stay.
+void drop_pages(const void* p, size_t bytes) {
+#if defined(__linux__)
+  const uintptr_t pg = uintptr_t(sysconf(_SC_PAGESIZE)), b = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t a = (b + pg - 1) & ~(pg - 1), e = (b + bytes) & ~(pg - 1);
+  if (e > a) madvise(reinterpret_cast<void*>(a), e - a, MADV_DONTNEED);
+#else
+  (void)p;
+  (void)bytes;
+#endif
 }
 
 }  // namespace
@@ -131,6 +147,19 @@ const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
   // A view of other rows that kept the slot (a copy with moved pointers) must not read this copy.
   if (L->src != W.data || L->out != W.out || L->in != W.in || L->group != W.group) return nullptr;
   return L;
+}
+
+bool interleave_at_load(const Weight& W, ThreadPool& pool) {
+  const kern::Kernels& k = detail::active_kernels();
+  if (k.gemv4_interleaved == nullptr || k.gemm4_interleaved == nullptr) return false;  // the rows stay in use
+  if (interleaved_rows(W, pool) == nullptr) return false;
+  if (W.interleaved->rows_mapped) {
+    const size_t groups = size_t(W.out) * size_t(W.in / W.group);
+    drop_pages(W.data, size_t(W.out) * size_t(W.in) / 2);
+    drop_pages(W.scales, groups * dtype_size(W.dtype));
+    drop_pages(W.biases, groups * dtype_size(W.dtype));
+  }
+  return true;
 }
 
 }  // namespace rapid

@@ -41,4 +41,10 @@ std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPo
 // slot, is not Affine 4-bit on the Fast path's shapes, or RAPID_INTERLEAVED_GEMV=0.
 const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool);
 
+// At CPU load, for the Fast path: builds W's copy when the kernel family in use reads it at every batch
+// size, then drops the resident pages of W's row-major codes, scales and biases when they are a file
+// mapping (the copy replaces them; a later reader, e.g. an embedding lookup or another family, faults
+// them back in from the file). True when the copy was built.
+bool interleave_at_load(const Weight& W, ThreadPool& pool);
+
 }  // namespace rapid

@@ -14,11 +14,12 @@ namespace rapid {
 struct PackedDense;
 struct InterleavedRows;
 
-// An Affine 4-bit weight's copy in the CPU decode GEMV's layout (cpu/gemv_interleaved.h): empty until the
-// first batch-1 matmul that can use it builds it (never on CUDA), then shared by every copy of the view.
+// An Affine 4-bit weight's copy in the CPU Fast matmuls' layout (cpu/gemv_interleaved.h): built at load on
+// the CPU (or by the first matmul that can use it; never on CUDA), then shared by every copy of the view.
 struct InterleavedSlot {
   std::once_flag once;
   std::shared_ptr<const InterleavedRows> rows;
+  bool rows_mapped = false;  // the rows live in a read-only file mapping: their pages may be dropped
 };
 
 enum class WeightKind : uint8_t {
