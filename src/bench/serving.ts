@@ -323,6 +323,9 @@ export async function main(argv: string[]): Promise<number> {
   }
   // Warm-up: page in the weights, size scratch buffers.
   await runLevel(engine, 1, 16, 4, info.vocabSize, 999);
+  // Resident memory after decode steps ran (weights and their CPU copies, scratch; KV pages as written).
+  const rssAfterWarmupMiB = Math.round(process.memoryUsage().rss / 2 ** 20);
+  if (!values.json) process.stderr.write(`resident memory after warm-up decode: ${rssAfterWarmupMiB} MiB\n`);
   const results: ServingLevel[] = [];
   const constrainedResults: ServingLevel[] = [];
   const line = (tag: string, r: ServingLevel) =>
@@ -363,6 +366,7 @@ export async function main(argv: string[]): Promise<number> {
     model: { family: info.family, quantization: info.quantization, threads: info.threads, precision: info.precision, blockSize: info.blockSize, numBlocks: info.numBlocks },
     options: { promptTokens, genTokens, levels, maxBatchedTokens: Number(values['max-batched-tokens'] ?? 512), schema: values.schema ?? null, speculativeGrammar: values['no-speculation'] !== true },
     levels: results,
+    memory: { rssAfterWarmupMiB, rssEndMiB: Math.round(process.memoryUsage().rss / 2 ** 20) },
     ...(constrained
       ? {
           constrained: constrainedResults,
