@@ -430,36 +430,22 @@ static void test_interleaved(ThreadPool& pool) {
               dtype_name(dt), long(O), long(K), e);
         checked += 5;
       }
-  // Ranges that start and end inside a 16-row block, as a fused matmul's joint row space gives them.
-  {
-    OwnedWeight a = make_affine(rng, 40, 256, 4, 64, DType::BF16), b = make_affine(rng, 24, 256, 4, 64, DType::BF16);
-    auto x = random_vec(rng, 256, 2.0f);
-    std::vector<float> ya(40), yb(24), ya0(40), yb0(24);
-    MatmulPart parts[2] = {{&a.w, ya.data()}, {&b.w, yb.data()}};
-    for (int rep = 0; rep < 2; ++rep) {
-      matmul_parts(pool, parts, 2, x.data(), 1, Precision::Fast);
-      Weight ar = a.w, br = b.w;
-      ar.interleaved = br.interleaved = nullptr;
-      matmul(pool, ar, x.data(), ya0.data(), 1, Precision::Fast);
-      matmul(pool, br, x.data(), yb0.data(), 1, Precision::Fast);
-      CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts of 40 and 24 rows differ", matmul_kernel_name());
-      ++checked;
-    }
-  }
-  // 16 activation rows (batched decode): fused q/k/v-like parts split inside blocks, against separate
-  // matmuls on the rows.
+  // Ranges that start and end inside a 16-row block, as a fused matmul's joint row space gives them, at
+  // batch 1 (the GEMV, twice: the second run reads the built copies) and 16 rows (the batched GEMM).
   {
     OwnedWeight a = make_affine(rng, 40, 256, 4, 64, DType::BF16), b = make_affine(rng, 24, 256, 4, 64, DType::BF16);
     auto x = random_vec(rng, 16 * 256, 2.0f);
     std::vector<float> ya(16 * 40), yb(16 * 24), ya0(16 * 40), yb0(16 * 24);
     MatmulPart parts[2] = {{&a.w, ya.data()}, {&b.w, yb.data()}};
-    matmul_parts(pool, parts, 2, x.data(), 16, Precision::Fast);
-    Weight ar = a.w, br = b.w;
-    ar.interleaved = br.interleaved = nullptr;
-    matmul(pool, ar, x.data(), ya0.data(), 16, Precision::Fast);
-    matmul(pool, br, x.data(), yb0.data(), 16, Precision::Fast);
-    CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts at 16 rows differ", matmul_kernel_name());
-    ++checked;
+    for (int64_t n : {1, 1, 16}) {
+      matmul_parts(pool, parts, 2, x.data(), n, Precision::Fast);
+      Weight ar = a.w, br = b.w;
+      ar.interleaved = br.interleaved = nullptr;
+      matmul(pool, ar, x.data(), ya0.data(), n, Precision::Fast);
+      matmul(pool, br, x.data(), yb0.data(), n, Precision::Fast);
+      CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts of 40 and 24 rows differ at n=%ld", matmul_kernel_name(), long(n));
+      ++checked;
+    }
   }
   // A view of rows 16.. of a weight, sharing the weight's slot: must not read the weight's copy.
   {
