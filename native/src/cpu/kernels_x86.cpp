@@ -7,9 +7,11 @@
 #if defined(__x86_64__)
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #include "cpu/gemv_interleaved.h"
 #include "cpu/kernels.h"
