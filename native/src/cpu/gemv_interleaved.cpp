@@ -82,6 +82,14 @@ void drop_pages(const void* p, size_t bytes) {
 #endif
 }
 
+// W's row-major codes, scales and biases (drop_pages of each).
+void drop_rows(const Weight& W) {
+  const size_t groups = size_t(W.out) * size_t(W.in / W.group);
+  drop_pages(W.data, size_t(W.out) * size_t(W.in) / 2);
+  drop_pages(W.scales, groups * dtype_size(W.dtype));
+  drop_pages(W.biases, groups * dtype_size(W.dtype));
+}
+
 }  // namespace
 
 bool interleaved_gemv_enabled() {
@@ -142,7 +150,11 @@ const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
       (W.group != 32 && W.group != 64 && W.group != 128) || !interleaved_gemv_enabled())
     return nullptr;
   InterleavedSlot& s = *W.interleaved;
-  std::call_once(s.once, [&] { s.rows = interleave_rows(W, pool); });
+  std::call_once(s.once, [&] {
+    s.rows = interleave_rows(W, pool);
+    // Where the family reads the copy at every batch size, the rows it replaces need not stay resident.
+    if (s.rows_mapped && detail::active_kernels().gemm4_interleaved != nullptr) drop_rows(W);
+  });
   const InterleavedRows* L = s.rows.get();
   // A view of other rows that kept the slot (a copy with moved pointers) must not read this copy.
   if (L->src != W.data || L->out != W.out || L->in != W.in || L->group != W.group) return nullptr;
@@ -152,14 +164,7 @@ const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
 bool interleave_at_load(const Weight& W, ThreadPool& pool) {
   const kern::Kernels& k = detail::active_kernels();
   if (k.gemv4_interleaved == nullptr || k.gemm4_interleaved == nullptr) return false;  // the rows stay in use
-  if (interleaved_rows(W, pool) == nullptr) return false;
-  if (W.interleaved->rows_mapped) {
-    const size_t groups = size_t(W.out) * size_t(W.in / W.group);
-    drop_pages(W.data, size_t(W.out) * size_t(W.in) / 2);
-    drop_pages(W.scales, groups * dtype_size(W.dtype));
-    drop_pages(W.biases, groups * dtype_size(W.dtype));
-  }
-  return true;
+  return interleaved_rows(W, pool) != nullptr;
 }
 
 }  // namespace rapid

@@ -39,13 +39,14 @@ bool interleaved_gemv_enabled();
 std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPool& pool);
 
 // W's interleaved copy, built on the first call (once per weight, over the pool); nullptr when W has no
-// slot, is not Affine 4-bit on the Fast path's shapes, or RAPID_INTERLEAVED_GEMV=0.
+// slot, is not Affine 4-bit on the Fast path's shapes, or RAPID_INTERLEAVED_GEMV=0. When the kernel family
+// in use reads the copy at every batch size and W's rows are a file mapping, the build drops their
+// resident pages (the copy replaces them; a later reader, e.g. an embedding lookup or another family,
+// faults them back in from the file).
 const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool);
 
-// At CPU load, for the Fast path: builds W's copy when the kernel family in use reads it at every batch
-// size, then drops the resident pages of W's row-major codes, scales and biases when they are a file
-// mapping (the copy replaces them; a later reader, e.g. an embedding lookup or another family, faults
-// them back in from the file). True when the copy was built.
+// At CPU load, for the Fast path: builds W's copy (interleaved_rows) when the kernel family in use reads it
+// at every batch size, so no step pays for it. True when W has a copy.
 bool interleave_at_load(const Weight& W, ThreadPool& pool);
 
 }  // namespace rapid
