@@ -17,8 +17,8 @@
 // Kernel level (Zen4, 16 rows) 4 to 8 give 346-357 GFLOP/s: the dot products bound it, not the tile.
 constexpr int kIlCols = 6;
 
-// The 16 weight rows of block `blk` (rows base.., `live` of them stored) · activation rows c0..c0 + C into
-// y[c * ldy + base + i]. pf: the next block, prefetched while this one computes; nullptr: none.
+// The 16 weight rows of block `blk` · activation rows c0..c0 + C into y[(c0 + c) * ldy + i], y pointing at
+// the block's first output row, lanes in `live` only. pf: the next block, prefetched meanwhile; or nullptr.
 template <int UNIT, int UPG, int C>
 void gemm4_il_tile(const InterleavedRows& L, const uint8_t* blk, const XQuant& xq, int64_t c0, const uint8_t* pf,
                    float* y, int64_t ldy, __mmask16 live) {
