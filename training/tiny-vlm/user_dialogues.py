@@ -53,24 +53,21 @@ T = {
                     "Who drew this {img}?", "Where was this {img} taken?", "What camera took this {img}?"],
 }
 # Run 5: the classes run 4 missed on the independent set, in other words than its prompts (check_independent.py
-# proves none is shared): when / by whom / in which year a picture was made, and "contain" / "include" / "show me".
+# proves none is shared): when / by whom / how long ago a picture was made, and "contain" / "include" / "show me".
+# No template is a one-word edit of a held-out prompt ("In which year was this ... drawn?"), so the set still tests
+# paraphrase rather than recall.
 MADE = ["made", "painted", "created", "produced", "drawn", "sketched"]
 T["unknown_img"] += ([f"When was this {{img}} {v}?" for v in MADE] + [f"By whom was this {{img}} {v}?" for v in MADE]
-                     + [f"In which year was this {{img}} {v}?" for v in MADE]
-                     + [f"What year was this {{img}} {v}?" for v in MADE]
-                     + [f"In what year was the {{img}} {v}?" for v in MADE]
                      + ["Who painted this {img}?", "Who created this {img}?", "Who took this {img}?",
                         "How old is this {img}?", "Which year is this {img} from?", "On what date was this {img} made?",
                         "Who owns this {img}?", "What is this {img} worth?", "Why was this {img} made?",
                         "Which museum is this {img} in?", "Who is the painter?", "What century is this {img} from?"])
-T["describe"] += ["What does the {img} contain?", "What is contained in the {img}?", "What does this {img} include?",
-                  "What does the {img} include?", "What shapes does the {img} contain?",
+T["describe"] += ["What is contained in the {img}?", "What shapes does the {img} contain?",
                   "What's contained in this {img}?", "Show me what is in the {img}.",
                   "Show me what the {img} contains.",
                   "What do you see in the {img}?",
                   "What's inside the {img}?", "Which shapes does the {img} include?", "What is included in this {img}?"]
-T["count"] += ["How many shapes does the {img} contain?", "How many shapes are contained in the {img}?",
-               "How many shapes does this {img} include?", "How many shapes does the {img} include?"]
+T["count"] += ["How many shapes are contained in the {img}?", "Count the shapes the {img} contains."]
 PREFIXES = ["", "", "", "Please answer: ", "Look at the {img}. ", "Question: "]
 # Embedded questions ("can you tell me what colour the shape is?"): the clause per intent and the
 # lead-ins that carry it.
@@ -124,7 +121,7 @@ FUTURE = ["What will happen tomorrow?", "Who will win the match on Sunday?", "Wh
 PERSONAL = ["Where am I?", "Where do I live?", "Who am I?", "What am I doing?", "What do I look like?", "How do I feel?",
             "Where did I go yesterday?", "What did I buy today?", "Who called me?", "How many children do I have?",
             "What languages do I speak?", "What is in my bag?", "What is on my desk?", "Where is my phone?",
-            "Which country do I live in?", "What town am I from?", "Which street do I live on?",
+            "What town am I from?", "Which street do I live on?",
             "In which town do I work?", "What country was I born in?", "Which country am I in?",
             "What town do I live in?", "Where is my house?"]
 # Greetings and thanks as people type them (run 4 refused "hi", "hello" and "thanks"): every phrasing in
