@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # After a training run on the device: installs its checkpoint as the default model and runs every check.
 #
-#   training/tiny-vlm/after_run.sh CKPT_DIR [TRAIN_LOG]      # from the repo root
+#   training/tiny-vlm/after_run.sh CKPT_DIR [TRAIN_LOG]      # from the repo root; RUN=N names the log (default 5)
 #
-# CKPT_DIR is the run's $OUT/ckpt (model.safetensors, config.json, generation_config.json, eval_results.json,
-# training_meta.json). PYTHON must have torch (CPU is fine), transformers, safetensors, tokenizers, jinja2.
+# CKPT_DIR is the run's $OUT/ckpt (model.safetensors, config.json, generation_config.json,
+# preprocessor_config.json, eval_results.json, training_meta.json). PYTHON must have torch (CPU is fine),
+# transformers, safetensors, tokenizers, jinja2.
 # Steps: weights into models/tiny-vlm (temp name + rename); eval results, meta and log into training/tiny-vlm;
 # transformers' references regenerated (golden bf16, golden f32, independent f32); dist/ rebuilt; the 4-bit
 # copy converted (models/tiny-vlm-4bit); the coherence gate on both sets, bf16 and 4-bit, concurrency 1 and 16,
@@ -19,21 +20,21 @@ m=models/tiny-vlm
 t=training/tiny-vlm
 
 # The configs should come back as shipped (transformers' version stamp aside): a difference means the
-# architecture changed, and the run's own file is taken.
+# architecture or the pixel budget (vlm.py, run 5) changed, and the run's own file is taken.
 same_json() {
   python3 -c 'import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:])
 for d in (a, b): d.pop("transformers_version", None)
 sys.exit(a != b)' "$1" "$2"
 }
-for f in config.json generation_config.json; do
+for f in config.json generation_config.json preprocessor_config.json; do
   if ! same_json "$ck/$f" "$m/$f"; then echo "after_run: $ck/$f differs from $m/$f: copying it" >&2; cp "$ck/$f" "$m/$f"; fi
 done
 cp "$ck/model.safetensors" "$m/.model.safetensors.tmp" && mv -f "$m/.model.safetensors.tmp" "$m/model.safetensors"
 for f in eval_results.json training_meta.json; do
   if [ -f "$ck/$f" ]; then cp "$ck/$f" "$t/$f"; else echo "after_run: no $ck/$f" >&2; fi
 done
-if [ -n "$log" ]; then cp "$log" "$t/train_run4.log"; fi
+if [ -n "$log" ]; then cp "$log" "$t/train_run${RUN:-5}.log"; fi
 ls -la "$m/model.safetensors"
 
 echo "== transformers references (CPU)"

@@ -54,11 +54,18 @@ def collate(tok, samples, pad_id, image_pad_id, max_len=None, kind_labels=False)
     """kind_labels: also return "kind_labels", one per merged image token in the vision tower's output order
     (images in batch order, merged tokens row-major), for the auxiliary kind loss."""
     seqs, pixels, grids, klabels = [], [], [], []
+    patched = {}  # id(pixels) -> patches: a user picture is shared by several samples, patchified once
     for s in samples:
         grid = None
         if s["image"] is not None:
             # uint8: 4x less to move; normalised on the device. User scenes come drawn and resized.
-            pv, grid = patchify(s["pixels"] if "pixels" in s else render(s["image"]))
+            if "pixels" in s:
+                key = id(s["pixels"])
+                if key not in patched:
+                    patched[key] = patchify(s["pixels"])
+                pv, grid = patched[key]
+            else:
+                pv, grid = patchify(render(s["image"]))
             pixels.append(pv)
             grids.append(grid)
             if kind_labels:

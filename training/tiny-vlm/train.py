@@ -25,10 +25,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from dialogues import sample_dialogue  # noqa: E402
 from golden import evaluate_golden, evaluate_heldout, heldout_signatures  # noqa: E402
-from vlm import (MAX_PIXELS, encode_sample, generation_config_dict, make_config, messages_for,  # noqa: E402
-                 normalize_patches, render_prompt, special_ids, train_tokenizer, write_tokenizer_files)
+from vlm import (MAX_PIXELS, MIN_PIXELS, encode_sample, generation_config_dict, make_config,  # noqa: E402
+                 messages_for, normalize_patches, preprocessor_config, render_prompt, special_ids, train_tokenizer,
+                 write_tokenizer_files)
 
-TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja", "preprocessor_config.json"]
+TOKENIZER_FILES = ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"]
 
 
 def cmd_tokenizer(a):
@@ -112,14 +113,18 @@ def cmd_train(a):
     assert a.steps > 0 or a.time_budget > 0, "give --steps or --time-budget"
     t20 = None
     it = iter(loader)
+    # The rate is measured over steps rate_from..rate_from+100, inside the warmup (which does not depend on the
+    # schedule's length, so --steps total reproduces the run). Run 4's rate rose from 4.3 step/s at step 250 to
+    # 7 at step 1200, so a later window sizes the schedule closer to the budget.
+    rate_end = a.rate_from + 100
+    assert a.steps > 0 or rate_end <= a.warmup, "--rate-from + 100 must be within --warmup"
     while step < total:
-        if step == 150:
+        if step == a.rate_from:
             t20 = time.time()
-        if a.steps == 0 and step == 250:
-            # Fix the schedule length from the rate measured after the prefetch queue has drained; the
-            # run is reproduced with --steps total (the warmup, longer than 250 steps, does not depend on it).
+        if a.steps == 0 and step == rate_end:
+            # Fix the schedule length from the rate measured after the prefetch queue has drained.
             rate = 100 / (time.time() - t20)
-            total = 250 + int(rate * (a.time_budget - (time.time() - t_train)))
+            total = rate_end + int(rate * (a.time_budget - (time.time() - t_train)))
             print(f"AUTO STEPS: {total} ({rate:.2f} step/s)", flush=True)
         if a.time_budget and time.time() - t_train > 1.25 * a.time_budget:
             print(f"STOPPED EARLY at step {step}: over 1.25x the time budget", flush=True)
@@ -191,12 +196,16 @@ def cmd_train(a):
     model.save_pretrained(a.out, safe_serialization=True)
     for f in TOKENIZER_FILES:
         shutil.copy(os.path.join(a.model_dir, f), os.path.join(a.out, f))
+    # the pixel budget the model was trained on (vlm.py), not the model dir's: after_run.sh installs it
+    with open(os.path.join(a.out, "preprocessor_config.json"), "w") as f:
+        json.dump(preprocessor_config(), f, indent=2)
     with open(os.path.join(a.out, "generation_config.json"), "w") as f:
         json.dump(generation_config_dict(tok), f, indent=2)
     meta = {"steps": step, "skipped_steps": skipped, "train_seconds": round(train_s), "batch": a.batch, "lr": a.lr, "seed": a.seed,
             "init": a.init, "start_batch": a.start_batch, "warmup": a.warmup, "aux_weight": a.aux_weight,
-            "vis_lr_mult": a.vis_lr_mult, "user_frac": a.user_frac,
-            "params": n_params, "vision_params": n_vis, "max_pixels": MAX_PIXELS, "final_loss": losses[-1]}
+            "vis_lr_mult": a.vis_lr_mult, "user_frac": a.user_frac, "workers": a.workers,
+            "params": n_params, "vision_params": n_vis, "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS,
+            "final_loss": losses[-1]}
     with open(os.path.join(a.out, "training_meta.json"), "w") as f:
         json.dump(meta, f, indent=1)
     print("saved", a.out, meta, flush=True)
@@ -261,6 +270,8 @@ def main():
     r.add_argument("--vis-lr-mult", type=float, default=1.0, help="learning-rate multiplier of the vision tower")
     r.add_argument("--user-frac", type=float, default=0.0,
                    help="share of batches drawn from user scenes (user_batches.py: any size, two rasterisers, JPEG)")
+    r.add_argument("--rate-from", type=int, default=150,
+                   help="with --time-budget: measure the step rate over this step and the next 100 (within --warmup)")
     r.add_argument("--hard-stop", type=float, default=0, help="stop training this many seconds after start")
     r.add_argument("--eval", action="store_true")
     r.add_argument("--eval-per-kind", type=int, default=40)

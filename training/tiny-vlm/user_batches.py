@@ -1,13 +1,14 @@
 """Training samples on user scenes: one picture size per batch (so every image has the same token grid
-and the vision attention stays batched), each picture drawn once and asked three questions (drawing is
-most of a worker's time: about 64 pictures per batch of 256, 128k over 2000 steps)."""
+and the vision attention stays batched), each picture drawn once and asked four questions (drawing is
+most of a worker's time: about 48 pictures per batch of 256; run 5's larger inputs made a picture about
+2x dearer, and 4 questions instead of 3 buy back a quarter of it)."""
 from dialogues import DEFAULT_SYSTEM, OTHER_SYSTEMS, _pick, text_question
 from user_dialogues import user_image_question, user_text_question
 from user_raster import model_image, sample_look, user_kind_labels
 from user_scenes import sample_size, sample_user_scene
 
 P_IMAGE = 0.75
-QUESTIONS_PER_PICTURE = 3
+QUESTIONS_PER_PICTURE = 4
 
 
 def _system(rng):

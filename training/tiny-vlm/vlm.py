@@ -34,7 +34,9 @@ CHAT_TEMPLATE = (
 )
 
 PATCH, MERGE, TEMPORAL = 14, 2, 2
-MIN_PIXELS, MAX_PIXELS = 56 * 56, 168 * 112
+# Run 5: at least 112x112 (16 tokens) so a small picture is upsampled rather than seen as 4 tokens, at most
+# 224x168 (48 tokens) so a 3.4:1 picture keeps 3 tokens of height; preprocessor_config.json comes from here.
+MIN_PIXELS, MAX_PIXELS = 112 * 112, 224 * 168
 IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
 IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 
