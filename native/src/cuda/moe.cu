@@ -92,28 +92,30 @@ __device__ __forceinline__ float dot8(const float (&v)[8], const float* x, float
   return acc;
 }
 
-// One block per token: logits = x·Rᵀ [E] (a warp per expert), softmax, top-k by repeated best (larger probability,
-// then lower id: moe_route's order), renormalized weights. idx/w [T, k].
-__global__ void route_kernel(WView r, const float* __restrict__ x, int64_t E, int k, bool renormalize,
-                             int32_t* __restrict__ idx, float* __restrict__ w) {
-  extern __shared__ float prob[];  // [E]
+// logits[t, e] = x[t]·R[e]: block (x, t) computes experts [x·8, x·8 + 8), a warp each (spread over the GPU: one
+// token's 128 router rows would keep a single block busy for the whole layer's budget).
+__global__ void router_logits_kernel(WView r, const float* __restrict__ x, int64_t E, float* __restrict__ logits) {
   pdl_wait();
   pdl_trigger();
-  const int64_t t = blockIdx.x;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.y, e = int64_t(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (e >= E) return;
   const float* xr = x + t * r.in;  // [hidden]
-  for (int64_t e = warp; e < E; e += kWarps) {
-    float acc = 0.0f;
-    for (int64_t c = int64_t(lane) * 8; c < r.in; c += 256) {
-      float v[8];
-      load8(r, e, c, v);
-      acc = dot8(v, xr + c, acc);
-    }
-    acc = warp_sum(acc);
-    if (lane == 0) prob[e] = acc;
+  float acc = 0.0f;
+  for (int64_t c = int64_t(lane) * 8; c < r.in; c += 256) {
+    float v[8];
+    load8(r, e, c, v);
+    acc = dot8(v, xr + c, acc);
   }
-  __syncthreads();
-  if (warp != 0) return;
+  acc = warp_sum(acc);
+  if (lane == 0) logits[t * E + e] = acc;
+}
+
+// One warp routes token t: softmax of its logits row (turned into probabilities in place), then top-k by repeated
+// best (larger probability, then lower id: moe_route's order) and the weights, renormalized over the k in j order.
+__device__ void route_token(float* __restrict__ prob, int64_t E, int k, bool renormalize, int32_t* __restrict__ idx,
+                            float* __restrict__ w) {
+  const int lane = threadIdx.x % 32;
   float mx = -INFINITY;
   for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, prob[e]);
   mx = warp_max(mx);
@@ -139,25 +141,31 @@ __global__ void route_kernel(WView r, const float* __restrict__ x, int64_t E, in
     warp_best(bv, bi);
     chosen[j] = bi;
     pick[j] = bv;
-    top_sum += bv;  // in j order, as moe_route
+    top_sum += bv;
   }
   if (lane != 0) return;
   for (int j = 0; j < k; ++j) {
-    idx[t * k + j] = chosen[j];
-    w[t * k + j] = renormalize ? pick[j] / top_sum : pick[j];
+    idx[j] = chosen[j];
+    w[j] = renormalize ? pick[j] / top_sum : pick[j];
   }
 }
 
-// One block: the S = T·k slots sorted by expert. groups[0] = active experts n; groups[1 + 3g ..] = (expert, first
-// position in order, count) of the g-th active expert, in expert order; order[pos] = slot id. The order of slots
-// inside a group is not fixed (atomics): each slot's arithmetic does not depend on it.
-__global__ void sort_kernel(const int32_t* __restrict__ idx, int64_t S, int E, int32_t* __restrict__ order,
-                            int32_t* __restrict__ groups) {
+// One block of 1024 threads: each warp routes tokens (route_token over logits [T, E]: idx/w [T, k]), then the S = T·k
+// slots are sorted by expert (when order is not null). groups[0] = active experts n; groups[1 + 3g ..] = (expert,
+// first position in order, count) of the g-th active expert, in expert order; order[pos] = slot id. The order of
+// slots inside a group is not fixed (atomics): each slot's arithmetic does not depend on it.
+__global__ void select_sort_kernel(float* __restrict__ logits, int64_t T, int E, int k, bool renormalize,
+                                   int32_t* __restrict__ idx, float* __restrict__ w, int32_t* __restrict__ order,
+                                   int32_t* __restrict__ groups) {
   __shared__ int cnt[kMaxExperts], start[kMaxExperts];
   pdl_wait();
   pdl_trigger();
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-  __syncthreads();
+  for (int64_t t = warp; t < T; t += warps) route_token(logits + t * E, E, k, renormalize, idx + t * k, w + t * k);
+  __syncthreads();  // idx (global, written by this block) is visible to the whole block after the barrier
+  if (!order) return;
+  const int64_t S = T * k;
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) atomicAdd(&cnt[idx[i]], 1);
   __syncthreads();
   if (threadIdx.x < 32) {
@@ -193,7 +201,7 @@ __global__ void sort_kernel(const int32_t* __restrict__ idx, int64_t S, int E, i
   __syncthreads();
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
     const int e = idx[i];
-    order[start[e] + atomicSub(&cnt[e], 1) - 1] = int32_t(i);  // cnt[e] counts down: positions start .. start + count - 1
+    order[start[e] + atomicSub(&cnt[e], 1) - 1] = int32_t(i);  // cnt[e] counts down: start .. start + count - 1
   }
 }
 
@@ -265,7 +273,7 @@ __global__ void combine_kernel(const float* __restrict__ yo, const float* __rest
 
 // Scratch offsets of moe_forward for T tokens.
 struct Layout {
-  size_t idx = 0, w = 0, order = 0, groups = 0, inter = 0, yo = 0, total = 0;
+  size_t idx = 0, w = 0, order = 0, groups = 0, logits = 0, inter = 0, yo = 0, total = 0;
   Layout(const DevMoe& m, int64_t T) {
     const size_t S = size_t(T) * size_t(m.top_k);
     size_t o = 0;
@@ -273,6 +281,7 @@ struct Layout {
     w = o; o += align_up(S * 4);
     order = o; o += align_up(S * 4);
     groups = o; o += align_up(size_t(1 + 3 * m.n_experts) * 4);
+    logits = o; o += align_up(size_t(T) * size_t(m.n_experts) * 4);
     inter = o; o += align_up(S * size_t(m.ffn) * 4);
     yo = o; o += align_up(S * size_t(m.hidden) * 4);
     total = o;
@@ -341,10 +350,22 @@ DevMoe upload_moe(const MoeBlock& b, std::vector<void*>& allocations) {
 
 size_t moe_scratch_bytes(const DevMoe& m, int64_t tokens) { return Layout(m, tokens).total; }
 
+// Router logits into `logits` [T, E], then top-k (and, given order/groups, the sort by expert).
+static void route(const DevMoe& m, const float* x, int64_t T, float* logits, int32_t* idx, float* w, int32_t* order,
+                  int32_t* groups, cudaStream_t s) {
+  launch(router_logits_kernel, dim3(unsigned((m.n_experts + kWarps - 1) / kWarps), unsigned(T)), dim3(kThreads), 0, s,
+         "moe router", view_of(m.router), x, m.n_experts, logits);
+  launch(select_sort_kernel, dim3(1), dim3(1024), 0, s, "moe select", logits, T, int(m.n_experts), m.top_k,
+         m.renormalize, idx, w, order, groups);
+}
+
 void moe_route_dev(const DevMoe& m, const float* x, int64_t T, int32_t* idx, float* w, cudaStream_t s) {
   if (T <= 0) return;
-  launch(route_kernel, dim3(unsigned(T)), dim3(kThreads), size_t(m.n_experts) * sizeof(float), s, "moe route",
-         view_of(m.router), x, m.n_experts, m.top_k, m.renormalize, idx, w);
+  float* logits = nullptr;  // a test entry point: its own logits buffer, freed after the stream drains
+  check(cudaMalloc(&logits, size_t(T) * size_t(m.n_experts) * sizeof(float)), "cudaMalloc router logits");
+  route(m, x, T, logits, idx, w, nullptr, nullptr, s);
+  check(cudaStreamSynchronize(s), "moe_route_dev");
+  cudaFree(logits);
 }
 
 void moe_forward(const DevMoe& m, const float* x, int64_t T, float* h, void* scratch, cudaStream_t s) {
@@ -360,9 +381,7 @@ void moe_forward(const DevMoe& m, const float* x, int64_t T, float* h, void* scr
   const int64_t S = T * m.top_k;
   // Grid y: every expert that can be active (at most one per slot); blocks past the active count exit.
   const unsigned gy = unsigned(std::min<int64_t>(m.n_experts, S));
-  moe_route_dev(m, x, T, idx, w, s);
-  launch(sort_kernel, dim3(1), dim3(1024), 0, s, "moe sort", static_cast<const int32_t*>(idx), S, int(m.n_experts),
-         order, groups);
+  route(m, x, T, reinterpret_cast<float*>(base + L.logits), idx, w, order, groups, s);
   launch(expert_rows_kernel<true>, dim3(unsigned((m.ffn + kRowsPerBlock - 1) / kRowsPerBlock), gy), dim3(kThreads), 0,
          s, "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order),
          static_cast<const int32_t*>(groups), m.ffn, m.act, inter);
