@@ -60,18 +60,7 @@ def main() -> int:
 
     if moe:
         return write_moe(gguf, a.out, s, q4_0, ones, rng)
-    w = gguf.GGUFWriter(a.out, "qwen2")
-    w.add_context_length(32768)
-    w.add_embedding_length(s["h"])
-    w.add_block_count(s["layers"])
-    w.add_feed_forward_length(s["ffn"])
-    w.add_head_count(s["heads"])
-    w.add_head_count_kv(s["kv"])
-    w.add_rope_freq_base(1e6)
-    w.add_layer_norm_rms_eps(1e-6)
-    w.add_vocab_size(VOCAB)
-    w.add_tokenizer_model("no_vocab")
-    w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    w = header(gguf, a.out, "qwen2", s, 1e6)
     h, qd, kd = s["h"], s["heads"] * s["hd"], s["kv"] * s["hd"]
     w.add_tensor("token_embd.weight", q4_0(VOCAB, h), raw_dtype=q4)  # tied: also the output head
     for i in range(s["layers"]):
@@ -86,34 +75,35 @@ def main() -> int:
         w.add_tensor(p + "ffn_up.weight", q4_0(s["ffn"], h), raw_dtype=q4)
         w.add_tensor(p + "ffn_down.weight", q4_0(h, s["ffn"]), raw_dtype=q4)
     w.add_tensor("output_norm.weight", ones(h))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    print(f"wrote {a.out}", file=sys.stderr)
-    return 0
+    return finish(w, a.out)
 
 
-def write_moe(gguf, out: str, s: dict, q4_0, ones, rng) -> int:
-    """The qwen3moe GGUF (llama.cpp src/models/qwen3moe.cpp's tensors and keys)."""
-    q4 = gguf.GGMLQuantizationType.Q4_0
-    w = gguf.GGUFWriter(out, "qwen3moe")
+def header(gguf, out: str, arch: str, s: dict, rope_base: float):
+    """A GGUFWriter with the keys both architectures take (ids-only vocabulary, Q4_0)."""
+    w = gguf.GGUFWriter(out, arch)
     w.add_context_length(32768)
     w.add_embedding_length(s["h"])
     w.add_block_count(s["layers"])
     w.add_feed_forward_length(s["ffn"])
     w.add_head_count(s["heads"])
     w.add_head_count_kv(s["kv"])
-    w.add_key_length(s["hd"])
-    w.add_value_length(s["hd"])
-    w.add_rope_freq_base(5e6)
+    w.add_rope_freq_base(rope_base)
     w.add_layer_norm_rms_eps(1e-6)
-    w.add_expert_count(s["experts"])
-    w.add_expert_used_count(s["top_k"])
-    w.add_expert_feed_forward_length(s["moe_ffn"])
     w.add_vocab_size(VOCAB)
     w.add_tokenizer_model("no_vocab")
     w.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_0)
+    return w
+
+
+def write_moe(gguf, out: str, s: dict, q4_0, ones, rng) -> int:
+    """The qwen3moe GGUF (llama.cpp src/models/qwen3moe.cpp's tensors and keys)."""
+    q4 = gguf.GGMLQuantizationType.Q4_0
+    w = header(gguf, out, "qwen3moe", s, 5e6)
+    w.add_key_length(s["hd"])
+    w.add_value_length(s["hd"])
+    w.add_expert_count(s["experts"])
+    w.add_expert_used_count(s["top_k"])
+    w.add_expert_feed_forward_length(s["moe_ffn"])
     h, qd, kd, E, I = s["h"], s["heads"] * s["hd"], s["kv"] * s["hd"], s["experts"], s["moe_ffn"]
     w.add_tensor("token_embd.weight", q4_0(VOCAB, h), raw_dtype=q4)
     for i in range(s["layers"]):
@@ -131,6 +121,10 @@ def write_moe(gguf, out: str, s: dict, q4_0, ones, rng) -> int:
         w.add_tensor(p + "ffn_down_exps.weight", q4_0(h, I, E), raw_dtype=q4)  # [E, H, I]
     w.add_tensor("output_norm.weight", ones(h))
     w.add_tensor("output.weight", q4_0(VOCAB, h), raw_dtype=q4)
+    return finish(w, out)
+
+
+def finish(w, out: str) -> int:
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()

@@ -21,14 +21,7 @@ set -u
 out="${OUT:-/tmp/moe-check}"
 mkdir -p "$out"
 fail=0
-step() {  # step NAME LIMIT_S CMD...: runs CMD, its output to the console and $out/NAME.log
-  local name="$1" limit="$2"
-  shift 2
-  echo "== $name: $*"
-  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log" | tail -40
-  local rc="${PIPESTATUS[0]}"
-  [ "$rc" -eq 0 ] || { echo "== $name FAILED (exit $rc)"; fail=1; }
-}
+. "$(dirname "$0")/step.sh"
 if [ ! -x build/cuda/tests/cuda_moe_test ] && [ -f build/cuda/moe-check.tar.xz ]; then
   tar -C build/cuda -xJf build/cuda/moe-check.tar.xz 2> /dev/null ||
     python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" build/cuda/moe-check.tar.xz build/cuda
