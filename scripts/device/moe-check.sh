@@ -3,7 +3,8 @@
 # the repository root. Nothing of rapid is built there: the addon and the test binary come from the build machine.
 #   here:    RAPID_CUDA_ARCHS=90 RAPID_WERROR=1 node scripts/build-cuda.mjs --tests
 #            npx tsc -p tsconfig.json && node scripts/copy-assets.mjs          # dist/, for cuda-checks' bench step
-#            tar -C build/cuda -cf - rapid_native.node tests/cuda_moe_test | xz -T0 > build/cuda/moe-check.tar.xz
+#            tar -C build/cuda -cf - rapid_native.node tests/cuda_moe_test \
+#              | xz -T0 --lzma2=preset=6,dict=128MiB > build/cuda/moe-check.tar.xz   # 2 x 28 MB -> 18 MB
 #   device:  run(command="bash scripts/device/moe-check.sh", carry=["build/cuda/moe-check.tar.xz", "dist"])
 # Steps (each under a time limit; logs in $OUT or /tmp/moe-check):
 # 1. cuda_moe_test: the CUDA MoE block against layers/moe.cpp on random weights (4-bit g64/g32, 8-bit, bf16 experts;
