@@ -18,6 +18,9 @@ constexpr int kRowsPerBlock = kWarps;     // expert kernels: one output row per 
 constexpr int kTokensPerPass = 4;         // rows of one expert a warp carries through one pass over a weight row
 constexpr int kMaxExperts = 1024;         // the sort's scan: 32 experts per lane at most
 constexpr int kMaxTopK = 32;
+// Steps of at most this many tokens skip the sort: a block per (row tile, slot) reading the slot's expert id, and the
+// down projection fused with the weighted sum (two launches less; the same arithmetic per slot, bit for bit).
+constexpr int64_t kSlotMajorTokens = 4;
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -206,20 +209,23 @@ __global__ void select_sort_kernel(float* __restrict__ logits, int64_t T, int E,
 }
 
 // Block (x, y): output rows [x·8, x·8 + 8) (a warp each) of the y-th active expert, for every slot routed to it,
-// kTokensPerPass slots per pass over the row. GLU: out[slot, row] = act(x·G[row]) · (x·U[row]) with x the slot's
+// kTokensPerPass slots per pass over the row (kBySlot: of slot y's expert idx[y], for that slot alone). GLU: out[slot, row] = act(x·G[row]) · (x·U[row]) with x the slot's
 // token row of `x` (ldx = hidden); else out[slot, row] = inter[slot]·D[row]. Each product is one lane-strided f32
 // FMA chain and a fixed shuffle tree: a slot's value does not depend on the other slots.
-template <bool kGlu>
+template <bool kGlu, bool kBySlot>
 __global__ void expert_rows_kernel(WView a, WView b, const float* __restrict__ x, int top_k,
                                    const int32_t* __restrict__ order, const int32_t* __restrict__ groups,
-                                   int64_t out_rows, int act, float* __restrict__ out) {
+                                   const int32_t* __restrict__ idx, int64_t out_rows, int act, float* __restrict__ out) {
   pdl_wait();
   pdl_trigger();
-  if (int(blockIdx.y) >= groups[0]) return;
+  if (!kBySlot && int(blockIdx.y) >= groups[0]) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + warp;
   if (row >= out_rows) return;
-  const int e = groups[1 + 3 * blockIdx.y], first = groups[2 + 3 * blockIdx.y], count = groups[3 + 3 * blockIdx.y];
+  const int32_t by_slot = int32_t(blockIdx.y);  // kBySlot: the block's one slot, as a one-entry `order`
+  const int e = kBySlot ? idx[blockIdx.y] : groups[1 + 3 * blockIdx.y];
+  const int first = kBySlot ? 0 : groups[2 + 3 * blockIdx.y], count = kBySlot ? 1 : groups[3 + 3 * blockIdx.y];
+  if (kBySlot) order = &by_slot;
   const int64_t wrow = int64_t(e) * out_rows + row;  // the row in the stacked [E * out_rows, in] weights
   const int64_t in = a.in;
   for (int p0 = 0; p0 < count; p0 += kTokensPerPass) {
@@ -257,6 +263,31 @@ __global__ void expert_rows_kernel(WView a, WView b, const float* __restrict__ x
       }
     }
   }
+}
+
+// Steps of few tokens: block (x, t), a warp per output row of token t: y_j = inter[t·k + j]·D_{idx}[row] exactly as
+// expert_rows_kernel<false> computes it, then h[t, row] += Σ_j w_j·y_j as combine_kernel sums it.
+__global__ void down_combine_kernel(WView d, const float* __restrict__ inter, const int32_t* __restrict__ idx,
+                                    const float* __restrict__ w, int k, int64_t H, float* __restrict__ h) {
+  pdl_wait();
+  pdl_trigger();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.y, row = int64_t(blockIdx.x) * kRowsPerBlock + warp;
+  if (row >= H) return;
+  float acc = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    const int64_t slot = t * k + j, wrow = int64_t(idx[slot]) * H + row;
+    const float* xr = inter + slot * d.in;
+    float g = 0.0f;
+#pragma unroll 2
+    for (int64_t c = int64_t(lane) * 8; c < d.in; c += 256) {
+      float v[8];
+      load8(d, wrow, c, v);
+      g = dot8(v, xr + c, g);
+    }
+    acc = fmaf(w[slot], warp_sum(g), acc);
+  }
+  if (lane == 0) h[t * H + row] += acc;
 }
 
 // h[t, :] += Σ_j w[t, j] · yo[t·k + j, :], the sum from 0 in j order (moe_experts_forward's axpy order).
@@ -379,15 +410,28 @@ void moe_forward(const DevMoe& m, const float* x, int64_t T, float* h, void* scr
   float* inter = reinterpret_cast<float*>(base + L.inter);  // [T·k, ffn] by slot
   float* yo = reinterpret_cast<float*>(base + L.yo);        // [T·k, hidden] by slot
   const int64_t S = T * m.top_k;
+  const unsigned gx_ffn = unsigned((m.ffn + kRowsPerBlock - 1) / kRowsPerBlock);
+  const unsigned gx_hidden = unsigned((m.hidden + kRowsPerBlock - 1) / kRowsPerBlock);
+  float* logits = reinterpret_cast<float*>(base + L.logits);  // [T, E]
+  if (T <= kSlotMajorTokens) {
+    route(m, x, T, logits, idx, w, nullptr, nullptr, s);
+    launch(expert_rows_kernel<true, true>, dim3(gx_ffn, unsigned(S)), dim3(kThreads), 0, s, "moe gate/up", view_of(m.gate),
+           view_of(m.up), x, m.top_k, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+           static_cast<const int32_t*>(idx), m.ffn, m.act, inter);
+    launch(down_combine_kernel, dim3(gx_hidden, unsigned(T)), dim3(kThreads), 0, s, "moe down", view_of(m.down),
+           static_cast<const float*>(inter), static_cast<const int32_t*>(idx), static_cast<const float*>(w), m.top_k,
+           m.hidden, h);
+    return;
+  }
   // Grid y: every expert that can be active (at most one per slot); blocks past the active count exit.
   const unsigned gy = unsigned(std::min<int64_t>(m.n_experts, S));
-  route(m, x, T, reinterpret_cast<float*>(base + L.logits), idx, w, order, groups, s);
-  launch(expert_rows_kernel<true>, dim3(unsigned((m.ffn + kRowsPerBlock - 1) / kRowsPerBlock), gy), dim3(kThreads), 0,
-         s, "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order),
-         static_cast<const int32_t*>(groups), m.ffn, m.act, inter);
-  launch(expert_rows_kernel<false>, dim3(unsigned((m.hidden + kRowsPerBlock - 1) / kRowsPerBlock), gy),
-         dim3(kThreads), 0, s, "moe down", view_of(m.down), view_of(m.down), static_cast<const float*>(inter),
-         m.top_k, static_cast<const int32_t*>(order), static_cast<const int32_t*>(groups), m.hidden, m.act, yo);
+  route(m, x, T, logits, idx, w, order, groups, s);
+  launch(expert_rows_kernel<true, false>, dim3(gx_ffn, gy), dim3(kThreads), 0, s, "moe gate/up", view_of(m.gate),
+         view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order), static_cast<const int32_t*>(groups),
+         static_cast<const int32_t*>(nullptr), m.ffn, m.act, inter);
+  launch(expert_rows_kernel<false, false>, dim3(gx_hidden, gy), dim3(kThreads), 0, s, "moe down", view_of(m.down),
+         view_of(m.down), static_cast<const float*>(inter), m.top_k, static_cast<const int32_t*>(order),
+         static_cast<const int32_t*>(groups), static_cast<const int32_t*>(nullptr), m.hidden, m.act, yo);
   launch(combine_kernel, dim3(unsigned((m.hidden + 255) / 256), unsigned(T)), dim3(256), 0, s, "moe combine",
          static_cast<const float*>(yo), static_cast<const float*>(w), m.top_k, m.hidden, h);
 }
