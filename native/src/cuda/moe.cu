@@ -209,13 +209,16 @@ __global__ void select_sort_kernel(float* __restrict__ logits, int64_t T, int E,
 }
 
 // Block (x, y): output rows [x·8, x·8 + 8) (a warp each) of the y-th active expert, for every slot routed to it,
-// kTokensPerPass slots per pass over the row (kBySlot: of slot y's expert idx[y], for that slot alone). GLU: out[slot, row] = act(x·G[row]) · (x·U[row]) with x the slot's
-// token row of `x` (ldx = hidden); else out[slot, row] = inter[slot]·D[row]. Each product is one lane-strided f32
-// FMA chain and a fixed shuffle tree: a slot's value does not depend on the other slots.
+// kTokensPerPass slots per pass over the row (kBySlot: of slot y's expert idx[y], for that slot alone).
+// GLU: out[slot, row] = act(x·G[row]) · (x·U[row]) with x the slot's token row of `x` (ldx = hidden); else
+// out[slot, row] = inter[slot]·D[row]. Each product is one lane-strided f32 FMA chain and a fixed shuffle tree: a
+// slot's value does not depend on the other slots.
+// Three blocks per SM: unbounded, the sorted gate/up took 128 registers (two blocks); 85 fit without spills.
 template <bool kGlu, bool kBySlot>
-__global__ void expert_rows_kernel(WView a, WView b, const float* __restrict__ x, int top_k,
-                                   const int32_t* __restrict__ order, const int32_t* __restrict__ groups,
-                                   const int32_t* __restrict__ idx, int64_t out_rows, int act, float* __restrict__ out) {
+__global__ void __launch_bounds__(kThreads, 3)
+    expert_rows_kernel(WView a, WView b, const float* __restrict__ x, int top_k, const int32_t* __restrict__ order,
+                       const int32_t* __restrict__ groups, const int32_t* __restrict__ idx, int64_t out_rows, int act,
+                       float* __restrict__ out) {
   pdl_wait();
   pdl_trigger();
   if (!kBySlot && int(blockIdx.y) >= groups[0]) return;
