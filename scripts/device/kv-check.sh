@@ -8,14 +8,7 @@ set -u
 out="${1:-${OUT:-/tmp/kv-check}}"
 mkdir -p "$out"
 fail=0
-step() {  # step NAME LIMIT_S CMD...: runs CMD, its output to the console and $out/NAME.log
-  local name="$1" limit="$2"
-  shift 2
-  echo "== $name: $*"
-  timeout "$limit" "$@" 2>&1 | tee "$out/$name.log"
-  local rc="${PIPESTATUS[0]}"
-  [ "$rc" -eq 0 ] || { echo "== $name FAILED (exit $rc)"; fail=1; }
-}
+. "$(dirname "$0")/step.sh"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 # Write kernels' bytes against the CPU pool (kv::store_slot), attention over each dtype against the CPU's and bitwise
 # against f32 attention over the widened values.

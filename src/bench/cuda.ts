@@ -15,11 +15,27 @@ import { median } from './median.js';
 import { runLlamaPeer, runTorchPeer, type LlamaRun, type TorchRun } from './cuda-peers.js';
 import { timeDecode } from './decode-loop.js';
 import { measureRounds, SAMPLED, summarizeRounds, type RoundSummary } from './sampled-rounds.js';
-import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, QWEN25_3B, type Qwen2Shape } from './random-checkpoint.js';
+import { moeBenchCheckpoint, QWEN3_VL_30B_A3B } from './moe.js';
+import { defaultBenchDir, ensureRandomCheckpoint, QWEN25_05B, QWEN25_3B } from './random-checkpoint.js';
 
-const SHAPES: Record<string, { label: string; shape: Qwen2Shape }> = {
-  '0.5b': { label: 'Qwen2.5-0.5B', shape: QWEN25_05B },
-  '3b': { label: 'Qwen2.5-3B', shape: QWEN25_3B },
+/** What the bench needs of a shape's checkpoint: its directory, and the weight bytes one decode token streams. */
+interface BenchCheckpoint {
+  dir: string;
+  tensorBytes: number;
+  cached: boolean;
+  decodeBytesPerToken: number;
+}
+interface BenchShape {
+  label: string;
+  kv: { layers: number; kvHeads: number; headDim: number };
+  /** The checkpoint under `dir` (generated when missing); `moeLayers`: the MoE shape's decoder layers. */
+  checkpoint: (dir: string, moeLayers: number) => BenchCheckpoint;
+}
+const SHAPES: Record<string, BenchShape> = {
+  '0.5b': { label: 'Qwen2.5-0.5B', kv: QWEN25_05B, checkpoint: (dir) => ensureRandomCheckpoint(dir, QWEN25_05B) },
+  '3b': { label: 'Qwen2.5-3B', kv: QWEN25_3B, checkpoint: (dir) => ensureRandomCheckpoint(dir, QWEN25_3B) },
+  // Qwen3-30B-A3B's decoder (128 experts, top-8), MLX 4-bit; --moe-layers takes a subset of its 48 layers.
+  '30b-a3b': { label: 'Qwen3-30B-A3B', kv: QWEN3_VL_30B_A3B, checkpoint: (dir, layers) => moeBenchCheckpoint(dir, layers) },
 };
 const BLOCK_SIZE = 16;
 const WARMUP_STEPS = 4;
@@ -69,7 +85,7 @@ export interface ShapeResult {
 }
 
 /** KV pool bytes for `rows` sequences of `tokens` each, at f32 (the widest the runtime stores), plus a block of slack per row. */
-function kvBytesFor(s: Qwen2Shape, rows: number, tokens: number): number {
+function kvBytesFor(s: BenchShape['kv'], rows: number, tokens: number): number {
   const perToken = s.layers * 2 * s.kvHeads * s.headDim * 4;
   return rows * (Math.ceil(tokens / BLOCK_SIZE) + 1) * BLOCK_SIZE * perToken;
 }
@@ -106,19 +122,20 @@ interface RapidOptions {
   sample: BenchSampling;
   /** Also measure each level sampled (SAMPLED) against greedy in alternating rounds. */
   sampledRows: boolean;
+  moeLayers: number;
 }
 
 /** Loads the shape's checkpoint on the GPU and measures every level, each after a short warm-up; a failure is kept in `error`. */
 async function measureShape(key: string, o: RapidOptions): Promise<ShapeResult> {
-  const { label, shape } = SHAPES[key]!;
+  const { label, kv, checkpoint } = SHAPES[key]!;
   const result: ShapeResult = { shape: key, label, checkpoint: '', weightBytesPerStep: 0, nativeWeightBytes: 0, deviceName: '', levels: [] };
   try {
     const t0 = performance.now();
-    const ck = ensureRandomCheckpoint(o.dir, shape);
+    const ck = checkpoint(o.dir, o.moeLayers);
     process.stderr.write(`${label}: checkpoint ${ck.dir} (${(ck.tensorBytes / 2 ** 30).toFixed(2)} GiB, ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`})\n`);
     result.checkpoint = ck.dir;
     result.weightBytesPerStep = ck.decodeBytesPerToken;
-    const kvCacheBytes = kvBytesFor(shape, Math.max(...o.levels), o.prompt + o.gen + 1);
+    const kvCacheBytes = kvBytesFor(key === '30b-a3b' ? { ...kv, layers: o.moeLayers } : kv, Math.max(...o.levels), o.prompt + o.gen + 1);
     const { addon } = loadNative({ device: 'cuda' });
     const model = addon.loadModel(ck.dir, { threads: o.threads, kvCacheBytes, blockSize: BLOCK_SIZE, precision: o.precision, device: 'cuda' });
     try {
@@ -228,7 +245,8 @@ export function formatReport(r: CudaBenchReport): string {
 }
 
 const USAGE = `usage: npm run bench:cuda -- [options]   (on a GPU machine without npm: node bench/run.js cuda [options])
-  --shapes LIST      0.5b,3b (default both)
+  --shapes LIST      0.5b,3b,30b-a3b (default 0.5b,3b; 30b-a3b: the Qwen3-30B-A3B MoE decoder)
+  --moe-layers N     decoder layers of the 30b-a3b shape (default 48, the whole model: ~17 GB at 4-bit)
   --levels LIST      concurrencies (default 1,8,64)
   --prompt N         prompt tokens per sequence (default 128)
   --gen N            decode steps timed per level (default 128)
@@ -248,7 +266,8 @@ const USAGE = `usage: npm run bench:cuda -- [options]   (on a GPU machine withou
   --python BIN       python for --peer-torch (default python3)
   --peer-llama DIR   run DIR/llama-batched-bench (llama.cpp CUDA) on --gguf-0.5b / --gguf-3b
   --gguf-0.5b FILE   Q4_0 GGUF of the 0.5B shape for --peer-llama
-  --gguf-3b FILE     Q4_0 GGUF of the 3B shape for --peer-llama`;
+  --gguf-3b FILE     Q4_0 GGUF of the 3B shape for --peer-llama
+  --gguf-30b-a3b FILE  Q4_0 GGUF of the 30b-a3b shape (same --moe-layers) for --peer-llama`;
 
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
@@ -274,6 +293,8 @@ export async function main(argv: string[]): Promise<number> {
       'peer-llama': { type: 'string' },
       'gguf-0.5b': { type: 'string' },
       'gguf-3b': { type: 'string' },
+      'gguf-30b-a3b': { type: 'string' },
+      'moe-layers': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -292,7 +313,8 @@ export async function main(argv: string[]): Promise<number> {
   const precision = precisionOption(values.precision);
   const peakBandwidth = Number(values['peak-bw'] ?? 4.8e12);
   if (!(peakBandwidth > 0)) throw new Error(`--peak-bw must be a positive number of bytes/s, got ${String(values['peak-bw'])}`);
-  const ggufs: Record<string, string | undefined> = { '0.5b': values['gguf-0.5b'], '3b': values['gguf-3b'] };
+  const ggufs: Record<string, string | undefined> = { '0.5b': values['gguf-0.5b'], '3b': values['gguf-3b'], '30b-a3b': values['gguf-30b-a3b'] };
+  const moeLayers = intOption(values['moe-layers'], 'moe-layers', QWEN3_VL_30B_A3B.layers);
   if (values['peer-llama']) for (const s of shapes) if (!ggufs[s]) throw new Error(`--peer-llama needs --gguf-${s}`);
   if (values.native) process.env.RAPID_NATIVE_CUDA_PATH = values.native;
 
@@ -300,7 +322,7 @@ export async function main(argv: string[]): Promise<number> {
   if (values['prepare-only']) {
     for (const s of shapes) {
       const t0 = performance.now();
-      const ck = ensureRandomCheckpoint(dir, SHAPES[s]!.shape);
+      const ck = SHAPES[s]!.checkpoint(dir, moeLayers);
       process.stderr.write(`${SHAPES[s]!.label}: checkpoint ${ck.dir} ${ck.cached ? 'cached' : `generated in ${((performance.now() - t0) / 1000).toFixed(1)} s`}\n`);
     }
     return 0;
@@ -308,7 +330,7 @@ export async function main(argv: string[]): Promise<number> {
   // The sampled rows compare with greedy: with --temperature the main rows already sample.
   const sampledRows = !values['skip-sampled'] && temperature === 0;
   const report: CudaBenchReport = { prompt, gen, levels, repeat, temperature, topP, sampledRows, precision, peakBandwidth, native: '', rapid: [], llama: [], errors: [] };
-  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, sample: { temperature, topP }, sampledRows };
+  const opts: RapidOptions = { dir, threads: intOption(values.threads, 'threads', availableParallelism()), precision, prompt, gen, levels, repeat, sample: { temperature, topP }, sampledRows, moeLayers };
   for (const s of shapes) {
     const r = await measureShape(s, opts);
     report.rapid.push(r);

@@ -114,6 +114,20 @@ export function ensureMoeCheckpoint(root: string, shape: MoeShape): { dir: strin
   return ensureCheckpoint(dir, FORMAT_VERSION, () => moeConfig(shape), moeTensors(shape));
 }
 
+/** The checkpoint of the 30B-A3B shape with `layers` decoder layers, for `bench:cuda` (its BenchCheckpoint). */
+export function moeBenchCheckpoint(root: string, layers: number): { dir: string; tensorBytes: number; cached: boolean; decodeBytesPerToken: number } {
+  const shape = { ...QWEN3_VL_30B_A3B, layers };
+  const ck = ensureMoeCheckpoint(root, shape);
+  const per4 = BITS / 8 + 4 / GROUP;  // a 4-bit weight and its share of a bf16 scale and bias
+  const q = shape.heads * shape.headDim;
+  const kv = shape.kvHeads * shape.headDim;
+  const attention = (2 * q * shape.hidden + 2 * kv * shape.hidden) * per4;
+  const router = shape.experts * shape.hidden * (GATE_BITS / 8 + 4 / GROUP);
+  // A token reads its layers' attention, router and top-k experts, then the head (its embedding row is negligible).
+  const decodeBytesPerToken = layers * (attention + router + shape.topK * expertPassBytes(shape)) + shape.vocab * shape.hidden * per4;
+  return { dir: ck.dir, tensorBytes: ck.bytes, cached: ck.cached, decodeBytesPerToken };
+}
+
 /** Bytes one pass over one expert reads: gate, up and down 4-bit codes plus a bf16 scale and bias per group. */
 export function expertPassBytes(s: MoeShape): number {
   return 3 * s.moeFfn * s.hidden * (BITS / 8 + 4 / GROUP);

@@ -4,6 +4,7 @@
 #include <string>
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
+#include "cuda/moe.h"
 #include "models/decoder.h"
 #include "quant/mlx_quant.h"
 
@@ -80,8 +81,6 @@ std::string unsupported_reason(const Model& host) {
   const DecoderParts* parts = host.decoder_parts();
   if (!parts) return info.family + " (" + info.architecture + ") has no CUDA implementation yet; it runs on the CPU";
   const DecoderConfig& d = *parts->cfg;
-  for (uint8_t m : d.moe_layer)
-    if (m) return "mixture-of-experts layers run on the CPU only for now";
   for (const KvLayerSpec& k : host.kv_layers())
     if (k.cache_of >= 0) return "layers that share another layer's KV cache run on the CPU only for now";
   if (d.head_dim > 256 || d.head_dim % 2 != 0) return "head_dim " + std::to_string(d.head_dim) + " is not supported on CUDA (even, <= 256)";
@@ -90,6 +89,19 @@ std::string unsupported_reason(const Model& host) {
   for (size_t l = 0; l < parts->layers->size() && why.empty(); ++l) {
     const DecoderLayer& L = (*parts->layers)[l];
     const std::string p = "layer " + std::to_string(l) + " ";
+    if (L.is_moe) {  // the attention as any layer's, then the router and every expert (cuda/moe.h)
+      if (d.sandwich_norms) return "mixture-of-experts layers with sandwich norms run on the CPU only for now";
+      why = moe_unsupported(L.moe);
+      if (why.empty()) why = weight_problem(L.moe.router.gate.w, p + "router");
+      const MoeExperts& ex = L.moe.experts;
+      for (const auto& [ws, name] : {std::pair<const std::vector<Weight>*, const char*>{&ex.gate, "expert gate_proj"},
+                                     {&ex.up, "expert up_proj"}, {&ex.down, "expert down_proj"}})
+        for (size_t e = 0; e < ws->size() && why.empty(); ++e) why = weight_problem((*ws)[e], p + name + " " + std::to_string(e));
+      for (const auto& [w, name] : {std::pair<const Weight*, const char*>{&L.q.w, "q_proj"}, {&L.k.w, "k_proj"},
+                                    {&L.v.w, "v_proj"}, {&L.o.w, "o_proj"}})
+        if (why.empty()) why = weight_problem(*w, p + name);
+      continue;
+    }
     for (const auto& [w, name] : {std::pair<const Weight*, const char*>{&L.q.w, "q_proj"}, {&L.k.w, "k_proj"},
                                   {&L.v.w, "v_proj"}, {&L.o.w, "o_proj"}, {&L.mlp.gate.w, "gate_proj"},
                                   {&L.mlp.up.w, "up_proj"}, {&L.mlp.down.w, "down_proj"}})

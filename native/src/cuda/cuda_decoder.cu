@@ -29,6 +29,7 @@
 #include "cuda/cuda_ops.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
+#include "cuda/moe.h"
 #include "cuda/rope_rows.h"
 #include "cuda/tiled_codes.h"
 #include "layers/rope.h"
@@ -110,6 +111,8 @@ struct DevLayer {
   int act = 0;
   bool glu_fused = true;  // gate and up share one format: one fused launch; else two matmuls + glu
   bool rope_epilogue = false;  // q/k/v's launch applies RoPE and writes the KV pool (q, k rows in rope_pair_rows order)
+  bool is_moe = false;  // the MLP is a mixture of experts (moe; gate/up/down unset)
+  DevMoe moe;
 };
 
 // Per-layer quantization overrides can store gate and up differently (one 8-bit, one dense, ...).
@@ -488,6 +491,12 @@ class CudaDecoder final : public Model, public DeviceLogits {
       d.bk = upload_floats(L.k.bias, d.rope_epilogue ? &pk : nullptr);
       d.bv = upload_floats(L.v.bias);
       d.bo = upload_floats(L.o.bias);
+      d.is_moe = L.is_moe;
+      if (L.is_moe) {
+        d.moe = upload_moe(L.moe, allocations_);
+        layers_.push_back(d);
+        continue;
+      }
       d.gate = upload_weight(L.mlp.gate.w);
       d.up = upload_weight(L.mlp.up.w);
       d.down = upload_weight(L.mlp.down.w);
@@ -571,6 +580,9 @@ class CudaDecoder final : public Model, public DeviceLogits {
     layout_ = MetaLayout(Tc_, Mc_, Bc_, fo);
     meta_.release();
     meta_.reserve(layout_.total, "cudaMalloc step metadata");
+    moe_scratch_.release();  // the MoE layers' scratch for Tc_ tokens (every layer's block has one shape)
+    for (const DevLayer& L : layers_)
+      if (L.is_moe) moe_scratch_.reserve(std::max(moe_scratch_.bytes(), moe_scratch_bytes(L.moe, Tc_)), "cudaMalloc MoE scratch");
     for (Staging& st : stage_) st.meta.reserve(layout_.total);
     // Fast launches of more than one token prepare their activations in the stream's buffer: sized now, never in
     // a capture.
@@ -954,6 +966,12 @@ class CudaDecoder final : public Model, public DeviceLogits {
         rms_norm(o, o, T, H, L.post_attn_norm, d.rms_eps, s);
         add_rms_norm(h, o, xn, T, H, L.pre_ffn_norm, d.rms_eps, s);
       }
+      if (L.is_moe) {  // h += moe(rms_norm(h)) (unsupported_reason: no sandwich norms with MoE)
+        rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
+        moe_forward(L.moe, xn, T, h, moe_scratch_.as<void>(), s);
+        if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);
+        continue;
+      }
       const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
       if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
       if (fuse_post) {
@@ -1013,7 +1031,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
   std::vector<KvCache> kv_;  // per layer: its pool regions on the device
   // Step buffers, sized by capacity (tokens Tc_, logit rows Mc_, block-table entries Bc_).
   int64_t Tc_ = 0, Mc_ = 0, Bc_ = 0, m_ = 0;
-  DeviceBuffer scratch_, logits_, meta_, embeds_dev_, mask_dev_, pen_scratch_;
+  DeviceBuffer scratch_, logits_, meta_, embeds_dev_, mask_dev_, pen_scratch_, moe_scratch_;
   PinnedBuffer embeds_host_;
   // Host staging: [0] steps the executor asked for, [1] and [2] (in turn) steps enqueued ahead.
   Staging stage_[3];
