@@ -6,12 +6,16 @@
 # {"shape", "level", "tokS", "msPerStep", ...}; progress to stderr. --device cpu --shape tiny: a smoke test.
 import argparse
 import json
+import os
 import sys
 import time
 
 import torch
 import transformers
 from transformers import Gemma4ForCausalLM, Gemma4TextConfig
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_decode import decode_seconds  # noqa: E402  (the same timed greedy loop as bench:cuda's peer)
 
 SHAPES = {
     "e2b": dict(hidden_size=1536, num_hidden_layers=35, num_attention_heads=8, num_key_value_heads=1, head_dim=256,
@@ -45,35 +49,8 @@ def make_model(shape: str, device: torch.device) -> Gemma4ForCausalLM:
         use_cache=True,
     )
     config._attn_implementation = "sdpa"
-    torch.set_default_dtype(torch.bfloat16)  # built on the device in bf16: a CPU fp32 init would dominate
-    try:
-        with device:
-            model = Gemma4ForCausalLM(config)
-    finally:
-        torch.set_default_dtype(torch.float32)
-    return model.to(device=device, dtype=torch.bfloat16).eval()
-
-
-def sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-@torch.inference_mode()
-def decode_seconds(model, batch: int, prompt: int, steps: int, gen: torch.Generator) -> float:
-    device = model.device
-    ids = torch.randint(0, model.config.vocab_size, (batch, prompt), device=device, generator=gen)
-    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
-    nxt = out.logits[:, -1:, :].argmax(-1)  # [batch, 1]
-    sync(device)
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        out = model(input_ids=nxt, past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        nxt = out.logits[:, -1:, :].argmax(-1)
-    sync(device)
-    return time.perf_counter() - t0
+    with device:  # built on the device in bf16: a CPU fp32 init would dominate
+        return Gemma4ForCausalLM._from_config(config, dtype=torch.bfloat16).eval()
 
 
 def main() -> int:
