@@ -13,8 +13,10 @@
 #include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/dense_gemm.h"
+#include "cuda/paged_ops.h"
 #include "cuda/segment_attention.h"
 #include "cuda/tower_rows.h"
+#include "cpu/matmul.h"  // embedding_rows
 #include "quant/mlx_quant.h"
 #include "tensor/dtype.h"  // f32_to_bf16: the rounding __float2bfloat16_rn does on the device
 
@@ -42,6 +44,14 @@ class CudaOps final : public ops::Backend {
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    if (kv_) {
+      // paged_attention's split-K scratch belongs to this stream: freed before the stream goes.
+      try {
+        paged_attention_release(stream_);
+      } catch (const std::exception&) {  // a destructor reports nothing; the device is going away with the model
+      }
+    }
+    kv_.reset();
     for (void* p : weights_) cudaFree(p);
     cudaStreamDestroy(stream_);
   }
@@ -145,6 +155,32 @@ class CudaOps final : public ops::Backend {
             const float* sin) override {
     tower::rope(x, ld, n, heads, head_stride, half, cos, sin, stream_);
   }
+
+  // ---- decoders -------------------------------------------------------------------------------
+  // Rows are gathered and dequantized on the host (the CPU's embedding_rows) and uploaded: a step reads a few rows,
+  // and the tables (Gemma 4's per-layer one is 262144 x 8960) stay off the device.
+  void embed_rows(const Weight& table, const std::vector<int32_t>& ids, float scale, float* y, int64_t ldy) override {
+    const int64_t n = int64_t(ids.size()), width = table.in;
+    if (n == 0) return;
+    std::vector<float> h(size_t(n * width));  // [n, width]
+    embedding_rows(table, ids.data(), n, h.data());
+    if (scale != 1.0f)
+      for (float& x : h) x *= scale;
+    check(cudaMemcpy2DAsync(y, size_t(ldy) * sizeof(float), h.data(), size_t(width) * sizeof(float),
+                            size_t(width) * sizeof(float), size_t(n), cudaMemcpyHostToDevice, stream_),
+          "embed_rows upload");
+  }
+  void softcap(float* x, int64_t n, float cap) override {
+    if (n > 0) cuda::softcap(x, n, cap, stream_);
+  }
+  void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) override {
+    device_kv(kv).write(layer, k, v, spans, stream_);
+  }
+  void paged_attention(KvPool& kv, int layer, const float* q, float* out, const std::vector<SeqSpan>& spans,
+                       const AttnShape& s) override {
+    device_kv(kv).attend(layer, q, out, spans, s, stream_);
+  }
+  int64_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
 
   // ---- attention ------------------------------------------------------------------------------
   void attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo,
@@ -263,8 +299,21 @@ class CudaOps final : public ops::Backend {
     return d;
   }
 
+  // The device KV of the pool the model forwards over: made on first use, remade if another geometry comes.
+  DeviceKv& device_kv(const KvPool& g) {
+    if (!kv_ || kv_pool_ != &g || !kv_->mirrors(g)) {
+      check(cudaStreamSynchronize(stream_), "sync before a KV cache change");
+      kv_.reset();
+      kv_ = std::make_unique<DeviceKv>(g);
+      kv_pool_ = &g;
+    }
+    return *kv_;
+  }
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceKv> kv_;
+  const KvPool* kv_pool_ = nullptr;
   // Cache key: the host struct's address and its data pointer (a struct whose storage moved is uploaded again).
   using Key = std::pair<const void*, const void*>;
   mutable std::mutex mu_;  // the weight caches (ops may be called from more than one thread)
@@ -279,6 +328,11 @@ std::unique_ptr<ops::Backend> make_cuda_ops() { return std::make_unique<CudaOps>
 int64_t uploaded_weight_bytes(const ops::Backend& be) {
   const auto* c = dynamic_cast<const CudaOps*>(&be);
   return c ? c->weight_bytes() : 0;
+}
+
+int64_t device_kv_bytes(const ops::Backend& be) {
+  const auto* c = dynamic_cast<const CudaOps*>(&be);
+  return c ? c->kv_bytes() : 0;
 }
 
 }  // namespace rapid::cuda

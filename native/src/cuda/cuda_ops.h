@@ -12,10 +12,15 @@ class CudaOps;
 // Ops on the current device, on a stream of their own. Activations come from the stream-ordered pool
 // (cudaMallocAsync); weights are uploaded on first use and kept, keyed by the host struct's address: Linear
 // weights of any format dequantized once to bf16 (Fast) or f32 (Exact), norms, tables and per-column vectors
-// as f32. Every op enqueues only; download() waits.
+// as f32. Every op enqueues only; download() waits. write_kv / paged_attention keep the KV in device memory of the
+// pool's geometry.
 std::unique_ptr<ops::Backend> make_cuda_ops();
 
 // Device bytes of the weights a CudaOps backend has uploaded so far (0 for another backend).
 int64_t uploaded_weight_bytes(const ops::Backend& be);
+
+// Device bytes of a CudaOps backend's KV cache (made by the first write_kv / paged_attention; 0 before, or for
+// another backend). The cache mirrors the KvPool passed to those ops (cuda/paged_ops.h).
+int64_t device_kv_bytes(const ops::Backend& be);
 
 }  // namespace rapid::cuda
