@@ -27,6 +27,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/cuda_ops_model.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
 #include "cuda/rope_rows.h"
@@ -1048,6 +1049,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
 std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision) {
   const std::string why = unsupported_reason(*host);
   if (!why.empty()) throw std::runtime_error("CUDA backend: " + why);
+  if (host->ops_model()) return make_cuda_ops_model(std::move(host));  // families written over ops (Gemma 4)
   return std::make_unique<CudaDecoder>(std::move(host), geometry, precision);
 }
 
