@@ -349,9 +349,9 @@ class Gemma4Model final : public Model, public OpsModel {
       be.scatter_rows(f.data(), H, h.data(), H, H, at);
     }
 
-    // PLE: ple[t, l, :] = (norm(proj(E_merged) · H^-0.5) + embed_per_layer(id) · sqrt(P)) · 2^-0.5.
+    // PLE: ple[l, t, :] = (norm(proj(E_merged) · H^-0.5) + embed_per_layer(id) · sqrt(P)) · 2^-0.5.
     const int64_t P = g.ple, LP = int64_t(g.n_layers) * P;
-    ops::Buf ple, ple_l, pg;  // [T, n_layers, P]; [T, P] layer l's slice; [T, P] PLE gate
+    ops::Buf ple, pg;  // [n_layers, T, P] (layer-major: each layer's rows contiguous); [T, P] PLE gate
     if (P > 0) {
       const ops::Buf tok = be.alloc(T * LP);  // [T, n_layers * P]
       be.embed_rows(ple_embed_, ids, g.ple_embed_scale, tok.data(), LP);
@@ -361,7 +361,13 @@ class Gemma4Model final : public Model, public OpsModel {
       be.rms_norm(ple.data(), ple.data(), T * g.n_layers, ple_proj_norm_);
       be.add(ple.data(), tok.data(), T * LP);
       be.scale_shift(ple.data(), T * LP, 0.0f, 1.0f / std::sqrt(2.0f));
-      ple_l = be.alloc(T * P);
+      // One gather to layer-major order, not one per layer: a device backend uploads each index list.
+      std::vector<int32_t> by_layer(static_cast<size_t>(T * g.n_layers));  // [n_layers, T] rows of [T * n_layers, P]
+      for (int l = 0; l < g.n_layers; ++l)
+        for (int64_t t = 0; t < T; ++t) by_layer[size_t(l * T + t)] = int32_t(t * g.n_layers + l);
+      ops::Buf lt = be.alloc(T * LP);
+      be.gather_rows(ple.data(), P, lt.data(), P, P, by_layer);
+      ple = std::move(lt);
       pg = be.alloc(T * P);
     }
 
@@ -428,8 +434,7 @@ class Gemma4Model final : public Model, public OpsModel {
       if (P > 0) {
         // h += post_ple_norm(proj(gelu_tanh(gate(h)) · ple[:, l]))
         be.linear(L.ple_gate, h.data(), pg.data(), T, prec);
-        be.gather_rows(ple.data() + int64_t(l) * P, LP, ple_l.data(), P, P, rows);
-        be.act_mul(pg.data(), ple_l.data(), T, P, ops::VAct::GeluTanh);
+        be.act_mul(pg.data(), ple.data() + int64_t(l) * T * P, T, P, ops::VAct::GeluTanh);
         be.linear(L.ple_proj, pg.data(), o.data(), T, prec);
         be.rms_norm(o.data(), o.data(), T, L.post_ple_norm);
         be.add(h.data(), o.data(), T * H);
