@@ -1,7 +1,8 @@
 // The decoder ops of the CUDA op backend (ops::Backend::embed_rows, softcap, write_kv, paged_attention) against the
 // CPU reference: paged causal attention over a two-step schedule (a prefill chunk, then more tokens on the same
 // blocks) with sliding windows, GQA, bidirectional blocks, head_dim 64 / 256 (attention.cu's paged_attention) and
-// 512 (wide_attention), every KV dtype, and a KV-shared layer reading its source's cache. One PASS/FAIL line per
+// 512 (wide_attention), every KV dtype, and a KV-shared layer reading its source's cache; and the shared op suite
+// (backend_ops_compare.h) on a CudaOps with decoder_matmuls (the fused decoder's matmul for every weight format). One PASS/FAIL line per
 // check; exit status 1 on any failure; without a GPU one SKIP line and exit 0.
 //   node scripts/build-cuda.mjs --tests && build/cuda/tests/cuda_decoder_ops_test
 // Tolerance: max |cuda - cpu| / max |cpu|. Attention is f32 on both (the CUDA KV holds the CPU pool's bytes, widened
@@ -131,6 +132,12 @@ int main() {
       ops::CpuBackend cpu(pool);
       const std::unique_ptr<ops::Backend> gpu = cuda::make_cuda_ops();
       embed_cases(cpu, *gpu);
+      // The decoder's matmuls (CudaOps with decoder_matmuls, as cuda_ops_model makes it) through the shared op suite:
+      // every weight format, Exact and Fast (against the CPU's int8 Fast, as cuda_ops_test's suite: 3e-2).
+      const std::unique_ptr<ops::Backend> dec = cuda::make_cuda_ops(/*decoder_matmuls=*/true);
+      ops_compare::compare_backends(cpu, *dec, {kExactOp, 3e-2}, [](bool ok, const std::string& what, double err) {
+        cuda::test::report_bool("decoder_matmuls " + what, ok, "rel_err=" + std::to_string(err));
+      });
     }
     const AttnCase cases[] = {
         {64, 4, 2, 0, KvDtype::F32, false, false},   {64, 4, 1, 8, KvDtype::F32, true, false},

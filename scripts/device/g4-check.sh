@@ -12,7 +12,7 @@
 #    against transformers' logits and greedy tokens (parity) and against the CPU addon (agree), with the dense
 #    families' tolerances; gemma4-moe is skipped (MoE still refuses CUDA).
 # 3. The same for every other fixture (no regression in the dense CUDA decoder that make_cuda_model still picks).
-# Logs go to $OUT. Exit status 1 if a check failed. About 2-4 minutes of GPU time.
+# Logs go to $OUT. Exit status 1 if a check failed. About 3-6 minutes of GPU time.
 set -u
 out=${OUT:-/tmp/g4-check}
 mkdir -p "$out"
@@ -36,6 +36,14 @@ if command -v "$NODE" > /dev/null 2>&1 && [ -f build/cuda/rapid_native.node ]; t
   tail -4 "$out/all-checks.txt"
 else
   echo "SKIP cuda-checks: node or build/cuda/rapid_native.node not carried"
+fi
+# 4. Only where dist/ and node_modules/ were carried too: the issue's speed target, Gemma 4 E2B-shaped decode (random
+#    4-bit weights) on CUDA against transformers bf16 sdpa on the same GPU, concurrency 1 and 8 (bench:gemma4).
+if command -v "$NODE" > /dev/null 2>&1 && [ -f dist/bench/gemma4.js ] && [ -d node_modules ]; then
+  timeout 500 "$NODE" bench/run.js gemma4 --device cuda --torch python3 --steps 32 > "$out/bench-gemma4-cuda.txt" 2>&1 || rc=1
+  tail -4 "$out/bench-gemma4-cuda.txt"
+else
+  echo "SKIP gemma4 decode bench: dist/ or node_modules/ not carried"
 fi
 echo "g4-check: exit $rc"
 exit $rc

@@ -14,7 +14,11 @@ class CudaOps;
 // weights of any format dequantized once to bf16 (Fast) or f32 (Exact), norms, tables and per-column vectors
 // as f32. Every op enqueues only; download() waits. write_kv / paged_attention keep the KV in device memory of the
 // pool's geometry.
-std::unique_ptr<ops::Backend> make_cuda_ops();
+// decoder_matmuls: linear() runs the fused decoder's matmul (cuda_kernels.h) instead, weights uploaded as that
+// decoder uploads them: MLX 4/8-bit codes tiled for the tensor cores under Fast (exact weights, x rounded to bf16),
+// 16/32-bit weights as stored (f32 math); fast for the few rows of a decode step and batch invariant. The towers keep
+// the dense GEMMs over many rows (the default).
+std::unique_ptr<ops::Backend> make_cuda_ops(bool decoder_matmuls = false);
 
 // Device bytes of the weights a CudaOps backend has uploaded so far (0 for another backend).
 int64_t uploaded_weight_bytes(const ops::Backend& be);

@@ -13,7 +13,7 @@ class CudaOpsModel final : public Model {
  public:
   explicit CudaOpsModel(std::unique_ptr<Model> host) : host_(std::move(host)), family_(host_->ops_model()) {
     if (!family_) throw std::logic_error("CUDA ops model: " + host_->info().family + " has no op-level forward");
-    ops_ = make_cuda_ops();
+    ops_ = make_cuda_ops(/*decoder_matmuls=*/true);
   }
 
   const ModelInfo& info() const override { return host_->info(); }
