@@ -3,7 +3,8 @@
 // strided heads (with and without weight), rotate-half RoPE with a head stride (whole head and Gemma 4's
 // per-half 2-D variant), segment attention with GQA and separate strides; plus Buf ownership, the pointwise
 // ops and the errors bad metadata gets. Strided outputs must leave the gaps between rows untouched. Also runs
-// backend_ops_compare.h (the check a GPU backend must pass against the CPU) between 4 threads and 1.
+// backend_ops_compare.h (the check a GPU backend must pass against the CPU) between 4 threads and 1, and the
+// decoder ops (embed_rows, softcap, write_kv's KV-sharing guard; paged attention is layers/attention's own).
 // Build and run: test/native/cpu-ops.test.ts. Prints "N passed, M failed"; exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
@@ -14,6 +15,8 @@
 #include "backend_ops_compare.h"
 #include "check.h"
 #include "cpu/cpu_ops.h"
+#include "cpu/matmul.h"
+#include "kv/kv_pool.h"
 #include "tensor/dtype.h"
 
 using namespace rapid;
@@ -360,6 +363,37 @@ void test_attention(ops::Backend& be, ops::Backend& one) {
         "attention accepted 6 heads over 4 kv heads");
 }
 
+// The decoder ops: embed_rows (a bf16 table, strided rows, a scale) against embedding_rows times the scale, the
+// row gaps untouched; softcap against its formula; write_kv refusing a layer that reads another's cache.
+void test_decoder(ops::Backend& be) {
+  const int64_t vocab = 50, width = 24, ldy = width + 5;
+  const std::vector<float> f = randn(vocab * width);
+  std::vector<uint16_t> bits(f.size());
+  for (size_t i = 0; i < f.size(); ++i) bits[i] = f32_to_bf16(f[i]);
+  Weight w;
+  w.dtype = DType::BF16, w.out = vocab, w.in = width, w.data = bits.data(), w.name = "embed";
+  const std::vector<int32_t> ids{7, 0, 49, 7};
+  Buf y = be.alloc(int64_t(ids.size()) * ldy);
+  be.embed_rows(w, ids, 2.5f, y.data(), ldy);
+  std::vector<float> rows(ids.size() * size_t(width)), want(ids.size() * size_t(ldy), 0.0f);
+  embedding_rows(w, ids.data(), int64_t(ids.size()), rows.data());
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (int64_t c = 0; c < width; ++c) want[i * size_t(ldy) + size_t(c)] = rows[i * size_t(width) + size_t(c)] * 2.5f;
+  CHECK(down(be, y) == want, "embed_rows differs from embedding_rows * scale or touches the row gaps");
+
+  std::vector<float> hx = randn(300, 40.0f), wc(hx);
+  for (float& x : wc) x = 30.0f * std::tanh(x / 30.0f);
+  Buf x = be.upload(hx.data(), int64_t(hx.size()));
+  be.softcap(x.data(), int64_t(hx.size()), 30.0f);
+  CHECK(down(be, x) == wc, "softcap differs from cap * tanh(x / cap)");
+
+  KvPool kv({{1, 8, -1}, {1, 8, 0}}, 16, size_t(1) << 16);
+  Buf k = be.alloc(8);
+  const std::vector<SeqSpan> none;
+  CHECK(throws_with([&] { be.write_kv(kv, 1, k.data(), k.data(), none); }, "another layer's cache"),
+        "write_kv wrote into a KV-shared layer");
+}
+
 }  // namespace
 
 int main() {
@@ -374,6 +408,7 @@ int main() {
     test_head_norm(be);
     test_rope(be);
     test_attention(be, one);
+    test_decoder(be);
     // The op-by-op comparison a GPU backend runs against the CPU, here between two thread counts: the CPU ops
     // are bitwise independent of the split, so every output must match exactly.
     ops_compare::compare_backends(be, one, {0.0, 0.0}, [](bool ok, const std::string& what, double err) {

@@ -55,11 +55,22 @@ export async function timeDecode(model: NativeModel, o: DecodeLoop): Promise<num
 /** Loads `dir` and measures at concurrency 1 then 8, each after a 2-step warm-up that pages in the weights it touches. */
 export async function measureAtConcurrencies<F>(
   dir: string,
-  load: { threads: number; precision: 'fast' | 'exact' },
+  load: { threads: number; precision: 'fast' | 'exact'; device?: 'cpu' | 'cuda' },
   steps: number,
   measure: (model: NativeModel, concurrency: number, steps: number) => Promise<F>,
 ): Promise<F[]> {
-  const model = loadNative().addon.loadModel(dir, { threads: load.threads, kvCacheBytes: 256 << 20, precision: load.precision });
+  const device = load.device ?? 'cpu';
+  const model = loadNative(load.device ? { device } : {}).addon.loadModel(dir, {
+    threads: load.threads,
+    kvCacheBytes: 256 << 20,
+    precision: load.precision,
+    ...(load.device ? { device } : {}),
+  });
+  const info = model.info();
+  if (load.device && info.device !== device) {
+    model.close();
+    throw new Error(`the model loaded on ${String(info.device)}, not ${device}${info.deviceNote ? ` (${info.deviceNote})` : ''}`);
+  }
   try {
     const figures: F[] = [];
     for (const c of [1, 8]) {

@@ -2,7 +2,9 @@
 // of the gemma-4-e2b text shape (hidden 1536, 35 layers, 8/1 heads of 256 (full layers 512), FFN 6144 and
 // 12288 on the 20 KV-shared layers, PLE 256, vocab 262144) at concurrency 1 and 8. Weights are random:
 // the figures measure the kernels and the byte traffic of the real shapes, not text quality.
-import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import type { NativeModel } from '../native/types.js';
 import { DECODE_BENCH_ARGS, intOption, precisionOption, reportCheckpoint } from './bench-options.js';
@@ -153,17 +155,33 @@ export async function measureDecode(model: NativeModel, concurrency: number, ste
   return { concurrency, steps, tokS: (concurrency * steps * 1000) / ms, msPerStep: ms / steps };
 }
 
+/** tok/s per concurrency of transformers bf16 (sdpa) on the GPU, the same shape with random weights. */
+function torchPeer(python: string, prompt: number, steps: number): Map<number, number> {
+  const script = join(dirname(fileURLToPath(import.meta.url)), '..', '..', 'bench', 'peers', 'torch_gemma4_decode.py');
+  const r = spawnSync(python, [script, '--levels', '1,8', '--prompt', String(prompt), '--gen', String(steps)], { encoding: 'utf8', timeout: 600_000 });
+  if (r.status !== 0) throw new Error(`transformers peer failed (${String(r.status)}): ${(r.stderr ?? '').slice(-400)}`);
+  const out = new Map<number, number>();
+  for (const line of r.stdout.split('\n'))
+    if (line.startsWith('{')) {
+      const row = JSON.parse(line) as { level: number; tokS: number };
+      out.set(row.level, row.tokS);
+    }
+  return out;
+}
+
 const USAGE = `usage: node bench/run.js gemma4 [options]   (after npm run compile)
   --steps N        decode steps per concurrency (default 8)
   --prompt N       prompt tokens per sequence (default 16)
   --threads N      threads (default 2)
   --precision P    fast | exact (default fast)
+  --device D       cpu | cuda (default cpu); with cuda and --torch PY, transformers bf16 of the same shape on the
+                   GPU too (bench/peers/torch_gemma4_decode.py), and the ratio
   --dir DIR        checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)`;
 
 export async function main(argv: string[]): Promise<number> {
   const { values } = parseArgs({
     args: argv,
-    options: DECODE_BENCH_ARGS,
+    options: { ...DECODE_BENCH_ARGS, device: { type: 'string' }, torch: { type: 'string' } },
     strict: true,
   });
   if (values.help) {
@@ -177,11 +195,18 @@ export async function main(argv: string[]): Promise<number> {
   const t0 = performance.now();
   const ck = ensureGemma4Checkpoint(values.dir ?? defaultBenchDir(), shape);
   reportCheckpoint(ck, t0);
-  const figures = await measureAtConcurrencies(ck.dir, { threads: intOption(values.threads, 'threads', 2), precision }, steps, (model, c, n) =>
+  if (values.device !== undefined && values.device !== 'cpu' && values.device !== 'cuda')
+    throw new Error(`--device must be cpu or cuda, got ${values.device}`);
+  const device = values.device ?? 'cpu';
+  const figures = await measureAtConcurrencies(ck.dir, { threads: intOption(values.threads, 'threads', 2), precision, device }, steps, (model, c, n) =>
     measureDecode(model, c, n, prompt),
   );
-  process.stdout.write(`gemma-4-e2b text shape, random ${BITS}-bit g${GROUP} weights, ${precision}, ${prompt}-token prompts, ${steps} decode steps\n`);
-  for (const f of figures)
-    process.stdout.write(`  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(0)} ms/step)\n`);
+  process.stdout.write(`gemma-4-e2b text shape on ${device}, random ${BITS}-bit g${GROUP} weights, ${precision}, ${prompt}-token prompts, ${steps} decode steps\n`);
+  const peer = device === 'cuda' && values.torch ? torchPeer(values.torch, prompt, steps) : new Map<number, number>();
+  for (const f of figures) {
+    const t = peer.get(f.concurrency);
+    const vs = t ? `; transformers bf16 ${t.toFixed(2)} tok/s, ratio ${(f.tokS / t).toFixed(2)}x` : '';
+    process.stdout.write(`  concurrency ${f.concurrency}: ${f.tokS.toFixed(2)} tok/s (${f.msPerStep.toFixed(1)} ms/step)${vs}\n`);
+  }
   return 0;
 }

@@ -13,12 +13,16 @@
 // - Unless said otherwise an output may not alias an input. Errors throw std::runtime_error.
 #pragma once
 #include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 #include "cpu/matmul.h"        // Precision
+#include "kv/kv_pool.h"         // KvPool
+#include "layers/attention.h"   // SeqSpan, AttnShape
 #include "layers/layer_norm.h"  // LayerNormW
 #include "layers/linear.h"      // Linear
+#include "layers/moe.h"         // MoeRouter, MoeExperts, MoeStats
 #include "layers/norm.h"        // NormWeight
 #include "tensor/weight.h"      // Weight
 
@@ -140,6 +144,31 @@ class Backend {
   virtual void rope(float* x, int64_t ld, int64_t n, int heads, int64_t head_stride, int half, const float* cos,
                     const float* sin) = 0;
 
+  // ---- decoders -------------------------------------------------------------------------------
+  // y row i [table.in] = row ids[i] of `table` (any load_embedding format, dequantized as embedding_rows does)
+  // * scale, for i < ids.size(); y row i at y + i*ldy. ids: host, each in [0, table.out).
+  virtual void embed_rows(const Weight& table, const std::vector<int32_t>& ids, float scale, float* y,
+                          int64_t ldy) = 0;
+  // x[i] = cap * tanh(x[i] / cap) for i < n (final logit softcapping).
+  virtual void softcap(float* x, int64_t n, float cap) = 0;
+  // k, v [T, n_kv_heads, head_dim] contiguous (the layer's KV shape) -> the pool slots of `layer` of every span
+  // (token sp.start + i at position sp.context_len + i), stored in the pool's KvDtype. The backend keeps the
+  // cache: the CPU in the pool itself, another backend in its own memory of the pool's geometry and bytes.
+  // `layer` must own its cache (KvLayerSpec::cache_of < 0).
+  virtual void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) = 0;
+  // q [T, n_heads, head_dim] -> out [T, n_heads, head_dim], both contiguous: causal attention of each span's new
+  // tokens over its cached keys (written by write_kv, this step's included), softmax(q·kᵀ * s.scale) · v, with
+  // s.window (keys k > q - W), GQA, and the span's bidirectional blocks. A layer with cache_of reads that layer's
+  // cache. Spans: host metadata, as in layers/attention.h. f32 arithmetic under both precisions.
+  virtual void paged_attention(KvPool& kv, int layer, const float* q, float* out, const std::vector<SeqSpan>& spans,
+                               const AttnShape& s) = 0;
+  // A mixture-of-experts block (Gemma 4 26B-A4B): route route_x [T, hidden] with `router` (top_k), run
+  // expert_x [T, hidden] through the chosen `experts`, out [T, hidden] = the weighted sum. Optional: a backend
+  // without it throws std::runtime_error (moe_supported() is false).
+  virtual bool moe_supported() const { return false; }
+  virtual void moe(const MoeRouter& router, const MoeExperts& experts, const float* route_x, const float* expert_x,
+                   float* out, int64_t T, int top_k, Precision p, MoeStats* stats);
+
   // ---- attention ------------------------------------------------------------------------------
   // Bidirectional attention within segments: query t in [cu[s], cu[s+1]) attends to every key of that
   // segment. q row t, head h at q + t*ldq + h*head_dim; k and v rows at k/v + t*ldkv + g*head_dim for kv head
@@ -155,6 +184,11 @@ class Backend {
   virtual void release(float* p) noexcept = 0;
   friend class Buf;
 };
+
+inline void Backend::moe(const MoeRouter&, const MoeExperts&, const float*, const float*, float*, int64_t, int,
+                         Precision, MoeStats*) {
+  throw std::runtime_error(name() + " backend: mixture-of-experts blocks are not implemented");
+}
 
 inline void Buf::reset() noexcept {
   if (p_ && be_) be_->release(p_);

@@ -280,6 +280,42 @@ void CpuBackend::rope(float* x, int64_t ld, int64_t n, int heads, int64_t head_s
   else body(0, n);
 }
 
+// ---- decoders -----------------------------------------------------------------------------------
+
+void CpuBackend::embed_rows(const Weight& table, const std::vector<int32_t>& ids, float scale, float* y, int64_t ldy) {
+  const int64_t n = int64_t(ids.size()), width = table.in;
+  for (int64_t i = 0; i < n; ++i) embedding_rows(table, ids.data() + i, 1, y + i * ldy);
+  if (scale == 1.0f) return;
+  for_rows(pool_, n, width, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      for (int64_t c = 0; c < width; ++c) y[r * ldy + c] *= scale;
+  });
+}
+
+void CpuBackend::softcap(float* x, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
+void CpuBackend::write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) {
+  if (kv.layer(layer).cache_of >= 0)
+    throw std::invalid_argument("write_kv: layer " + std::to_string(layer) + " reads another layer's cache");
+  rapid::write_kv(kv, layer, k, v, spans);
+}
+
+void CpuBackend::paged_attention(KvPool& kv, int layer, const float* q, float* out, const std::vector<SeqSpan>& spans,
+                                 const AttnShape& s) {
+  rapid::paged_attention(pool_, kv, layer, q, out, spans, s);
+}
+
+void CpuBackend::moe(const MoeRouter& router, const MoeExperts& experts, const float* route_x, const float* expert_x,
+                     float* out, int64_t T, int top_k, Precision p, MoeStats* stats) {
+  if (!moe_scratch_) moe_scratch_ = std::make_unique<MoeScratch>();
+  std::vector<int32_t> idx(size_t(T * top_k));  // [T, top_k]
+  std::vector<float> wts(size_t(T * top_k));    // [T, top_k]
+  moe_route(pool_, router, route_x, T, p, idx.data(), wts.data());
+  moe_experts_forward(pool_, experts, expert_x, T, idx.data(), wts.data(), top_k, out, p, *moe_scratch_, stats);
+}
+
 // ---- attention ----------------------------------------------------------------------------------
 
 void CpuBackend::attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv, float* out,

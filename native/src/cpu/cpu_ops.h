@@ -1,9 +1,11 @@
 // The CPU implementation of the op-level backend interface (backend/ops.h): the reference every other
 // backend is tested against. Buffers are host memory; every op runs to completion on the caller's pool.
 #pragma once
+#include <memory>
 #include <string>
 #include "backend/ops.h"
 #include "cpu/threadpool.h"
+#include "layers/moe.h"
 
 namespace rapid::ops {
 
@@ -42,6 +44,15 @@ class CpuBackend final : public Backend {
   void rope(float* x, int64_t ld, int64_t n, int heads, int64_t head_stride, int half, const float* cos,
             const float* sin) override;
 
+  void embed_rows(const Weight& table, const std::vector<int32_t>& ids, float scale, float* y, int64_t ldy) override;
+  void softcap(float* x, int64_t n, float cap) override;
+  void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) override;
+  void paged_attention(KvPool& kv, int layer, const float* q, float* out, const std::vector<SeqSpan>& spans,
+                       const AttnShape& s) override;
+  bool moe_supported() const override { return true; }
+  void moe(const MoeRouter& router, const MoeExperts& experts, const float* route_x, const float* expert_x, float* out,
+           int64_t T, int top_k, Precision p, MoeStats* stats) override;
+
   void attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo,
                  int heads, int kv_heads, int head_dim, float scale, const std::vector<int64_t>& cu,
                  Precision p) override;
@@ -51,6 +62,7 @@ class CpuBackend final : public Backend {
 
  private:
   ThreadPool& pool_;
+  std::unique_ptr<MoeScratch> moe_scratch_;  // made on the first moe() call
 };
 
 }  // namespace rapid::ops

@@ -576,7 +576,7 @@ bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 =
 
 // One block per token: k/v [n, n_kv, hd] f32 into slot[t] of the pools, converted as kv::store_slot converts. int8: a
 // warp per (head, K or V) row, which it quantizes whole.
-template <class KV>
+template <class KV, int PerLane = kKvRowPerLane>
 __global__ void kv_write_kernel(const float* __restrict__ k, const float* __restrict__ v, const int32_t* slot,
                                 const KvCache kv, int n_kv, int hd) {
   pdl_wait();
@@ -594,7 +594,7 @@ __global__ void kv_write_kernel(const float* __restrict__ k, const float* __rest
       const float* x = (r & 1 ? vs : ks) + int64_t(h) * hd;
       int8_t* codes = static_cast<int8_t*>(r & 1 ? kv.v : kv.k) + sl * width + int64_t(h) * hd;
       uint16_t* scale = (r & 1 ? kv.vs : kv.ks) + sl * n_kv + h;
-      kv_store_i8_row([&](int d) { return x[d]; }, hd, codes, scale, lane);
+      kv_store_i8_row<PerLane>([&](int d) { return x[d]; }, hd, codes, scale, lane);
     }
   } else {
     for (int64_t i = threadIdx.x; i < width; i += blockDim.x) {
@@ -745,8 +745,9 @@ void paged_attention_release(cudaStream_t s) { g_scratch.release(s); }
 void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, const KvCache& kv, int n_kv_heads,
               int head_dim, cudaStream_t s) {
   if (n <= 0) return;
-  if (kv.dtype == KvDtype::I8 && head_dim > 32 * kKvRowPerLane)
-    throw std::runtime_error("kv_write: an int8 KV cache takes head_dim up to " + std::to_string(32 * kKvRowPerLane));
+  // int8 rows wider than 256 (Gemma 4's full layers, read by wide_attention) take twice the values per lane.
+  if (kv.dtype == KvDtype::I8 && head_dim > 64 * kKvRowPerLane)
+    throw std::runtime_error("kv_write: an int8 KV cache takes head_dim up to " + std::to_string(64 * kKvRowPerLane));
   auto go = [&](auto kernel) {
     launch(kernel, dim3(unsigned(n)), dim3(128), 0, s, "kv_write launch", k, v, slot, kv, n_kv_heads, head_dim);
   };
@@ -754,7 +755,8 @@ void kv_write(const float* k, const float* v, int64_t n, const int32_t* slot, co
     case KvDtype::F32: return go(kv_write_kernel<KvF32>);
     case KvDtype::F16: return go(kv_write_kernel<KvF16>);
     case KvDtype::BF16: return go(kv_write_kernel<KvBF16>);
-    case KvDtype::I8: return go(kv_write_kernel<KvI8>);
+    case KvDtype::I8:
+      return head_dim > 32 * kKvRowPerLane ? go(kv_write_kernel<KvI8, 2 * kKvRowPerLane>) : go(kv_write_kernel<KvI8>);
   }
 }
 

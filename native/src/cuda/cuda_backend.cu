@@ -5,7 +5,9 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/moe.h"
+#include "cuda/wide_attention.h"
 #include "models/decoder.h"
+#include "models/ops_model.h"
 #include "quant/mlx_quant.h"
 
 namespace rapid::cuda {
@@ -76,8 +78,20 @@ static std::string weight_problem(const Weight& w, const std::string& what) {
   return "";
 }
 
+// A family over the op backend (cuda/cuda_ops_model): every weight format and layer kind runs on the CUDA ops except
+// MoE blocks, and attention takes heads up to wide_attention's width.
+static std::string ops_model_problem(const Model& host, const OpsModel& om) {
+  if (om.uses_moe()) return "mixture-of-experts layers of " + host.info().family + " run on the CPU only for now";
+  for (const KvLayerSpec& k : host.kv_layers())
+    if (k.head_dim % 4 != 0 || k.head_dim > kWideAttnMaxHeadDim)
+      return "head_dim " + std::to_string(k.head_dim) + " is not supported on CUDA (a multiple of 4, <= " +
+             std::to_string(kWideAttnMaxHeadDim) + ")";
+  return "";
+}
+
 std::string unsupported_reason(const Model& host) {
   const ModelInfo& info = host.info();
+  if (const OpsModel* om = host.ops_model()) return ops_model_problem(host, *om);
   const DecoderParts* parts = host.decoder_parts();
   if (!parts) return info.family + " (" + info.architecture + ") has no CUDA implementation yet; it runs on the CPU";
   const DecoderConfig& d = *parts->cfg;

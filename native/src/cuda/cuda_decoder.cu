@@ -27,6 +27,7 @@
 #include "cuda/cuda_backend.h"
 #include "cuda/cuda_kernels.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/cuda_ops_model.h"
 #include "cuda/launch.cuh"
 #include "cuda/matmul_mma.h"
 #include "cuda/moe.h"
@@ -408,25 +409,8 @@ class CudaDecoder final : public Model, public DeviceLogits {
   // A device copy of w of its own (no sharing with an earlier upload).
   DevWeight upload_copy(const Weight& w, bool tileable) {
     // The format check needs non-null scale pointers only: the host ones stand in until the upload.
-    DevWeight d = device_view(w, nullptr, w.scales, w.biases);
-    d.tiled = tileable && precision_ == Precision::Fast && mma_format_supported(d);
-    if (d.tiled) {
-      const size_t words = tiled_words(w.out, w.in, w.bits);
-      const auto t = std::make_unique_for_overwrite<uint32_t[]>(words);  // every word is written: no zero fill first
-      tile_codes(static_cast<const uint32_t*>(w.data), w.out, w.in, w.bits, w.group, t.get());
-      d.data = upload(t.get(), words * sizeof(uint32_t));
-      const int esz = int(dtype_size(w.dtype));
-      const size_t bytes = tiled_scale_bytes(w.out, w.in / w.group, esz);
-      const auto q = std::make_unique_for_overwrite<uint8_t[]>(bytes);
-      tile_scales(w.scales, w.biases, w.out, w.in / w.group, esz, q.get());
-      d.scales = d.biases = upload(q.get(), bytes);
-    } else {
-      d.data = upload(w.data, weight_data_bytes(w));
-      const size_t sb = weight_scale_bytes(w);
-      d.scales = sb ? upload(w.scales, sb) : nullptr;
-      d.biases = sb ? upload(w.biases, sb) : nullptr;
-    }
-    return d;
+    const bool tiled = tileable && precision_ == Precision::Fast && mma_format_supported(device_view(w, nullptr, w.scales, w.biases));
+    return upload_for_matmul(w, tiled, [this](const void* p, size_t n) { return upload(p, n); });
   }
   DevWeight upload_permuted(const Weight& w, const std::vector<int64_t>& perm) {
     if (int64_t(perm.size()) != w.out) throw std::logic_error("upload_permuted: one index per row");
@@ -1066,6 +1050,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
 std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision) {
   const std::string why = unsupported_reason(*host);
   if (!why.empty()) throw std::runtime_error("CUDA backend: " + why);
+  if (host->ops_model()) return make_cuda_ops_model(std::move(host));  // families written over ops (Gemma 4)
   return std::make_unique<CudaDecoder>(std::move(host), geometry, precision);
 }
 

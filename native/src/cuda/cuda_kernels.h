@@ -6,6 +6,7 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <functional>
 #include <vector>
 #include "kv/kv_dtype.h"
 #include "sampling/sampler.h"
@@ -72,6 +73,11 @@ struct RopeOut {
   KvDtype kv = KvDtype::F32;
 };
 
+
+// w's device form for matmul, as the decoders upload it: with `tiled` (Fast and mma_format_supported) the codes and
+// scales/biases in tile_codes / tile_scales order (cuda/tiled_codes.h), else the stored bytes. copy(host, bytes)
+// returns a device copy of those bytes (the caller owns and frees it).
+DevWeight upload_for_matmul(const Weight& w, bool tiled, const std::function<void*(const void*, size_t)>& copy);
 
 // The arithmetic of a matmul. Exact: f32 FMA throughout (matches the CPU's Exact to ~1e-6). Fast: MLX affine
 // 4/8-bit weights run on tensor cores with x rounded to bf16 (weights exact, f32 accumulation; the CPU's Fast

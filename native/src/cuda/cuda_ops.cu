@@ -4,6 +4,7 @@
 #include "cuda/cuda_ops.h"
 #include <cuda_runtime.h>
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -13,8 +14,11 @@
 #include <vector>
 #include "cuda/cuda_kernels.h"
 #include "cuda/dense_gemm.h"
+#include "cuda/matmul_mma.h"
+#include "cuda/paged_ops.h"
 #include "cuda/segment_attention.h"
 #include "cuda/tower_rows.h"
+#include "cpu/matmul.h"  // embedding_rows
 #include "quant/mlx_quant.h"
 #include "tensor/dtype.h"  // f32_to_bf16: the rounding __float2bfloat16_rn does on the device
 
@@ -36,12 +40,26 @@ void host_parallel_rows(int64_t rows, F&& body) {
 
 class CudaOps final : public ops::Backend {
  public:
-  CudaOps() {
+  explicit CudaOps(bool decoder_matmuls) : decoder_matmuls_(decoder_matmuls) {
     check(cudaGetDevice(&device_), "cudaGetDevice");
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate (tower ops)");
   }
   ~CudaOps() override {
     cudaStreamSynchronize(stream_);
+    if (kv_) {
+      // paged_attention's split-K scratch belongs to this stream: freed before the stream goes.
+      try {
+        paged_attention_release(stream_);
+      } catch (const std::exception&) {  // a destructor reports nothing; the device is going away with the model
+      }
+    }
+    kv_.reset();
+    if (decoder_matmuls_) {
+      try {
+        matmul_release(stream_);
+      } catch (const std::exception&) {  // as above
+      }
+    }
     for (void* p : weights_) cudaFree(p);
     cudaStreamDestroy(stream_);
   }
@@ -73,6 +91,19 @@ class CudaOps final : public ops::Backend {
   // ---- matmuls --------------------------------------------------------------------------------
   void linear(const Linear& l, const float* x, int64_t ldx, float* y, int64_t ldy, int64_t n, Precision p) override {
     const bool fast = p == Precision::Fast;
+    // The fused matmul reads x and writes y as float4 rows; other strides (not a decoder's) take the dense GEMMs.
+    const auto rows4 = [](const float* p, int64_t ld) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && ld % 4 == 0; };
+    if (decoder_matmuls_ && n > 0 && rows4(x, ldx) && rows4(y, ldy)) {
+      if (const DevWeight* w = dev_weight(l, fast)) {
+        MatmulJob job;
+        job.w = *w;
+        job.bias = l.bias.empty() ? nullptr : dev_vec(l.bias);
+        job.y = y;
+        job.ldy = ldy;
+        cuda::matmul(x, ldx, n, &job, 1, stream_, fast ? MathMode::Fast : MathMode::Exact);
+        return;
+      }
+    }
     const DevLinear& d = dev_linear(l, fast);
     if (fast) gemm_bf16(x, ldx, static_cast<const uint16_t*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
     else gemm_f32(x, ldx, static_cast<const float*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
@@ -145,6 +176,32 @@ class CudaOps final : public ops::Backend {
             const float* sin) override {
     tower::rope(x, ld, n, heads, head_stride, half, cos, sin, stream_);
   }
+
+  // ---- decoders -------------------------------------------------------------------------------
+  // Rows are gathered and dequantized on the host (the CPU's embedding_rows) and uploaded: a step reads a few rows,
+  // and the tables (Gemma 4's per-layer one is 262144 x 8960) stay off the device.
+  void embed_rows(const Weight& table, const std::vector<int32_t>& ids, float scale, float* y, int64_t ldy) override {
+    const int64_t n = int64_t(ids.size()), width = table.in;
+    if (n == 0) return;
+    std::vector<float> h(size_t(n * width));  // [n, width]
+    embedding_rows(table, ids.data(), n, h.data());
+    if (scale != 1.0f)
+      for (float& x : h) x *= scale;
+    check(cudaMemcpy2DAsync(y, size_t(ldy) * sizeof(float), h.data(), size_t(width) * sizeof(float),
+                            size_t(width) * sizeof(float), size_t(n), cudaMemcpyHostToDevice, stream_),
+          "embed_rows upload");
+  }
+  void softcap(float* x, int64_t n, float cap) override {
+    if (n > 0) cuda::softcap(x, n, cap, stream_);
+  }
+  void write_kv(KvPool& kv, int layer, const float* k, const float* v, const std::vector<SeqSpan>& spans) override {
+    device_kv(kv).write(layer, k, v, spans, stream_);
+  }
+  void paged_attention(KvPool& kv, int layer, const float* q, float* out, const std::vector<SeqSpan>& spans,
+                       const AttnShape& s) override {
+    device_kv(kv).attend(layer, q, out, spans, s, stream_);
+  }
+  int64_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
 
   // ---- attention ------------------------------------------------------------------------------
   void attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo,
@@ -249,6 +306,29 @@ class CudaOps final : public ops::Backend {
     return cache.emplace(key, d).first->second;
   }
 
+  // The fused decoder's form of a weight (upload_for_matmul): tiled 4/8-bit codes and scales where the tensor-core
+  // path takes them (Fast), else the stored bytes. Null when the matmul cannot read this weight (the caller falls back
+  // to the dense GEMMs).
+  const DevWeight* dev_weight(const Linear& l, bool fast) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& cache = fast ? mm_fast_ : mm_exact_;
+    const Key key{&l, l.w.data};
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second.kind == WeightKind::Dense && !it->second.data ? nullptr : &it->second;
+    const Weight& w = l.w;
+    DevWeight d = device_view(w, nullptr, w.scales, w.biases);
+    const bool float_type = w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16;
+    const bool readable = float_type && (w.kind == WeightKind::Dense ? w.in % 8 == 0
+                                                                      : (w.bits == 4 || w.bits == 8) &&
+                                                                            (w.group == 32 || w.group == 64 || w.group == 128));
+    if (!readable) {
+      cache.emplace(key, DevWeight{});  // remembered as unreadable: dense GEMMs from now on
+      return nullptr;
+    }
+    d = upload_for_matmul(w, fast && mma_format_supported(d), [this](const void* p, size_t n) { return device_copy(p, n); });
+    return &cache.emplace(key, d).first->second;
+  }
+
   const float* dev_table(const Weight& t) {
     std::lock_guard<std::mutex> lk(mu_);
     const Key key{&t, t.data};
@@ -263,22 +343,42 @@ class CudaOps final : public ops::Backend {
     return d;
   }
 
+  // The device KV of the pool the model forwards over: made on first use, remade if another geometry comes.
+  DeviceKv& device_kv(const KvPool& g) {
+    if (!kv_ || kv_pool_ != &g || !kv_->mirrors(g)) {
+      check(cudaStreamSynchronize(stream_), "sync before a KV cache change");
+      kv_.reset();
+      kv_ = std::make_unique<DeviceKv>(g);
+      kv_pool_ = &g;
+    }
+    return *kv_;
+  }
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  std::unique_ptr<DeviceKv> kv_;
+  const KvPool* kv_pool_ = nullptr;
   // Cache key: the host struct's address and its data pointer (a struct whose storage moved is uploaded again).
   using Key = std::pair<const void*, const void*>;
   mutable std::mutex mu_;  // the weight caches (ops may be called from more than one thread)
   std::map<Key, DevLinear> fast_, exact_;
+  std::map<Key, DevWeight> mm_fast_, mm_exact_;  // decoder_matmuls: the fused matmul's uploads
+  const bool decoder_matmuls_;
   std::map<Key, const float*> vecs_, tables_;
   std::vector<void*> weights_;  // every weight allocation, freed with the backend
   int64_t weight_bytes_ = 0;
 };
 
-std::unique_ptr<ops::Backend> make_cuda_ops() { return std::make_unique<CudaOps>(); }
+std::unique_ptr<ops::Backend> make_cuda_ops(bool decoder_matmuls) { return std::make_unique<CudaOps>(decoder_matmuls); }
 
 int64_t uploaded_weight_bytes(const ops::Backend& be) {
   const auto* c = dynamic_cast<const CudaOps*>(&be);
   return c ? c->weight_bytes() : 0;
+}
+
+int64_t device_kv_bytes(const ops::Backend& be) {
+  const auto* c = dynamic_cast<const CudaOps*>(&be);
+  return c ? c->kv_bytes() : 0;
 }
 
 }  // namespace rapid::cuda

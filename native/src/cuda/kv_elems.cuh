@@ -70,18 +70,19 @@ __device__ __forceinline__ float kv_scale_of(uint32_t word, int shift) {
   return f16_bits_to_float(uint16_t(word >> shift));
 }
 
-// Most values of a head row one lane holds in kv_store_i8_row (head_dim <= 256, as attention allows).
+// Most values of a head row one lane holds in kv_store_i8_row (head_dim <= 256, as attention allows); wide_attention's
+// rows (head_dim <= 512) are stored with PerLane = 2 * kKvRowPerLane.
 constexpr int kKvRowPerLane = 8;
 
 // One (token, KV head) row of `hd` values into int8 codes [hd] and its f16 scale, by one warp (every lane calls):
 // value(d) gives element d. store_slot's rule: scale = f16(min(absmax / 127, 65504)), codes round(x / scale) from
 // the rounded scale, clamped to [-127, 127] (max is exact, so the reduction order does not matter).
-template <class F>
+template <int PerLane = kKvRowPerLane, class F>
 __device__ __forceinline__ void kv_store_i8_row(F value, int hd, int8_t* codes, uint16_t* scale, int lane) {
-  float x[kKvRowPerLane];
+  float x[PerLane];
   float amax = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kKvRowPerLane; ++i) {
+  for (int i = 0; i < PerLane; ++i) {
     const int d = lane + 32 * i;
     x[i] = d < hd ? value(d) : 0.0f;
     amax = fmaxf(amax, fabsf(x[i]));
@@ -92,7 +93,7 @@ __device__ __forceinline__ void kv_store_i8_row(F value, int hd, int8_t* codes, 
   const float inv = s > 0.0f ? __fdiv_rn(1.0f, s) : 0.0f;
   if (lane == 0) *scale = s16;
 #pragma unroll
-  for (int i = 0; i < kKvRowPerLane; ++i) {
+  for (int i = 0; i < PerLane; ++i) {
     const int d = lane + 32 * i;
     if (d < hd) codes[d] = int8_t(fminf(fmaxf(rintf(__fmul_rn(x[i], inv)), -127.0f), 127.0f));
   }

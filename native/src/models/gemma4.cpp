@@ -5,12 +5,16 @@
 // num_kv_shared_layers layers own no cache and read the last non-shared layer of their type), the
 // double-wide MLP on shared layers, per-layer embeddings (PLE), layer_scalar, the MoE block beside the
 // dense MLP (26B-A4B), final logit softcapping, and image blocks attending both ways on sliding layers only.
+// The forward is written once over ops::Backend: the CPU backend here, the CUDA one in cuda/cuda_ops_model.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
+#include "backend/ops.h"
+#include "cpu/cpu_ops.h"
 #include "models/decoder.h"
 #include "models/families.h"
+#include "models/ops_model.h"
 
 namespace rapid {
 
@@ -206,7 +210,7 @@ struct G4Layer {
   float layer_scalar = 1.0f;
 };
 
-class Gemma4Model final : public Model {
+class Gemma4Model final : public Model, public OpsModel {
  public:
   Gemma4Model(std::shared_ptr<const Checkpoint> ckpt, const QuantConfig& qc, G4Config cfg, const std::string& m,
               ModelInfo info, std::unique_ptr<VisionEncoder> vision)
@@ -219,6 +223,7 @@ class Gemma4Model final : public Model {
       throw std::runtime_error("module " + m + ".embed_tokens has shape [" + std::to_string(embed_.out) + ", " +
                                std::to_string(embed_.in) + "], expected [" + std::to_string(g.vocab) + ", " +
                                std::to_string(H) + "]");
+    head_.w = embed_;
     final_norm_ = load_norm(c, m + ".norm", H, g.eps, false);
     if (g.ple > 0) {
       const int64_t LP = int64_t(g.n_layers) * g.ple;
@@ -294,127 +299,169 @@ class Gemma4Model final : public Model {
     return out;
   }
 
+  OpsModel* ops_model() override { return this; }
+  const OpsModel* ops_model() const override { return this; }
+  bool uses_moe() const override { return g_.moe; }
+
   void forward(const Batch& b, KvPool& kv, ThreadPool& pool, Precision prec, float* logits) override {
+    ops::CpuBackend cpu(pool);
+    forward_ops(cpu, b, kv, prec, logits);
+  }
+
+  void forward_ops(ops::Backend& be, const Batch& b, KvPool& kv, Precision prec, float* logits) override {
     const G4Config& g = g_;
     const int64_t T = int64_t(b.tokens.size());
     const int64_t H = g.hidden;
+    if (T == 0) return;
     int max_hd = 0, max_kv = 0;
+    int64_t max_ffn = 0;
     for (int i = 0; i < g.n_layers; ++i) {
       max_hd = std::max(max_hd, g.head_dim[size_t(i)]);
       max_kv = std::max(max_kv, g.kv_heads[size_t(i)]);
+      max_ffn = std::max(max_ffn, g.ffn_of[size_t(i)]);
     }
     const int64_t qd_max = int64_t(g.n_heads) * max_hd, kd_max = int64_t(max_kv) * max_hd;
-    std::vector<float> h(size_t(T * H));        // [T, hidden] residual stream
-    std::vector<float> xn(size_t(T * H));       // [T, hidden] normed input of a sub-block
-    std::vector<float> q(size_t(T * qd_max));   // [T, n_heads, hd]
-    std::vector<float> k(size_t(T * kd_max));   // [T, n_kv, hd]
-    std::vector<float> v(size_t(T * kd_max));   // [T, n_kv, hd]
-    std::vector<float> att(size_t(T * qd_max)); // [T, n_heads, hd]
-    std::vector<float> o(size_t(T * H));        // [T, hidden] sub-block output
-    std::vector<float> scratch;
+    ops::Buf h = be.alloc(T * H);         // [T, hidden] residual stream
+    ops::Buf xn = be.alloc(T * H);        // [T, hidden] normed input of a sub-block
+    ops::Buf q = be.alloc(T * qd_max);    // [T, n_heads, hd]
+    ops::Buf k = be.alloc(T * kd_max);    // [T, n_kv, hd]
+    ops::Buf v = be.alloc(T * kd_max);    // [T, n_kv, hd]
+    ops::Buf att = be.alloc(T * qd_max);  // [T, n_heads, hd]
+    ops::Buf o = be.alloc(T * H);         // [T, hidden] sub-block output
+    ops::Buf gate = be.alloc(T * max_ffn), up = be.alloc(T * max_ffn);  // [T, ffn] each
     moe_stats_ = MoeStats{};
+    std::vector<int32_t> rows(static_cast<size_t>(T));  // [T] 0..T-1: row copies
+    for (int64_t t = 0; t < T; ++t) rows[size_t(t)] = int32_t(t);
 
     // Embeddings × sqrt(H); image features replace their placeholders and are not scaled. Multimodal
     // positions look up the pad id (transformers replaces them before embedding).
     std::vector<int32_t> ids(b.tokens);  // [T]
     for (const TokenEmbed& e : b.embeds) ids[size_t(e.token)] = g.pad_id;
-    embedding_rows(embed_, ids.data(), T, h.data());
-    for (float& x : h) x *= g.embed_scale;
-    for (const TokenEmbed& e : b.embeds) std::memcpy(h.data() + e.token * H, e.data, size_t(H) * sizeof(float));
+    be.embed_rows(embed_, ids, g.embed_scale, h.data(), H);
+    if (!b.embeds.empty()) {
+      std::vector<float> feats(b.embeds.size() * size_t(H));  // [n_embeds, hidden]
+      std::vector<int32_t> at(b.embeds.size());
+      for (size_t i = 0; i < b.embeds.size(); ++i) {
+        std::memcpy(feats.data() + i * size_t(H), b.embeds[i].data, size_t(H) * sizeof(float));
+        at[i] = int32_t(b.embeds[i].token);
+      }
+      const ops::Buf f = be.upload(feats.data(), int64_t(feats.size()));
+      be.scatter_rows(f.data(), H, h.data(), H, H, at);
+    }
 
-    // PLE: ple[t, l, :] = (norm(proj(E_merged) · H^-0.5) + embed_per_layer(id) · sqrt(P)) · 2^-0.5.
+    // PLE: ple[l, t, :] = (norm(proj(E_merged) · H^-0.5) + embed_per_layer(id) · sqrt(P)) · 2^-0.5.
     const int64_t P = g.ple, LP = int64_t(g.n_layers) * P;
-    std::vector<float> ple;  // [T, n_layers, P]
+    ops::Buf ple, pg;  // [n_layers, T, P] (layer-major: each layer's rows contiguous); [T, P] PLE gate
     if (P > 0) {
-      std::vector<float> tok(size_t(T * LP));  // [T, n_layers * P]
-      embedding_rows(ple_embed_, ids.data(), T, tok.data());
-      ple.resize(size_t(T * LP));
-      linear(pool, ple_model_proj_, h.data(), ple.data(), T, prec);
-      const float ps = 1.0f / std::sqrt(float(H));
-      for (float& x : ple) x *= ps;
-      rms_norm_rows(pool, ple.data(), ple.data(), T * g.n_layers, ple_proj_norm_);
-      const float is = 1.0f / std::sqrt(2.0f);
-      for (int64_t i = 0; i < T * LP; ++i) ple[size_t(i)] = (ple[size_t(i)] + tok[size_t(i)] * g.ple_embed_scale) * is;
+      const ops::Buf tok = be.alloc(T * LP);  // [T, n_layers * P]
+      be.embed_rows(ple_embed_, ids, g.ple_embed_scale, tok.data(), LP);
+      ple = be.alloc(T * LP);
+      be.linear(ple_model_proj_, h.data(), ple.data(), T, prec);
+      be.scale_shift(ple.data(), T * LP, 0.0f, 1.0f / std::sqrt(float(H)));
+      be.rms_norm(ple.data(), ple.data(), T * g.n_layers, ple_proj_norm_);
+      be.add(ple.data(), tok.data(), T * LP);
+      be.scale_shift(ple.data(), T * LP, 0.0f, 1.0f / std::sqrt(2.0f));
+      // One gather to layer-major order, not one per layer: a device backend uploads each index list.
+      std::vector<int32_t> by_layer(static_cast<size_t>(T * g.n_layers));  // [n_layers, T] rows of [T * n_layers, P]
+      for (int l = 0; l < g.n_layers; ++l)
+        for (int64_t t = 0; t < T; ++t) by_layer[size_t(l * T + t)] = int32_t(t * g.n_layers + l);
+      ops::Buf lt = be.alloc(T * LP);
+      be.gather_rows(ple.data(), P, lt.data(), P, P, by_layer);
+      ple = std::move(lt);
+      pg = be.alloc(T * P);
     }
 
     const RopeTable rope_s = rope_table(g.rope_sliding, b.positions.data(), T);
     const RopeTable rope_f = rope_table(g.rope_full, b.positions.data(), T);
+    const ops::Buf cos_s = be.upload(rope_s.cos.data(), T * rope_s.half), sin_s = be.upload(rope_s.sin.data(), T * rope_s.half);
+    const ops::Buf cos_f = be.upload(rope_f.cos.data(), T * rope_f.half), sin_f = be.upload(rope_f.sin.data(), T * rope_f.half);
     // Image blocks attend both ways on sliding layers only (transformers 5.18); full layers stay causal.
     std::vector<SeqSpan> causal_spans(b.spans);
     for (SeqSpan& s : causal_spans) { s.bidir = nullptr; s.n_bidir = 0; }
     const std::vector<SeqSpan>& sliding_spans = g.bidir_vision ? b.spans : causal_spans;
-
-    std::vector<float> m1, e_in, e_out;  // MoE: [T, hidden] each
-    std::vector<int32_t> idx;            // [T, top_k]
-    std::vector<float> wts;              // [T, top_k]
-    std::vector<float> pg(size_t(T * std::max<int64_t>(P, 1)));  // [T, P] PLE gate
+    ops::Buf m1, e_in, e_out;  // MoE: [T, hidden] each
+    if (g.moe) m1 = be.alloc(T * H), e_in = be.alloc(T * H), e_out = be.alloc(T * H);
+    const ops::VAct act = g.act == Activation::Silu ? ops::VAct::Silu : ops::VAct::GeluTanh;
 
     for (int l = 0; l < g.n_layers; ++l) {
       const G4Layer& L = layers_[size_t(l)];
       const int hd = g.head_dim[size_t(l)], nkv = g.kv_heads[size_t(l)];
-      const int64_t kd = int64_t(nkv) * hd;
+      const int64_t qd = int64_t(g.n_heads) * hd, kd = int64_t(nkv) * hd, ffn = g.ffn_of[size_t(l)];
       const bool sliding = g.window[size_t(l)] > 0;
       const RopeTable& rope = sliding ? rope_s : rope_f;
+      const float* cs = sliding ? cos_s.data() : cos_f.data();
+      const float* sn = sliding ? sin_s.data() : sin_f.data();
 
-      rms_norm_rows(pool, h.data(), xn.data(), T, L.input_norm);
-      linear(pool, L.q, xn.data(), q.data(), T, prec);
-      rms_norm_rows(pool, q.data(), q.data(), T * g.n_heads, L.q_norm);
-      apply_rope(q.data(), T, g.n_heads, rope);
+      be.rms_norm(h.data(), xn.data(), T, L.input_norm);
+      be.linear(L.q, xn.data(), q.data(), T, prec);
+      be.rms_norm_heads(q.data(), qd, T, g.n_heads, hd, L.q_norm);
+      be.rope(q.data(), qd, T, g.n_heads, hd, rope.half, cs, sn);
       if (g.owner[size_t(l)] < 0) {
-        linear(pool, L.k, xn.data(), k.data(), T, prec);
+        be.linear(L.k, xn.data(), k.data(), T, prec);
         // K-eq-V: v is the raw k projection (before k_norm and RoPE).
-        if (g.k_eq_v[size_t(l)]) std::memcpy(v.data(), k.data(), size_t(T * kd) * sizeof(float));
-        else linear(pool, L.v, xn.data(), v.data(), T, prec);
-        rms_norm_rows(pool, k.data(), k.data(), T * nkv, L.k_norm);
-        apply_rope(k.data(), T, nkv, rope);
-        rms_norm_rows(pool, v.data(), v.data(), T * nkv, L.v_norm);
-        write_kv(kv, l, k.data(), v.data(), b.spans);
+        if (g.k_eq_v[size_t(l)]) be.gather_rows(k.data(), kd, v.data(), kd, kd, rows);
+        else be.linear(L.v, xn.data(), v.data(), T, prec);
+        be.rms_norm_heads(k.data(), kd, T, nkv, hd, L.k_norm);
+        be.rope(k.data(), kd, T, nkv, hd, rope.half, cs, sn);
+        be.rms_norm_heads(v.data(), kd, T, nkv, hd, L.v_norm);
+        be.write_kv(kv, l, k.data(), v.data(), b.spans);
       }
       // KV-shared layers read their source layer's cache (the pool resolves cache_of).
       const AttnShape shape{g.n_heads, nkv, hd, 1.0f, g.window[size_t(l)]};
-      paged_attention(pool, kv, l, q.data(), att.data(), sliding ? sliding_spans : causal_spans, shape);
-      linear(pool, L.o, att.data(), o.data(), T, prec);
-      rms_norm_rows(pool, o.data(), o.data(), T, L.post_attn_norm);
-      for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
+      be.paged_attention(kv, l, q.data(), att.data(), sliding ? sliding_spans : causal_spans, shape);
+      be.linear(L.o, att.data(), o.data(), T, prec);
+      be.rms_norm(o.data(), o.data(), T, L.post_attn_norm);
+      be.add(h.data(), o.data(), T * H);
 
-      rms_norm_rows(pool, h.data(), xn.data(), T, L.pre_ffn_norm);
-      gated_mlp(pool, L.mlp, xn.data(), o.data(), T, prec, scratch);
+      be.rms_norm(h.data(), xn.data(), T, L.pre_ffn_norm);
+      be.linear(L.mlp.gate, xn.data(), gate.data(), T, prec);
+      be.linear(L.mlp.up, xn.data(), up.data(), T, prec);
+      be.act_mul(gate.data(), up.data(), T, ffn, act);
+      be.linear(L.mlp.down, gate.data(), o.data(), T, prec);
       if (g.moe) {
         // o = post_ffn_norm_1(mlp) + post_ffn_norm_2(experts(pre_ffn_norm_2(r), router(r))), r = h.
-        m1.resize(size_t(T * H));
-        e_in.resize(size_t(T * H));
-        e_out.resize(size_t(T * H));
-        idx.resize(size_t(T * g.top_k));
-        wts.resize(size_t(T * g.top_k));
-        rms_norm_rows(pool, o.data(), m1.data(), T, L.post_ffn_norm_1);
-        moe_route(pool, L.router, h.data(), T, prec, idx.data(), wts.data());
-        rms_norm_rows(pool, h.data(), e_in.data(), T, L.pre_ffn_norm_2);
-        moe_experts_forward(pool, L.experts, e_in.data(), T, idx.data(), wts.data(), g.top_k, e_out.data(), prec,
-                            moe_scratch_, &moe_stats_);
-        rms_norm_rows(pool, e_out.data(), e_out.data(), T, L.post_ffn_norm_2);
-        for (int64_t i = 0; i < T * H; ++i) o[size_t(i)] = m1[size_t(i)] + e_out[size_t(i)];
+        be.rms_norm(o.data(), m1.data(), T, L.post_ffn_norm_1);
+        be.rms_norm(h.data(), e_in.data(), T, L.pre_ffn_norm_2);
+        be.moe(L.router, L.experts, h.data(), e_in.data(), e_out.data(), T, g.top_k, prec, &moe_stats_);
+        be.rms_norm(e_out.data(), e_out.data(), T, L.post_ffn_norm_2);
+        be.add(m1.data(), e_out.data(), T * H);
+        be.rms_norm(m1.data(), o.data(), T, L.post_ffn_norm);
+      } else {
+        be.rms_norm(o.data(), o.data(), T, L.post_ffn_norm);
       }
-      rms_norm_rows(pool, o.data(), o.data(), T, L.post_ffn_norm);
-      for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
+      be.add(h.data(), o.data(), T * H);
 
       if (P > 0) {
         // h += post_ple_norm(proj(gelu_tanh(gate(h)) · ple[:, l]))
-        linear(pool, L.ple_gate, h.data(), pg.data(), T, prec);
-        for (int64_t t = 0; t < T; ++t) {
-          float* gr = pg.data() + t * P;                    // [P]
-          const float* pr = ple.data() + (t * g.n_layers + l) * P;  // [P]
-          for (int64_t j = 0; j < P; ++j) gr[j] = gelu_tanh(gr[j]) * pr[j];
-        }
-        linear(pool, L.ple_proj, pg.data(), o.data(), T, prec);
-        rms_norm_rows(pool, o.data(), o.data(), T, L.post_ple_norm);
-        for (int64_t i = 0; i < T * H; ++i) h[size_t(i)] += o[size_t(i)];
+        be.linear(L.ple_gate, h.data(), pg.data(), T, prec);
+        be.act_mul(pg.data(), ple.data() + int64_t(l) * T * P, T, P, ops::VAct::GeluTanh);
+        be.linear(L.ple_proj, pg.data(), o.data(), T, prec);
+        be.rms_norm(o.data(), o.data(), T, L.post_ple_norm);
+        be.add(h.data(), o.data(), T * H);
       }
-      if (L.layer_scalar != 1.0f)
-        for (float& x : h) x *= L.layer_scalar;
+      if (L.layer_scalar != 1.0f) be.scale_shift(h.data(), T * H, 0.0f, L.layer_scalar);
     }
 
-    head_logits(pool, h, H, b.logit_rows, final_norm_, embed_, g.vocab, g.softcap, logits, prec);  // tied head
-    final_hidden(pool, h, H, b.hidden_rows, final_norm_, b.hidden);
+    // Tied head on the requested rows only, after the final norm; pooled rows take the normed hidden state.
+    auto final_rows = [&](const std::vector<int64_t>& want) {
+      std::vector<int32_t> sel(want.begin(), want.end());
+      ops::Buf x = be.alloc(int64_t(sel.size()) * H);  // [m, hidden]
+      be.gather_rows(h.data(), H, x.data(), H, H, sel);
+      be.rms_norm(x.data(), x.data(), int64_t(sel.size()), final_norm_);
+      return x;
+    };
+    const int64_t m = int64_t(b.logit_rows.size());
+    if (m > 0 && logits) {
+      const ops::Buf x = final_rows(b.logit_rows);
+      const ops::Buf lg = be.alloc(m * g.vocab);  // [m, vocab]
+      be.linear(head_, x.data(), lg.data(), m, prec);
+      if (g.softcap > 0) be.softcap(lg.data(), m * g.vocab, g.softcap);
+      be.download(lg.data(), m * g.vocab, logits);
+    }
+    if (!b.hidden_rows.empty() && b.hidden) {
+      const ops::Buf x = final_rows(b.hidden_rows);
+      be.download(x.data(), int64_t(b.hidden_rows.size()) * H, b.hidden);
+    }
   }
 
  private:
@@ -423,11 +470,11 @@ class Gemma4Model final : public Model {
   ModelInfo info_;
   std::unique_ptr<VisionEncoder> vision_;
   Weight embed_;      // [vocab, hidden], also the tied head
+  Linear head_;       // embed_ as the head's linear (a backend keys its device copy by this address)
   Weight ple_embed_;  // [ple_vocab, n_layers * P]
   Linear ple_model_proj_;  // [n_layers * P, hidden]
   NormWeight ple_proj_norm_, final_norm_;
   std::vector<G4Layer> layers_;
-  MoeScratch moe_scratch_;
   MoeStats moe_stats_;
 };
 

@@ -54,6 +54,7 @@ struct Batch {
 struct DecoderParts;
 
 struct SampleParams;
+class OpsModel;
 
 // Logits that stay on a device after forward (CUDA): the executor fetches only the rows that must
 // reach the host and samples the others where the logits are.
@@ -87,6 +88,9 @@ class Model {
   virtual const MoeStats* moe_stats() const { return nullptr; }
   // The generic decoder's weights and config (families built by make_decoder), else null.
   virtual const DecoderParts* decoder_parts() const { return nullptr; }
+  // Families written over the op backend (models/ops_model.h), else null: a device backend runs their forward.
+  virtual OpsModel* ops_model() { return nullptr; }
+  virtual const OpsModel* ops_model() const { return nullptr; }
   // Non-null: forward takes logits == nullptr and leaves them on the device, read through this.
   virtual DeviceLogits* device_logits() { return nullptr; }
 };
