@@ -139,9 +139,10 @@ void DeviceKv::attend(int layer, const float* q, float* out, const std::vector<S
   // Per token: where its span's table starts in the concatenated tables, its position, its visible-key end
   // (q_pos + 1, or the end of the bidirectional block holding it).
   // One host array [table_off | q_pos | kv_end | tables], each [T] but the tables (concatenated).
+  // Indexed, never through pointers into h: appending a span's table may reallocate it (a heap corruption on the
+  // second span of a step, found on the H100).
   std::vector<int32_t> h(size_t(3 * T), 0);
-  int32_t *table_off = h.data(), *q_pos = table_off + T, *kv_end = q_pos + T;
-  for (int64_t t = 0; t < T; ++t) kv_end[t] = 1;
+  for (int64_t t = 0; t < T; ++t) h[size_t(2 * T + t)] = 1;  // kv_end of a token no span covers
   int64_t max_keys = 0;
   for (const SeqSpan& x : spans) {
     const int32_t off = int32_t(h.size() - size_t(3 * T));
@@ -151,12 +152,12 @@ void DeviceKv::attend(int layer, const float* q, float* out, const std::vector<S
       for (int64_t j = 0; j < x.n_bidir; ++j)
         if (i >= x.bidir[2 * j] && i < x.bidir[2 * j + 1]) end = x.context_len + x.bidir[2 * j + 1];
       check_blocks(x, end - 1, block_size_, num_blocks_);
-      table_off[t] = off;
-      q_pos[t] = int32_t(x.context_len + i);
-      kv_end[t] = int32_t(end);
+      h[size_t(t)] = off;                                // table_off
+      h[size_t(T + t)] = int32_t(x.context_len + i);     // q_pos
+      h[size_t(2 * T + t)] = int32_t(end);               // kv_end
       max_keys = std::max(max_keys, end);
     }
-    h.insert(h.end(), x.block_table, x.block_table + x.n_blocks);  // may move h: the pointers above are done
+    h.insert(h.end(), x.block_table, x.block_table + x.n_blocks);
   }
   const int32_t* d = meta(h, s);
   AttnTokens tok;
