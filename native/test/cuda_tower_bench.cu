@@ -3,7 +3,11 @@
 // and then a batch of --images images (back to back, as the engine encodes them) per round. Prints one JSON line per
 // round: {"family", "images", "ms"}; the first encode (weight upload + dequantization) is reported as "warmupMs".
 //   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N] [--images N]
-//                                     [--precision fast|exact] [--device cuda|cpu]
+//                                     [--precision fast|exact] [--device cuda|cpu] [--profile] [--ab]
+// --profile: one more encode with cudaEvents around every GEMM and attention launch, printed as one JSON line per
+// GEMM kernel: {"profile":..., "gemmMs", "gemmTflops", "attentionMs", "restMs"}; rest = the encode's wall time less
+// both (the other ops and host gaps). --ab: every round (and profile) once with RAPID_CUDA_TOWER_GEMM=v1 and once
+// with v2, the fields tagged "gemm", so one run compares the two GEMM kernels (docs/cuda.md).
 // --device cpu runs the same tower on the CPU backend (all cores), for a same-machine comparison.
 // qwen2_5_vl: Qwen2.5-VL-3B's tower (32 blocks, hidden 1280, window attention, merger to 2048), one 448x448 image
 // (grid 1x32x32, 1024 patches). gemma3: Gemma 3 4B's SigLIP (27 layers, hidden 1152) at 896x896 (4096 patches) and
@@ -22,6 +26,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/tower_profile.h"
 #include "format/json.h"
 #include "format/safetensors.h"
 #include "tensor/dtype.h"
@@ -128,8 +133,19 @@ int main(int argc, char** argv) {
   std::string family = "qwen2_5_vl", precision = "fast", device = "cuda";
   fs::path dir;
   int rounds = 5, images = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  bool profile = false, ab = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--profile" || k == "--ab") {
+      (k == "--ab" ? ab : profile) = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "cuda_tower_bench: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (k == "--family") family = v;
     else if (k == "--dir") dir = v;
     else if (k == "--rounds") rounds = std::atoi(v.c_str());
@@ -144,7 +160,7 @@ int main(int argc, char** argv) {
   if ((family != "qwen2_5_vl" && family != "gemma3") || rounds < 1 || images < 1 ||
       (precision != "fast" && precision != "exact") || (device != "cuda" && device != "cpu")) {
     std::fprintf(stderr, "usage: cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N>=1] [--images N>=1] "
-                         "[--precision fast|exact] [--device cuda|cpu]\n");
+                         "[--precision fast|exact] [--device cuda|cpu] [--profile] [--ab]\n");
     return 2;
   }
   int count = 0;
@@ -183,15 +199,39 @@ int main(int argc, char** argv) {
     std::printf("{\"family\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f}\n",
                 family.c_str(), device.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), ms_since(t0),
                 double(cuda::uploaded_weight_bytes(*be)) / 1048576.0);
-    for (int r = 0; r < rounds; ++r) {
-      t0 = std::chrono::steady_clock::now();
-      enc->encode(in, *be, p);
-      std::printf("{\"family\":\"%s\",\"images\":1,\"ms\":%.3f}\n", family.c_str(), ms_since(t0));
-      t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < images; ++i) enc->encode(in, *be, p);
-      std::printf("{\"family\":\"%s\",\"images\":%d,\"ms\":%.3f}\n", family.c_str(), images, ms_since(t0));
-      std::fflush(stdout);
-    }
+    // The GEMM kernels to time: the environment's choice, or both (--ab).
+    const char* env = std::getenv("RAPID_CUDA_TOWER_GEMM");
+    const std::vector<std::string> gemms = ab ? std::vector<std::string>{"v1", "v2"}
+                                              : std::vector<std::string>{env && std::strcmp(env, "v1") == 0 ? "v1" : "v2"};
+    auto use = [&](const std::string& g) { setenv("RAPID_CUDA_TOWER_GEMM", g.c_str(), 1); };
+    for (int r = 0; r < rounds; ++r)
+      for (const std::string& g : gemms) {
+        use(g);
+        t0 = std::chrono::steady_clock::now();
+        enc->encode(in, *be, p);
+        std::printf("{\"family\":\"%s\",\"gemm\":\"%s\",\"images\":1,\"ms\":%.3f}\n", family.c_str(), g.c_str(), ms_since(t0));
+        t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < images; ++i) enc->encode(in, *be, p);
+        std::printf("{\"family\":\"%s\",\"gemm\":\"%s\",\"images\":%d,\"ms\":%.3f}\n", family.c_str(), g.c_str(), images,
+                    ms_since(t0));
+        std::fflush(stdout);
+      }
+    if (profile && device == "cuda")
+      for (const std::string& g : gemms) {
+        use(g);
+        cuda::set_tower_profile(*be, true);
+        t0 = std::chrono::steady_clock::now();
+        enc->encode(in, *be, p);
+        const cuda::TowerProfile t = cuda::take_tower_profile(*be);
+        const double total = ms_since(t0);
+        cuda::set_tower_profile(*be, false);
+        std::printf("{\"family\":\"%s\",\"profile\":true,\"gemm\":\"%s\",\"totalMs\":%.3f,\"gemmMs\":%.3f,\"gemmCalls\":%lld,"
+                    "\"gemmTflops\":%.1f,\"attentionMs\":%.3f,\"attentionCalls\":%lld,\"restMs\":%.3f}\n",
+                    family.c_str(), g.c_str(), total, t.gemm_ms, (long long)t.gemm_calls,
+                    t.gemm_ms > 0 ? t.gemm_flop / (t.gemm_ms * 1e9) : 0.0, t.attention_ms, (long long)t.attention_calls,
+                    total - t.gemm_ms - t.attention_ms);
+        std::fflush(stdout);
+      }
   } catch (const std::exception& ex) {
     std::printf("FAIL cuda_tower_bench %s: %s\n", family.c_str(), ex.what());
     return 1;
