@@ -34,7 +34,7 @@ describe.skipIf(!hasTmux)('rapid chat in tmux', () => {
   it('multi-turn, /image, /save and /reset on the embedded tiny VLM', async () => {
     term = new TmuxSession(CHAT, root);
     await term.waitFor((s) => s.includes('rapid chat · tiny-vlm') && idle(s), 'the greeting', 60_000);
-    term.line('hello there');
+    term.line('Hello'); // the trained greeting: run 4's weights answer a lowercase "hello there" with "I don't know."
     let s = await term.waitFor((x) => /Send me an image of shapes/.test(x) && idle(x), 'the first reply');
     const first = contextUsed(s);
     expect(first).toBeGreaterThan(0);
@@ -59,7 +59,7 @@ describe.skipIf(!hasTmux)('rapid chat in tmux', () => {
     await term.waitFor((x) => x.includes('conversation cleared'), '/reset');
     term.line(`/save ${file}`);
     await term.waitFor((x) => x.includes(`saved 0 messages to ${file}`), '/save after /reset');
-    term.line('hello there');
+    term.line('Hello');
     s = await term.waitFor((x) => (x.match(/Send me an image of shapes/g) ?? []).length === 2 && idle(x), 'the reply after /reset');
     // A fresh conversation: the same prompt size as the very first one.
     expect(contextUsed(s)).toBe(first);
@@ -105,7 +105,7 @@ describe.skipIf(!hasTmux)('rapid chat in tmux', () => {
     it('streams replies from an OpenAI-compatible server, images included', async () => {
       term = new TmuxSession(`node bin/rapid.js chat --temperature 0 --url ${server.url}`, root, { NO_PROXY: '127.0.0.1' });
       await term.waitFor((x) => x.includes('rapid chat · tiny-served at') && x.includes('context 2048') && idle(x), 'the greeting');
-      term.line('hello there');
+      term.line('Hello');
       await term.waitFor((x) => /Send me an image of shapes/.test(x) && idle(x) && /context \d+\/2048/.test(x), 'the reply');
       term.line('/image examples/shapes.png');
       term.line('What shapes are in the image?');

@@ -47,14 +47,16 @@ describe.skipIf(!nativeAvailable())('--data-parallel 2 (two engine processes, qw
     const prompts = Array.from({ length: 4 }, (_, s) => Array.from({ length: 3 }, (_, q) => `${session(s)} Question ${q}:`)).flat();
     const got = await Promise.all(prompts.map((p) => complete(dp.url, p)));
     for (const [i, p] of prompts.entries()) expect(got[i]).toBe(await complete(single.url, p)); // greedy: same text
-    // Second turn of every session, sequentially: each lands where its prefix is.
+    // Second turn of every session, sequentially: each lands where its prefix is. (The first turns ran concurrently,
+    // so how often they hit each other's blocks depends on timing: the hit rate is measured on the second turns.)
+    const mid = await prefixHits(dp.url);
+    expect(mid.queries).toBeGreaterThan(before.queries); // /metrics sums both engines
     const routedBefore = [...engine.routed];
     for (let s = 0; s < 4; s++) await complete(dp.url, `${session(s)} Question 9:`);
     expect(engine.routed.reduce((a, b) => a + b, 0) - routedBefore.reduce((a, b) => a + b, 0)).toBe(4);
     expect(Math.min(...engine.routed)).toBeGreaterThan(0); // both engines took work
     const after = await prefixHits(dp.url);
-    expect(after.queries).toBeGreaterThan(before.queries); // /metrics sums both engines
-    expect((after.hits - before.hits) / (after.queries - before.queries)).toBeGreaterThan(0.3);
+    expect((after.hits - mid.hits) / (after.queries - mid.queries)).toBeGreaterThan(0.5);
   });
 
   it('compiles json_schema in the chosen engine; a schema it refuses is a 400', async () => {

@@ -17,7 +17,8 @@ import { post } from '../server/helpers.js';
 const MODEL = 'm';
 const PROMPTS = Array.from({ length: 16 }, (_, i) => `river stone cloud ${i} market engine yellow`);
 const SERVE = { port: 0, threads: 1, kvCacheMemory: 8 << 20, blockSize: 16, maxNumSeqs: 16, servedModelName: MODEL } as const;
-const STREAM_TOKENS = 32;
+// Long enough that no stream ends before all 16 are admitted on a loaded machine (the child aborts only then).
+const STREAM_TOKENS = 128;
 const SCHEMA = { type: 'object', properties: { name: { type: 'string', maxLength: 12 }, age: { type: 'integer' } }, required: ['name', 'age'], additionalProperties: false };
 
 type ChildServer = RunningServer<RemoteEngine, HostModel>;

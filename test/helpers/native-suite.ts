@@ -38,7 +38,9 @@ export function nativeSources(dir: string): string[] {
 
 /** The sources of the kernel suite (native/test/kernels_test.cpp): formats, quantization, CPU kernels. */
 export function kernelSuiteSources(): string[] {
-  return [...nativeSources('format'), ...nativeSources('quant'), ...nativeSources('cpu')];
+  // cpu/ also holds the ops backend, which calls into layers/: link what its headers name too.
+  const units = [...nativeSources('format'), ...nativeSources('quant'), ...nativeSources('cpu')];
+  return [...units, ...sourceClosure(units)];
 }
 
 /** The headers a file includes with quotes, found as the compiler does: beside it first, then under -I native/src. */

@@ -77,7 +77,7 @@ describe('rapid models export / import', () => {
     expect(imp.out).toMatch(/imported test-org\/tiny-vlm .* into .*snapshots\/[0-9a-f]{40}/);
     const listing = JSON.parse((await rapid(['models', '--json'], offline)).out) as { other: { repo: string; downloaded?: { complete: boolean } }[] };
     expect(listing.other.find((m) => m.repo === REPO)?.downloaded?.complete).toBe(true);
-    const run = await rapid(['run', REPO, '--prompt', 'hello there', '--temperature', '0', '--threads', '1', '-n', '16'], offline);
+    const run = await rapid(['run', REPO, '--prompt', 'Hello', '--temperature', '0', '--threads', '1', '-n', '16'], offline);
     expect(run.err).toBe('');
     expect(run.code).toBe(0);
     expect(run.out).toMatch(/Send me an image/);

@@ -4,6 +4,7 @@ Every sample is {"category", "image": scene|None, "system": str|None, "turns": [
 Answers use a small, fixed language so a few-million-parameter model can learn them exactly.
 """
 import json
+import re
 
 from shapes import BACKGROUND_NAMES, COLOR_NAMES, KINDS, POSITIONS, SIZES
 
@@ -296,7 +297,6 @@ def all_answer_words():
     texts += KINDS + COLOR_NAMES + BACKGROUND_NAMES + SIZES + POSITIONS + list(PLURAL.values())
     texts += ["there is no a an on at in the of and shape shapes background nothing yes no count kind color size "
               "position"]
-    for t in texts:
-        for w in t.replace("'", " ").replace("!", " ").replace(".", " ").replace(",", " ").replace(":", " ").split():
-            words.add(w.lower())
+    for t in texts:  # runs of letters, as the checker splits an output ("H2O" -> H, O)
+        words.update(w.lower() for w in re.findall(r"[A-Za-z]+", t))
     return words

@@ -17,18 +17,11 @@
 #include "cuda/tower_profile.h"
 #include "cuda/tower_rows.h"
 #include "quant/mlx_quant.h"
+#include "tensor/dtype.h"  // f32_to_bf16: the rounding __float2bfloat16_rn does on the device
 
 namespace rapid::cuda {
 
 namespace {
-
-// f32 -> bf16 bits, round to nearest even (NaN kept quiet): the rounding __float2bfloat16_rn does on the device.
-uint16_t bf16_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) | 0x40);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
 
 // Rows [0, rows) split over up to 16 host threads (dequantizing a tower's weights once at upload).
 template <class F>
@@ -268,7 +261,7 @@ class CudaOps final : public ops::Backend {
         std::vector<float> row(static_cast<size_t>(in));  // [in]
         for (int64_t r = r0; r < r1; ++r) {
           dequantize_row(l.w, r, row.data());
-          for (int64_t i = 0; i < in; ++i) h[size_t(r * ldw + i)] = bf16_bits(row[size_t(i)]);
+          for (int64_t i = 0; i < in; ++i) h[size_t(r * ldw + i)] = f32_to_bf16(row[size_t(i)]);
         }
       });
       d.w = device_copy(h.data(), h.size() * sizeof(uint16_t));
