@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -128,33 +129,62 @@ void linear_cases(Pair& pr) {
   struct Shape {
     int64_t n, out, in;
   };
-  for (const Shape s : {Shape{1, 64, 64}, Shape{63, 130, 72}, Shape{1000, 200, 333}, Shape{257, 384, 1280}})
+  // Rows 1, 127, 4096 and widths off the 128 x 64 tiles; k = 96 and 1000 end in a half-live 64-wide k tile.
+  for (const Shape s : {Shape{1, 64, 64}, Shape{63, 130, 72}, Shape{1000, 200, 333}, Shape{257, 384, 1280},
+                        Shape{1, 1000, 96}, Shape{127, 257, 96}, Shape{4096, 300, 1000}})
     for (const bool affine : {false, true}) {
       if (affine && s.in % 64) continue;  // g64 needs in % 64 == 0
       const std::shared_ptr<OwnedLinear> L = make_linear(s.out, s.in, affine);
       pr.kept.push_back(L);
-      for (const Precision p : {Precision::Exact, Precision::Fast}) {
-        // Strided: x rows of in + 5, y rows of out + 3 (the towers write q/k/v side by side).
-        const int64_t ldx = s.in + 5, ldy = s.out + 3;
-        auto x = pr.up(randv(s.n * ldx));
-        auto y = pr.zeros(s.n * ldy);
-        pr.run([&](ops::Backend& be, bool g) { be.linear(L->l, P(x, g), ldx, P(y, g), ldy, s.n, p); });
-        char name[160];
-        std::snprintf(name, sizeof name, "linear %s n=%lld out=%lld in=%lld %s", affine ? "affine4" : "f32",
-                      (long long)s.n, (long long)s.out, (long long)s.in, p == Precision::Fast ? "fast" : "exact");
-        // CPU Fast quantizes affine activations to int8: compare Fast against the CPU's Exact instead.
-        if (p == Precision::Fast) {
-          auto yc = pr.zeros(s.n * ldy);
-          pr.cpu.linear(L->l, x.c.data(), ldx, yc.c.data(), ldy, s.n, Precision::Exact);
-          std::vector<float> hc(size_t(s.n * ldy)), hg(size_t(s.n * ldy));
-          pr.cpu.download(yc.c.data(), s.n * ldy, hc.data());
-          pr.gpu.download(y.g.data(), s.n * ldy, hg.data());
-          report(name, rel_err(hg, hc), kFastOp);
-        } else {
-          pr.compare(name, y, kExactOp);
+      for (const Precision p : {Precision::Exact, Precision::Fast})
+        for (const int64_t pad : {5, 8}) {
+          // Strided: x rows of in + pad, y rows of out + pad - 2 (the towers write q/k/v side by side); pad 8 keeps
+          // rows 16-byte aligned where in is a multiple of 4 (the vector paths), pad 5 does not.
+          const int64_t ldx = s.in + pad, ldy = s.out + pad - 2;
+          auto x = pr.up(randv(s.n * ldx));
+          auto y = pr.zeros(s.n * ldy);
+          pr.run([&](ops::Backend& be, bool g) { be.linear(L->l, P(x, g), ldx, P(y, g), ldy, s.n, p); });
+          char name[160];
+          std::snprintf(name, sizeof name, "linear %s n=%lld out=%lld in=%lld ldx=%lld %s", affine ? "affine4" : "f32",
+                        (long long)s.n, (long long)s.out, (long long)s.in, (long long)ldx,
+                        p == Precision::Fast ? "fast" : "exact");
+          // CPU Fast quantizes affine activations to int8: compare Fast against the CPU's Exact instead.
+          if (p == Precision::Fast) {
+            auto yc = pr.zeros(s.n * ldy);
+            pr.cpu.linear(L->l, x.c.data(), ldx, yc.c.data(), ldy, s.n, Precision::Exact);
+            std::vector<float> hc(size_t(s.n * ldy)), hg(size_t(s.n * ldy));
+            pr.cpu.download(yc.c.data(), s.n * ldy, hc.data());
+            pr.gpu.download(y.g.data(), s.n * ldy, hg.data());
+            report(name, rel_err(hg, hc), kFastOp);
+          } else {
+            pr.compare(name, y, kExactOp);
+          }
         }
-      }
     }
+}
+
+// The temporary v1 GEMM (RAPID_CUDA_TOWER_GEMM=v1) rounds x the same way and sums each output in the same k order
+// as the default kernel: their outputs must be the same bits.
+void gemm_ab_cases(Pair& pr) {
+  for (const int64_t n : {int64_t(1), int64_t(127), int64_t(4096)}) {
+    const int64_t out = 300, in = 1000, ldx = in + 8, ldy = out + 3;
+    const std::shared_ptr<OwnedLinear> L = make_linear(out, in, false);
+    pr.kept.push_back(L);
+    auto x = pr.up(randv(n * ldx));
+    std::vector<float> h[2];
+    for (int v = 0; v < 2; ++v) {
+      setenv("RAPID_CUDA_TOWER_GEMM", v ? "v1" : "v2", 1);
+      auto y = pr.zeros(n * ldy);
+      pr.gpu.linear(L->l, x.g.data(), ldx, y.g.data(), ldy, n, Precision::Fast);
+      h[v].resize(size_t(n * ldy));
+      pr.gpu.download(y.g.data(), n * ldy, h[v].data());
+    }
+    unsetenv("RAPID_CUDA_TOWER_GEMM");
+    char name[96];
+    std::snprintf(name, sizeof name, "linear fast v2 == v1 bits n=%lld out=%lld in=%lld", (long long)n, (long long)out,
+                  (long long)in);
+    report(name, std::memcmp(h[0].data(), h[1].data(), h[0].size() * sizeof(float)) == 0 ? 0.0 : 1.0, 0.0);
+  }
 }
 
 void attention_cases(Pair& pr) {
@@ -399,6 +429,7 @@ int main(int argc, char** argv) {
     const std::unique_ptr<ops::Backend> gpu = cuda::make_cuda_ops();
     Pair pr{cpu, *gpu, {}};
     linear_cases(pr);
+    gemm_ab_cases(pr);
     attention_cases(pr);
     row_cases(pr);
     {

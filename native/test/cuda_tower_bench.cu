@@ -3,12 +3,19 @@
 // and then a batch of --images images (back to back, as the engine encodes them) per round. Prints one JSON line per
 // round: {"family", "images", "ms"}; the first encode (weight upload + dequantization) is reported as "warmupMs".
 //   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N] [--images N]
-//                                     [--precision fast|exact] [--device cuda|cpu]
+//                                     [--precision fast|exact] [--device cuda|cpu] [--profile] [--ab]
+// --profile: one more encode with cudaEvents around every GEMM and attention launch, printed as one JSON line per
+// GEMM kernel: {"profile":..., "gemmMs", "gemmTflops", "attentionMs", "restMs"}; rest = the encode's wall time less
+// both (the other ops and host gaps). --ab: every round (and profile) once with RAPID_CUDA_TOWER_GEMM=v1 and once
+// with v2, the fields tagged "gemm", so one run compares the two GEMM kernels (docs/cuda.md).
+//   build/cuda/tests/cuda_tower_bench --gemm [--rounds N]: the bf16 GEMM alone (v1 and v2) on the towers' shapes
+//   (Gemma 3 SigLIP's 4096 x {1152, 4304} x {1152, 4304}, Qwen2.5-VL-3B's 1024-row ones), median ms and TFLOP/s.
 // --device cpu runs the same tower on the CPU backend (all cores), for a same-machine comparison.
 // qwen2_5_vl: Qwen2.5-VL-3B's tower (32 blocks, hidden 1280, window attention, merger to 2048), one 448x448 image
 // (grid 1x32x32, 1024 patches). gemma3: Gemma 3 4B's SigLIP (27 layers, hidden 1152) at 896x896 (4096 patches) and
 // its projector to 2560. The torch peer (bench/peers/torch_vision_tower.py) reads the same DIR/config.json.
 #include <cuda_runtime.h>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +29,8 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/dense_gemm.h"
+#include "cuda/tower_profile.h"
 #include "format/json.h"
 #include "format/safetensors.h"
 #include "tensor/dtype.h"
@@ -122,14 +131,94 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
+// --gemm: each shape's GEMM timed by cudaEvents over 20 launches per round, v1 and v2 alternating; one JSON line per
+// shape and kernel with the median round.
+int gemm_bench(int rounds) {
+  struct Shape {
+    int64_t n, out, in;
+  };
+  const Shape shapes[] = {{4096, 1152, 1152}, {4096, 4304, 1152}, {4096, 1152, 4304}, {1024, 3840, 1280},
+                          {1024, 3420, 1280}, {1024, 1280, 3420}};
+  for (const Shape& sh : shapes) {
+    const int64_t ldw = cuda::gemm_k_pad(sh.in), rows = cuda::gemm_rows_pad(sh.out);
+    std::vector<uint16_t> hw(size_t(rows * ldw), 0);
+    std::vector<float> hx(size_t(sh.n * sh.in));
+    uint64_t st = 0x2545f4914f6cdd1dull;
+    auto rnd = [&] {
+      st ^= st << 13, st ^= st >> 7, st ^= st << 17;
+      return float(st >> 40) / float(1 << 24) - 0.5f;
+    };
+    for (int64_t r = 0; r < sh.out; ++r)
+      for (int64_t i = 0; i < sh.in; ++i) hw[size_t(r * ldw + i)] = f32_to_bf16(rnd() * 0.05f);
+    for (float& v : hx) v = rnd();
+    uint16_t* w = nullptr;
+    float *x = nullptr, *y = nullptr;
+    cudaMalloc(&w, hw.size() * 2);
+    cudaMalloc(&x, hx.size() * 4);
+    cudaMalloc(&y, size_t(sh.n * sh.out) * 4);
+    cudaMemcpy(w, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice);
+    cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice);
+    cudaStream_t s;
+    cudaStreamCreate(&s);
+    cudaEvent_t a, b;
+    cudaEventCreate(&a);
+    cudaEventCreate(&b);
+    const char* names[2] = {"v1", "v2"};
+    std::vector<float> ms[2];
+    for (int r = 0; r < rounds + 1; ++r)  // round 0 warms up
+      for (int v = 0; v < 2; ++v) {
+        setenv("RAPID_CUDA_TOWER_GEMM", names[v], 1);
+        cudaEventRecord(a, s);
+        for (int i = 0; i < 20; ++i) cuda::gemm_bf16(x, sh.in, w, nullptr, y, sh.out, sh.n, sh.out, sh.in, s);
+        cudaEventRecord(b, s);
+        cudaEventSynchronize(b);
+        float t = 0;
+        cudaEventElapsedTime(&t, a, b);
+        if (r > 0) ms[v].push_back(t / 20);
+      }
+    const cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess) {
+      std::printf("FAIL cuda_tower_bench --gemm: %s\n", cudaGetErrorString(e));
+      return 1;
+    }
+    for (int v = 0; v < 2; ++v) {
+      std::sort(ms[v].begin(), ms[v].end());
+      const double med = ms[v][ms[v].size() / 2];
+      std::printf("{\"gemm\":\"%s\",\"n\":%lld,\"out\":%lld,\"in\":%lld,\"ms\":%.4f,\"tflops\":%.1f}\n", names[v],
+                  (long long)sh.n, (long long)sh.out, (long long)sh.in, med,
+                  2.0 * double(sh.n) * double(sh.out) * double(sh.in) / (med * 1e9));
+    }
+    std::fflush(stdout);
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaStreamDestroy(s);
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+  }
+  unsetenv("RAPID_CUDA_TOWER_GEMM");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string family = "qwen2_5_vl", precision = "fast", device = "cuda";
   fs::path dir;
   int rounds = 5, images = 8;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string k = argv[i], v = argv[i + 1];
+  bool profile = false, ab = false, gemm = false;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--profile" || k == "--ab" || k == "--gemm") {
+      (k == "--ab" ? ab : k == "--gemm" ? gemm : profile) = true;
+      --i;
+      continue;
+    }
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "cuda_tower_bench: %s needs a value\n", k.c_str());
+      return 2;
+    }
+    const std::string v = argv[i + 1];
     if (k == "--family") family = v;
     else if (k == "--dir") dir = v;
     else if (k == "--rounds") rounds = std::atoi(v.c_str());
@@ -144,13 +233,21 @@ int main(int argc, char** argv) {
   if ((family != "qwen2_5_vl" && family != "gemma3") || rounds < 1 || images < 1 ||
       (precision != "fast" && precision != "exact") || (device != "cuda" && device != "cpu")) {
     std::fprintf(stderr, "usage: cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N>=1] [--images N>=1] "
-                         "[--precision fast|exact] [--device cuda|cpu]\n");
+                         "[--precision fast|exact] [--device cuda|cpu] [--profile] [--ab] | --gemm [--rounds N]\n");
     return 2;
   }
   int count = 0;
   if (device == "cuda" && (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)) {
     std::printf("SKIP cuda_tower_bench: no CUDA device\n");
     return 0;
+  }
+  if (gemm) {
+    try {
+      return gemm_bench(rounds);
+    } catch (const std::exception& ex) {
+      std::printf("FAIL cuda_tower_bench --gemm: %s\n", ex.what());
+      return 1;
+    }
   }
   if (dir.empty()) dir = fs::temp_directory_path() / ("rapid-tower-bench-" + family);
   try {
@@ -183,15 +280,39 @@ int main(int argc, char** argv) {
     std::printf("{\"family\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f}\n",
                 family.c_str(), device.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), ms_since(t0),
                 double(cuda::uploaded_weight_bytes(*be)) / 1048576.0);
-    for (int r = 0; r < rounds; ++r) {
-      t0 = std::chrono::steady_clock::now();
-      enc->encode(in, *be, p);
-      std::printf("{\"family\":\"%s\",\"images\":1,\"ms\":%.3f}\n", family.c_str(), ms_since(t0));
-      t0 = std::chrono::steady_clock::now();
-      for (int i = 0; i < images; ++i) enc->encode(in, *be, p);
-      std::printf("{\"family\":\"%s\",\"images\":%d,\"ms\":%.3f}\n", family.c_str(), images, ms_since(t0));
-      std::fflush(stdout);
-    }
+    // The GEMM kernels to time: the environment's choice, or both (--ab).
+    const char* env = std::getenv("RAPID_CUDA_TOWER_GEMM");
+    const std::vector<std::string> gemms = ab ? std::vector<std::string>{"v1", "v2"}
+                                              : std::vector<std::string>{env && std::strcmp(env, "v1") == 0 ? "v1" : "v2"};
+    auto use = [&](const std::string& g) { setenv("RAPID_CUDA_TOWER_GEMM", g.c_str(), 1); };
+    for (int r = 0; r < rounds; ++r)
+      for (const std::string& g : gemms) {
+        use(g);
+        t0 = std::chrono::steady_clock::now();
+        enc->encode(in, *be, p);
+        std::printf("{\"family\":\"%s\",\"gemm\":\"%s\",\"images\":1,\"ms\":%.3f}\n", family.c_str(), g.c_str(), ms_since(t0));
+        t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < images; ++i) enc->encode(in, *be, p);
+        std::printf("{\"family\":\"%s\",\"gemm\":\"%s\",\"images\":%d,\"ms\":%.3f}\n", family.c_str(), g.c_str(), images,
+                    ms_since(t0));
+        std::fflush(stdout);
+      }
+    if (profile && device == "cuda")
+      for (const std::string& g : gemms) {
+        use(g);
+        cuda::set_tower_profile(*be, true);
+        t0 = std::chrono::steady_clock::now();
+        enc->encode(in, *be, p);
+        const cuda::TowerProfile t = cuda::take_tower_profile(*be);
+        const double total = ms_since(t0);
+        cuda::set_tower_profile(*be, false);
+        std::printf("{\"family\":\"%s\",\"profile\":true,\"gemm\":\"%s\",\"totalMs\":%.3f,\"gemmMs\":%.3f,\"gemmCalls\":%lld,"
+                    "\"gemmTflops\":%.1f,\"attentionMs\":%.3f,\"attentionCalls\":%lld,\"restMs\":%.3f}\n",
+                    family.c_str(), g.c_str(), total, t.gemm_ms, (long long)t.gemm_calls,
+                    t.gemm_ms > 0 ? t.gemm_flop / (t.gemm_ms * 1e9) : 0.0, t.attention_ms, (long long)t.attention_calls,
+                    total - t.gemm_ms - t.attention_ms);
+        std::fflush(stdout);
+      }
   } catch (const std::exception& ex) {
     std::printf("FAIL cuda_tower_bench %s: %s\n", family.c_str(), ex.what());
     return 1;

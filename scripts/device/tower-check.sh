@@ -12,6 +12,9 @@
 # 3. Image encode time, rapid (cuda_tower_bench, --precision fast) against transformers bf16 sdpa on the same GPU
 #    (bench/peers/torch_vision_tower.py, the box's python3): random Qwen2.5-VL-3B tower at 448x448 and Gemma 3 4B
 #    SigLIP + projector at 896x896, one image and a batch of 8, 5 rounds each; medians and ratios at the end.
+#    rapid runs both GEMM kernels round by round (--ab: v2, the default, gives the ratios; v1 is printed beside it)
+#    and one profiled encode per kernel (--profile: GEMM / attention / rest ms, GEMM TFLOP/s); before it,
+#    cuda_tower_bench --gemm times the GEMM alone on the towers' shapes (gemm.jsonl).
 # 4. Only where node, dist/ and node_modules/ were carried too (carry build/cuda, dist, node_modules): the time to
 #    first token of a one-image request on CUDA (npm run bench:vision -- --device cuda, 3B-shaped tower).
 # Logs and JSON lines go to $OUT. Exit status 1 if a check failed. About 4-6 minutes of GPU time.
@@ -36,9 +39,10 @@ else
   echo "SKIP cuda_matmul_test: not carried"
 fi
 
+timeout 120 "$T/cuda_tower_bench" --gemm --rounds 5 2>&1 | tee "$out/gemm.jsonl" || rc=1
 for fam in qwen2_5_vl gemma3; do
   dir=/tmp/rapid-tower-$fam
-  timeout 300 "$T/cuda_tower_bench" --family "$fam" --dir "$dir" --rounds 5 --images 8 --precision fast \
+  timeout 300 "$T/cuda_tower_bench" --family "$fam" --dir "$dir" --rounds 5 --images 8 --precision fast --ab --profile \
     2> "$out/rapid-$fam.err" | tee "$out/rapid-$fam.jsonl" || rc=1
   for n in 1 8; do
     printf 'run\nrun\nrun\nrun\nrun\n' | timeout 300 python3 bench/peers/torch_vision_tower.py --config "$dir/config.json" \
@@ -67,7 +71,10 @@ rows = []
 for fam in ("qwen2_5_vl", "gemma3"):
     r = lines(f"rapid-{fam}.jsonl")
     for n in (1, 8):
-        rm = [x["ms"] for x in r if x.get("images") == n]
+        rm = [x["ms"] for x in r if x.get("images") == n and x.get("gemm", "v2") == "v2"]
+        r1 = [x["ms"] for x in r if x.get("images") == n and x.get("gemm") == "v1"]
+        if r1:
+            print(f"{fam} x{n}: rapid GEMM v1 {statistics.median(r1):.1f} ms [{min(r1):.1f}-{max(r1):.1f}]")
         tm = [x["ms"] for x in lines(f"torch-{fam}-{n}.jsonl") if "ms" in x]
         if not rm or not tm:
             print(f"{fam} x{n}: missing results (rapid {len(rm)}, torch {len(tm)})")
@@ -77,6 +84,10 @@ for fam in ("qwen2_5_vl", "gemma3"):
                      "rapidSpread": [min(rm), max(rm)], "torchSpread": [min(tm), max(tm)]})
         print(f"{fam} x{n}: rapid {a:.1f} ms [{min(rm):.1f}-{max(rm):.1f}], transformers bf16 sdpa {b:.1f} ms "
               f"[{min(tm):.1f}-{max(tm):.1f}]: {b / a:.2f}x")
+for x in lines(f"rapid-qwen2_5_vl.jsonl") + lines(f"rapid-gemma3.jsonl"):
+    if x.get("profile"):
+        print(f"{x['family']} profile {x['gemm']}: total {x['totalMs']:.1f} ms, GEMM {x['gemmMs']:.1f} ms "
+              f"({x['gemmTflops']:.0f} TFLOP/s), attention {x['attentionMs']:.1f} ms, rest {x['restMs']:.1f} ms")
 json.dump(rows, open(os.path.join(out, "tower-ratios.json"), "w"), indent=1)
 PY
 echo "tower-check: exit $rc"

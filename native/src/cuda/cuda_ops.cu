@@ -17,6 +17,7 @@
 #include "cuda/matmul_mma.h"
 #include "cuda/paged_ops.h"
 #include "cuda/segment_attention.h"
+#include "cuda/tower_profile.h"
 #include "cuda/tower_rows.h"
 #include "cpu/matmul.h"  // embedding_rows
 #include "quant/mlx_quant.h"
@@ -61,6 +62,8 @@ class CudaOps final : public ops::Backend {
       }
     }
     for (void* p : weights_) cudaFree(p);
+    for (const Span& sp : spans_) free_events_.insert(free_events_.end(), {sp.a, sp.b});
+    for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
     cudaStreamDestroy(stream_);
   }
   CudaOps(const CudaOps&) = delete;
@@ -105,8 +108,10 @@ class CudaOps final : public ops::Backend {
       }
     }
     const DevLinear& d = dev_linear(l, fast);
-    if (fast) gemm_bf16(x, ldx, static_cast<const uint16_t*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
-    else gemm_f32(x, ldx, static_cast<const float*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
+    timed(kGemm, 2.0 * double(n) * double(l.out()) * double(l.in()), [&] {
+      if (fast) gemm_bf16(x, ldx, static_cast<const uint16_t*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
+      else gemm_f32(x, ldx, static_cast<const float*>(d.w), d.bias, y, ldy, n, l.out(), l.in(), stream_);
+    });
   }
 
   // ---- norms ----------------------------------------------------------------------------------
@@ -213,8 +218,30 @@ class CudaOps final : public ops::Backend {
     if (cu.back() > INT32_MAX) throw std::runtime_error("attention: more than 2^31 tokens");
     const std::vector<SegTile> tiles = seg_tiles(cu);
     Meta<SegTile> d(*this, tiles);
-    segment_attention(q, ldq, k, v, ldkv, out, ldo, heads, kv_heads, head_dim, scale, d.p, int(tiles.size()),
-                      p == Precision::Fast, stream_);
+    timed(kAttention, 0.0, [&] {
+      segment_attention(q, ldq, k, v, ldkv, out, ldo, heads, kv_heads, head_dim, scale, d.p, int(tiles.size()),
+                        p == Precision::Fast, stream_);
+    });
+  }
+
+  // ---- profile (cuda_tower_bench --profile) ----------------------------------------------------
+  void set_profile(bool on) {
+    std::lock_guard<std::mutex> lk(prof_mu_);
+    profile_ = on;
+  }
+  TowerProfile take_profile() {
+    check(cudaStreamSynchronize(stream_), "tower ops (profile)");
+    std::lock_guard<std::mutex> lk(prof_mu_);
+    TowerProfile t;
+    for (const Span& sp : spans_) {
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, sp.a, sp.b), "cudaEventElapsedTime (tower profile)");
+      if (sp.cls == kGemm) t.gemm_ms += ms, t.gemm_flop += sp.flop, ++t.gemm_calls;
+      else t.attention_ms += ms, ++t.attention_calls;
+      free_events_.insert(free_events_.end(), {sp.a, sp.b});
+    }
+    spans_.clear();
+    return t;
   }
 
  protected:
@@ -354,10 +381,46 @@ class CudaOps final : public ops::Backend {
     return *kv_;
   }
 
+  enum { kGemm, kAttention };
+  struct Span {
+    int cls;
+    cudaEvent_t a, b;
+    double flop;
+  };
+  // f enqueues one op; while profiling, events on the stream bracket it.
+  template <class F>
+  void timed(int cls, double flop, F&& f) {
+    std::unique_lock<std::mutex> lk(prof_mu_);
+    if (!profile_) {
+      lk.unlock();
+      f();
+      return;
+    }
+    Span sp{cls, event(), event(), flop};
+    check(cudaEventRecord(sp.a, stream_), "cudaEventRecord (tower profile)");
+    f();
+    check(cudaEventRecord(sp.b, stream_), "cudaEventRecord (tower profile)");
+    spans_.push_back(sp);
+  }
+  cudaEvent_t event() {
+    cudaEvent_t e = nullptr;
+    if (!free_events_.empty()) {
+      e = free_events_.back();
+      free_events_.pop_back();
+    } else {
+      check(cudaEventCreate(&e), "cudaEventCreate (tower profile)");
+    }
+    return e;
+  }
+
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
   std::unique_ptr<DeviceKv> kv_;
   const KvPool* kv_pool_ = nullptr;
+  std::mutex prof_mu_;  // the profile's spans (held around the op while profiling)
+  bool profile_ = false;
+  std::vector<Span> spans_;
+  std::vector<cudaEvent_t> free_events_;
   // Cache key: the host struct's address and its data pointer (a struct whose storage moved is uploaded again).
   using Key = std::pair<const void*, const void*>;
   mutable std::mutex mu_;  // the weight caches (ops may be called from more than one thread)
@@ -379,6 +442,17 @@ int64_t uploaded_weight_bytes(const ops::Backend& be) {
 int64_t device_kv_bytes(const ops::Backend& be) {
   const auto* c = dynamic_cast<const CudaOps*>(&be);
   return c ? c->kv_bytes() : 0;
+}
+
+bool set_tower_profile(ops::Backend& be, bool on) {
+  auto* c = dynamic_cast<CudaOps*>(&be);
+  if (c) c->set_profile(on);
+  return c != nullptr;
+}
+
+TowerProfile take_tower_profile(ops::Backend& be) {
+  auto* c = dynamic_cast<CudaOps*>(&be);
+  return c ? c->take_profile() : TowerProfile{};
 }
 
 }  // namespace rapid::cuda

@@ -1,8 +1,9 @@
 // Segment attention kernels (segment_attention.h). One block per (query tile of 64, head), walking its segment's
 // keys in tiles with an online softmax. Fast: 4 warps of 16 query rows; S = Q·Kᵀ and O += P·V on mma.sync
 // m16n8k16 (bf16 operands, f32 sums); the S accumulators are the P operand's registers, so a row's max, sum and
-// rescale stay in the quad of lanes that hold it. Exact: 8 warps of 8 queries; lane j scores key j of a 32-key
-// tile against the query (broadcast by shuffles), then every lane adds the 32 weighted values of its dims.
+// rescale stay in the quad of lanes that hold it; V tiles are staged [key][dim] like K, read by ldmatrix.trans.
+// Exact: 8 warps of 8 queries; lane j scores key j of a 32-key tile against the query (broadcast by shuffles),
+// then every lane adds the 32 weighted values of its dims.
 #include "cuda/segment_attention.h"
 #include <cuda_bf16.h>
 #include <cmath>
@@ -44,6 +45,15 @@ __device__ __forceinline__ void stage_rows(__nv_bfloat16 (*dst)[PITCH], const fl
   }
 }
 
+// Four 8x8 bf16 matrices, transposed: lane l gives the address of row l % 8 of matrix l / 8 and receives, of each,
+// (row 2 (l % 4), col l / 4) and (row 2 (l % 4) + 1, col l / 4): an mma B fragment of a [k][n] tile.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* smem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(s));
+}
+
 template <int HDP>
 __global__ void __launch_bounds__(128) seg_attn_mma(const AttnArgs a) {
   constexpr int NKS = HDP / 16, NDT = HDP / 8;
@@ -53,7 +63,8 @@ __global__ void __launch_bounds__(128) seg_attn_mma(const AttnArgs a) {
   const int64_t ldq = a.ldq, ldkv = a.ldkv, ldo = a.ldo;
   const int hd = a.hd;
   __shared__ __align__(16) __nv_bfloat16 Ks[kKT][HDP + 8];  // Q staging, then a key tile [key][dim]
-  __shared__ __align__(16) __nv_bfloat16 Vt[HDP][kKT + 8];  // a value tile transposed [dim][key]
+  // A value tile [key][dim], staged like K and read by ldmatrix.trans (pitch HDP + 8: conflict-free rows).
+  __shared__ __align__(16) __nv_bfloat16 Vs[kKT][HDP + 8];
   const SegTile T = a.tiles[blockIdx.x];
   const int64_t hoff = int64_t(blockIdx.y) * hd, kvoff = int64_t(blockIdx.y / a.group) * hd;  // GQA
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
@@ -77,14 +88,7 @@ __global__ void __launch_bounds__(128) seg_attn_mma(const AttnArgs a) {
   for (int64_t k0 = T.start; k0 < T.end; k0 += kKT) {
     __syncthreads();  // the previous tile (or Q) is read by every warp
     stage_rows<HDP, HDP + 8>(Ks, k + kvoff, ldkv, k0, T.end, hd);
-    for (int i = threadIdx.x; i < kKT * HDP / 2; i += blockDim.x) {
-      const int r = i / (HDP / 2), d = (i % (HDP / 2)) * 2;
-      const int64_t row = k0 + r;
-      const float* p = v + kvoff + row * ldkv + d;
-      const bool live = row < T.end;
-      Vt[d][r] = __float2bfloat16_rn(live && d < hd ? p[0] : 0.f);
-      Vt[d + 1][r] = __float2bfloat16_rn(live && d + 1 < hd ? p[1] : 0.f);
-    }
+    stage_rows<HDP, HDP + 8>(Vs, v + kvoff, ldkv, k0, T.end, hd);
     __syncthreads();
 
     float s[kKT / 8][4] = {};
@@ -134,11 +138,14 @@ __global__ void __launch_bounds__(128) seg_attn_mma(const AttnArgs a) {
       const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                               pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                               pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      // Matrices: keys 0-7 / 8-15 of this step x dims of tile nd, then of nd + 1: b0, b1 of nd, b0, b1 of nd + 1.
+      const int mq = lane >> 3;
 #pragma unroll
-      for (int nd = 0; nd < NDT; ++nd) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(&Vt[nd * 8 + g][kk * 16 + 2 * t]);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(&Vt[nd * 8 + g][kk * 16 + 8 + 2 * t]);
-        mma_bf16(o[nd], pa, b0, b1);
+      for (int nd = 0; nd < NDT; nd += 2) {  // NDT is even for every HDP
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, &Vs[kk * 16 + (lane & 7) + (mq & 1) * 8][(nd + (mq >> 1)) * 8]);
+        mma_bf16(o[nd], pa, b[0], b[1]);
+        mma_bf16(o[nd + 1], pa, b[2], b[3]);
       }
     }
   }
