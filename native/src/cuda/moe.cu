@@ -45,9 +45,6 @@ WView view_of(const DevWeight& w) {
   return v;
 }
 
-__device__ __forceinline__ float bf16_lo(uint32_t u) { return __uint_as_float(u << 16); }
-__device__ __forceinline__ float bf16_hi(uint32_t u) { return __uint_as_float(u & 0xffff0000u); }
-
 // v[0..8) = W[row, c .. c+8) as f32 (c a multiple of 8; a group never splits 8 columns: group >= 32).
 __device__ __forceinline__ void load8(const WView& w, int64_t row, int64_t c, float (&v)[8]) {
   if (w.fmt == 4 || w.fmt == 8) {
@@ -78,8 +75,8 @@ __device__ __forceinline__ void load8(const WView& w, int64_t row, int64_t c, fl
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     if (w.fmt == 2) {
-      v[2 * i] = bf16_lo(u[i]);
-      v[2 * i + 1] = bf16_hi(u[i]);
+      v[2 * i] = bf16_bits_to_float(uint16_t(u[i] & 0xffffu));
+      v[2 * i + 1] = bf16_bits_to_float(uint16_t(u[i] >> 16));
     } else {
       v[2 * i] = f16_bits_to_float(uint16_t(u[i] & 0xffffu));
       v[2 * i + 1] = f16_bits_to_float(uint16_t(u[i] >> 16));
