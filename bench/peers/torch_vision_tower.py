@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # PyTorch peer of `npm run bench:vision -- --torch PY` and of scripts/device/tower-check.sh: a random-init
 # transformers vision tower built from the vision_config of the checkpoint rapid runs. Qwen2.5-VL (patch embed,
-# window/full sdpa blocks, merger; the default) or Gemma 3 (SigLIP + the multi-modal projector). On the CPU in f32
+# window/full sdpa blocks, merger; the default), Qwen3-VL (with its DeepStack mergers) or Gemma 3 (SigLIP + the multi-modal projector). On the CPU in f32
 # with rapid's thread count, or on CUDA (--device cuda, --dtype bf16: sdpa on the GPU). --images N runs N images
 # per forward (Qwen: one forward over N grids, as transformers batches them; Gemma 3: a batch of N). Timing does
 # not depend on the weight values, so none are loaded. Reads one line per round on stdin ("run"), runs the
@@ -28,6 +28,20 @@ def build_qwen(vc, grid, images, device, dtype):
     return lambda: model(pixels, grid_thw=grid_thw)
 
 
+def build_qwen3(vc, grid, images, device, dtype):
+    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+
+    cfg = Qwen3VLVisionConfig(**{k: v for k, v in vc.items() if k != "model_type"})
+    cfg._attn_implementation = "sdpa"
+    model = Qwen3VLVisionModel(cfg).to(device=device, dtype=dtype).eval()
+    t, h, w = grid
+    row = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size
+    pixels = torch.randn(images * t * h * w, row, dtype=dtype, device=device)
+    grid_thw = torch.tensor([[t, h, w]] * images, device=device)
+    return lambda: model(pixels, grid_thw=grid_thw)
+
+
 def build_gemma3(config, images, device, dtype):
     from transformers import Gemma3Config
     from transformers.models.gemma3.modeling_gemma3 import Gemma3MultiModalProjector
@@ -47,8 +61,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", required=True, help="the checkpoint's config.json (its vision_config is used)")
     ap.add_argument("--threads", type=int, required=True)
-    ap.add_argument("--grid", type=int, nargs=3, default=[1, 32, 32], help="Qwen: t h w patches (448x448: 1 32 32)")
-    ap.add_argument("--family", choices=["qwen2_5_vl", "gemma3"], default="qwen2_5_vl")
+    ap.add_argument("--grid", type=int, nargs=3, default=[1, 32, 32], help="Qwen: t h w patches (448x448: 1 32 32 at patch 14, 1 28 28 at 16)")
+    ap.add_argument("--family", choices=["qwen2_5_vl", "gemma3", "qwen3_vl"], default="qwen2_5_vl")
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--dtype", choices=["f32", "bf16"], default="f32")
     ap.add_argument("--images", type=int, default=1, help="images per forward")
@@ -61,6 +75,8 @@ def main() -> None:
     with torch.inference_mode():
         if a.family == "gemma3":
             forward = build_gemma3(config, a.images, a.device, dtype)
+        elif a.family == "qwen3_vl":
+            forward = build_qwen3(config["vision_config"], a.grid, a.images, a.device, dtype)
         else:
             forward = build_qwen(config["vision_config"], a.grid, a.images, a.device, dtype)
         sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)

@@ -2,7 +2,7 @@
 // docs/performance.md: a random-weight bf16 tower of a real model's shape, written once to --dir, encodes one image
 // and then a batch of --images images (back to back, as the engine encodes them) per round. Prints one JSON line per
 // round: {"family", "images", "ms"}; the first encode (weight upload + dequantization) is reported as "warmupMs".
-//   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N] [--images N]
+//   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3|qwen3_vl [--dir DIR] [--rounds N] [--images N]
 //                                     [--precision fast|exact] [--device cuda|cpu] [--profile] [--ab]
 // --profile: one more encode with cudaEvents around every GEMM and attention launch, printed as one JSON line per
 // GEMM kernel: {"profile":..., "gemmMs", "gemmTflops", "attentionMs", "restMs"}; rest = the encode's wall time less
@@ -13,7 +13,8 @@
 // --device cpu runs the same tower on the CPU backend (all cores), for a same-machine comparison.
 // qwen2_5_vl: Qwen2.5-VL-3B's tower (32 blocks, hidden 1280, window attention, merger to 2048), one 448x448 image
 // (grid 1x32x32, 1024 patches). gemma3: Gemma 3 4B's SigLIP (27 layers, hidden 1152) at 896x896 (4096 patches) and
-// its projector to 2560. The torch peer (bench/peers/torch_vision_tower.py) reads the same DIR/config.json.
+// its projector to 2560. qwen3_vl: Qwen3-VL-4B's tower (24 blocks, hidden 1024, DeepStack mergers after blocks 5, 11,
+// 17) at 448x448 (grid 1x28x28). The torch peer (bench/peers/torch_vision_tower.py) reads the same DIR/config.json.
 #include <cuda_runtime.h>
 #include <algorithm>
 #include <chrono>
@@ -127,6 +128,45 @@ void write_gemma3_4b(const fs::path& dir) {
                R"("hidden_act":"gelu_pytorch_tanh","layer_norm_eps":1e-6}})");
 }
 
+void write_qwen3_vl_4b(const fs::path& dir) {
+  const int64_t H = 1024, depth = 24, ffn = 4096, out = 2560, P = 16, M = 4 * H;
+  Writer w;
+  const std::string p = "visual.";
+  auto norm = [&](const std::string& n, int64_t width) {
+    w.add(n + ".weight", {width}, 0.02f, 1.0f);
+    w.add(n + ".bias", {width}, 0.02f);
+  };
+  auto lin = [&](const std::string& n, int64_t o, int64_t i) {
+    w.add(n + ".weight", {o, i}, 0.02f);
+    w.add(n + ".bias", {o}, 0.02f);
+  };
+  w.add(p + "patch_embed.proj.weight", {H, 3, 2, P, P}, 0.02f);
+  w.add(p + "patch_embed.proj.bias", {H}, 0.02f);
+  w.add(p + "pos_embed.weight", {48 * 48, H}, 0.02f);
+  for (int64_t i = 0; i < depth; ++i) {
+    const std::string b = p + "blocks." + std::to_string(i) + ".";
+    norm(b + "norm1", H);
+    norm(b + "norm2", H);
+    lin(b + "attn.qkv", 3 * H, H);
+    lin(b + "attn.proj", H, H);
+    lin(b + "mlp.linear_fc1", ffn, H);
+    lin(b + "mlp.linear_fc2", H, ffn);
+  }
+  norm(p + "merger.norm", H);  // the final merger norms before the 2x2 shuffle, DeepStack's after it
+  lin(p + "merger.linear_fc1", M, M);
+  lin(p + "merger.linear_fc2", out, M);
+  for (int k = 0; k < 3; ++k) {
+    const std::string d = p + "deepstack_merger_list." + std::to_string(k) + ".";
+    norm(d + "norm", M);
+    lin(d + "linear_fc1", M, M);
+    lin(d + "linear_fc2", out, M);
+  }
+  w.write(dir, R"({"model_type":"qwen3_vl","text_config":{"hidden_size":2560},"vision_config":{"depth":24,)"
+               R"("hidden_size":1024,"hidden_act":"gelu_pytorch_tanh","intermediate_size":4096,"num_heads":16,)"
+               R"("in_channels":3,"out_hidden_size":2560,"patch_size":16,"spatial_merge_size":2,)"
+               R"("temporal_patch_size":2,"num_position_embeddings":2304,"deepstack_visual_indexes":[5,11,17]}})");
+}
+
 double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -230,9 +270,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if ((family != "qwen2_5_vl" && family != "gemma3") || rounds < 1 || images < 1 ||
+  if ((family != "qwen2_5_vl" && family != "gemma3" && family != "qwen3_vl") || rounds < 1 || images < 1 ||
       (precision != "fast" && precision != "exact") || (device != "cuda" && device != "cpu")) {
-    std::fprintf(stderr, "usage: cuda_tower_bench --family qwen2_5_vl|gemma3 [--dir DIR] [--rounds N>=1] [--images N>=1] "
+    std::fprintf(stderr, "usage: cuda_tower_bench --family qwen2_5_vl|gemma3|qwen3_vl [--dir DIR] [--rounds N>=1] [--images N>=1] "
                          "[--precision fast|exact] [--device cuda|cpu] [--profile] [--ab] | --gemm [--rounds N]\n");
     return 2;
   }
@@ -254,7 +294,9 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
     if (!fs::exists(dir / "model.safetensors")) {
       const auto t0 = std::chrono::steady_clock::now();
-      family == "gemma3" ? write_gemma3_4b(dir) : write_qwen25_3b(dir);
+      if (family == "gemma3") write_gemma3_4b(dir);
+      else if (family == "qwen3_vl") write_qwen3_vl_4b(dir);
+      else write_qwen25_3b(dir);
       std::fprintf(stderr, "wrote %s in %.1f s\n", dir.c_str(), ms_since(t0) / 1000.0);
     }
     std::shared_ptr<const Checkpoint> ck = Checkpoint::open(dir.string());
@@ -264,6 +306,9 @@ int main(int argc, char** argv) {
     if (family == "gemma3") {
       pix.assign(size_t(3 * 896 * 896), 0.f);
       in.grid_h = in.grid_w = 64;
+    } else if (family == "qwen3_vl") {  // 448x448 at patch 16: 28x28 patches
+      pix.assign(size_t(28 * 28 * 3 * 2 * 16 * 16), 0.f);
+      in.grid_h = in.grid_w = 28;
     } else {
       pix.assign(size_t(32 * 32 * 3 * 2 * 14 * 14), 0.f);
       in.grid_h = in.grid_w = 32;

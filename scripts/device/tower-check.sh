@@ -11,7 +11,7 @@
 # 2. build/cuda/tests/cuda_matmul_test: the decoder's matmuls (mma.cuh moved out of matmul_mma.cu).
 # 3. Image encode time, rapid (cuda_tower_bench, --precision fast) against transformers bf16 sdpa on the same GPU
 #    (bench/peers/torch_vision_tower.py, the box's python3): random Qwen2.5-VL-3B tower at 448x448 and Gemma 3 4B
-#    SigLIP + projector at 896x896, one image and a batch of 8, 5 rounds each; medians and ratios at the end.
+#    SigLIP + projector at 896x896 and Qwen3-VL-4B at 448x448, one image and a batch of 8, 5 rounds each; medians and ratios at the end.
 #    rapid runs both GEMM kernels round by round (--ab: v2, the default, gives the ratios; v1 is printed beside it)
 #    and one profiled encode per kernel (--profile: GEMM / attention / rest ms, GEMM TFLOP/s); before it,
 #    cuda_tower_bench --gemm times the GEMM alone on the towers' shapes (gemm.jsonl).
@@ -40,13 +40,14 @@ else
 fi
 
 timeout 120 "$T/cuda_tower_bench" --gemm --rounds 5 2>&1 | tee "$out/gemm.jsonl" || rc=1
-for fam in qwen2_5_vl gemma3; do
+for fam in qwen2_5_vl gemma3 qwen3_vl; do
+  grid=(); [ "$fam" = qwen3_vl ] && grid=(--grid 1 28 28)
   dir=/tmp/rapid-tower-$fam
   timeout 300 "$T/cuda_tower_bench" --family "$fam" --dir "$dir" --rounds 5 --images 8 --precision fast --ab --profile \
     2> "$out/rapid-$fam.err" | tee "$out/rapid-$fam.jsonl" || rc=1
   for n in 1 8; do
     printf 'run\nrun\nrun\nrun\nrun\n' | timeout 300 python3 bench/peers/torch_vision_tower.py --config "$dir/config.json" \
-      --threads 16 --family "$fam" --device cuda --dtype bf16 --images "$n" \
+      --threads 16 --family "$fam" "${grid[@]}" --device cuda --dtype bf16 --images "$n" \
       > "$out/torch-$fam-$n.jsonl" 2> "$out/torch-$fam-$n.err" || { rc=1; tail -3 "$out/torch-$fam-$n.err"; }
   done
 done
@@ -68,7 +69,7 @@ def lines(p):
     except FileNotFoundError:
         return []
 rows = []
-for fam in ("qwen2_5_vl", "gemma3"):
+for fam in ("qwen2_5_vl", "gemma3", "qwen3_vl"):
     r = lines(f"rapid-{fam}.jsonl")
     for n in (1, 8):
         rm = [x["ms"] for x in r if x.get("images") == n and x.get("gemm", "v2") == "v2"]
@@ -84,7 +85,7 @@ for fam in ("qwen2_5_vl", "gemma3"):
                      "rapidSpread": [min(rm), max(rm)], "torchSpread": [min(tm), max(tm)]})
         print(f"{fam} x{n}: rapid {a:.1f} ms [{min(rm):.1f}-{max(rm):.1f}], transformers bf16 sdpa {b:.1f} ms "
               f"[{min(tm):.1f}-{max(tm):.1f}]: {b / a:.2f}x")
-for x in lines(f"rapid-qwen2_5_vl.jsonl") + lines(f"rapid-gemma3.jsonl"):
+for x in lines("rapid-qwen2_5_vl.jsonl") + lines("rapid-gemma3.jsonl") + lines("rapid-qwen3_vl.jsonl"):
     if x.get("profile"):
         print(f"{x['family']} profile {x['gemm']}: total {x['totalMs']:.1f} ms, GEMM {x['gemmMs']:.1f} ms "
               f"({x['gemmTflops']:.0f} TFLOP/s), attention {x['attentionMs']:.1f} ms, rest {x['restMs']:.1f} ms")
