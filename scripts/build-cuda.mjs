@@ -6,6 +6,8 @@
 //   node scripts/build-cuda.mjs --prebuild -> also packages/rapid-vlm-cuda-<platform>-<arch>/rapid-vlm.glibc.node
 //     (stripped): the optional CUDA package, published beside rapid-vlm by scripts/release.mjs
 //   node scripts/build-cuda.mjs --tests    -> also build/cuda/tests/<name> for native/test/cuda_*_test.cu
+//   --sass-only: machine code for RAPID_CUDA_ARCHS alone, no PTX (for binaries carried to a known GPU by
+//     scripts/device/*: the PTX is most of an xz tarball's size); objects in their own folder
 //   node scripts/build-cuda.mjs --timeline -> build/cuda-timeline/rapid_native.node, a profiling build whose kernels
 //     record when each one's wait on the previous kernel released (native/src/cuda/timeline.cuh; never shipped)
 // Env: CUDA_HOME (default /usr/local/cuda), RAPID_CUDA_ARCHS (default "80,90"), RAPID_WERROR=1.
@@ -23,13 +25,14 @@ const nvcc = join(cuda, 'bin', 'nvcc');
 const werror = process.env.RAPID_WERROR === '1';
 const archs = (process.env.RAPID_CUDA_ARCHS ?? '80,90').split(',').map((a) => a.trim()).filter(Boolean);
 const timeline = args.has('--timeline');
+const sassOnly = args.has('--sass-only');
 if (timeline && (args.has('--prebuild') || args.has('--tests'))) {
   process.stderr.write('build-cuda: --timeline is a profiling build; it takes neither --prebuild nor --tests\n');
   process.exit(1);
 }
 const out = join(root, 'build', timeline ? 'cuda-timeline' : 'cuda');
 // Objects depend on the target GPUs: one folder per arch list, so changing RAPID_CUDA_ARCHS rebuilds.
-const objDir = join(out, `obj-sm${archs.join('-')}`);
+const objDir = join(out, `obj-sm${archs.join('-')}${sassOnly ? '-sass' : ''}`);
 
 if (!existsSync(nvcc)) {
   process.stderr.write(`build-cuda: ${nvcc} not found; install the CUDA toolkit or set CUDA_HOME\n`);
@@ -47,7 +50,8 @@ const cxxFlags = ['-std=c++20', '-O3', '-fPIC', '-fexceptions', '-pthread', ...w
   ...defines, `-I${join(cuda, 'include')}`, `-I${addonApi}`, `-I${nodeInclude}`, `-I${join(root, 'native', 'src')}`];
 const gencode = archs.flatMap((a) => ['-gencode', `arch=compute_${a},code=sm_${a}`]);
 const top = archs[archs.length - 1];
-const nvccFlags = ['-std=c++20', '-O3', ...gencode, '-gencode', `arch=compute_${top},code=compute_${top}`,
+const ptx = sassOnly ? [] : ['-gencode', `arch=compute_${top},code=compute_${top}`];
+const nvccFlags = ['-std=c++20', '-O3', ...gencode, ...ptx,
   '-Xcompiler', ['-fPIC', ...warn].join(','), ...(werror ? ['-Werror', 'all-warnings'] : []), ...defines,
   `-I${join(root, 'native', 'src')}`];
 
@@ -102,7 +106,7 @@ async function main() {
   const cudart = [join(cuda, 'lib64', 'libcudart_static.a'), '-ldl', '-lrt'];
   const addon = join(out, 'rapid_native.node');
   await run('g++', ['-shared', '-pthread', '-Wl,-z,now', '-o', addon, ...objects, ...cudart]);
-  process.stdout.write(`build-cuda: ${relative(root, addon)} (archs ${archs.join(', ')} + PTX ${top})\n`);
+  process.stdout.write(`build-cuda: ${relative(root, addon)} (archs ${archs.join(', ')}${sassOnly ? ', no PTX' : ` + PTX ${top}`})\n`);
 
   if (args.has('--prebuild')) {
     const dir = join(root, 'packages', `rapid-vlm-cuda-${process.platform}-${process.arch}`);

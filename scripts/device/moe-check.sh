@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # GPU checks of the CUDA mixture-of-experts block (cuda/moe.*, issue 34), run by the lead on the H100/H200 box from
 # the repository root. Nothing of rapid is built there: the addon and the test binary come from the build machine.
-#   here:    RAPID_CUDA_ARCHS=90 RAPID_WERROR=1 node scripts/build-cuda.mjs --tests
+#   here:    RAPID_CUDA_ARCHS=90 RAPID_WERROR=1 node scripts/build-cuda.mjs --tests --sass-only
 #            npx tsc -p tsconfig.json && node scripts/copy-assets.mjs          # dist/, for cuda-checks' bench step
 #            tar -C build/cuda -cf - rapid_native.node tests/cuda_moe_test \
-#              | xz -T0 --lzma2=preset=6,dict=128MiB > build/cuda/moe-check.tar.xz   # 2 x 28 MB -> 18 MB
+#              | xz -T0 --lzma2=preset=6,dict=64MiB > build/cuda/moe-check.tar.xz   # 2 x 16 MB -> 6 MB
+#            (with PTX, 18 MB: over the 64 MiB carry limit next to the 56 MiB tracked tree)
 #   device:  run(command="bash scripts/device/moe-check.sh", carry=["build/cuda/moe-check.tar.xz", "dist"])
 # Steps (each under a time limit; logs in $OUT or /tmp/moe-check):
 # 1. cuda_moe_test: the CUDA MoE block against layers/moe.cpp on random weights (4-bit g64/g32, 8-bit, bf16 experts;
@@ -24,8 +25,7 @@ mkdir -p "$out"
 fail=0
 . "$(dirname "$0")/step.sh"
 if [ ! -x build/cuda/tests/cuda_moe_test ] && [ -f build/cuda/moe-check.tar.xz ]; then
-  tar -C build/cuda -xJf build/cuda/moe-check.tar.xz 2> /dev/null ||
-    python3 -c "import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])" build/cuda/moe-check.tar.xz build/cuda
+  unpack build/cuda/moe-check.tar.xz build/cuda
 fi
 gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1)"
 echo "$gpu"

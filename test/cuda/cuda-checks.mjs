@@ -5,7 +5,7 @@
 //   parity   every test/fixtures/models/* fixture against transformers, exactly as test/model/parity.test.ts
 //            (exact and fast precision, one-step prefill and chunks of 7; exact: max |diff| <= 1e-3 *
 //            max(1, max|logit|) and greedy identical; fast: <= 0.2 * max(1, max|logit|), greedy reported),
-//            and the text lane of the VLM fixtures (Qwen3-VL-MoE and Gemma 4 dense included) as test/helpers/vlm.ts
+//            and the text lane of the VLM fixtures (Qwen3-VL-MoE, Gemma 4 dense and MoE) as test/helpers/vlm.ts
 //            expectTextCase (exact: 1e-4 for f32, 1e-3 for quantized; 16 greedy tokens identical);
 //   batch    16 distinct prompts alone vs in one staggered batch (rows joining late, rows finishing
 //            early, a long prompt prefilled in chunks next to decodes; alone with the same chunking):
@@ -129,7 +129,7 @@ function modelFixtures(filter) {
     });
 }
 
-/** Text-only cases of the VLM fixtures but Gemma 4 MoE (Qwen3-VL-MoE's experts and Gemma 4 dense run on CUDA). */
+/** Text-only cases of the VLM fixtures (Qwen3-VL-MoE's and Gemma 4 MoE's experts run on CUDA too). */
 function vlmTextFixtures(filter) {
   if (!existsSync(VLM_ROOT)) return { fixtures: [], skipped: [] };
   const fixtures = [];
@@ -137,10 +137,6 @@ function vlmTextFixtures(filter) {
   for (const name of readdirSync(VLM_ROOT).sort()) {
     const dir = join(VLM_ROOT, name);
     if (!existsSync(join(dir, 'reference.json')) || (filter && !filter.test(`vlm/${name}`))) continue;
-    if (name.startsWith('gemma4-moe')) {
-      skipped.push(`${name} (Gemma 4 MoE: runs on the CPU)`);
-      continue;
-    }
     const ref = JSON.parse(readFileSync(join(dir, 'reference.json'), 'utf8'));
     // Logits of the last n_last rows, or (Gemma 4) of logits_positions, read here as the prompt's last rows.
     const lastRows = (c) =>

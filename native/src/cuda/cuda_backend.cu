@@ -78,10 +78,15 @@ static std::string weight_problem(const Weight& w, const std::string& what) {
   return "";
 }
 
-// A family over the op backend (cuda/cuda_ops_model): every weight format and layer kind runs on the CUDA ops except
-// MoE blocks, and attention takes heads up to wide_attention's width.
+// A family over the op backend (cuda/cuda_ops_model): every weight format and layer kind runs on the CUDA ops, MoE
+// blocks where cuda/moe.h takes them, and attention takes heads up to wide_attention's width.
 static std::string ops_model_problem(const Model& host, const OpsModel& om) {
-  if (om.uses_moe()) return "mixture-of-experts layers of " + host.info().family + " run on the CPU only for now";
+  const std::vector<MoeBlockRef> moe = om.moe_blocks();
+  if (om.uses_moe() && moe.empty())
+    return "mixture-of-experts layers of " + host.info().family + " run on the CPU only for now";
+  for (size_t l = 0; l < moe.size(); ++l)
+    if (std::string why = moe_unsupported(*moe[l].router, *moe[l].experts); !why.empty())
+      return "mixture-of-experts block " + std::to_string(l) + " of " + host.info().family + ": " + why;
   for (const KvLayerSpec& k : host.kv_layers())
     if (k.head_dim % 4 != 0 || k.head_dim > kWideAttnMaxHeadDim)
       return "head_dim " + std::to_string(k.head_dim) + " is not supported on CUDA (a multiple of 4, <= " +

@@ -4,6 +4,7 @@
 #include "cuda/cuda_ops.h"
 #include <cuda_runtime.h>
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -15,6 +16,7 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/dense_gemm.h"
 #include "cuda/matmul_mma.h"
+#include "cuda/moe.h"
 #include "cuda/paged_ops.h"
 #include "cuda/segment_attention.h"
 #include "cuda/tower_profile.h"
@@ -208,6 +210,23 @@ class CudaOps final : public ops::Backend {
   }
   int64_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
 
+  // The block on cuda/moe.h's kernels (f32 arithmetic under both precisions, as the CPU's router; the experts read
+  // their stored format). out is overwritten. Of the stats only routed_rows: the rest needs the routing on the host.
+  bool moe_supported() const override { return true; }
+  void preload_moe(const MoeRouter& router, const MoeExperts& experts) { dev_moe(router, experts); }
+  void moe(const MoeRouter& router, const MoeExperts& experts, const float* route_x, const float* expert_x, float* out,
+           int64_t T, int top_k, Precision, MoeStats* stats) override {
+    if (top_k != router.opt.top_k)
+      throw std::runtime_error("moe: top_k " + std::to_string(top_k) + " differs from the router's " +
+                               std::to_string(router.opt.top_k));
+    if (T <= 0) return;
+    const DevMoe& m = dev_moe(router, experts);
+    char* scratch = pool_alloc<char>(int64_t(moe_scratch_bytes(m, T)));  // 256-byte aligned, as moe_forward needs
+    cuda::moe_forward(m, route_x, expert_x, T, out, /*accumulate=*/false, scratch, stream_);
+    cudaFreeAsync(scratch, stream_);
+    if (stats) stats->routed_rows += T * top_k;
+  }
+
   // ---- attention ------------------------------------------------------------------------------
   void attention(const float* q, int64_t ldq, const float* k, const float* v, int64_t ldkv, float* out, int64_t ldo,
                  int heads, int kv_heads, int head_dim, float scale, const std::vector<int64_t>& cu,
@@ -356,6 +375,21 @@ class CudaOps final : public ops::Backend {
     return &cache.emplace(key, d).first->second;
   }
 
+  // A MoE block's device copy (cuda/moe.h's stacked layout, not the matmul's tiles), made on first use and kept:
+  // the experts are uploaded once, never per call.
+  const DevMoe& dev_moe(const MoeRouter& r, const MoeExperts& ex) {
+    std::lock_guard<std::mutex> lk(mu_);
+    const std::array<const void*, 3> key{&r, &ex, ex.gate.empty() ? nullptr : ex.gate.front().data};
+    auto it = moes_.find(key);
+    if (it != moes_.end()) return it->second;
+    if (const std::string why = moe_unsupported(r, ex); !why.empty()) throw std::runtime_error("cuda moe: " + why);
+    DevMoe d = upload_moe(r, ex, weights_);
+    weight_bytes_ += int64_t(rapid::weight_bytes(r.gate.w)) +
+                     int64_t((r.opt.input_scale.size() + r.opt.per_expert_scale.size()) * sizeof(float));
+    for (int64_t e = 0; e < ex.n_experts; ++e) weight_bytes_ += int64_t(ex.expert_bytes(e));
+    return moes_.emplace(key, d).first->second;
+  }
+
   const float* dev_table(const Weight& t) {
     std::lock_guard<std::mutex> lk(mu_);
     const Key key{&t, t.data};
@@ -428,11 +462,16 @@ class CudaOps final : public ops::Backend {
   std::map<Key, DevWeight> mm_fast_, mm_exact_;  // decoder_matmuls: the fused matmul's uploads
   const bool decoder_matmuls_;
   std::map<Key, const float*> vecs_, tables_;
+  std::map<std::array<const void*, 3>, DevMoe> moes_;  // (router, experts, first expert's data)
   std::vector<void*> weights_;  // every weight allocation, freed with the backend
   int64_t weight_bytes_ = 0;
 };
 
 std::unique_ptr<ops::Backend> make_cuda_ops(bool decoder_matmuls) { return std::make_unique<CudaOps>(decoder_matmuls); }
+
+void preload_moe(ops::Backend& be, const MoeRouter& router, const MoeExperts& experts) {
+  if (auto* c = dynamic_cast<CudaOps*>(&be)) c->preload_moe(router, experts);
+}
 
 int64_t uploaded_weight_bytes(const ops::Backend& be) {
   const auto* c = dynamic_cast<const CudaOps*>(&be);

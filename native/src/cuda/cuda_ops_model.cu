@@ -14,6 +14,7 @@ class CudaOpsModel final : public Model {
   explicit CudaOpsModel(std::unique_ptr<Model> host) : host_(std::move(host)), family_(host_->ops_model()) {
     if (!family_) throw std::logic_error("CUDA ops model: " + host_->info().family + " has no op-level forward");
     ops_ = make_cuda_ops(/*decoder_matmuls=*/true);
+    for (const MoeBlockRef& m : family_->moe_blocks()) preload_moe(*ops_, *m.router, *m.experts);
   }
 
   const ModelInfo& info() const override { return host_->info(); }

@@ -8,6 +8,7 @@
 #include "cuda/launch.cuh"
 #include "cuda/moe.h"
 #include "quant/mlx_quant.h"
+#include "tensor/dtype.h"
 
 namespace rapid::cuda {
 namespace {
@@ -92,6 +93,28 @@ __device__ __forceinline__ float dot8(const float (&v)[8], const float* x, float
   return acc;
 }
 
+// Gemma 4's router input, block t: y[t] = x[t] · inv · scale · mult elementwise in that order (moe_route's),
+// inv = 1 / sqrt(Σx²/H + eps) with the sum over a fixed tree (per-thread strided sums, warps, then 8 warp sums in
+// order): a row's bits do not depend on the other rows. scale null: 1.
+__global__ void router_input_kernel(const float* __restrict__ x, int64_t H, const float* __restrict__ scale, float eps,
+                                    float mult, float* __restrict__ y) {
+  __shared__ float part[kWarps];
+  pdl_wait();
+  pdl_trigger();
+  const float* xr = x + int64_t(blockIdx.x) * H;  // [H]
+  float* yr = y + int64_t(blockIdx.x) * H;        // [H]
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < H; i += kThreads) ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
+  ss = warp_sum(ss);
+  if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  float tot = 0.0f;
+  for (int w = 0; w < kWarps; ++w) tot = __fadd_rn(tot, part[w]);
+  const float inv = __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(tot, float(H)), eps)));
+  for (int64_t i = threadIdx.x; i < H; i += kThreads)
+    yr[i] = __fmul_rn(__fmul_rn(__fmul_rn(xr[i], inv), scale ? scale[i] : 1.0f), mult);
+}
+
 // logits[t, e] = x[t]·R[e]: block (x, t) computes experts [x·8, x·8 + 8), a warp each (spread over the GPU: one
 // token's 128 router rows would keep a single block busy for the whole layer's budget).
 __global__ void router_logits_kernel(WView r, const float* __restrict__ x, int64_t E, float* __restrict__ logits) {
@@ -112,9 +135,10 @@ __global__ void router_logits_kernel(WView r, const float* __restrict__ x, int64
 }
 
 // One warp routes token t: softmax of its logits row (turned into probabilities in place), then top-k by repeated
-// best (larger probability, then lower id: moe_route's order) and the weights, renormalized over the k in j order.
-__device__ void route_token(float* __restrict__ prob, int64_t E, int k, bool renormalize, int32_t* __restrict__ idx,
-                            float* __restrict__ w) {
+// best (larger probability, then lower id: moe_route's order) and the weights, renormalized over the k in j order,
+// then times expert_scale[idx] (Gemma 4's per-expert scale; null: none).
+__device__ void route_token(float* __restrict__ prob, int64_t E, int k, bool renormalize,
+                            const float* __restrict__ expert_scale, int32_t* __restrict__ idx, float* __restrict__ w) {
   const int lane = threadIdx.x % 32;
   float mx = -INFINITY;
   for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, prob[e]);
@@ -146,7 +170,8 @@ __device__ void route_token(float* __restrict__ prob, int64_t E, int k, bool ren
   if (lane != 0) return;
   for (int j = 0; j < k; ++j) {
     idx[j] = chosen[j];
-    w[j] = renormalize ? pick[j] / top_sum : pick[j];
+    const float v = renormalize ? pick[j] / top_sum : pick[j];
+    w[j] = expert_scale ? __fmul_rn(v, expert_scale[chosen[j]]) : v;
   }
 }
 
@@ -155,14 +180,15 @@ __device__ void route_token(float* __restrict__ prob, int64_t E, int k, bool ren
 // first position in order, count) of the g-th active expert, in expert order; order[pos] = slot id. The order of
 // slots inside a group is not fixed (atomics): each slot's arithmetic does not depend on it.
 __global__ void select_sort_kernel(float* __restrict__ logits, int64_t T, int E, int k, bool renormalize,
-                                   int32_t* __restrict__ idx, float* __restrict__ w, int32_t* __restrict__ order,
-                                   int32_t* __restrict__ groups) {
+                                   const float* __restrict__ expert_scale, int32_t* __restrict__ idx,
+                                   float* __restrict__ w, int32_t* __restrict__ order, int32_t* __restrict__ groups) {
   __shared__ int cnt[kMaxExperts], start[kMaxExperts];
   pdl_wait();
   pdl_trigger();
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
-  for (int64_t t = warp; t < T; t += warps) route_token(logits + t * E, E, k, renormalize, idx + t * k, w + t * k);
+  for (int64_t t = warp; t < T; t += warps)
+    route_token(logits + t * E, E, k, renormalize, expert_scale, idx + t * k, w + t * k);
   __syncthreads();  // idx (global, written by this block) is visible to the whole block after the barrier
   if (!order) return;
   const int64_t S = T * k;
@@ -266,9 +292,10 @@ __global__ void __launch_bounds__(kThreads, 3)
 }
 
 // Steps of few tokens: block (x, t), a warp per output row of token t: y_j = inter[t·k + j]·D_{idx}[row] exactly as
-// expert_rows_kernel<false> computes it, then h[t, row] += Σ_j w_j·y_j as combine_kernel sums it.
+// expert_rows_kernel<false> computes it, then h[t, row] (+)= Σ_j w_j·y_j as combine_kernel sums it.
 __global__ void down_combine_kernel(WView d, const float* __restrict__ inter, const int32_t* __restrict__ idx,
-                                    const float* __restrict__ w, int k, int64_t H, float* __restrict__ h) {
+                                    const float* __restrict__ w, int k, int64_t H, bool accumulate,
+                                    float* __restrict__ h) {
   pdl_wait();
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -287,24 +314,24 @@ __global__ void down_combine_kernel(WView d, const float* __restrict__ inter, co
     }
     acc = fmaf(w[slot], warp_sum(g), acc);
   }
-  if (lane == 0) h[t * H + row] += acc;
+  if (lane == 0) h[t * H + row] = accumulate ? h[t * H + row] + acc : acc;
 }
 
-// h[t, :] += Σ_j w[t, j] · yo[t·k + j, :], the sum from 0 in j order (moe_experts_forward's axpy order).
+// h[t, :] (+)= Σ_j w[t, j] · yo[t·k + j, :], the sum from 0 in j order (moe_experts_forward's axpy order).
 __global__ void combine_kernel(const float* __restrict__ yo, const float* __restrict__ w, int k, int64_t H,
-                               float* __restrict__ h) {
+                               bool accumulate, float* __restrict__ h) {
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.y, i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= H) return;
   float acc = 0.0f;
   for (int j = 0; j < k; ++j) acc = fmaf(w[t * k + j], yo[(t * k + j) * H + i], acc);
-  h[t * H + i] += acc;
+  h[t * H + i] = accumulate ? h[t * H + i] + acc : acc;
 }
 
 // Scratch offsets of moe_forward for T tokens.
 struct Layout {
-  size_t idx = 0, w = 0, order = 0, groups = 0, logits = 0, inter = 0, yo = 0, total = 0;
+  size_t idx = 0, w = 0, order = 0, groups = 0, logits = 0, xin = 0, inter = 0, yo = 0, total = 0;
   Layout(const DevMoe& m, int64_t T) {
     const size_t S = size_t(T) * size_t(m.top_k);
     size_t o = 0;
@@ -313,6 +340,7 @@ struct Layout {
     order = o; o += align_up(S * 4);
     groups = o; o += align_up(size_t(1 + 3 * m.n_experts) * 4);
     logits = o; o += align_up(size_t(T) * size_t(m.n_experts) * 4);
+    xin = o; o += m.input_rmsnorm ? align_up(size_t(T) * size_t(m.hidden) * 4) : 0;
     inter = o; o += align_up(S * size_t(m.ffn) * 4);
     yo = o; o += align_up(S * size_t(m.hidden) * 4);
     total = o;
@@ -348,61 +376,101 @@ DevWeight upload_stacked(const std::vector<Weight>& ws, std::vector<void*>& allo
   return d;
 }
 
-}  // namespace
-
-std::string moe_unsupported(const MoeBlock& b) {
-  const RouterOptions& o = b.router.opt;
-  if (o.input_rmsnorm || !o.per_expert_scale.empty() || o.input_mult != 1.0f)
-    return "a mixture-of-experts router with input norm or per-expert scales (Gemma 4) runs on the CPU only for now";
-  const MoeExperts& ex = b.experts;
-  if (ex.n_experts > kMaxExperts || o.top_k > kMaxTopK)
-    return std::to_string(ex.n_experts) + " experts, top-" + std::to_string(o.top_k) + " (the CUDA kernels take at most " +
-           std::to_string(kMaxExperts) + " experts, top-" + std::to_string(kMaxTopK) + ")";
-  for (const std::vector<Weight>* ws : {&ex.gate, &ex.up, &ex.down})
-    for (const Weight& w : *ws)
-      if (!same_format(w, ws->front())) return "experts of " + ws->front().name + " are stored in more than one format";
+// What load8 cannot read in w (empty: it can): dense F32/F16/BF16 rows of a multiple of 8, or MLX affine 4/8-bit in
+// groups of 32/64/128 with float scales.
+std::string format_problem(const Weight& w) {
+  const bool float_type = w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16;
+  if (!float_type) return w.name + " has dtype " + dtype_name(w.dtype) + " (the CUDA MoE kernels take F32/F16/BF16)";
+  if (w.kind == WeightKind::Dense)
+    return w.in % 8 == 0 ? "" : w.name + " has an input width of " + std::to_string(w.in) + " (not a multiple of 8)";
+  if (w.bits != 4 && w.bits != 8) return w.name + " is " + std::to_string(w.bits) + "-bit (the MoE kernels take 4 and 8)";
+  if (w.group != 32 && w.group != 64 && w.group != 128) return w.name + " has group size " + std::to_string(w.group);
   return "";
 }
 
-DevMoe upload_moe(const MoeBlock& b, std::vector<void*>& allocations) {
+// A host vector's device copy (null when empty).
+const float* upload_vec(const std::vector<float>& v, std::vector<void*>& allocations) {
+  if (v.empty()) return nullptr;
+  void* p = device_alloc(v.size() * sizeof(float), allocations);
+  check(cudaMemcpy(p, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice), "upload router vector");
+  return static_cast<const float*>(p);
+}
+
+}  // namespace
+
+std::string moe_unsupported(const MoeRouter& r, const MoeExperts& ex) {
+  const RouterOptions& o = r.opt;
+  if (ex.n_experts > kMaxExperts || o.top_k > kMaxTopK)
+    return std::to_string(ex.n_experts) + " experts, top-" + std::to_string(o.top_k) + " (the CUDA kernels take at most " +
+           std::to_string(kMaxExperts) + " experts, top-" + std::to_string(kMaxTopK) + ")";
+  if (r.n_experts() != ex.n_experts || r.gate.in() != ex.hidden)
+    return "the router " + r.gate.w.name + " [" + std::to_string(r.n_experts()) + ", " + std::to_string(r.gate.in()) +
+           "] does not match " + std::to_string(ex.n_experts) + " experts of width " + std::to_string(ex.hidden);
+  std::string why = format_problem(r.gate.w);
+  for (const std::vector<Weight>* ws : {&ex.gate, &ex.up, &ex.down}) {
+    if (why.empty() && !ws->empty()) why = format_problem(ws->front());
+    for (const Weight& w : *ws)
+      if (why.empty() && !same_format(w, ws->front()))
+        why = "experts of " + ws->front().name + " are stored in more than one format";
+  }
+  return why;
+}
+
+DevMoe upload_moe(const MoeRouter& r, const MoeExperts& ex, std::vector<void*>& allocations) {
   DevMoe m;
-  m.router = upload_stacked({b.router.gate.w}, allocations);
-  m.gate = upload_stacked(b.experts.gate, allocations);
-  m.up = upload_stacked(b.experts.up, allocations);
-  m.down = upload_stacked(b.experts.down, allocations);
-  m.n_experts = b.experts.n_experts;
-  m.hidden = b.experts.hidden;
-  m.ffn = b.experts.ffn;
-  m.top_k = b.router.opt.top_k;
-  m.renormalize = b.router.opt.renormalize;
-  m.act = b.experts.act == Activation::Silu ? 0 : 1;
+  m.router = upload_stacked({r.gate.w}, allocations);
+  m.gate = upload_stacked(ex.gate, allocations);
+  m.up = upload_stacked(ex.up, allocations);
+  m.down = upload_stacked(ex.down, allocations);
+  m.n_experts = ex.n_experts;
+  m.hidden = ex.hidden;
+  m.ffn = ex.ffn;
+  m.top_k = r.opt.top_k;
+  m.renormalize = r.opt.renormalize;
+  m.act = ex.act == Activation::Silu ? 0 : 1;
+  m.input_rmsnorm = r.opt.input_rmsnorm;
+  m.input_eps = r.opt.input_eps;
+  m.input_mult = r.opt.input_mult;
+  // moe_route applies scale and mult only under input_rmsnorm (Gemma 4 sets all three).
+  m.input_scale = m.input_rmsnorm ? upload_vec(r.opt.input_scale, allocations) : nullptr;
+  m.expert_scale = upload_vec(r.opt.per_expert_scale, allocations);
   return m;
 }
 
 size_t moe_scratch_bytes(const DevMoe& m, int64_t tokens) { return Layout(m, tokens).total; }
 
-// Router logits into `logits` [T, E], then top-k (and, given order/groups, the sort by expert).
-static void route(const DevMoe& m, const float* x, int64_t T, float* logits, int32_t* idx, float* w, int32_t* order,
-                  int32_t* groups, cudaStream_t s) {
+// Router logits of x into `logits` [T, E] (Gemma 4: of x's router input, made in `xin` [T, hidden]), then top-k
+// (and, given order/groups, the sort by expert).
+static void route(const DevMoe& m, const float* x, int64_t T, float* xin, float* logits, int32_t* idx, float* w,
+                  int32_t* order, int32_t* groups, cudaStream_t s) {
+  if (m.input_rmsnorm) {
+    launch(router_input_kernel, dim3(unsigned(T)), dim3(kThreads), 0, s, "moe router input", x, m.hidden,
+           m.input_scale, m.input_eps, m.input_mult, xin);
+    x = xin;
+  }
   launch(router_logits_kernel, dim3(unsigned((m.n_experts + kWarps - 1) / kWarps), unsigned(T)), dim3(kThreads), 0, s,
          "moe router", view_of(m.router), x, m.n_experts, logits);
   launch(select_sort_kernel, dim3(1), dim3(1024), 0, s, "moe select", logits, T, int(m.n_experts), m.top_k,
-         m.renormalize, idx, w, order, groups);
+         m.renormalize, m.expert_scale, idx, w, order, groups);
 }
 
 void moe_route_dev(const DevMoe& m, const float* x, int64_t T, int32_t* idx, float* w, cudaStream_t s) {
   if (T <= 0) return;
-  float* logits = nullptr;  // a test entry point: its own logits buffer, freed after the stream drains
-  check(cudaMalloc(&logits, size_t(T) * size_t(m.n_experts) * sizeof(float)), "cudaMalloc router logits");
-  route(m, x, T, logits, idx, w, nullptr, nullptr, s);
+  const Layout L(m, T);
+  char* base = nullptr;  // a test entry point: its own scratch, freed after the stream drains
+  check(cudaMalloc(&base, L.total), "cudaMalloc router scratch");
+  route(m, x, T, reinterpret_cast<float*>(base + L.xin), reinterpret_cast<float*>(base + L.logits), idx, w, nullptr,
+        nullptr, s);
   check(cudaStreamSynchronize(s), "moe_route_dev");
-  cudaFree(logits);
+  cudaFree(base);
 }
 
-void moe_forward(const DevMoe& m, const float* x, int64_t T, float* h, void* scratch, cudaStream_t s) {
+void moe_forward(const DevMoe& m, const float* route_x, const float* x, int64_t T, float* h, bool accumulate,
+                 void* scratch, cudaStream_t s) {
   if (T <= 0) return;
   const Layout L(m, T);
   char* base = static_cast<char*>(scratch);
+  float* xin = reinterpret_cast<float*>(base + L.xin);      // [T, hidden] Gemma 4's router input
   int32_t* idx = reinterpret_cast<int32_t*>(base + L.idx);  // [T, k]
   float* w = reinterpret_cast<float*>(base + L.w);          // [T, k]
   int32_t* order = reinterpret_cast<int32_t*>(base + L.order);    // [T·k] slot ids by expert
@@ -414,18 +482,18 @@ void moe_forward(const DevMoe& m, const float* x, int64_t T, float* h, void* scr
   const unsigned gx_hidden = unsigned((m.hidden + kRowsPerBlock - 1) / kRowsPerBlock);
   float* logits = reinterpret_cast<float*>(base + L.logits);  // [T, E]
   if (T <= kSlotMajorTokens) {
-    route(m, x, T, logits, idx, w, nullptr, nullptr, s);
+    route(m, route_x, T, xin, logits, idx, w, nullptr, nullptr, s);
     launch(expert_rows_kernel<true, true>, dim3(gx_ffn, unsigned(S)), dim3(kThreads), 0, s, "moe gate/up", view_of(m.gate),
            view_of(m.up), x, m.top_k, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
            static_cast<const int32_t*>(idx), m.ffn, m.act, inter);
     launch(down_combine_kernel, dim3(gx_hidden, unsigned(T)), dim3(kThreads), 0, s, "moe down", view_of(m.down),
            static_cast<const float*>(inter), static_cast<const int32_t*>(idx), static_cast<const float*>(w), m.top_k,
-           m.hidden, h);
+           m.hidden, accumulate, h);
     return;
   }
   // Grid y: every expert that can be active (at most one per slot); blocks past the active count exit.
   const unsigned gy = unsigned(std::min<int64_t>(m.n_experts, S));
-  route(m, x, T, logits, idx, w, order, groups, s);
+  route(m, route_x, T, xin, logits, idx, w, order, groups, s);
   launch(expert_rows_kernel<true, false>, dim3(gx_ffn, gy), dim3(kThreads), 0, s, "moe gate/up", view_of(m.gate),
          view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order), static_cast<const int32_t*>(groups),
          static_cast<const int32_t*>(nullptr), m.ffn, m.act, inter);
@@ -433,7 +501,7 @@ void moe_forward(const DevMoe& m, const float* x, int64_t T, float* h, void* scr
          view_of(m.down), static_cast<const float*>(inter), m.top_k, static_cast<const int32_t*>(order),
          static_cast<const int32_t*>(groups), static_cast<const int32_t*>(nullptr), m.hidden, m.act, yo);
   launch(combine_kernel, dim3(unsigned((m.hidden + 255) / 256), unsigned(T)), dim3(256), 0, s, "moe combine",
-         static_cast<const float*>(yo), static_cast<const float*>(w), m.top_k, m.hidden, h);
+         static_cast<const float*>(yo), static_cast<const float*>(w), m.top_k, m.hidden, accumulate, h);
 }
 
 }  // namespace rapid::cuda

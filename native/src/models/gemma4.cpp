@@ -302,6 +302,12 @@ class Gemma4Model final : public Model, public OpsModel {
   OpsModel* ops_model() override { return this; }
   const OpsModel* ops_model() const override { return this; }
   bool uses_moe() const override { return g_.moe; }
+  std::vector<MoeBlockRef> moe_blocks() const override {
+    std::vector<MoeBlockRef> out;
+    if (g_.moe)
+      for (const G4Layer& L : layers_) out.push_back(MoeBlockRef{&L.router, &L.experts});
+    return out;
+  }
 
   void forward(const Batch& b, KvPool& kv, ThreadPool& pool, Precision prec, float* logits) override {
     ops::CpuBackend cpu(pool);
