@@ -168,6 +168,28 @@ inline void compare_backends(Backend& ref, Backend& dut, const Tolerances& tol, 
                [&](Backend& be, std::vector<Buf>& b) { be.linear(l, b[0].data(), ldx, b[1].data(), ldy, n, p); });
     }
 
+  // gated_mlp: a bias-free decoder MLP (4-bit, as Gemma 4) and a tower's with biases (f32), in place and not; the
+  // scratch is the backend's own (only the output is compared).
+  for (const char* fmt : {"f32", "q4"})
+    for (Precision p : {Precision::Exact, Precision::Fast})
+      for (VAct a : {VAct::Silu, VAct::GeluTanh, VAct::GeluErf}) {
+        const int64_t n = 37, hidden = 128, ffn = 192;
+        const bool bias = std::string(fmt) == "f32";
+        const Linear& gate = fx.linear(fmt, ffn, hidden, bias);
+        const Linear& up = fx.linear(fmt, ffn, hidden, bias);
+        const Linear& down = fx.linear(fmt, hidden, ffn, bias);
+        const bool in_place = a == VAct::Silu;
+        pr.check(std::string("gated_mlp ") + fmt + (p == Precision::Fast ? " Fast " : " Exact ") +
+                     (a == VAct::Silu ? "silu, in place" : a == VAct::GeluTanh ? "gelu_tanh" : "gelu_erf") +
+                     " [37x128 -> 192 -> 128]",
+                 {fx.randn(n * hidden), V(size_t(n * hidden), 0.0f)}, p == Precision::Fast ? tol.fast : tol.exact,
+                 [&](Backend& be, std::vector<Buf>& b) {
+                   Buf g = be.alloc(n * ffn), u = be.alloc(n * ffn);
+                   float* y = in_place ? b[0].data() : b[1].data();
+                   be.gated_mlp(gate, up, down, b[0].data(), y, g.data(), u.data(), n, a, p);
+                 });
+      }
+
   // norms
   {
     const int64_t rows = 29, dim = 96;

@@ -4,7 +4,8 @@
 // per-half 2-D variant), segment attention with GQA and separate strides; plus Buf ownership, the pointwise
 // ops and the errors bad metadata gets. Strided outputs must leave the gaps between rows untouched. Also runs
 // backend_ops_compare.h (the check a GPU backend must pass against the CPU) between 4 threads and 1, and the
-// decoder ops (embed_rows, softcap, write_kv's KV-sharing guard; paged attention is layers/attention's own).
+// decoder ops (embed_rows, softcap, write_kv's KV-sharing guard; paged attention is layers/attention's own), and
+// gated_mlp's fused pass bitwise against the ops it replaces.
 // Build and run: test/native/cpu-ops.test.ts. Prints "N passed, M failed"; exits 1 on a failure.
 #include <algorithm>
 #include <cmath>
@@ -394,6 +395,37 @@ void test_decoder(ops::Backend& be) {
         "write_kv wrote into a KV-shared layer");
 }
 
+// gated_mlp's fused pass (gate and up in one dispatch over x, bias and GLU per thread) against the ops it replaces
+// (Backend's default: linear, linear, act_mul, linear), bitwise: 4-bit gate/up under both precisions at decode and
+// prefill row counts, an FFN width that leaves a SIMD tail, biases, in place.
+void test_gated_mlp(ops::CpuBackend& be) {
+  ops_compare::detail::Fixture fx;
+  const int64_t hidden = 128, ffn = 100;  // 100: the GLU's 8-wide SIMD leaves a 4-wide tail
+  for (const char* fmt : {"q4", "f32"}) {
+    const bool bias = std::string(fmt) == "f32";
+    const Linear& gate = fx.linear(fmt, ffn, hidden, bias);
+    const Linear& up = fx.linear(fmt, ffn, hidden, bias);
+    const Linear& dn = fx.linear("f32", hidden, ffn, bias);
+    for (Precision p : {Precision::Fast, Precision::Exact})
+      for (ops::VAct a : {ops::VAct::Silu, ops::VAct::GeluTanh, ops::VAct::GeluErf})
+        for (int64_t n : {1, 3, 40})
+          for (bool in_place : {false, true}) {
+            const std::vector<float> hx = randn(n * hidden);
+            std::vector<float> got[2];
+            for (int k = 0; k < 2; ++k) {
+              Buf x = be.upload(hx.data(), n * hidden), y = be.alloc(n * hidden);
+              Buf g = be.alloc(n * ffn), u = be.alloc(n * ffn);
+              float* out = in_place ? x.data() : y.data();
+              if (k == 0) be.gated_mlp(gate, up, dn, x.data(), out, g.data(), u.data(), n, a, p);
+              else be.ops::Backend::gated_mlp(gate, up, dn, x.data(), out, g.data(), u.data(), n, a, p);
+              got[k] = down(be, in_place ? x : y);
+            }
+            CHECK(got[0] == got[1], "gated_mlp %s %s act %d n %lld%s differs from linear+linear+act_mul+linear", fmt,
+                  p == Precision::Fast ? "Fast" : "Exact", int(a), static_cast<long long>(n), in_place ? " in place" : "");
+          }
+  }
+}
+
 }  // namespace
 
 int main() {
@@ -409,6 +441,7 @@ int main() {
     test_rope(be);
     test_attention(be, one);
     test_decoder(be);
+    test_gated_mlp(be);
     // The op-by-op comparison a GPU backend runs against the CPU, here between two thread counts: the CPU ops
     // are bitwise independent of the split, so every output must match exactly.
     ops_compare::compare_backends(be, one, {0.0, 0.0}, [](bool ok, const std::string& what, double err) {

@@ -1,7 +1,8 @@
 // The decoder ops of the CUDA op backend (ops::Backend::embed_rows, softcap, write_kv, paged_attention) against the
 // CPU reference: paged causal attention over a two-step schedule (a prefill chunk, then more tokens on the same
 // blocks) with sliding windows, GQA, bidirectional blocks, head_dim 64 / 256 (attention.cu's paged_attention) and
-// 512 (wide_attention), every KV dtype, and a KV-shared layer reading its source's cache; and the shared op suite
+// 512 (wide_attention), every KV dtype, a KV-shared layer reading its source's cache, and the step metadata reused
+// across layers and span sets (never across steps with other blocks); and the shared op suite
 // (backend_ops_compare.h) on a CudaOps with decoder_matmuls (the fused decoder's matmul for every weight format). One PASS/FAIL line per
 // check; exit status 1 on any failure; without a GPU one SKIP line and exit 0.
 //   node scripts/build-cuda.mjs --tests && build/cuda/tests/cuda_decoder_ops_test
@@ -12,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -118,6 +120,61 @@ void attention_case(ThreadPool& pool, const AttnCase& c) {
   report(name, worst, kExactOp);
 }
 
+// The step metadata DeviceKv builds once per span set and reuses across layers: one step over three layers (two owners,
+// one KV-shared) attending with two span sets (bidirectional and causal, as Gemma 4's sliding and full layers) and
+// per-layer windows and head counts; then a step whose spans have the same sizes and positions in the same vectors
+// but other block ids (new sequences on other blocks), which must not reuse the first step's metadata.
+void span_set_case(ThreadPool& pool) {
+  const int bs = 16, hd = 64, kvh = 2;
+  std::vector<KvLayerSpec> layers{{kvh, hd, -1}, {kvh, hd, -1}, {kvh, hd, 0}};
+  const size_t budget = size_t(24) * bs * size_t(kvh) * size_t(hd) * 4 * 2 * 3 + (size_t(1) << 16);
+  KvPool host(layers, bs, budget, true, KvDtype::F32);
+  KvPool geom(layers, bs, budget, false, KvDtype::F32);
+  ops::CpuBackend cpu(pool);
+  const std::unique_ptr<ops::Backend> gpu = cuda::make_cuda_ops();
+  std::vector<int32_t> table_a{4, 0, 7}, table_b{1, 5};
+  const std::vector<int32_t> bidir{2, 9};
+  const int64_t na = 33, nb = 12, T = na + nb, kd = int64_t(kvh) * hd;
+  double worst = 0;
+  for (int step = 0; step < 2; ++step) {
+    if (step == 1) table_a = {9, 3, 11}, table_b = {8, 6};  // same vectors and sizes, other blocks
+    std::vector<SeqSpan> spans(2), causal;
+    spans[0] = SeqSpan{0, na, 0, table_a.data(), int64_t(table_a.size()), nullptr, 0};
+    spans[1] = SeqSpan{na, nb, 0, table_b.data(), int64_t(table_b.size()), bidir.data(), 1};
+    causal = spans;
+    causal[1].bidir = nullptr, causal[1].n_bidir = 0;
+    struct Layer {
+      int layer, heads, window;
+      bool bidir;
+    };
+    const Layer ls[] = {{0, 4, 8, true}, {1, 2, 0, false}, {2, 4, 16, true}, {1, 4, 0, false}, {0, 2, 0, true}};
+    const std::vector<float> k0 = randv(T * kd), v0 = randv(T * kd), k1 = randv(T * kd), v1 = randv(T * kd);
+    std::vector<std::vector<float>> qs;
+    for (const Layer& l : ls) qs.push_back(randv(T * int64_t(l.heads) * hd, 0.3f));
+    auto op = [&](ops::Backend& be, KvPool& kv) {
+      ops::Buf a = be.upload(k0.data(), T * kd), b = be.upload(v0.data(), T * kd);
+      ops::Buf c = be.upload(k1.data(), T * kd), d = be.upload(v1.data(), T * kd);
+      be.write_kv(kv, 0, a.data(), b.data(), spans);
+      be.write_kv(kv, 1, c.data(), d.data(), spans);
+      std::vector<float> all;
+      for (size_t i = 0; i < std::size(ls); ++i) {
+        const Layer& l = ls[i];
+        const int64_t qd = int64_t(l.heads) * hd;
+        ops::Buf qb = be.upload(qs[i].data(), T * qd);
+        const AttnShape shape{l.heads, kvh, hd, 1.0f / std::sqrt(float(hd)), l.window};
+        const std::vector<float> o = run(be, T * qd, [&](float* out) {
+          be.paged_attention(kv, l.layer, qb.data(), out, l.bidir ? spans : causal, shape);
+        });
+        all.insert(all.end(), o.begin(), o.end());
+      }
+      return all;
+    };
+    worst = std::max(worst, rel_err(op(*gpu, geom), op(cpu, host)));
+  }
+  report("paged_attention step metadata: 2 span sets over 5 layer calls, then other blocks in the same vectors", worst,
+         kExactOp);
+}
+
 }  // namespace
 
 int main() {
@@ -147,5 +204,6 @@ int main() {
         {512, 4, 1, 0, KvDtype::I8, false, false},   {512, 4, 2, 20, KvDtype::F16, true, false},
     };
     for (const AttnCase& c : cases) attention_case(pool, c);
+    span_set_case(pool);
   });
 }

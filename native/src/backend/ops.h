@@ -110,6 +110,11 @@ class Backend {
   virtual void act(float* x, int64_t rows, int64_t width, VAct a) = 0;
   // gate, up [rows, width] contiguous: gate = act(gate) * up.
   virtual void act_mul(float* gate, const float* up, int64_t rows, int64_t width, VAct a) = 0;
+  // Gated MLP: y [n, down.out] = down(act(gate(x)) * up(x)) (+ biases). x [n, gate.in] contiguous; g, u: scratch
+  // [n, gate.out] each. y may alias x. Default: linear, linear, act_mul, linear; the CPU reads x once for gate and up
+  // (one dispatch, one quantization of x), bitwise the same values.
+  virtual void gated_mlp(const Linear& gate, const Linear& up, const Linear& down, const float* x, float* y, float* g,
+                         float* u, int64_t n, VAct a, Precision p);
   // y[i] += x[i] for i < n.
   virtual void add(float* y, const float* x, int64_t n) = 0;
   // x[i] = (x[i] - sub) * mul for i < n.
@@ -188,6 +193,14 @@ class Backend {
 inline void Backend::moe(const MoeRouter&, const MoeExperts&, const float*, const float*, float*, int64_t, int,
                          Precision, MoeStats*) {
   throw std::runtime_error(name() + " backend: mixture-of-experts blocks are not implemented");
+}
+
+inline void Backend::gated_mlp(const Linear& gate, const Linear& up, const Linear& down, const float* x, float* y,
+                               float* g, float* u, int64_t n, VAct a, Precision p) {
+  linear(gate, x, g, n, p);
+  linear(up, x, u, n, p);
+  act_mul(g, u, n, gate.out(), a);
+  linear(down, g, y, n, p);
 }
 
 inline void Buf::reset() noexcept {

@@ -8,6 +8,7 @@
 #include "cpu/matmul.h"
 #include "cpu/segment_attention.h"
 #include "layers/activations.h"
+#include "layers/mlp.h"
 #include "layers/vec_math.h"
 #include "quant/mlx_quant.h"
 
@@ -162,6 +163,13 @@ void CpuBackend::act_mul(float* gate, const float* up, int64_t rows, int64_t wid
   for_rows(pool_, rows, width, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) activate_mul(gate + r * width, up + r * width, width, a);
   });
+}
+
+void CpuBackend::gated_mlp(const Linear& gate, const Linear& up, const Linear& down, const float* x, float* y,
+                           float* g, float* u, int64_t n, VAct a, Precision p) {
+  // The fused pass has the SIMD GLU of silu and gelu_tanh; the erf forms run as separate ops.
+  if (a != VAct::Silu && a != VAct::GeluTanh) return Backend::gated_mlp(gate, up, down, x, y, g, u, n, a, p);
+  rapid::gated_mlp(pool_, gate, up, down, a == VAct::Silu ? Activation::Silu : Activation::GeluTanh, x, y, g, u, n, p);
 }
 
 void CpuBackend::add(float* y, const float* x, int64_t n) {

@@ -27,6 +27,8 @@ class CpuBackend final : public Backend {
 
   void act(float* x, int64_t rows, int64_t width, VAct a) override;
   void act_mul(float* gate, const float* up, int64_t rows, int64_t width, VAct a) override;
+  void gated_mlp(const Linear& gate, const Linear& up, const Linear& down, const float* x, float* y, float* g, float* u,
+                 int64_t n, VAct a, Precision p) override;
   void add(float* y, const float* x, int64_t n) override;
   void scale_shift(float* x, int64_t n, float sub, float mul) override;
   void scale_shift_cols(float* x, int64_t rows, const std::vector<float>& sub, const std::vector<float>& mul) override;

@@ -75,7 +75,8 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
   if (!fusable(parts, 2, n, p)) {
     matmul(pool, a, x, ya, n, p);
     matmul(pool, b, x, yb, n, p);
-    pool.parallel_for(rows, epilogue, 64);
+    // The GLU alone, split like rows of n elements: inline while small (a decode row), as the elementwise ops.
+    split_rows(pool, rows, n, epilogue, 8);
     return;
   }
   const kern::Kernels& k = detail::active_kernels();

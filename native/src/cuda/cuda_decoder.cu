@@ -953,29 +953,28 @@ class CudaDecoder final : public Model, public DeviceLogits {
       if (L.is_moe) {  // h += moe(rms_norm(h)) (unsupported_reason: no sandwich norms with MoE)
         rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
         moe_forward(L.moe, xn, T, h, moe_scratch_.as<void>(), s);
-        if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);
-        continue;
-      }
-      const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
-      if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
-      if (fuse_post) {
-        const RowNorm post{L.post_attn_norm, d.rms_eps};
-        matmul_glu(h, T, L.gate, L.up, L.act, g, s, mode, &post);
-      } else if (L.glu_fused) {
-        matmul_glu(xn, T, L.gate, L.up, L.act, g, s, mode);
       } else {
-        const MatmulJob gu[2] = {{L.gate, nullptr, g, d.ffn, false}, {L.up, nullptr, u, d.ffn, false}};
-        matmul(xn, H, T, gu, 2, s, mode);
-        glu(g, u, T * d.ffn, L.act, s);
-      }
-      if (d.sandwich_norms) {
-        const MatmulJob dj{L.down, nullptr, o, H, false};
-        matmul(g, d.ffn, T, &dj, 1, s, mode);
-        rms_norm(o, o, T, H, L.post_ffn_norm, d.rms_eps, s);
-        add_inplace(h, o, T * H, s);
-      } else {
-        const MatmulJob dj{L.down, nullptr, h, H, true, 0, true};  // h += mlp (h last written before the GLU)
-        matmul(g, d.ffn, T, &dj, 1, s, mode);
+        const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
+        if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
+        if (fuse_post) {
+          const RowNorm post{L.post_attn_norm, d.rms_eps};
+          matmul_glu(h, T, L.gate, L.up, L.act, g, s, mode, &post);
+        } else if (L.glu_fused) {
+          matmul_glu(xn, T, L.gate, L.up, L.act, g, s, mode);
+        } else {
+          const MatmulJob gu[2] = {{L.gate, nullptr, g, d.ffn, false}, {L.up, nullptr, u, d.ffn, false}};
+          matmul(xn, H, T, gu, 2, s, mode);
+          glu(g, u, T * d.ffn, L.act, s);
+        }
+        if (d.sandwich_norms) {
+          const MatmulJob dj{L.down, nullptr, o, H, false};
+          matmul(g, d.ffn, T, &dj, 1, s, mode);
+          rms_norm(o, o, T, H, L.post_ffn_norm, d.rms_eps, s);
+          add_inplace(h, o, T * H, s);
+        } else {
+          const MatmulJob dj{L.down, nullptr, h, H, true, 0, true};  // h += mlp (h last written before the GLU)
+          matmul(g, d.ffn, T, &dj, 1, s, mode);
+        }
       }
       if (ne && l < d.deepstack_layers) scatter_rows(edata + (1 + l) * ne * H, erows, ne, H, h, /*add=*/true, s);
     }

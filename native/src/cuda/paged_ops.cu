@@ -1,4 +1,4 @@
-// DeviceKv (cuda/paged_ops.h): the device KV cache of the CUDA op backend and its per-call metadata (slots, block
+// DeviceKv (cuda/paged_ops.h): the device KV cache of the CUDA op backend and its per-step metadata (slots, block
 // tables, visible-key ends), built on the host from the spans exactly as cuda_decoder.cu builds a step's.
 #include "cuda/paged_ops.h"
 #include <algorithm>
@@ -73,27 +73,67 @@ DeviceKv::DeviceKv(const KvPool& g)
 }
 
 DeviceKv::~DeviceKv() {
-  for (MetaEntry& e : meta_) cudaFree(e.dev);
+  for (StepMeta& m : metas_) cudaFree(m.dev);
   if (mem_) cudaFree(mem_);
 }
 
-const int32_t* DeviceKv::meta(const std::vector<int32_t>& h, cudaStream_t s) {
-  for (const MetaEntry& e : meta_)
-    if (e.host == h) return e.dev;
-  // Every layer of a step asks for one of a few arrays (its slots, the causal and the bidirectional tokens): a miss
-  // replaces the oldest entry. The old copy may still be read by queued kernels: it is freed in stream order.
-  if (meta_.size() == kMetaEntries) {
-    check(cudaFreeAsync(meta_.front().dev, s), "cudaFreeAsync (KV metadata)");
-    meta_.erase(meta_.begin());
+bool DeviceKv::same_spans(const StepMeta& m, const std::vector<SeqSpan>& spans) {
+  if (m.keys.size() != spans.size()) return false;
+  auto it = m.lists.begin();
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const SeqSpan& x = spans[i];
+    const SpanKey& k = m.keys[i];
+    if (x.start != k.start || x.n != k.n || x.context_len != k.context_len || x.n_blocks != k.n_blocks ||
+        x.n_bidir != k.n_bidir)
+      return false;
+    if (!std::equal(x.block_table, x.block_table + x.n_blocks, it)) return false;
+    it += x.n_blocks;
+    if (!std::equal(x.bidir, x.bidir + 2 * x.n_bidir, it)) return false;
+    it += 2 * x.n_bidir;
   }
-  MetaEntry e;
-  e.host = h;
-  check(cudaMallocAsync(reinterpret_cast<void**>(&e.dev), std::max<size_t>(h.size(), 1) * sizeof(int32_t), s),
-        "cudaMallocAsync (KV metadata)");
-  if (!h.empty())
-    check(cudaMemcpyAsync(e.dev, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "KV metadata upload");
-  meta_.push_back(std::move(e));
-  return meta_.back().dev;
+  return true;
+}
+
+const DeviceKv::StepMeta& DeviceKv::step_meta(const std::vector<SeqSpan>& spans, int64_t T, cudaStream_t s) {
+  for (const StepMeta& m : metas_)
+    if (same_spans(m, spans)) return m;
+  // Per token: its pool slot (-1: none), where its span's table starts in the concatenated tables, its position,
+  // its visible-key end (q_pos + 1, or the end of the bidirectional block holding it). Indexed, never through
+  // pointers into h: appending a span's table may reallocate it (a heap corruption on the second span of a step,
+  // found on the H100).
+  StepMeta m;
+  std::vector<int32_t>& h = m.host;
+  h.assign(size_t(4 * T), 0);
+  for (int64_t t = 0; t < T; ++t) h[size_t(t)] = -1, h[size_t(3 * T + t)] = 1;  // a token no span covers
+  for (const SeqSpan& x : spans) {
+    const int32_t off = int32_t(h.size() - size_t(4 * T));
+    for (int64_t i = 0; i < x.n; ++i) {
+      const int64_t t = x.start + i, pos = x.context_len + i;
+      check_blocks(x, pos, block_size_, num_blocks_);
+      int64_t end = pos + 1;
+      for (int64_t j = 0; j < x.n_bidir; ++j)
+        if (i >= x.bidir[2 * j] && i < x.bidir[2 * j + 1]) end = x.context_len + x.bidir[2 * j + 1];
+      check_blocks(x, end - 1, block_size_, num_blocks_);
+      h[size_t(t)] = int32_t(int64_t(x.block_table[pos / block_size_]) * block_size_ + pos % block_size_);  // slot
+      h[size_t(T + t)] = off;                       // table_off
+      h[size_t(2 * T + t)] = int32_t(pos);          // q_pos
+      h[size_t(3 * T + t)] = int32_t(end);          // kv_end
+      m.max_keys = std::max(m.max_keys, end);
+    }
+    h.insert(h.end(), x.block_table, x.block_table + x.n_blocks);
+    m.keys.push_back(SpanKey{x.start, x.n, x.context_len, x.n_blocks, x.n_bidir});
+    m.lists.insert(m.lists.end(), x.block_table, x.block_table + x.n_blocks);
+    m.lists.insert(m.lists.end(), x.bidir, x.bidir + 2 * x.n_bidir);
+  }
+  // A miss replaces the oldest entry. Its copy may still be read by queued kernels: it is freed in stream order.
+  if (metas_.size() == kStepMetas) {
+    check(cudaFreeAsync(metas_.front().dev, s), "cudaFreeAsync (KV metadata)");
+    metas_.erase(metas_.begin());
+  }
+  check(cudaMallocAsync(reinterpret_cast<void**>(&m.dev), h.size() * sizeof(int32_t), s), "cudaMallocAsync (KV metadata)");
+  check(cudaMemcpyAsync(m.dev, h.data(), h.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s), "KV metadata upload");
+  metas_.push_back(std::move(m));
+  return metas_.back();
 }
 
 bool DeviceKv::mirrors(const KvPool& g) const {
@@ -115,14 +155,7 @@ void DeviceKv::write(int layer, const float* k, const float* v, const std::vecto
     throw std::invalid_argument("write_kv: layer " + std::to_string(layer) + " reads another layer's cache");
   const int64_t T = span_tokens(spans);
   if (T == 0) return;
-  std::vector<int32_t> slot(size_t(T), -1);  // [T] pool slot of each token, -1: none
-  for (const SeqSpan& x : spans)
-    for (int64_t i = 0; i < x.n; ++i) {
-      const int64_t pos = x.context_len + i;
-      check_blocks(x, pos, block_size_, num_blocks_);
-      slot[size_t(x.start + i)] = int32_t(int64_t(x.block_table[pos / block_size_]) * block_size_ + pos % block_size_);
-    }
-  kv_write(k, v, T, meta(slot, s), cache_[size_t(layer)], sp.n_kv_heads, sp.head_dim, s);
+  kv_write(k, v, T, step_meta(spans, T, s).dev, cache_[size_t(layer)], sp.n_kv_heads, sp.head_dim, s);
 }
 
 void DeviceKv::attend(int layer, const float* q, float* out, const std::vector<SeqSpan>& spans, const AttnShape& a,
@@ -136,37 +169,14 @@ void DeviceKv::attend(int layer, const float* q, float* out, const std::vector<S
                                 ", the call has " + std::to_string(a.n_kv_heads) + " of " + std::to_string(a.head_dim));
   const int64_t T = span_tokens(spans);
   if (T == 0) return;
-  // Per token: where its span's table starts in the concatenated tables, its position, its visible-key end
-  // (q_pos + 1, or the end of the bidirectional block holding it).
-  // One host array [table_off | q_pos | kv_end | tables], each [T] but the tables (concatenated).
-  // Indexed, never through pointers into h: appending a span's table may reallocate it (a heap corruption on the
-  // second span of a step, found on the H100).
-  std::vector<int32_t> h(size_t(3 * T), 0);
-  for (int64_t t = 0; t < T; ++t) h[size_t(2 * T + t)] = 1;  // kv_end of a token no span covers
-  int64_t max_keys = 0;
-  for (const SeqSpan& x : spans) {
-    const int32_t off = int32_t(h.size() - size_t(3 * T));
-    for (int64_t i = 0; i < x.n; ++i) {
-      const int64_t t = x.start + i;
-      int64_t end = x.context_len + i + 1;
-      for (int64_t j = 0; j < x.n_bidir; ++j)
-        if (i >= x.bidir[2 * j] && i < x.bidir[2 * j + 1]) end = x.context_len + x.bidir[2 * j + 1];
-      check_blocks(x, end - 1, block_size_, num_blocks_);
-      h[size_t(t)] = off;                                // table_off
-      h[size_t(T + t)] = int32_t(x.context_len + i);     // q_pos
-      h[size_t(2 * T + t)] = int32_t(end);               // kv_end
-      max_keys = std::max(max_keys, end);
-    }
-    h.insert(h.end(), x.block_table, x.block_table + x.n_blocks);
-  }
-  const int32_t* d = meta(h, s);
+  const StepMeta& m = step_meta(spans, T, s);
   AttnTokens tok;
-  tok.table_off = d;
-  tok.q_pos = d + T;
-  tok.kv_end = d + 2 * T;
-  tok.block_tables = d + 3 * T;
+  tok.table_off = m.dev + T;
+  tok.q_pos = m.dev + 2 * T;
+  tok.kv_end = m.dev + 3 * T;
+  tok.block_tables = m.dev + 4 * T;
   tok.block_size = block_size_;
-  tok.max_keys = max_keys;
+  tok.max_keys = m.max_keys;
   const KvCache& c = cache_[size_t(layer)];
   if (a.head_dim <= 256)
     paged_attention(q, out, T, tok, c, a.n_heads, a.n_kv_heads, a.head_dim, a.scale, a.window, s);

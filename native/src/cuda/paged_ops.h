@@ -31,14 +31,23 @@ class DeviceKv {
               cudaStream_t s);
 
  private:
-  // A device copy of host metadata, reused while the same array comes again (every layer of a step).
-  const int32_t* meta(const std::vector<int32_t>& h, cudaStream_t s);
-  struct MetaEntry {
-    std::vector<int32_t> host;
-    int32_t* dev = nullptr;
+  // A span set's metadata on the device, built on the first write or attend that passes it and reused by every later
+  // layer of the step (Gemma 4: 35 layers, two span sets with images). Keyed by the spans' values (block tables and
+  // bidirectional blocks by content), never their addresses, so a later step with other values builds its own.
+  struct SpanKey {
+    int64_t start, n, context_len, n_blocks, n_bidir;
   };
-  static constexpr size_t kMetaEntries = 6;
-  std::vector<MetaEntry> meta_;
+  struct StepMeta {
+    std::vector<SpanKey> keys;    // [spans]
+    std::vector<int32_t> lists;   // every span's block table, then its bidir pairs, in span order
+    std::vector<int32_t> host;    // what dev holds (kept until the entry goes: the upload's source)
+    int32_t* dev = nullptr;       // [slot | table_off | q_pos | kv_end], each [T], then the concatenated block tables
+    int64_t max_keys = 0;         // the most keys a token sees (AttnTokens::max_keys)
+  };
+  static bool same_spans(const StepMeta& m, const std::vector<SeqSpan>& spans);
+  const StepMeta& step_meta(const std::vector<SeqSpan>& spans, int64_t T, cudaStream_t s);
+  static constexpr size_t kStepMetas = 4;
+  std::vector<StepMeta> metas_;
 
   std::vector<KvLayerSpec> layers_;
   std::vector<KvCache> cache_;  // per layer; a KV-shared layer's entry is its source's

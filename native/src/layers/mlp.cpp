@@ -14,17 +14,29 @@ GatedMlp load_gated_mlp(const Checkpoint& ckpt, const QuantConfig& qc, const std
   return m;
 }
 
+void gated_mlp(ThreadPool& pool, const Linear& gate, const Linear& up, const Linear& down, Activation act,
+               const float* x, float* y, float* g, float* u, int64_t n, Precision p) {
+  const int64_t ffn = gate.out();  // g, u [n, ffn]
+  matmul_pair(pool, gate.w, up.w, x, g, u, n, p, [&](int64_t r0, int64_t r1) {
+    for (int64_t c = 0; c < n; ++c) {
+      float* gc = g + c * ffn;
+      float* uc = u + c * ffn;
+      // The biases as linear() adds them (after the matmul, before the activation).
+      if (!gate.bias.empty())
+        for (int64_t r = r0; r < r1; ++r) gc[r] += gate.bias[size_t(r)];
+      if (!up.bias.empty())
+        for (int64_t r = r0; r < r1; ++r) uc[r] += up.bias[size_t(r)];
+      vec::glu(gc + r0, uc + r0, r1 - r0, act);
+    }
+  });
+  linear(pool, down, g, y, n, p);
+}
+
 void gated_mlp(ThreadPool& pool, const GatedMlp& m, const float* x, float* y, int64_t n, Precision p,
                std::vector<float>& scratch) {
   const int64_t ffn = m.gate.out();
   scratch.resize(size_t(2 * n * ffn));
-  float* g = scratch.data();       // [n, ffn]
-  float* u = g + n * ffn;          // [n, ffn]
-  // gate and up in one pass over x, each thread applying the activation to the rows it just computed.
-  matmul_pair(pool, m.gate.w, m.up.w, x, g, u, n, p, [&](int64_t r0, int64_t r1) {
-    for (int64_t c = 0; c < n; ++c) vec::glu(g + c * ffn + r0, u + c * ffn + r0, r1 - r0, m.act);
-  });
-  linear(pool, m.down, g, y, n, p);
+  gated_mlp(pool, m.gate, m.up, m.down, m.act, x, y, scratch.data(), scratch.data() + n * ffn, n, p);
 }
 
 }  // namespace rapid

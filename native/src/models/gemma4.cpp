@@ -392,7 +392,7 @@ class Gemma4Model final : public Model, public OpsModel {
     for (int l = 0; l < g.n_layers; ++l) {
       const G4Layer& L = layers_[size_t(l)];
       const int hd = g.head_dim[size_t(l)], nkv = g.kv_heads[size_t(l)];
-      const int64_t qd = int64_t(g.n_heads) * hd, kd = int64_t(nkv) * hd, ffn = g.ffn_of[size_t(l)];
+      const int64_t qd = int64_t(g.n_heads) * hd, kd = int64_t(nkv) * hd;
       const bool sliding = g.window[size_t(l)] > 0;
       const RopeTable& rope = sliding ? rope_s : rope_f;
       const float* cs = sliding ? cos_s.data() : cos_f.data();
@@ -420,10 +420,7 @@ class Gemma4Model final : public Model, public OpsModel {
       be.add(h.data(), o.data(), T * H);
 
       be.rms_norm(h.data(), xn.data(), T, L.pre_ffn_norm);
-      be.linear(L.mlp.gate, xn.data(), gate.data(), T, prec);
-      be.linear(L.mlp.up, xn.data(), up.data(), T, prec);
-      be.act_mul(gate.data(), up.data(), T, ffn, act);
-      be.linear(L.mlp.down, gate.data(), o.data(), T, prec);
+      be.gated_mlp(L.mlp.gate, L.mlp.up, L.mlp.down, xn.data(), o.data(), gate.data(), up.data(), T, act, prec);
       if (g.moe) {
         // o = post_ffn_norm_1(mlp) + post_ffn_norm_2(experts(pre_ffn_norm_2(r), router(r))), r = h.
         be.rms_norm(o.data(), m1.data(), T, L.post_ffn_norm_1);
