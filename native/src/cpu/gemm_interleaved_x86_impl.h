@@ -104,8 +104,7 @@ void gemm4_il(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0,
     const __mmask16 live = __mmask16(((1u << hi_row) - 1u) & ~((1u << lo_row) - 1u));
     for (int64_t c0 = 0; c0 < n; c0 += kIlCols) {
       const int C = n - c0 < kIlCols ? int(n - c0) : kIlCols;
-      // Past r1 too: a thread's next chunk usually continues its own slice (cpu/row_split.h).
-      const bool pf = c0 == 0 && b + kIlPrefetchBlocks < L.blocks;
+      const bool pf = c0 == 0 && b + kIlPrefetchBlocks < b_end;
       fns[size_t(C - 1)](L, blk, xq, c0, pf ? blk + kIlPrefetchBlocks * L.block_bytes : nullptr, y + base, ldy, live);
     }
   }

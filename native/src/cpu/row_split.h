@@ -1,9 +1,8 @@
 // Splits the output rows of a matmul over the pool in one dispatch. Thread t owns the t-th contiguous
 // slice of the rows (the same rows every step, so each core streams the same weights with unbroken
-// prefetch streams) and takes it chunk by chunk, the chunks shrinking near the slice's end; a thread
-// that finishes its own slice then steals chunks from the slices of late threads, so a descheduled
-// worker (shared machine) costs only what it had not started. Which thread computes a row never changes
-// its result: every kernel's rows are independent.
+// prefetch streams) and takes it chunk by chunk; a thread that finishes its own slice then steals chunks
+// from the slices of late threads, so a descheduled worker (shared machine) costs only what it had not
+// started. Which thread computes a row never changes its result: every kernel's rows are independent.
 #pragma once
 #include <algorithm>
 #include <atomic>
@@ -30,14 +29,6 @@ inline int64_t row_split_chunk(int nt, int64_t rows, int64_t work_per_row) {
   return (chunk + 3) / 4 * 4;
 }
 
-// Rows to take from a slice with `left` rows left: `chunk`, shrinking near the slice's end to about
-// left / (2 nt), so the chunks still in flight when a thread runs out of work are small and it waits little
-// for them (at batch 1 a 304-row gate/up chunk is ~270 KB of weights, ~10-20 us). A multiple of align.
-inline int64_t tail_chunk(int64_t chunk, int64_t left, int nt, int64_t align) {
-  const int64_t guided = (left / (2 * int64_t(nt)) + align - 1) / align * align;
-  return std::max(align, std::min(chunk, guided));
-}
-
 // Runs fn(r0, r1) over chunks covering [0, rows), on nt threads (nt from row_split_threads). Every r0,
 // and every r1 but `rows`, is a multiple of `align` (a divisor of 64), whatever nt and chunk are.
 template <class F>
@@ -60,12 +51,10 @@ void split_owned_rows(ThreadPool& pool, int nt, int64_t rows, int64_t chunk, F&&
     if (tid >= nt) return;
     for (int k = 0; k < nt; ++k) {  // own slice first, then the others in turn
       Slice& s = slices[(tid + k) % nt];
-      int64_t b = s.next.load(std::memory_order_relaxed);
-      while (b < s.end) {
-        const int64_t take = tail_chunk(chunk, s.end - b, nt, align);
-        if (!s.next.compare_exchange_weak(b, b + take, std::memory_order_relaxed)) continue;
-        fn(b, std::min(s.end, b + take));
-        b = s.next.load(std::memory_order_relaxed);
+      for (;;) {
+        const int64_t b = s.next.fetch_add(chunk, std::memory_order_relaxed);
+        if (b >= s.end) break;
+        fn(b, std::min(s.end, b + chunk));
       }
     }
   });
