@@ -18,6 +18,7 @@
 #include <ctime>
 
 #include "cpu/gemv_interleaved.h"
+#include "cpu/matmul_fast.h"
 #include "cpu/matmul.h"
 #include "cpu/matmul_parts.h"
 #include "cpu/threadpool.h"
@@ -397,7 +398,9 @@ static void test_interleaved(ThreadPool& pool) {
   struct Shape { int64_t out, in; };
   for (int group : {32, 64, 128})
     for (DType dt : {DType::BF16, DType::F16, DType::F32})
-      for (const Shape& s : {Shape{1, 128}, Shape{37, 256}, Shape{64, 384}, Shape{100, 896}}) {
+      // 4096 and 4864 wide: interleaved blocks of 40-43 KB, past L1 (the down projection's shape).
+      for (const Shape& s :
+           {Shape{1, 128}, Shape{37, 256}, Shape{64, 384}, Shape{100, 896}, Shape{37, 4096}, Shape{100, 4864}}) {
         if (s.in % group) continue;
         OwnedWeight o = make_affine(rng, s.out, s.in, 4, group, dt);
         Weight rows_only = o.w;
@@ -1001,10 +1004,68 @@ static void isabench(int threads, int64_t n, int bits, int layers, int reps) {
   }
 }
 
+// Where batch-1 decode loses bandwidth: per rep, in turn, the Fast GEMVs of `layers` Qwen2.5-0.5B-shaped
+// layers (168 matrices: many short weight streams), one 896-wide matrix of about the same bytes (one long
+// stream) and the read probe (measure_read_bandwidth's pass) over the same bytes. Median and best GB/s, from
+// thread CPU time at one thread.
+static void streambench(int threads, int layers, int reps) {
+  ThreadPool pool(threads);
+  std::mt19937 rng(13);
+  const int64_t shapes[][2] = {{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}};
+  std::vector<RawMat> ms(size_t(layers) * 7);
+  size_t stack_bytes = 0;
+  for (size_t i = 0; i < ms.size(); ++i) {
+    make_raw(ms[i], rng, shapes[i % 7][0], shapes[i % 7][1], 4, 64);
+    ms[i].w.interleaved = std::make_shared<InterleavedSlot>();  // the decode GEMV's copies, where the family has it
+    stack_bytes += weight_bytes(ms[i].w);
+  }
+  RawMat big;
+  const int64_t big_out = int64_t(stack_bytes / weight_bytes(ms[0].w)) * 896 / 16 * 16;
+  make_raw(big, rng, big_out, 896, 4, 64);
+  big.w.interleaved = std::make_shared<InterleavedSlot>();
+  std::vector<float> x(4864), y(static_cast<size_t>(big_out));
+  for (auto& v : x) v = std::normal_distribution<float>(0, 1)(rng);
+  const size_t n64 = stack_bytes / 8 / 64 * 64;
+  std::vector<uint64_t> buf(n64);
+  for (size_t i = 0; i < n64; ++i) buf[i] = i;
+  std::atomic<uint64_t> sink{0};
+  auto stack = [&] { for (auto& m : ms) matmul(pool, m.w, x.data(), y.data(), 1, Precision::Fast); };
+  auto one = [&] { matmul(pool, big.w, x.data(), y.data(), 1, Precision::Fast); };
+  auto probe = [&] {
+    pool.parallel_for(int64_t(n64), [&](int64_t b, int64_t e) {
+      sink.fetch_add(detail::active_kernels().read_sum(buf.data() + b, size_t(e - b)), std::memory_order_relaxed);
+    }, 64);
+  };
+  stack();
+  one();  // builds the copies
+  std::vector<double> gbs[3];
+  const double bytes[3] = {double(stack_bytes), double(weight_bytes(big.w)), double(n64 * 8)};
+  for (int r = 0; r < reps; ++r)
+    for (int k = 0; k < 3; ++k) {
+      const int v = (k + r) % 3;
+      // One thread: its CPU time (memory stalls count, time descheduled by other processes does not).
+      const double t0 = threads == 1 ? cpu_s() : now_s();
+      if (v == 0) stack();
+      else if (v == 1) one();
+      else probe();
+      gbs[v].push_back(bytes[v] / ((threads == 1 ? cpu_s() : now_s()) - t0) / 1e9);
+    }
+  auto q = [](std::vector<double> v, double at) { std::sort(v.begin(), v.end()); return v[size_t(at * double(v.size() - 1))]; };
+  std::printf("streambench %dT: %d-layer stack %.1f GB/s (best %.1f), one %ldx896 matrix %.1f (best %.1f), probe %.1f "
+              "(best %.1f); medians, %zu MB each\n",
+              threads, layers, q(gbs[0], 0.5), q(gbs[0], 1), long(big_out), q(gbs[1], 0.5), q(gbs[1], 1), q(gbs[2], 0.5),
+              q(gbs[2], 1), stack_bytes >> 20);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "isabench") {
     auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
     isabench(int(arg(2, 2)), arg(3, 1), int(arg(4, 4)), int(arg(5, 8)), int(arg(6, 40)));
+    return 0;
+  }
+  if (argc > 1 && std::string(argv[1]) == "streambench") {
+    auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
+    streambench(int(arg(2, 2)), int(arg(3, 24)), int(arg(4, 40)));
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "dbench") {

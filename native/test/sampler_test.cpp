@@ -152,9 +152,35 @@ void test_token_penalties() {
   CHECK(!validate_sample_params(b, 10).empty(), "repeated bias ids are refused");
 }
 
+// vec::argmax (greedy's pick) against the plain scan on every length up to 70 and a vocabulary-sized row, with
+// ties, signed zeros, infinities and NaNs (also at index 0, which the scan then keeps).
+void test_argmax() {
+  std::mt19937 rng(7);
+  const float special[] = {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 1.0f, 1.0f};
+  int mismatches = 0;
+  for (int64_t n : {int64_t(1), int64_t(2), int64_t(7), int64_t(8), int64_t(9), int64_t(17), int64_t(70), int64_t(151936)})
+    for (int trial = 0; trial < (n > 70 ? 40 : 400); ++trial) {
+      std::vector<float> x(static_cast<size_t>(n));
+      const int mode = trial % 4;  // 0: spread, 1: few distinct values (ties), 2: specials sprinkled, 3: all equal
+      for (float& v : x) {
+        v = mode == 1 ? float(rng() % 3) : std::normal_distribution<float>(0, 3)(rng);
+        if (mode == 2 && rng() % 5 == 0) v = special[rng() % 7];
+        if (mode == 3) v = -0.0f;
+      }
+      if (trial % 7 == 0) x[0] = NAN;
+      if (trial % 11 == 0) x[size_t(rng() % uint64_t(n))] = -0.0f;
+      int64_t want = 0;
+      for (int64_t i = 1; i < n; ++i)
+        if (x[size_t(i)] > x[size_t(want)]) want = i;
+      mismatches += vec::argmax(x.data(), n) != want;
+    }
+  CHECK(mismatches == 0, "vec::argmax equals the plain scan (%d mismatches)", mismatches);
+}
+
 }  // namespace
 
 int main() {
+  test_argmax();
   test_against_plain();
   test_token_penalties();
   std::printf("%d passed, %d failed\n", g_pass, g_fail);

@@ -24,6 +24,12 @@ float dot_scalar(const float* a, const float* b, int64_t n) {
 void axpy_scalar(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
 }
+int64_t argmax_scalar(const float* x, int64_t n) {
+  int64_t a = 0;
+  for (int64_t i = 1; i < n; ++i)
+    if (x[i] > x[a]) a = i;
+  return a;
+}
 float exp_shift_sum_scalar(float* x, int64_t n, float shift) {
   float s = 0;
   for (int64_t i = 0; i < n; ++i) s += (x[i] = std::exp(x[i] - shift));
@@ -115,6 +121,25 @@ AVX2 void glu_avx2(float* g, const float* u, int64_t n, Activation a) {
     for (; i < n; ++i) g[i] = gelu_tanh(g[i]) * u[i];
   }
 }
+// argmax_scalar's answer: the largest value first (vmaxps(v, m) keeps m when v is NaN, as `>` does), then
+// the first index holding it. x[0] is not NaN here, so neither is the maximum.
+AVX2 int64_t argmax_avx2(const float* x, int64_t n) {
+  __m256 m = _mm256_set1_ps(x[0]);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) m = _mm256_max_ps(_mm256_loadu_ps(x + i), m);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, m);
+  float mx = lanes[0];
+  for (int j = 1; j < 8; ++j) mx = lanes[j] > mx ? lanes[j] : mx;
+  for (; i < n; ++i) mx = x[i] > mx ? x[i] : mx;
+  const __m256 want = _mm256_set1_ps(mx);
+  for (i = 0; i + 8 <= n; i += 8)
+    if (const int hit = _mm256_movemask_ps(_mm256_cmp_ps(_mm256_loadu_ps(x + i), want, _CMP_EQ_OQ)))
+      return i + __builtin_ctz(unsigned(hit));
+  for (; i < n; ++i)
+    if (x[i] == mx) return i;
+  return 0;
+}
 #undef AVX2
 #endif
 
@@ -146,6 +171,14 @@ void axpy(float a, const float* x, float* y, int64_t n) {
   if (kSimd) return axpy_avx2(a, x, y, n);
 #endif
   axpy_scalar(a, x, y, n);
+}
+
+int64_t argmax(const float* x, int64_t n) {
+  if (n <= 0 || std::isnan(x[0])) return 0;
+#if defined(__x86_64__)
+  if (kSimd) return argmax_avx2(x, n);
+#endif
+  return argmax_scalar(x, n);
 }
 
 float exp_shift_sum(float* x, int64_t n, float shift) {

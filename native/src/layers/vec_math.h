@@ -1,4 +1,4 @@
-// Small vector primitives for the layers (dot, axpy, exp, GLU), with an AVX2+FMA path chosen at
+// Small vector primitives for the layers (dot, axpy, argmax, exp, GLU), with an AVX2+FMA path chosen at
 // run time and a portable scalar path. One dispatch for the whole process, so every row of every
 // batch goes through the same arithmetic (batch invariance).
 #pragma once
@@ -13,6 +13,9 @@ bool simd_enabled();
 float dot(const float* a, const float* b, int64_t n);
 // y[i] += a * x[i]
 void axpy(float a, const float* x, float* y, int64_t n);
+// The first index of the largest value (NaN never wins; 0 when x[0] is NaN or n <= 0): the scan
+// `a = 0; if (x[i] > x[a]) a = i` exactly, vectorized.
+int64_t argmax(const float* x, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results.
 float exp_shift_sum(float* x, int64_t n, float shift);
 // gate[i] = act(gate[i]) * up[i]

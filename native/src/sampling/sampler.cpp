@@ -104,9 +104,7 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
   apply_penalties(logits, p);
 
   // Max and log-normalizer of the processed logits (logprob reference distribution).
-  int32_t argmax = 0;
-  for (int64_t i = 1; i < vocab; ++i)
-    if (logits[i] > logits[argmax]) argmax = int32_t(i);
+  const int32_t argmax = int32_t(vec::argmax(logits, vocab));
   const float mx = logits[argmax];
   if (!std::isfinite(mx)) throw std::runtime_error("logits contain no finite value (NaN or all masked)");
 

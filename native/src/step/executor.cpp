@@ -287,7 +287,9 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   }
   // Rows sample independently; each thread takes whole rows, so the result never depends on neighbours.
   pool.parallel_for(int64_t(samplers.size()), [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(static_cast<size_t>(vocab));
+    // The thread's own, kept between steps: a fresh vocab-sized vector per step cost page faults and a memset.
+    thread_local std::vector<float> scratch;
+    if (scratch.size() < size_t(vocab)) scratch.resize(size_t(vocab));
     for (int64_t i = b; i < e; ++i) {
       const size_t r = samplers[size_t(i)];
       StepRowResult& out = res.rows[r];
