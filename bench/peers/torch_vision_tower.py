@@ -14,27 +14,22 @@ import time
 import torch
 
 
-def build_qwen(vc, grid, images, device, dtype):
+def qwen_classes(family):
+    """transformers' vision config and model classes of a Qwen-VL family (both take pixels + grid_thw)."""
+    if family == "qwen3_vl":
+        from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
+        from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
+        return Qwen3VLVisionConfig, Qwen3VLVisionModel
     from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
     from transformers.models.qwen2_5_vl.modeling_qwen2_5_vl import Qwen2_5_VisionTransformerPretrainedModel
+    return Qwen2_5_VLVisionConfig, Qwen2_5_VisionTransformerPretrainedModel
 
-    cfg = Qwen2_5_VLVisionConfig(**{k: v for k, v in vc.items() if k != "model_type"})
+
+def build_qwen(family, vc, grid, images, device, dtype):
+    config_cls, model_cls = qwen_classes(family)
+    cfg = config_cls(**{k: v for k, v in vc.items() if k != "model_type"})
     cfg._attn_implementation = "sdpa"
-    model = Qwen2_5_VisionTransformerPretrainedModel(cfg).to(device=device, dtype=dtype).eval()
-    t, h, w = grid
-    row = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size
-    pixels = torch.randn(images * t * h * w, row, dtype=dtype, device=device)
-    grid_thw = torch.tensor([[t, h, w]] * images, device=device)
-    return lambda: model(pixels, grid_thw=grid_thw)
-
-
-def build_qwen3(vc, grid, images, device, dtype):
-    from transformers.models.qwen3_vl.configuration_qwen3_vl import Qwen3VLVisionConfig
-    from transformers.models.qwen3_vl.modeling_qwen3_vl import Qwen3VLVisionModel
-
-    cfg = Qwen3VLVisionConfig(**{k: v for k, v in vc.items() if k != "model_type"})
-    cfg._attn_implementation = "sdpa"
-    model = Qwen3VLVisionModel(cfg).to(device=device, dtype=dtype).eval()
+    model = model_cls(cfg).to(device=device, dtype=dtype).eval()
     t, h, w = grid
     row = cfg.in_channels * cfg.temporal_patch_size * cfg.patch_size * cfg.patch_size
     pixels = torch.randn(images * t * h * w, row, dtype=dtype, device=device)
@@ -75,10 +70,8 @@ def main() -> None:
     with torch.inference_mode():
         if a.family == "gemma3":
             forward = build_gemma3(config, a.images, a.device, dtype)
-        elif a.family == "qwen3_vl":
-            forward = build_qwen3(config["vision_config"], a.grid, a.images, a.device, dtype)
         else:
-            forward = build_qwen(config["vision_config"], a.grid, a.images, a.device, dtype)
+            forward = build_qwen(a.family, config["vision_config"], a.grid, a.images, a.device, dtype)
         sync = torch.cuda.synchronize if a.device == "cuda" else (lambda: None)
         print(f"torch {torch.__version__}, {a.family} on {a.device} {a.dtype}, {torch.get_num_threads()} threads, "
               f"{a.images} image(s), grid {a.grid}", file=sys.stderr)
