@@ -508,8 +508,10 @@ class CudaDecoder final : public Model, public DeviceLogits {
     void* p = nullptr;
     check(cudaMalloc(&p, total), "cudaMalloc KV cache");
     allocations_.push_back(p);
-    // Zeroed so that a never-written slot is harmless (no NaN garbage reaches a softmax).
+    // Zeroed so that a never-written slot is harmless (no NaN garbage reaches a softmax); finished before any
+    // kernel of the non-blocking stream_ runs (the legacy stream's memset and weight DMA are not ordered with it).
     check(cudaMemset(p, 0, total), "cudaMemset KV cache");
+    check(cudaDeviceSynchronize(), "cudaMemset KV cache (sync)");
     for (int l = 0; l < cfg_.n_layers; ++l) {
       char* base = static_cast<char*>(p) + per_layer * size_t(l);
       KvCache c;

@@ -302,13 +302,15 @@ class CudaOps final : public ops::Backend {
                                " weights and k = " + std::to_string(t.k) + " do not describe whole rows");
   }
 
-  // A weight copy made once, synchronously (weights are few and large; the pool is for activations).
+  // A weight copy made once (weights are few and large; the pool is for activations). On stream_: a plain
+  // cudaMemcpy from pageable memory may return before its DMA lands, unordered with this non-blocking stream's
+  // next kernel, which reads the weight (wrong first steps when the GPU was shared, session 29).
   void* device_copy(const void* host, size_t bytes) {
     void* p = nullptr;
     check(cudaMalloc(&p, std::max<size_t>(bytes, 1)), "cudaMalloc (tower weights)");
     weights_.push_back(p);
     weight_bytes_ += int64_t(bytes);
-    if (bytes) check(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "tower weight upload");
+    if (bytes) check(cudaMemcpyAsync(p, host, bytes, cudaMemcpyHostToDevice, stream_), "tower weight upload");
     return p;
   }
 
@@ -383,7 +385,7 @@ class CudaOps final : public ops::Backend {
     auto it = moes_.find(key);
     if (it != moes_.end()) return it->second;
     if (const std::string why = moe_unsupported(r, ex); !why.empty()) throw std::runtime_error("cuda moe: " + why);
-    DevMoe d = upload_moe(r, ex, weights_);
+    DevMoe d = upload_moe(r, ex, weights_);  // complete on return: its copies are synchronized
     weight_bytes_ += int64_t(rapid::weight_bytes(r.gate.w)) +
                      int64_t((r.opt.input_scale.size() + r.opt.per_expert_scale.size()) * sizeof(float));
     for (int64_t e = 0; e < ex.n_experts; ++e) weight_bytes_ += int64_t(ex.expert_bytes(e));

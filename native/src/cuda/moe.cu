@@ -434,6 +434,9 @@ DevMoe upload_moe(const MoeRouter& r, const MoeExperts& ex, std::vector<void*>& 
   // moe_route applies scale and mult only under input_rmsnorm (Gemma 4 sets all three).
   m.input_scale = m.input_rmsnorm ? upload_vec(r.opt.input_scale, allocations) : nullptr;
   m.expert_scale = upload_vec(r.opt.per_expert_scale, allocations);
+  // cudaMemcpy from pageable memory may return before its DMA lands, unordered with the non-blocking streams that
+  // read these weights next: finish every copy here (at load or first use, never during a capture).
+  check(cudaDeviceSynchronize(), "upload expert weights (sync)");
   return m;
 }
 

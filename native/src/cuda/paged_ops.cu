@@ -49,6 +49,8 @@ DeviceKv::DeviceKv(const KvPool& g)
   check(cudaMalloc(&mem_, std::max<size_t>(bytes_, 1)), "cudaMalloc KV cache");
   // Zeroed so that a never-written slot is harmless (no NaN garbage reaches a softmax).
   check(cudaMemset(mem_, 0, std::max<size_t>(bytes_, 1)), "cudaMemset KV cache");
+  // The memset runs on the legacy stream, unordered with the op backend's non-blocking stream: finish it first.
+  check(cudaDeviceSynchronize(), "cudaMemset KV cache (sync)");
   cache_.resize(layers_.size());
   char* const mem = static_cast<char*>(mem_);
   for (size_t l = 0; l < layers_.size(); ++l) {

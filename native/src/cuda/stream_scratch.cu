@@ -16,7 +16,15 @@ void* StreamScratch::get(cudaStream_t s) {
   check(cudaThreadExchangeStreamCaptureMode(&mode), (std::string(owner_) + ": capture mode").c_str());
   void* ptr = nullptr;
   cudaError_t err = cudaMalloc(&ptr, bytes_);
-  if (err == cudaSuccess && zero_from_ < bytes_) err = cudaMemset(static_cast<char*>(ptr) + zero_from_, 0, bytes_ - zero_from_);
+  // Zeroed on `s` itself when it is not capturing, so the first kernel that reads the counters comes after (a
+  // legacy-stream memset is unordered with a non-blocking stream); during a capture, before it, as before.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  if (err == cudaSuccess) err = cudaStreamIsCapturing(s, &capturing);
+  if (err == cudaSuccess && zero_from_ < bytes_) {
+    char* const counters = static_cast<char*>(ptr) + zero_from_;
+    err = capturing == cudaStreamCaptureStatusNone ? cudaMemsetAsync(counters, 0, bytes_ - zero_from_, s)
+                                                   : cudaMemset(counters, 0, bytes_ - zero_from_);
+  }
   cudaThreadExchangeStreamCaptureMode(&mode);  // restore the caller's mode
   if (err != cudaSuccess && ptr) cudaFree(ptr);
   check(err, (std::string(owner_) + ": cudaMalloc scratch").c_str());
