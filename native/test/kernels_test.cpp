@@ -398,9 +398,10 @@ static void test_interleaved(ThreadPool& pool) {
   struct Shape { int64_t out, in; };
   for (int group : {32, 64, 128})
     for (DType dt : {DType::BF16, DType::F16, DType::F32})
-      // 4096 and 4864 wide: interleaved blocks of 40-43 KB, past L1 (the down projection's shape).
-      for (const Shape& s :
-           {Shape{1, 128}, Shape{37, 256}, Shape{64, 384}, Shape{100, 896}, Shape{37, 4096}, Shape{100, 4864}}) {
+      // 4096 and 4864 wide: interleaved blocks of 40-43 KB, past L1 (the down projection's shape); 8448 at
+      // g32: more groups than the GEMV keeps biases of while streaming (kIlBiasGroups), the rest read back.
+      for (const Shape& s : {Shape{1, 128}, Shape{37, 256}, Shape{64, 384}, Shape{100, 896}, Shape{37, 4096},
+                             Shape{100, 4864}, Shape{21, 8448}}) {
         if (s.in % group) continue;
         OwnedWeight o = make_affine(rng, s.out, s.in, 4, group, dt);
         Weight rows_only = o.w;
@@ -1008,14 +1009,16 @@ static void isabench(int threads, int64_t n, int bits, int layers, int reps) {
 // layers (168 matrices: many short weight streams), one 896-wide matrix of about the same bytes (one long
 // stream) and the read probe (measure_read_bandwidth's pass) over the same bytes. Median and best GB/s, from
 // thread CPU time at one thread.
-static void streambench(int threads, int layers, int reps) {
+// only (argument SHAPE): -1 the layer's seven shapes in turn, else every matrix of shapes[only] (4 gate, 6 down).
+static void streambench(int threads, int layers, int reps, int only) {
   ThreadPool pool(threads);
   std::mt19937 rng(13);
   const int64_t shapes[][2] = {{896, 896}, {128, 896}, {128, 896}, {896, 896}, {4864, 896}, {4864, 896}, {896, 4864}};
   std::vector<RawMat> ms(size_t(layers) * 7);
   size_t stack_bytes = 0;
   for (size_t i = 0; i < ms.size(); ++i) {
-    make_raw(ms[i], rng, shapes[i % 7][0], shapes[i % 7][1], 4, 64);
+    const size_t k = only >= 0 && only < 7 ? size_t(only) : i % 7;
+    make_raw(ms[i], rng, shapes[k][0], shapes[k][1], 4, 64);
     ms[i].w.interleaved = std::make_shared<InterleavedSlot>();  // the decode GEMV's copies, where the family has it
     stack_bytes += weight_bytes(ms[i].w);
   }
@@ -1065,7 +1068,7 @@ int main(int argc, char** argv) {
   }
   if (argc > 1 && std::string(argv[1]) == "streambench") {
     auto arg = [&](int i, long d) { return argc > i ? std::atol(argv[i]) : d; };
-    streambench(int(arg(2, 2)), int(arg(3, 24)), int(arg(4, 40)));
+    streambench(int(arg(2, 2)), int(arg(3, 24)), int(arg(4, 40)), int(arg(5, -1)));
     return 0;
   }
   if (argc > 1 && std::string(argv[1]) == "dbench") {

@@ -61,39 +61,105 @@ inline void il_unit(const uint8_t* c, const int8_t* x, __m512i& lo, __m512i& hi)
   }
 }
 
-// y[r] for r in [r0, r1): whole blocks of 16 rows, rows outside the range masked off at the store.
+// The units of one (block, group) into flo, fhi (u: the group's first unit), gemv4_h's FMA order.
 template <int UNIT, int UPG>
-void gemv4_il(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
-  const int64_t ng = L.in / L.group;
-  const size_t scale_bytes = size_t(kInterleaveRows) * dtype_size(L.dtype);
-  for (int64_t b = r0 / kInterleaveRows; b * kInterleaveRows < r1; ++b) {
-    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
-    __m512 flo = _mm512_setzero_ps(), fhi = _mm512_setzero_ps();
-    int64_t u = 0;
-    for (int64_t g = 0; g < ng; ++g) {
-      const uint8_t* gp = blk + size_t(g) * L.group_bytes;
-      const __m512 s = il_load16(gp + L.code_bytes, L.dtype);
-      for (int h = 0; h < UPG; ++h, ++u) {
-        __m512i lo, hi;
-        il_unit<UNIT>(gp + size_t(h) * UNIT * 8, xq.q + u * UNIT, lo, hi);
-        const __m512 m = _mm512_mul_ps(s, _mm512_set1_ps(xq.d[u]));
-        flo = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kIlAll, lo), m, flo);
-        fhi = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kIlAll, hi), m, fhi);
-      }
-    }
-    // Bias term: Σ_g b[r, g] · Σx[g] into the first half only, after every unit (gemv4_h's order).
-    for (int64_t g = 0; g < ng; ++g)
-      flo = _mm512_fmadd_ps(il_load16(blk + size_t(g) * L.group_bytes + L.code_bytes + scale_bytes, L.dtype),
-                            _mm512_set1_ps(xq.sx[g]), flo);
-    const int64_t base = b * kInterleaveRows;
-    const int64_t lo_row = r0 > base ? r0 - base : 0, hi_row = r1 - base < kInterleaveRows ? r1 - base : kInterleaveRows;
-    const __mmask16 live = __mmask16(((1u << hi_row) - 1u) & ~((1u << lo_row) - 1u));
-    _mm512_mask_storeu_ps(y + base, live, _mm512_add_ps(flo, fhi));
+inline void il_group(const uint8_t* gp, __m512 s, const XQuant& xq, int64_t u, __m512& flo, __m512& fhi) {
+  for (int h = 0; h < UPG; ++h, ++u) {
+    __m512i lo, hi;
+    il_unit<UNIT>(gp + size_t(h) * UNIT * 8, xq.q + u * UNIT, lo, hi);
+    const __m512 m = _mm512_mul_ps(s, _mm512_set1_ps(xq.d[u]));
+    flo = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kIlAll, lo), m, flo);
+    fhi = _mm512_fmadd_ps(_mm512_maskz_cvtepi32_ps(kIlAll, hi), m, fhi);
   }
 }
 
+// Rows [base, base + 16) of y, those outside [r0, r1) masked off.
+inline void il_store(float* y, int64_t base, int64_t r0, int64_t r1, __m512 v) {
+  const int64_t lo_row = r0 > base ? r0 - base : 0, hi_row = r1 - base < kInterleaveRows ? r1 - base : kInterleaveRows;
+  _mm512_mask_storeu_ps(y + base, __mmask16(((1u << hi_row) - 1u) & ~((1u << lo_row) - 1u)), v);
+}
+
+// y[r] for r in [r0, r1), blocks that fit L1: each block's bias term (Σ_g b[r, g] · Σx[g] into the first
+// half, one FMA chain in group order after all its units: the order every kernel shares) read back after
+// its units.
+template <int UNIT, int UPG>
+void gemv4_il(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  const int64_t ng = L.in / L.group;
+  const size_t bias_at = L.code_bytes + size_t(kInterleaveRows) * dtype_size(L.dtype);  // in a group
+  for (int64_t b = r0 / kInterleaveRows; b * kInterleaveRows < r1; ++b) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    __m512 flo = _mm512_setzero_ps(), fhi = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+      il_group<UNIT, UPG>(gp, il_load16(gp + L.code_bytes, L.dtype), xq, g * UPG, flo, fhi);
+    }
+    for (int64_t g = 0; g < ng; ++g)
+      flo = _mm512_fmadd_ps(il_load16(blk + size_t(g) * L.group_bytes + bias_at, L.dtype), _mm512_set1_ps(xq.sx[g]), flo);
+    il_store(y, b * kInterleaveRows, r0, r1, _mm512_add_ps(flo, fhi));
+  }
+}
+
+// Blocks past this many bytes (in > 1792 at g64) take gemv4_il_deferred: past L1, gemv4_il's walk back
+// and FMA chain after each block held a down projection (4864 wide, 43 KB blocks) to two thirds of a
+// gate's rate; under it, gemv4_il is the faster (the deferred chain's stores cost 7% on a gate).
+constexpr size_t kIlDeferBytes = size_t(16) << 10;
+
+// Groups whose biases gemv4_il_deferred keeps as f32 while the codes stream (two blocks', 16 KB of stack);
+// groups past it are read back from the block.
+constexpr int64_t kIlBiasGroups = 128;
+
+// gemv4_il for blocks past L1, the same FMAs in the same order per row: a block's bias chain runs inside
+// the next block's pass, one FMA per group from the biases kept (L1) as the codes streamed.
+template <int UNIT, int UPG>
+void gemv4_il_deferred(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  const int64_t ng = L.in / L.group, kept = ng < kIlBiasGroups ? ng : kIlBiasGroups;
+  const size_t bias_at = L.code_bytes + size_t(kInterleaveRows) * dtype_size(L.dtype);  // in a group
+  __m512 kept_bias[kIlBiasGroups][2];  // [kept groups][block parity] x 16 rows, f32
+  // Σx of the kept groups, copied: read through xq, the kept_bias stores would force a reload per group.
+  float sxk[kIlBiasGroups];
+  for (int64_t g = 0; g < kept; ++g) sxk[g] = xq.sx[g];
+  // The previous block: its units summed (plo, phi), its chain through group `kept` run in this block's pass.
+  const uint8_t* prev = nullptr;
+  int64_t prev_row = 0;
+  __m512 plo = _mm512_setzero_ps(), phi = _mm512_setzero_ps();
+  // The rest of prev's chain (groups past `kept`, read back), then its 16 rows stored.
+  auto finish_prev = [&] {
+    for (int64_t g = kept; g < ng; ++g)
+      plo = _mm512_fmadd_ps(il_load16(prev + size_t(g) * L.group_bytes + bias_at, L.dtype), _mm512_set1_ps(xq.sx[g]), plo);
+    il_store(y, prev_row, r0, r1, _mm512_add_ps(plo, phi));
+  };
+  int par = 0;
+  for (int64_t b = r0 / kInterleaveRows; b * kInterleaveRows < r1; ++b, par ^= 1) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    __m512 flo = _mm512_setzero_ps(), fhi = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+      const __m512 s = il_load16(gp + L.code_bytes, L.dtype);
+      if (g < kept) {
+        kept_bias[g][par] = il_load16(gp + bias_at, L.dtype);
+        if (prev != nullptr) plo = _mm512_fmadd_ps(kept_bias[g][par ^ 1], _mm512_set1_ps(sxk[g]), plo);
+      }
+      il_group<UNIT, UPG>(gp, s, xq, g * UPG, flo, fhi);
+    }
+    if (prev != nullptr) finish_prev();
+    prev = blk;
+    prev_row = b * kInterleaveRows;
+    plo = flo;
+    phi = fhi;
+  }
+  if (prev == nullptr) return;
+  for (int64_t g = 0; g < kept; ++g) plo = _mm512_fmadd_ps(kept_bias[g][par ^ 1], _mm512_set1_ps(sxk[g]), plo);
+  finish_prev();
+}
+
+template <int UNIT, int UPG>
+void gemv4_il_any(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  if (L.block_bytes > kIlDeferBytes) gemv4_il_deferred<UNIT, UPG>(L, xq, r0, r1, y);
+  else gemv4_il<UNIT, UPG>(L, xq, r0, r1, y);
+}
+
 void gemv4_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
-  if (L.group == 32) gemv4_il<32, 1>(L, xq, r0, r1, y);
-  else if (L.group == 64) gemv4_il<64, 1>(L, xq, r0, r1, y);
-  else gemv4_il<64, 2>(L, xq, r0, r1, y);
+  if (L.group == 32) gemv4_il_any<32, 1>(L, xq, r0, r1, y);
+  else if (L.group == 64) gemv4_il_any<64, 1>(L, xq, r0, r1, y);
+  else gemv4_il_any<64, 2>(L, xq, r0, r1, y);
 }
