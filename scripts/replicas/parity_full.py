@@ -1,21 +1,25 @@
 """Full-size parity of one catalog model: transformers vs rapid on a random replica at the real dimensions.
 
-    python scripts/replicas/parity_full.py <catalog-name> [--device cpu|cuda] [--quant 4|none] [--out DIR]
-        [--threads N] [--cache-gib G] [--keep] [--step replica|reference|rapid|compare] [--config FILE]
+    python scripts/replicas/parity_full.py <catalog-name> [--device cpu,cuda] [--quant 4|none] [--out DIR]
+        [--threads N] [--jobs N] [--cache-gib G] [--keep] [--step replica|reference|rapid|compare]
+        [--config FILE] [--ref-dtype float32|float64]
 
 Steps (each a child process, so every step's time and peak memory are its own; --step runs one):
   replica    random weights at full size from scripts/replicas/configs/<name>.json, written as the hub
              checkpoint is laid out (mlx-vlm keys and conv layout, text Linear/Embedding 4-bit affine g64,
              tower bf16; --quant none: the same keys, every tensor bf16). Streamed tensor by tensor, never all
-             in memory.
+             in memory; --jobs N writes N tensor sets at once (each a process).
   reference  transformers (eager, float32 activations) on exactly the stored weights: quantized Linear /
              Embedding modules keep the packed codes and dequantize on the fly, the rest is the bf16 values
              upcast (--cache-gib keeps dequantized weights). 8 text prompts (one batch), a one-image and a
              two-image prompt at the family's real image size; logits at chosen positions and greedy tokens
              (KV cache) with their top-1/top-2 margins.
   rapid      scripts/replicas/parity_rapid.mjs: the native addon (dist/ + build/) on the same directory and
-             prompts, exact precision; its own image preprocessing, compared with the processor's rows.
-  compare    logits within TOL * max(1, max|ref|) and greedy tokens equal; writes report.json.
+             prompts, exact precision; its own image preprocessing, compared with the processor's rows. Once per
+             --device (a comma list: one replica and one reference serve both backends).
+  compare    per device: logits within TOL * max(1, max|ref|) and greedy tokens equal; writes report.json.
+--ref-dtype float64 runs the reference in float64 as well and reports its float32 spread (how well the random
+replica is conditioned: a spread near TOL cannot tell a bug from rounding).
 
 Needs torch, transformers 5.18, safetensors, numpy, Pillow. Writes under --out (default /work/big/replicas);
 the replica is deleted at the end unless --keep. See docs/full-size-parity.md.
@@ -78,7 +82,13 @@ class Gemma4:
         return self.config_cls(**cfg)
 
     def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
-        return self.g4.draw_tensor(name, shape, rng)
+        w = self.g4.draw_tensor(name, shape, rng)
+        # Gemma 4 attends with scaling 1 after the q/k RMS norms: with norm weights ~1 the scores have std
+        # sqrt(head_dim) (16-23), and 35 random layers turn chaotic (transformers in float32 and float64 disagree
+        # by ~1 relative at every image row). Trained norms keep scores O(1); head_dim**-0.25 on each does too.
+        if name.endswith(("q_norm.weight", "k_norm.weight")):
+            w = w * shape[-1] ** -0.25
+        return w
 
     def hub_key(self, name: str) -> str:
         (key, _), = self.g4.mlx_entries(name, np.zeros(1))
@@ -361,7 +371,51 @@ def header_for(fam, plan: list) -> tuple:
     return header, off
 
 
-def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool) -> dict:
+def draw_units(plan: list) -> list:
+    """(tensor index, first row, end row) pieces of at most DRAW_CHUNK elements: the replica's units of work."""
+    units = []
+    for i, (_, _, _, shape) in enumerate(plan):
+        if len(shape) > 2:  # small (convolutions): drawn whole, fan-in from every input axis
+            units.append((i, 0, 0))
+            continue
+        rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
+        step = max(1, DRAW_CHUNK // (shape[-1] if shape else 1))
+        units += [(i, r0, min(rows, r0 + step)) for r0 in range(0, rows, step)]
+    return units
+
+
+def write_units(fam, path: str, base: int, header: dict, plan: list, units: list) -> None:
+    """Draws and writes the given pieces into the preallocated file. Each piece has its own seed (the tensor's
+    name, and its first row after the first piece), so the file does not depend on how the work is split."""
+    with open(path, "r+b") as f:
+        for n, (i, r0, r1) in enumerate(units):
+            hf_name, key, q, shape = plan[i]
+            rng = rng_for(hf_name if r0 == 0 else f"{hf_name}@{r0}")
+            if len(shape) > 2:
+                data = mq.f32_to_bf16_bits(fam.to_hub(hf_name, mq.round_bf16(fam.draw(hf_name, shape, rng))))
+                f.seek(base + header[key]["data_offsets"][0])
+                f.write(np.ascontiguousarray(data).tobytes())
+                continue
+            cols = shape[-1] if shape else 1
+            part_shape = (r1 - r0, cols) if len(shape) > 1 else shape  # draw rules read fan-in from [-1]
+            w = mq.round_bf16(fam.draw(hf_name, part_shape, rng).reshape(r1 - r0, cols))
+            if q:
+                packed, scales, biases = mq.affine_quantize(w, GROUP, BITS)
+                kb = key[: -len(".weight")]
+                for k, data in ((kb + ".weight", packed.astype("<u4")),
+                                (kb + ".scales", mq.f32_to_bf16_bits(scales)),
+                                (kb + ".biases", mq.f32_to_bf16_bits(biases))):
+                    f.seek(base + header[k]["data_offsets"][0] + r0 * data[0].nbytes)
+                    f.write(np.ascontiguousarray(data).tobytes())
+            else:
+                data = mq.f32_to_bf16_bits(w)
+                f.seek(base + header[key]["data_offsets"][0] + r0 * data[0].nbytes)
+                f.write(data.tobytes())
+            if n % 200 == 0:
+                print(f"  replica piece {n + 1}/{len(units)} {key} {shape}", flush=True)
+
+
+def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool, jobs: int = 1) -> dict:
     os.makedirs(out, exist_ok=True)
     model = skeleton(fam, cfg)
     plan = plan_tensors(fam, model, quant)
@@ -375,35 +429,21 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool) 
         f.write(len(hb).to_bytes(8, "little"))
         f.write(hb)
         f.truncate(base + total)
-        for i, (hf_name, key, q, shape) in enumerate(plan):
-            rng = rng_for(hf_name)
-            if len(shape) > 2:  # small (convolutions): drawn whole, fan-in from every input axis
-                data = mq.f32_to_bf16_bits(fam.to_hub(hf_name, mq.round_bf16(fam.draw(hf_name, shape, rng))))
-                f.seek(base + header[key]["data_offsets"][0])
-                f.write(np.ascontiguousarray(data).tobytes())
-                continue
-            rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
-            cols = shape[-1] if shape else 1
-            step = max(1, DRAW_CHUNK // cols)
-            for r0 in range(0, rows, step):
-                r1 = min(rows, r0 + step)
-                part_shape = (r1 - r0, cols) if len(shape) > 1 else shape  # draw rules read fan-in from [-1]
-                w = mq.round_bf16(fam.draw(hf_name, part_shape, rng).reshape(r1 - r0, cols))
-                if q:
-                    packed, scales, biases = mq.affine_quantize(w, GROUP, BITS)
-                    kb = key[: -len(".weight")]
-                    for k, data in ((kb + ".weight", packed.astype("<u4")),
-                                    (kb + ".scales", mq.f32_to_bf16_bits(scales)),
-                                    (kb + ".biases", mq.f32_to_bf16_bits(biases))):
-                        row_bytes = data[0].nbytes
-                        f.seek(base + header[k]["data_offsets"][0] + r0 * row_bytes)
-                        f.write(np.ascontiguousarray(data).tobytes())
-                else:
-                    data = mq.f32_to_bf16_bits(w)
-                    f.seek(base + header[key]["data_offsets"][0] + r0 * data[0].nbytes)
-                    f.write(data.tobytes())
-            if i % 50 == 0:
-                print(f"  replica {i + 1}/{len(plan)} {key} {shape}", flush=True)
+    units = draw_units(plan)
+    if jobs <= 1:
+        write_units(fam, path, base, header, plan, units)
+    else:  # round-robin over pieces of similar size: the processes finish together
+        import multiprocessing as mp
+        fork = mp.get_context("fork")
+        procs = [fork.Process(target=write_units, args=(fam, path, base, header, plan, units[j::jobs]))
+                 for j in range(jobs)]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        bad = [p.exitcode for p in procs if p.exitcode != 0]
+        if bad:
+            raise SystemExit(f"replica: {len(bad)} writer processes failed ({bad})")
     hub_cfg = dict(cfg)
     hub_cfg.pop("quantization_config", None)
     if quant:
@@ -428,7 +468,7 @@ def dequant(packed: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor) ->
     per = 32 // BITS
     shifts = torch.arange(per, dtype=torch.int32, device=packed.device) * BITS
     codes = (packed.unsqueeze(-1) >> shifts) & ((1 << BITS) - 1)
-    codes = codes.reshape(packed.shape[0], -1, GROUP).float()
+    codes = codes.reshape(packed.shape[0], -1, GROUP).to(scales.dtype)
     return (codes * scales.unsqueeze(-1) + biases.unsqueeze(-1)).reshape(packed.shape[0], -1)
 
 
@@ -447,7 +487,7 @@ class QLinear(torch.nn.Module):
         step = max(1, DEQUANT_CHUNK // cols)
         if rows * cols * 4 <= CACHE["left"]:
             CACHE["left"] -= rows * cols * 4
-            self.cached = torch.empty(rows, cols, device=self.packed.device)
+            self.cached = torch.empty(rows, cols, device=self.packed.device, dtype=self.scales.dtype)
             for r in range(0, rows, step):  # in chunks: no full-size temporaries
                 self.cached[r:r + step] = dequant(self.packed[r:r + step], self.scales[r:r + step],
                                                   self.biases[r:r + step])
@@ -488,7 +528,7 @@ class _Rows:
         return dequant(e.packed[row:row + 1], e.scales[row:row + 1], e.biases[row:row + 1])[0]
 
 
-def load_reference_model(fam, cfg: dict, d: str, device: str):
+def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype):
     from safetensors import safe_open
     model = skeleton(fam, cfg)
     st = safe_open(os.path.join(d, "model.safetensors"), framework="pt")
@@ -496,7 +536,7 @@ def load_reference_model(fam, cfg: dict, d: str, device: str):
 
     def get(k):
         t = st.get_tensor(k)
-        return t.view(torch.int32).to(device) if t.dtype == torch.uint32 else t.float().to(device)
+        return t.view(torch.int32).to(device) if t.dtype == torch.uint32 else t.to(device=device, dtype=dtype)
 
     modules = dict(model.named_modules())
     quantized = {}
@@ -530,7 +570,7 @@ def load_reference_model(fam, cfg: dict, d: str, device: str):
         model.lm_head.weight = emb.weight
     left = [n for n, p in model.named_parameters() if p.device.type == "meta"]
     assert not left, f"parameters not loaded: {left[:5]}"
-    return model.to(device).eval()
+    return model.to(device=device, dtype=dtype).eval()
 
 
 def logits_positions(n: int, runs: list) -> list:
@@ -585,8 +625,10 @@ def greedy(model, inputs: dict, n_prompt: int) -> tuple:
 
 
 @torch.no_grad()
-def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> dict:
-    model = load_reference_model(fam, cfg, d, device)
+def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str, dtype: torch.dtype) -> dict:
+    torch.backends.cudnn.allow_tf32 = False  # a float32 reference on the GPU: no TF32 convolutions or matmuls
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = load_reference_model(fam, cfg, d, device, dtype)
     text, image_cases = make_cases(fam, cfg, proc, out)
     cases = []
     ids = torch.tensor(text, device=device)
@@ -606,7 +648,8 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str) -> 
         t0 = time.time()
         ids = torch.tensor([ids_l], device=device)
         kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids),
-              **{k: v.to(device) for k, v in prep["kwargs"].items()}}
+              **{k: v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device)
+                 for k, v in prep["kwargs"].items()}}
         pos = logits_positions(len(ids_l), [(p["offset"], p["span"]) for p in placed])
         logits = model(**kw, logits_to_keep=torch.tensor(pos, device=device)).logits
         f = f"{cname}.logits.f32"
@@ -637,16 +680,18 @@ def read_f32(path: str) -> np.ndarray:
     return np.fromfile(path, dtype="<f4")
 
 
-def compare(out: str) -> dict:
+def logit_err(want: np.ndarray, have: np.ndarray) -> float:
+    return float(np.abs(want - have).max()) / max(1.0, float(np.abs(want).max()))
+
+
+def compare(out: str, device: str) -> dict:
     ref = json.load(open(os.path.join(out, "reference.json")))
-    got = json.load(open(os.path.join(out, "rapid.json")))
+    got = json.load(open(os.path.join(out, f"rapid-{device}.json")))
     rows, ok = [], True
     for c in ref["cases"]:
         g = got["cases"][c["name"]]
         want = read_f32(os.path.join(out, c["logits"]))
-        have = read_f32(os.path.join(out, g["logits"]))
-        scale = max(1.0, float(np.abs(want).max()))
-        err = float(np.abs(want - have).max()) / scale
+        err = logit_err(want, read_f32(os.path.join(out, g["logits"])))
         same = g["greedy"] == c["greedy"]
         first = next((i for i, (a, b) in enumerate(zip(g["greedy"], c["greedy"])) if a != b), None)
         row = {"case": c["name"], "tokens": len(c["input_ids"]), "logit_err": err, "greedy_equal": same,
@@ -655,8 +700,25 @@ def compare(out: str) -> dict:
             row["first_diff"] = {"step": first, "ref_margin": c["margins"][first]}
         ok = ok and err <= TOL and same
         rows.append(row)
-    return {"ok": ok, "tol": TOL, "worst_logit_err": max(r["logit_err"] for r in rows),
+    return {"ok": ok, "device": got["device"], "device_name": got.get("device_name"), "load_s": got["load_s"],
+            "tol": TOL, "worst_logit_err": max(r["logit_err"] for r in rows),
             "greedy_equal": sum(r["greedy_equal"] for r in rows), "cases": rows}
+
+
+def reference_spread(out: str) -> dict | None:
+    """The float32 reference against the float64 one (--ref-dtype float64): the replica's conditioning."""
+    p64 = os.path.join(out, "ref64", "reference.json")
+    if not os.path.exists(p64):
+        return None
+    r32 = json.load(open(os.path.join(out, "reference.json")))
+    r64 = {c["name"]: c for c in json.load(open(p64))["cases"]}
+    cases = {}
+    for c in r32["cases"]:
+        c64 = r64[c["name"]]
+        cases[c["name"]] = {"logit_err": logit_err(read_f32(os.path.join(out, "ref64", c64["logits"])),
+                                                   read_f32(os.path.join(out, c["logits"]))),
+                            "greedy_equal": c["greedy"] == c64["greedy"]}
+    return {"worst_logit_err": max(v["logit_err"] for v in cases.values()), "cases": cases}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -665,66 +727,94 @@ def compare(out: str) -> dict:
 
 def run_step(args, step: str, fam, cfg: dict, proc: dict, model_dir: str, out: str) -> dict:
     if step == "replica":
-        return build_replica(fam, args.name, cfg, proc, model_dir, args.quant == "4")
+        return build_replica(fam, args.name, cfg, proc, model_dir, args.quant == "4", args.jobs)
     if step == "reference":
         torch.set_num_threads(args.threads)
         CACHE["left"] = int(args.cache_gib * (1 << 30))
-        return run_reference(fam, cfg, proc, model_dir, out, args.device)
+        if args.ref_dtype == "float64":
+            out = os.path.join(out, "ref64")
+            os.makedirs(out, exist_ok=True)
+        dtype = torch.float64 if args.ref_dtype == "float64" else torch.float32
+        return run_reference(fam, cfg, proc, model_dir, out, args.ref_device, dtype)
     if step == "rapid":
         cmd = ["node", os.path.join(_HERE, "parity_rapid.mjs"), "--dir", model_dir, "--out", out,
                "--device", args.device, "--threads", str(args.threads)]
         subprocess.run(cmd, check=True)
         return {}
     if step == "compare":
-        return compare(out)
+        return compare(out, args.device)
     raise SystemExit(f"unknown step {step}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("name")
-    ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    ap.add_argument("--device", default="cpu", help="rapid's backends, a comma list of cpu and cuda")
+    ap.add_argument("--ref-device", choices=["cpu", "cuda"], help="where transformers runs (default: cuda when "
+                    "--device lists it and torch sees a GPU, else cpu)")
     ap.add_argument("--quant", choices=["4", "none"], default="4")
     ap.add_argument("--out", default="/work/big/replicas")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--jobs", type=int, default=1, help="replica: processes writing tensors at once")
     ap.add_argument("--keep", action="store_true", help="keep the replica checkpoint")
     ap.add_argument("--step", choices=["replica", "reference", "rapid", "compare"])
+    ap.add_argument("--ref-dtype", choices=["float32", "float64"], default="float32",
+                    help="float64: also run the reference in float64 and report the float32 spread")
     ap.add_argument("--cache-gib", type=float, default=0.0,
                     help="reference: keep up to this many GiB of dequantized weights (faster where memory allows)")
     ap.add_argument("--config", help="another config.json for the model (a shrunken one to try the script quickly)")
     args = ap.parse_args()
+    devices = [d for d in args.device.split(",") if d]
+    if not devices or any(d not in ("cpu", "cuda") for d in devices):
+        raise SystemExit(f"--device: a comma list of cpu and cuda, not {args.device!r}")
+    if args.ref_device is None:
+        args.ref_device = "cuda" if "cuda" in devices and torch.cuda.is_available() else "cpu"
     entry = catalog_entry(args.name)
     fam_cls = FAMILIES.get(entry["family"])
     if fam_cls is None:
         raise SystemExit(f"{args.name}: family {entry['family']} has no full-size replica here yet")
     cfg, proc = read_configs(args.name, args.config)
-    out = os.path.join(args.out, f"{args.name}-q{args.quant}-{args.device}")
+    out = os.path.join(args.out, f"{args.name}-q{args.quant}")
     model_dir = os.path.join(out, "model")
     os.makedirs(out, exist_ok=True)
     if args.step:
+        if args.step in ("rapid", "compare") and len(devices) != 1:
+            raise SystemExit(f"--step {args.step} takes one --device")
         res = run_step(args, args.step, fam_cls(), cfg, proc, model_dir, out)
         res["peak_rss_gib"] = round(peak_rss_gib(), 2)
         print("RESULT " + json.dumps(res), flush=True)
         return
+    base = [sys.executable, os.path.abspath(__file__), args.name, "--quant", args.quant, "--out", args.out,
+            "--threads", str(args.threads), "--jobs", str(args.jobs), "--ref-device", args.ref_device]
+    if args.config:
+        base += ["--config", args.config]
+    if args.cache_gib:
+        base += ["--cache-gib", str(args.cache_gib)]
+    runs = [("replica", []), ("reference", [])]
+    if args.ref_dtype == "float64":
+        runs.append(("reference", ["--ref-dtype", "float64"]))
+    runs += [("rapid", ["--device", d]) for d in devices]
     timings = {}
-    for step in ("replica", "reference", "rapid"):
+    for step, extra in runs:
+        label = step + ("-float64" if "float64" in extra else "") + (f"-{extra[1]}" if step == "rapid" else "")
         t0 = time.time()
-        cmd = [sys.executable, os.path.abspath(__file__), args.name, "--device", args.device, "--quant", args.quant,
-               "--out", args.out, "--threads", str(args.threads), "--step", step]
-        if args.config:
-            cmd += ["--config", args.config]
-        if args.cache_gib:
-            cmd += ["--cache-gib", str(args.cache_gib)]
-        p = subprocess.Popen(cmd)
+        p = subprocess.Popen(base + ["--step", step] + extra)
         _, status, ru = os.wait4(p.pid, 0)
-        if status != 0:
-            raise SystemExit(f"step {step} failed ({status})")
-        timings[step] = {"seconds": round(time.time() - t0, 1), "peak_rss_gib": round(ru.ru_maxrss / (1 << 20), 2)}
-        print(f"{step}: {timings[step]}", flush=True)
+        timings[label] = {"seconds": round(time.time() - t0, 1), "peak_rss_gib": round(ru.ru_maxrss / (1 << 20), 2)}
+        print(f"{label}: {timings[label]}", flush=True)
+        if status != 0:  # a backend that fails still leaves the others' results
+            timings[label]["failed"] = status
+            if step != "rapid":
+                raise SystemExit(f"step {label} failed ({status})")
         gc.collect()
-    report = compare(out)
-    report.update({"model": args.name, "device": args.device, "quant": args.quant, "steps": timings,
-                   "torch": torch.__version__})
+    report = {"model": args.name, "quant": args.quant, "ref_device": args.ref_device, "steps": timings,
+              "torch": torch.__version__, "reference_spread": reference_spread(out), "devices": {}}
+    for d in devices:
+        if "failed" in timings[f"rapid-{d}"]:
+            report["devices"][d] = {"ok": False, "error": "the rapid step failed (see its output)"}
+        else:
+            report["devices"][d] = compare(out, d)
+    report["ok"] = all(r["ok"] for r in report["devices"].values())
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)
     print(json.dumps(report, indent=1))

@@ -3,7 +3,8 @@
 // image case decodes its PNG, preprocesses it with rapid's own image processor (rows compared with the HF
 // processor's), runs encodeImage and splices the rows at the placeholder offsets. Exact precision.
 //   node scripts/replicas/parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N]
-// Writes OUT/rapid.json ({cases: {name: {logits, greedy, pixels_err}}, load_s, steps}) and OUT/<case>.rapid.f32.
+// Writes OUT/rapid-<device>.json ({cases: {name: {logits, greedy, pixels_err}}, device, load_s, steps}) and
+// OUT/<case>.rapid-<device>.f32.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -44,7 +45,9 @@ const model = native.addon.loadModel(opt.dir, {
 });
 const loadS = (performance.now() - t0) / 1000;
 const info = model.info();
-console.log(`  rapid: loaded in ${loadS.toFixed(1)}s on ${opt.device} (vocab ${info.vocabSize}, hidden ${info.hiddenSize})`);
+console.log(`  rapid: loaded in ${loadS.toFixed(1)}s on ${info.device} (vocab ${info.vocabSize}, hidden ${info.hiddenSize})`);
+// A model the GPU backend holds back runs on the CPU with a note: that is not a GPU parity result.
+if (info.device !== opt.device) throw new Error(`parity_rapid: asked ${opt.device}, got ${info.device}: ${info.deviceNote ?? ''}`);
 
 let nextBlock = 0;
 const blocksFor = (n) => {
@@ -98,11 +101,11 @@ async function run(seqs) {
 }
 
 const vocab = info.vocabSize;
-const result = { load_s: loadS, cases: {}, steps: {} };
+const result = { device: info.device, device_name: info.deviceName, load_s: loadS, cases: {}, steps: {} };
 function record(s, c) {
   const got = new Float32Array(c.logits_positions.length * vocab);
   c.logits_positions.forEach((p, i) => got.set(s.logits.subarray(p * vocab, (p + 1) * vocab), i * vocab));
-  const file = `${c.name}.rapid.f32`;
+  const file = `${c.name}.rapid-${opt.device}.f32`;
   writeFileSync(join(opt.out, file), Buffer.from(got.buffer));
   result.cases[c.name] = { logits: file, greedy: s.greedy, ...(s.pixelsErr !== undefined ? { pixels_err: s.pixelsErr } : {}) };
 }
@@ -153,4 +156,4 @@ for (const c of ref.cases.filter((x) => x.images.length > 0)) {
   console.log(`  rapid: ${c.name} (${c.input_ids.length} tokens) in ${result.steps[`${c.name}_s`].toFixed(1)}s, pixels max |diff| ${pixelsErr}`);
 }
 model.close();
-writeFileSync(join(opt.out, 'rapid.json'), JSON.stringify(result, null, 1));
+writeFileSync(join(opt.out, `rapid-${opt.device}.json`), JSON.stringify(result, null, 1));
