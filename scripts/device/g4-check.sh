@@ -10,7 +10,9 @@
 #    bidirectional blocks, head_dim 64/256/512, KV sharing, f32/f16/bf16/int8 KV) on CUDA against the CPU backend.
 # 2. test/cuda/cuda-checks.mjs --only parity,agree --filter gemma4: the gemma4-e VLM text lanes (f32 and q4) on CUDA
 #    against transformers' logits and greedy tokens (parity) and against the CPU addon (agree), with the dense
-#    families' tolerances; gemma4-moe is skipped (MoE still refuses CUDA).
+#    families' tolerances; the gemma4-moe lanes too (their fast agree is reported, not required).
+# 2b. Two of those processes at once, 6 rounds (gemma4-e, parity/agree/batch): session 29's stream-ordering bug only
+#    showed when another process shared the GPU (docs/cuda.md, "Gemma 4 decoders").
 # 3. The same for every other fixture (no regression in the dense CUDA decoder that make_cuda_model still picks).
 # Logs go to $OUT. Exit status 1 if a check failed. About 3-6 minutes of GPU time.
 set -u
@@ -31,6 +33,15 @@ if command -v "$NODE" > /dev/null 2>&1 && [ -f build/cuda/rapid_native.node ]; t
   timeout 300 "$NODE" test/cuda/cuda-checks.mjs --addon build/cuda/rapid_native.node "${cpu[@]}" \
     --only parity,agree --filter gemma4 --json "$out/g4-checks.json" 2>&1 | tee "$out/g4-checks.txt"
   [ "${PIPESTATUS[0]}" -eq 0 ] || rc=1
+  for r in 1 2 3 4 5 6; do
+    pids=()
+    for p in a b; do
+      timeout 150 "$NODE" test/cuda/cuda-checks.mjs --addon build/cuda/rapid_native.node "${cpu[@]}" \
+        --only parity,agree,batch --filter gemma4-e > "$out/pair$r$p.txt" 2>&1 & pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    echo "two at once, round $r: $(tail -qn1 "$out/pair${r}a.txt") | $(tail -qn1 "$out/pair${r}b.txt")"
+  done
   timeout 400 "$NODE" test/cuda/cuda-checks.mjs --addon build/cuda/rapid_native.node "${cpu[@]}" \
     --only parity,agree,batch --json "$out/all-checks.json" > "$out/all-checks.txt" 2>&1 || rc=1
   tail -4 "$out/all-checks.txt"

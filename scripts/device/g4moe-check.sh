@@ -17,8 +17,6 @@
 # 2. cuda-checks parity, agree and batch on the gemma4-moe VLM text lanes (f32 and q4: transformers' logits and greedy
 #    tokens, the CPU run of the same addon, one row alone vs batched) and, as a guard of the fused decoder's MoE path
 #    (cuda/moe.cu's kernels changed under it), the Qwen3-VL-MoE lanes.
-# ops_model_problem (cuda_backend.cu) holds every Gemma 4 back unless RAPID_CUDA_OPS_MODELS=1, which this script sets
-# (docs/cuda.md, "Gemma 4 decoders": the path fails beside other GPU work, so run this on an otherwise idle box).
 # Exit status 1 if a step failed. About 2-4 minutes of GPU time.
 set -u
 out="${OUT:-/tmp/g4moe-check}"
@@ -29,7 +27,6 @@ fail=0
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | head -1
 
 step moe-test 300 build/cuda/tests/cuda_moe_test
-export RAPID_CUDA_OPS_MODELS=1
 step cuda-checks 420 node test/cuda/cuda-checks.mjs --addon build/cuda/rapid_native.node --only parity,agree,batch \
   --filter 'gemma4-moe|qwen3_vl_moe' --json "$out/cuda-checks.json"
 if grep -q 'gemma4-moe.*\(runs on the CPU\|rejects it\)' "$out/cuda-checks.log"; then

@@ -53,7 +53,7 @@ describe('doctor GPU check', () => {
     const r = await checkGpu({ probe, requested: 'auto', platform: 'linux', nvidia: noSmi });
     expect(r.status).toBe('ok');
     expect(r.finding).toBe(
-      `CUDA build ${env.RAPID_NATIVE_CUDA_PATH}: cuda:0 NVIDIA H200, 139.8 GiB (138.8 GiB free), compute 9.0; driver 12.8, CUDA runtime 13.0; models run on the GPU, text decoders (Qwen3-MoE and Qwen3-VL-MoE included) and image towers alike; Gemma 4 stays on the CPU (--device cpu to opt out; a model the GPU cannot run says why)`,
+      `CUDA build ${env.RAPID_NATIVE_CUDA_PATH}: cuda:0 NVIDIA H200, 139.8 GiB (138.8 GiB free), compute 9.0; driver 12.8, CUDA runtime 13.0; models run on the GPU, text decoders (Gemma 4, Qwen3-MoE and Qwen3-VL-MoE included) and image towers alike (--device cpu to opt out; a model the GPU cannot run says why)`,
     );
     expect(r.details).toMatchObject({ variant: 'cuda', driverFile: driver, cuda: cudaOk });
     expect(checkNativeBinary(probe).finding).toMatch(/^RAPID_NATIVE_CUDA_PATH .*cuda-build\.cjs \(addon cuda-build\)/);

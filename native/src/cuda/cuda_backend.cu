@@ -92,11 +92,7 @@ static std::string ops_model_problem(const Model& host, const OpsModel& om) {
     if (k.head_dim % 4 != 0 || k.head_dim > kWideAttnMaxHeadDim)
       return "head_dim " + std::to_string(k.head_dim) + " is not supported on CUDA (a multiple of 4, <= " +
              std::to_string(kWideAttnMaxHeadDim) + ")";
-  // Held back (session 29, H100): every check passes on an idle machine, but beside another process using the GPU
-  // and the host some runs gave wrong logits (docs/cuda.md, "Gemma 4 decoders"). RAPID_CUDA_OPS_MODELS=1 runs it.
-  if (env_long("RAPID_CUDA_OPS_MODELS", 0) == 1) return "";
-  return host.info().family + " runs on the CPU for now: its CUDA path gave wrong results in GPU checks run beside "
-         "other work (RAPID_CUDA_OPS_MODELS=1 tries it)";
+  return "";
 }
 
 std::string unsupported_reason(const Model& host) {

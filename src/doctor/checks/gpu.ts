@@ -103,7 +103,7 @@ export async function checkGpu(input: GpuCheckInput): Promise<CheckResult> {
   if (l?.variant === 'cuda' && cuda?.compiled) {
     const versions = [cuda.driverVersion ? `driver ${cuda.driverVersion}` : '', cuda.runtimeVersion ? `CUDA runtime ${cuda.runtimeVersion}` : ''].filter(Boolean).join(', ');
     if (cuda.devices.length > 0) {
-      const where = requested === 'cpu' ? 'models run on the CPU (device cpu requested)' : 'models run on the GPU, text decoders (Qwen3-MoE and Qwen3-VL-MoE included) and image towers alike; Gemma 4 stays on the CPU (--device cpu to opt out; a model the GPU cannot run says why)';
+      const where = requested === 'cpu' ? 'models run on the CPU (device cpu requested)' : 'models run on the GPU, text decoders (Gemma 4, Qwen3-MoE and Qwen3-VL-MoE included) and image towers alike (--device cpu to opt out; a model the GPU cannot run says why)';
       return { ...base, status: 'ok', finding: `${variantLabel(probe)}: ${cuda.devices.map(describeCudaDevice).join('; ')}${versions ? `; ${versions}` : ''}; ${where}`, details };
     }
     if (!probe.driver && !cudaWanted) {
