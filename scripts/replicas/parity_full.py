@@ -67,7 +67,7 @@ IMAGES = {"photo_1024x768.png": (1024, 768), "portrait_720x960.png": (720, 960)}
 class Gemma4:
     name = "gemma4"
 
-    def __init__(self):
+    def __init__(self, layout: dict | None = None):
         import transformers
         from transformers.models.gemma4 import image_processing_pil_gemma4 as pil
         sys.modules.setdefault("transformers.models.gemma4.image_processing_gemma4", pil)
@@ -94,9 +94,47 @@ class Gemma4:
         (key, _), = self.g4.mlx_entries(name, np.zeros(1))
         return key
 
+    def hub_entries(self, name: str, shape: tuple) -> list:
+        """(draw name, hub key, shape) per stored tensor: MoE experts [E, 2I, H] are stored as mlx-vlm's
+        switch_glu gate_proj and up_proj [E, I, H] (each drawn on its own), down_proj [E, H, I] as is."""
+        if name.endswith("experts.gate_up_proj"):
+            base = self.expert_base(name)
+            e, two_i, h = shape
+            return [(name + "#gate", base + "gate_proj.weight", (e, two_i // 2, h)),
+                    (name + "#up", base + "up_proj.weight", (e, two_i // 2, h))]
+        if name.endswith("experts.down_proj"):
+            return [(name, self.expert_base(name) + "down_proj.weight", shape)]
+        return [(name, self.hub_key(name), shape)]
+
+    def expert_base(self, name: str) -> str:
+        """language_model.model.layers.N.experts.switch_glu. for an HF experts parameter or module name."""
+        mod = name[: name.index(".experts") + len(".experts")]
+        return "language_model.model." + mod[len("model.language_model."):] + ".switch_glu."
+
     def quantized(self, name: str, module: torch.nn.Module) -> bool:
         # mlx-vlm: every text Linear/Embedding and embed_vision; the SigLIP tower stays bf16.
         return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and not name.startswith("model.vision_tower.")
+
+    def qspec(self, name: str, module: torch.nn.Module) -> tuple | None:
+        """(group, bits) of a stored parameter, or None for bf16. mlx-vlm's Gemma 4 predicate: routers 8-bit g64,
+        the experts (3-D parameters, not Linear modules) quantized like the other text linears."""
+        mod_name, leaf = name.rsplit(".", 1)
+        if leaf in ("gate_up_proj", "down_proj") and mod_name.endswith(".experts"):
+            return GROUP, BITS
+        if leaf != "weight" or not self.quantized(mod_name, module):
+            return None
+        return (64, 8) if mod_name.endswith("router.proj") else (GROUP, BITS)
+
+    def is_conv(self, name: str, shape: tuple) -> bool:
+        return False  # Gemma 4's patch embedder is a Linear; 3-D parameters are MoE experts
+
+    def quant_overrides(self, cfg: dict) -> dict:
+        """Per-module entries of config.json's quantization (mlx-vlm writes one per router)."""
+        t = cfg["text_config"]
+        if not t.get("enable_moe_block"):
+            return {}
+        return {f"language_model.model.layers.{i}.router.proj": {"group_size": 64, "bits": 8, "mode": "affine"}
+                for i in range(t["num_hidden_layers"])}
 
     def bos(self, cfg: dict) -> int:
         return cfg["text_config"].get("bos_token_id", 2)
@@ -144,10 +182,11 @@ class GvFamily:
     quantized, tower and projector bf16 (mlx-vlm's predicate), patch convolutions stored [O, P, P, C]."""
     gv_name = ""
 
-    def __init__(self, config_cls, model_cls):
+    def __init__(self, config_cls, model_cls, layout: dict | None):
         import gen_mistral3  # noqa: F401  registers mistral3 with generate_vlm and stubs a torchvision-only module
         import generate_vlm as gv
         self.gv, self.config_cls, self.model_cls = gv, config_cls, model_cls
+        self.layout = layout or {}
 
     def hf_config(self, cfg: dict):
         return self.config_cls(**{k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config")})
@@ -159,28 +198,48 @@ class GvFamily:
         return self.gv.mlx_key(self.gv_name, name)
 
     def quantized(self, name: str, module: torch.nn.Module) -> bool:
-        return isinstance(module, (torch.nn.Linear, torch.nn.Embedding)) and name.startswith("model.language_model.")
+        """mlx-vlm's predicate: text Linear/Embedding; the projector and an untied lm_head where the repo's
+        conversion predates keeping them bf16 (the layout's projectorQuantized / lmHeadQuantized)."""
+        if not isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
+            return False
+        return (name.startswith("model.language_model.")
+                or (self.layout.get("projectorQuantized", False) and name.startswith("model.multi_modal_projector."))
+                or (self.layout.get("lmHeadQuantized", False) and name == "lm_head"))
+
+    def hub_entries(self, name: str, shape: tuple) -> list:
+        return [(name, self.hub_key(name), shape)]
+
+    def qspec(self, name: str, module: torch.nn.Module) -> tuple | None:
+        mod_name, leaf = name.rsplit(".", 1)
+        return (GROUP, BITS) if leaf == "weight" and self.quantized(mod_name, module) else None
+
+    def is_conv(self, name: str, shape: tuple) -> bool:
+        return len(shape) > 2
+
+    def quant_overrides(self, cfg: dict) -> dict:
+        return {}
 
     def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
         return self.gv.to_mlx_conv(w) if self.gv.is_conv(name) else w
 
     def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        return t.permute(0, 3, 1, 2).contiguous() if self.gv.is_conv(name) else t
+        return t.movedim(-1, 1).contiguous() if self.gv.is_conv(name) else t  # [O, (T,) kH, kW, C] -> [O, C, ...]
 
     def embed_scale(self, module) -> float | None:
         return getattr(module, "scalar_embed_scale", None)
 
 
 class Mistral3(GvFamily):
-    """Ministral 3 text + Pixtral tower (an untied lm_head stays bf16). Tekken control ids: [IMG] 10,
+    """Ministral 3 / Mistral Small 3.1 text + Pixtral tower (which of projector and untied lm_head are quantized:
+    the layout). Tekken control ids: [IMG] 10,
     [IMG_BREAK] 12, [IMG_END] 13."""
     gv_name = "mistral3"
     BREAK, END = 12, 13
 
-    def __init__(self):
+    def __init__(self, layout: dict | None = None):
         import transformers
         from transformers.models.pixtral import image_processing_pil_pixtral as pix
-        super().__init__(transformers.Mistral3Config, transformers.Mistral3ForConditionalGeneration)
+        super().__init__(transformers.Mistral3Config, transformers.Mistral3ForConditionalGeneration, layout)
         self.pix = pix
 
     def bos(self, cfg: dict) -> int:
@@ -224,10 +283,10 @@ class Gemma3(GvFamily):
     """Gemma 3 text + SigLIP. Images: fixed size, mm_tokens_per_image soft tokens between boi and eoi."""
     gv_name = "gemma3"
 
-    def __init__(self):
+    def __init__(self, layout: dict | None = None):
         import transformers
         from transformers.models.gemma3 import image_processing_pil_gemma3 as pil
-        super().__init__(transformers.Gemma3Config, transformers.Gemma3ForConditionalGeneration)
+        super().__init__(transformers.Gemma3Config, transformers.Gemma3ForConditionalGeneration, layout)
         self.pil = pil
 
     def bos(self, cfg: dict) -> int:
@@ -258,7 +317,59 @@ class Gemma3(GvFamily):
         return True
 
 
-FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3}  # by catalog family
+class QwenVL(GvFamily):
+    """Qwen2.5-VL and Qwen3-VL (dense): patch rows [n, C*T*P*P] with image_grid_thw, one <|image_pad|> per merged
+    patch between <|vision_start|> and <|vision_end|>, 3-axis mRoPE positions (transformers computes them; rapid
+    from the grid, as its engine does). Qwen3-VL also adds DeepStack features after early decoder layers."""
+
+    def __init__(self, layout: dict | None = None, gv_name: str = "", classes: tuple = ()):
+        from transformers.models.qwen2_vl import image_processing_pil_qwen2_vl as pil
+        super().__init__(*classes, layout)
+        self.gv_name, self.pil = gv_name, pil
+
+    def bos(self, cfg: dict) -> int:
+        return 151644  # <|im_start|>: Qwen prompts have no BOS; any plain first token will do
+
+    def plain_ids(self) -> tuple:
+        return 1000, 150000  # below the control tokens (151643..)
+
+    def prepare_images(self, files: dict, cfg: dict, pil_images: list) -> dict:
+        ip = {k: v for k, v in image_config(files).items() if k not in ("image_processor_type", "processor_class")}
+        out = self.pil.Qwen2VLImageProcessorPil(**ip)(images=pil_images, return_tensors="pt")
+        merge = cfg["vision_config"]["spatial_merge_size"]
+        per, off = [], 0
+        for g in out["image_grid_thw"].tolist():
+            n = g[0] * g[1] * g[2]
+            per.append({"n_patches": n, "tokens": n // (merge * merge), "grid": g,
+                        "pixels": out["pixel_values"][off:off + n].float().numpy()})
+            off += n
+        return {"kwargs": {"pixel_values": out["pixel_values"], "image_grid_thw": out["image_grid_thw"]}, "images": per}
+
+    def image_block(self, cfg: dict, im: dict) -> list:
+        return [cfg["vision_start_token_id"]] + [cfg["image_token_id"]] * im["tokens"] + [cfg["vision_end_token_id"]]
+
+    def image_token_id(self, cfg: dict) -> int:
+        return cfg["image_token_id"]
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {"mm_token_type_ids": (ids == cfg["image_token_id"]).long()}  # 1: image (the processor's output)
+
+    def bidirectional(self, cfg: dict) -> bool:
+        return False
+
+
+def qwen2_5_vl(layout: dict | None = None) -> QwenVL:
+    import transformers
+    return QwenVL(layout, "qwen2_5_vl", (transformers.Qwen2_5_VLConfig, transformers.Qwen2_5_VLForConditionalGeneration))
+
+
+def qwen3_vl(layout: dict | None = None) -> QwenVL:
+    import transformers
+    return QwenVL(layout, "qwen3_vl", (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration))
+
+
+# By catalog family. qwen3-vl-moe (stacked experts, [E, H, 2I] in transformers) has no replica class yet.
+FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3, "qwen2.5-vl": qwen2_5_vl, "qwen3-vl": qwen3_vl}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -297,16 +408,32 @@ def catalog_entry(name: str) -> dict:
     raise SystemExit(f"{name}: not a catalog alias (src/models/catalog.json)")
 
 
+def vlm_layout(name: str, cfg: dict) -> dict:
+    """The catalog entry's mlx-vlm layout from scripts/replicas/vlm-layouts.mjs (the one table the JS replicas use
+    too): processorFrom, and which modules the repo's older mlx-vlm quantized (projectorQuantized, lmHeadQuantized)."""
+    script = ("const [lay, cat, name, cfg] = process.argv.slice(1);"
+              "const { vlmLayoutOf } = await import(lay);"
+              "const entry = JSON.parse((await import('node:fs')).readFileSync(cat, 'utf8')).models"
+              ".find((m) => m.alias === name);"
+              "console.log(JSON.stringify(vlmLayoutOf(entry, JSON.parse(cfg)) ?? {}));")
+    out = subprocess.run(["node", "--input-type=module", "-e", script, os.path.join(_HERE, "vlm-layouts.mjs"),
+                          os.path.join(ROOT, "src", "models", "catalog.json"), name, json.dumps(cfg)],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
 def read_configs(name: str, config: str | None) -> tuple:
-    """config.json and the processor files (configs/<name>.processor.json -> processor_config.json, ...)."""
+    """config.json, the processor files of the family's processorFrom entry (configs/<alias>.processor.json ->
+    processor_config.json, ...) and the layout (vlm_layout)."""
     d = os.path.join(_HERE, "configs")
     cfg = json.load(open(config or os.path.join(d, f"{name}.json")))
+    layout = vlm_layout(name, cfg)
     files = {}
     for suffix in ("processor", "preprocessor"):
-        p = os.path.join(d, f"{name}.{suffix}.json")
+        p = os.path.join(d, f"{layout.get('processorFrom', name)}.{suffix}.json")
         if os.path.exists(p):
             files[f"{suffix}_config.json"] = json.load(open(p))
-    return cfg, files
+    return cfg, files, layout
 
 
 def image_config(files: dict) -> dict:
@@ -332,19 +459,24 @@ def peak_rss_gib() -> float:
 
 
 def tied(model) -> bool:
-    return bool(model.config.get_text_config().tie_word_embeddings)
+    """The text config's tie_word_embeddings, else the top level's (Qwen2.5-VL keeps it only there)."""
+    v = getattr(model.config.get_text_config(), "tie_word_embeddings", None)
+    return bool(getattr(model.config, "tie_word_embeddings", False) if v is None else v)
 
 
 def plan_tensors(fam, model, quant: bool) -> list:
-    """[(hf_name, hub_key, quantized, shape)] for every stored tensor (a tied lm_head is not stored)."""
+    """[(draw name, hub_key, (group, bits) or None, shape)] for every stored tensor (a tied lm_head is not
+    stored; one parameter may be stored as several tensors, as Gemma 4's experts)."""
     modules = dict(model.named_modules())
     plan = []
     for name, t in model.state_dict(keep_vars=True).items():
         if name == "lm_head.weight" and tied(model):
             continue
-        mod_name, leaf = name.rsplit(".", 1)
-        q = quant and leaf == "weight" and fam.quantized(mod_name, modules[mod_name]) and t.shape[-1] % GROUP == 0
-        plan.append((name, fam.hub_key(name), q, tuple(t.shape)))
+        q = fam.qspec(name, modules[name.rsplit(".", 1)[0]]) if quant else None
+        if q is not None and t.shape[-1] % q[0] != 0:
+            q = None
+        for vname, key, shape in fam.hub_entries(name, tuple(t.shape)):
+            plan.append((vname, key, q, shape))
     # n-d tensors (convolutions) are stored in the hub's axis order
     return sorted(plan, key=lambda p: p[1])
 
@@ -360,22 +492,23 @@ def header_for(fam, plan: list) -> tuple:
     for name, key, q, shape in plan:
         n = int(np.prod(shape))
         if q:
+            group, bits = q
             base = key[: -len(".weight")]
             rows, cols = int(np.prod(shape[:-1])), shape[-1]
-            add(base + ".weight", "U32", (*shape[:-1], cols * BITS // 32), rows * cols * BITS // 8)
-            add(base + ".scales", "BF16", (*shape[:-1], cols // GROUP), rows * cols // GROUP * 2)
-            add(base + ".biases", "BF16", (*shape[:-1], cols // GROUP), rows * cols // GROUP * 2)
+            add(base + ".weight", "U32", (*shape[:-1], cols * bits // 32), rows * cols * bits // 8)
+            add(base + ".scales", "BF16", (*shape[:-1], cols // group), rows * cols // group * 2)
+            add(base + ".biases", "BF16", (*shape[:-1], cols // group), rows * cols // group * 2)
         else:
-            hub_shape = fam.to_hub(name, np.zeros(shape, dtype=np.uint8)).shape if len(shape) > 2 else shape
+            hub_shape = fam.to_hub(name, np.zeros(shape, dtype=np.uint8)).shape if fam.is_conv(name, shape) else shape
             add(key, "BF16", hub_shape, n * 2)
     return header, off
 
 
-def draw_units(plan: list) -> list:
+def draw_units(fam, plan: list) -> list:
     """(tensor index, first row, end row) pieces of at most DRAW_CHUNK elements: the replica's units of work."""
     units = []
-    for i, (_, _, _, shape) in enumerate(plan):
-        if len(shape) > 2:  # small (convolutions): drawn whole, fan-in from every input axis
+    for i, (name, _, _, shape) in enumerate(plan):
+        if fam.is_conv(name, shape):  # small: drawn whole, fan-in from every input axis
             units.append((i, 0, 0))
             continue
         rows = int(np.prod(shape[:-1])) if len(shape) > 1 else 1
@@ -391,7 +524,7 @@ def write_units(fam, path: str, base: int, header: dict, plan: list, units: list
         for n, (i, r0, r1) in enumerate(units):
             hf_name, key, q, shape = plan[i]
             rng = rng_for(hf_name if r0 == 0 else f"{hf_name}@{r0}")
-            if len(shape) > 2:
+            if fam.is_conv(hf_name, shape):
                 data = mq.f32_to_bf16_bits(fam.to_hub(hf_name, mq.round_bf16(fam.draw(hf_name, shape, rng))))
                 f.seek(base + header[key]["data_offsets"][0])
                 f.write(np.ascontiguousarray(data).tobytes())
@@ -400,7 +533,7 @@ def write_units(fam, path: str, base: int, header: dict, plan: list, units: list
             part_shape = (r1 - r0, cols) if len(shape) > 1 else shape  # draw rules read fan-in from [-1]
             w = mq.round_bf16(fam.draw(hf_name, part_shape, rng).reshape(r1 - r0, cols))
             if q:
-                packed, scales, biases = mq.affine_quantize(w, GROUP, BITS)
+                packed, scales, biases = mq.affine_quantize(w, q[0], q[1])
                 kb = key[: -len(".weight")]
                 for k, data in ((kb + ".weight", packed.astype("<u4")),
                                 (kb + ".scales", mq.f32_to_bf16_bits(scales)),
@@ -429,7 +562,7 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool, 
         f.write(len(hb).to_bytes(8, "little"))
         f.write(hb)
         f.truncate(base + total)
-    units = draw_units(plan)
+    units = draw_units(fam, plan)
     if jobs <= 1:
         write_units(fam, path, base, header, plan, units)
     else:  # round-robin over pieces of similar size: the processes finish together
@@ -447,7 +580,7 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool, 
     hub_cfg = dict(cfg)
     hub_cfg.pop("quantization_config", None)
     if quant:
-        hub_cfg["quantization"] = {"group_size": GROUP, "bits": BITS, "mode": "affine"}
+        hub_cfg["quantization"] = {"group_size": GROUP, "bits": BITS, "mode": "affine", **fam.quant_overrides(cfg)}
         hub_cfg["quantization_config"] = dict(hub_cfg["quantization"])
     else:
         hub_cfg.pop("quantization", None)
@@ -463,37 +596,48 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool, 
 # Step 2: transformers on the stored weights
 
 
-def dequant(packed: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor) -> torch.Tensor:
-    """MLX affine: w = scale * q + bias per group of GROUP along the last axis (as mlx_quant.dequantize)."""
-    per = 32 // BITS
-    shifts = torch.arange(per, dtype=torch.int32, device=packed.device) * BITS
-    codes = (packed.unsqueeze(-1) >> shifts) & ((1 << BITS) - 1)
-    codes = codes.reshape(packed.shape[0], -1, GROUP).to(scales.dtype)
+def dequant(packed: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, bits: int = BITS) -> torch.Tensor:
+    """MLX affine: w = scale * q + bias per group along the last axis (as mlx_quant.dequantize); packed [rows,
+    cols * bits / 32] -> [rows, cols], the group size being cols / scales' columns."""
+    per = 32 // bits
+    shifts = torch.arange(per, dtype=torch.int32, device=packed.device) * bits
+    codes = (packed.unsqueeze(-1) >> shifts) & ((1 << bits) - 1)
+    codes = codes.reshape(packed.shape[0], scales.shape[-1], -1).to(scales.dtype)
     return (codes * scales.unsqueeze(-1) + biases.unsqueeze(-1)).reshape(packed.shape[0], -1)
 
 
-class QLinear(torch.nn.Module):
-    """A Linear on stored MLX codes, dequantized in row chunks at each call (exact weights, little memory)."""
+def bits_of(packed: torch.Tensor, cols: int) -> int:
+    return packed.shape[-1] * 32 // cols
 
-    def __init__(self, packed, scales, biases):
+
+class QLinear(torch.nn.Module):
+    """A Linear on stored MLX codes, dequantized in row chunks at each call (exact weights, little memory), plus
+    the module's own bias where it has one (Qwen's q/k/v)."""
+
+    def __init__(self, packed, scales, biases, cols: int, bias: torch.Tensor | None = None):
         super().__init__()
-        self.packed, self.scales, self.biases = packed, scales, biases
+        self.packed, self.scales, self.biases, self.bias = packed, scales, biases, bias
+        self.bits = bits_of(packed, cols)
         self.cached = None
 
     def forward(self, x):
+        y = self.matmul(x)
+        return y if self.bias is None else y + self.bias
+
+    def matmul(self, x):
         if self.cached is not None:
             return torch.nn.functional.linear(x, self.cached)
-        rows, cols = self.packed.shape[0], self.packed.shape[1] * 32 // BITS
+        rows, cols = self.packed.shape[0], self.packed.shape[1] * 32 // self.bits
         step = max(1, DEQUANT_CHUNK // cols)
         if rows * cols * 4 <= CACHE["left"]:
             CACHE["left"] -= rows * cols * 4
             self.cached = torch.empty(rows, cols, device=self.packed.device, dtype=self.scales.dtype)
             for r in range(0, rows, step):  # in chunks: no full-size temporaries
                 self.cached[r:r + step] = dequant(self.packed[r:r + step], self.scales[r:r + step],
-                                                  self.biases[r:r + step])
+                                                  self.biases[r:r + step], self.bits)
             return torch.nn.functional.linear(x, self.cached)
         outs = [torch.nn.functional.linear(x, dequant(self.packed[r:r + step], self.scales[r:r + step],
-                                                      self.biases[r:r + step]))
+                                                      self.biases[r:r + step], self.bits))
                 for r in range(0, self.packed.shape[0], step)]
         return torch.cat(outs, dim=-1)
 
@@ -501,9 +645,10 @@ class QLinear(torch.nn.Module):
 class QEmbedding(torch.nn.Module):
     """An Embedding on stored MLX codes (only the looked-up rows are dequantized), times the module's scale."""
 
-    def __init__(self, packed, scales, biases, scale):
+    def __init__(self, packed, scales, biases, scale, cols: int):
         super().__init__()
         self.packed, self.scales, self.biases = packed, scales, biases
+        self.bits = bits_of(packed, cols)
         self.embed_scale = None if scale is None else torch.tensor(scale)
 
     @property
@@ -512,7 +657,7 @@ class QEmbedding(torch.nn.Module):
 
     def forward(self, ids):
         flat = ids.reshape(-1)
-        w = dequant(self.packed[flat], self.scales[flat], self.biases[flat]).reshape(*ids.shape, -1)
+        w = dequant(self.packed[flat], self.scales[flat], self.biases[flat], self.bits).reshape(*ids.shape, -1)
         return w if self.embed_scale is None else w * self.embed_scale.to(w.device)
 
 
@@ -525,7 +670,44 @@ class _Rows:
     def __getitem__(self, idx):
         row = idx[0] if isinstance(idx, tuple) else idx
         e = self.emb
-        return dequant(e.packed[row:row + 1], e.scales[row:row + 1], e.biases[row:row + 1])[0]
+        return dequant(e.packed[row:row + 1], e.scales[row:row + 1], e.biases[row:row + 1], e.bits)[0]
+
+
+class QExperts(torch.nn.Module):
+    """Gemma 4's experts on stored MLX codes (switch_glu gate/up/down, [E, out, in/8] each): transformers' eager
+    loop, each expert's weights dequantized when a token routes to it (or kept, within --cache-gib)."""
+
+    def __init__(self, gate: tuple, up: tuple, down: tuple, hidden: int, inter: int, act_fn):
+        super().__init__()
+        self.parts = {"gate": (*gate, bits_of(gate[0], hidden)), "up": (*up, bits_of(up[0], hidden)),
+                      "down": (*down, bits_of(down[0], inter))}
+        self.num_experts = gate[0].shape[0]
+        self.act_fn = act_fn
+        self.cached = {}
+
+    def weight(self, part: str, e: int) -> torch.Tensor:
+        if (part, e) in self.cached:
+            return self.cached[(part, e)]
+        p, s, b, bits = self.parts[part]
+        w = dequant(p[e], s[e], b[e], bits)
+        if w.numel() * w.element_size() <= CACHE["left"]:
+            CACHE["left"] -= w.numel() * w.element_size()
+            self.cached[(part, e)] = w
+        return w
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        mask = torch.nn.functional.one_hot(top_k_index, num_classes=self.num_experts + 1).permute(2, 1, 0)
+        for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero()[:, 0].tolist():
+            if e == self.num_experts:  # transformers' padding class
+                continue
+            top_k_pos, token_idx = torch.where(mask[e])
+            x = hidden_states[token_idx]
+            h = self.act_fn(torch.nn.functional.linear(x, self.weight("gate", e))) * \
+                torch.nn.functional.linear(x, self.weight("up", e))
+            h = torch.nn.functional.linear(h, self.weight("down", e)) * top_k_weights[token_idx, top_k_pos, None]
+            out.index_add_(0, token_idx, h.to(out.dtype))
+        return out
 
 
 def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype):
@@ -541,13 +723,28 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
     modules = dict(model.named_modules())
     quantized = {}
     for mod_name, mod in modules.items():
-        if not isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)) or mod_name == "lm_head":
+        if type(mod).__name__ == "Gemma4TextExperts":
+            base = fam.expert_base(mod_name)
+            if base + "down_proj.scales" not in keys:
+                continue
+            trio = {k: tuple(get(f"{base}{k}_proj.{leaf}") for leaf in ("weight", "scales", "biases"))
+                    for k in ("gate", "up", "down")}
+            new = QExperts(trio["gate"], trio["up"], trio["down"], mod.hidden_dim, mod.intermediate_dim, mod.act_fn)
+            parent, _, child = mod_name.rpartition(".")
+            setattr(model.get_submodule(parent), child, new)
+            quantized[mod_name] = new
+            continue
+        if not isinstance(mod, (torch.nn.Linear, torch.nn.Embedding)) or (mod_name == "lm_head" and tied(model)):
             continue
         kb = fam.hub_key(mod_name + ".weight")[: -len(".weight")]
         if kb + ".scales" not in keys:
             continue
         p, s, b = get(kb + ".weight"), get(kb + ".scales"), get(kb + ".biases")
-        new = QEmbedding(p, s, b, fam.embed_scale(mod)) if isinstance(mod, torch.nn.Embedding) else QLinear(p, s, b)
+        if isinstance(mod, torch.nn.Embedding):
+            new = QEmbedding(p, s, b, fam.embed_scale(mod), mod.embedding_dim)
+        else:
+            bias = get(fam.hub_key(mod_name + ".bias")) if mod.bias is not None else None
+            new = QLinear(p, s, b, mod.in_features, bias)
         parent, _, child = mod_name.rpartition(".")
         setattr(model.get_submodule(parent), child, new)
         quantized[mod_name] = new
@@ -556,7 +753,10 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
             continue
         mod_name, leaf = name.rsplit(".", 1)
         mod = model.get_submodule(mod_name)
-        v = fam.from_hub(name, get(fam.hub_key(name))).reshape(t.shape)
+        entries = fam.hub_entries(name, tuple(t.shape))  # bf16 experts (--quant none) are stored split, as mlx-vlm
+        v = torch.cat([fam.from_hub(name, get(k)) for _, k, _ in entries], dim=1) if len(entries) > 1 else \
+            fam.from_hub(name, get(entries[0][1]))
+        v = v.reshape(t.shape)
         if leaf in mod._parameters:
             mod._parameters[leaf] = torch.nn.Parameter(v, requires_grad=False)
         else:
@@ -565,7 +765,7 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
     if not tied(model):
         pass
     elif isinstance(emb, QEmbedding):  # tied head = the quantized embedding as a linear (mlx as_linear)
-        model.lm_head = QLinear(emb.packed, emb.scales, emb.biases)
+        model.lm_head = QLinear(emb.packed, emb.scales, emb.biases, emb.packed.shape[-1] * 32 // emb.bits)
     else:
         model.lm_head.weight = emb.weight
     left = [n for n, p in model.named_parameters() if p.device.type == "meta"]
@@ -773,14 +973,14 @@ def main() -> None:
     fam_cls = FAMILIES.get(entry["family"])
     if fam_cls is None:
         raise SystemExit(f"{args.name}: family {entry['family']} has no full-size replica here yet")
-    cfg, proc = read_configs(args.name, args.config)
+    cfg, proc, layout = read_configs(args.name, args.config)
     out = os.path.join(args.out, f"{args.name}-q{args.quant}")
     model_dir = os.path.join(out, "model")
     os.makedirs(out, exist_ok=True)
     if args.step:
         if args.step in ("rapid", "compare") and len(devices) != 1:
             raise SystemExit(f"--step {args.step} takes one --device")
-        res = run_step(args, args.step, fam_cls(), cfg, proc, model_dir, out)
+        res = run_step(args, args.step, fam_cls(layout), cfg, proc, model_dir, out)
         res["peak_rss_gib"] = round(peak_rss_gib(), 2)
         print("RESULT " + json.dumps(res), flush=True)
         return

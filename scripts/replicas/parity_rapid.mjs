@@ -18,6 +18,8 @@ const { pixtralImageConfig } = await import(join(root, 'dist', 'vision', 'pixtra
 const { gemma3ImageConfig } = await import(join(root, 'dist', 'vision', 'gemma3-image-processor.js'));
 const { prepareWithSpec } = await import(join(root, 'dist', 'vision', 'prepare-image.js'));
 const { GREEDY_SAMPLE } = await import(join(root, 'dist', 'engine', 'sampling-params.js'));
+const { qwenImageConfig } = await import(join(root, 'dist', 'vision', 'qwen-image-processor.js'));
+const { mropePositions } = await import(join(root, 'dist', 'vision', 'mrope-positions.js'));
 
 const { values: opt } = parseArgs({
   options: {
@@ -35,6 +37,9 @@ function imageSpec() {
   if (config.model_type === 'gemma4') return { kind: 'gemma4', image: gemma4ImageConfig(image, config, opt.dir) };
   if (config.model_type === 'gemma3') return { kind: 'gemma3', image: gemma3ImageConfig(image, processor, config, opt.dir) };
   if (config.model_type === 'mistral3') return { kind: 'pixtral', image: pixtralImageConfig(image, processor, config, opt.dir) };
+  if (config.model_type === 'qwen2_5_vl' || config.model_type === 'qwen3_vl') {
+    return { kind: 'qwen', image: qwenImageConfig(config.model_type, image, config.vision_config, opt.dir) };
+  }
   throw new Error(`parity_rapid: no image spec for model_type ${config.model_type}`);
 }
 
@@ -62,6 +67,12 @@ const blocksFor = (n) => {
   return t;
 };
 
+// mRoPE models (Qwen-VL) take 3 position axes, axis-major: s.positions [3 * n] for a prompt with images, text
+// positions on every axis otherwise; decode positions are index + s.delta on every axis, as the engine does.
+const axes = info.mropeSections ? 3 : 1;
+const promptPositions = (s) => s.positions ?? Int32Array.from({ length: axes * s.ids.length }, (_, i) => i % s.ids.length);
+const decodePosition = (s, index) => new Int32Array(axes).fill(index + (s.delta ?? 0));
+
 /** Prefill every sequence in one step (logits of every prompt position), then greedy decode together. */
 async function run(seqs) {
   nextBlock = 0; // the previous case's sequences are finished: their blocks are free again
@@ -71,7 +82,7 @@ async function run(seqs) {
     const row = {
       requestId: s.name,
       tokens: Int32Array.from(s.ids),
-      positions: Int32Array.from(s.ids, (_, i) => i),
+      positions: promptPositions(s),
       blockTable: s.table,
       contextLen: 0,
       sample: { ...GREEDY_SAMPLE, counter: 0 },
@@ -92,7 +103,7 @@ async function run(seqs) {
     const dec = seqs.map((s) => ({
       requestId: s.name,
       tokens: Int32Array.of(s.greedy.at(-1)),
-      positions: Int32Array.of(s.ids.length + k - 1),
+      positions: decodePosition(s, s.ids.length + k - 1),
       blockTable: s.table,
       contextLen: s.ids.length + k - 1,
       sample: { ...GREEDY_SAMPLE, counter: k },
@@ -136,16 +147,23 @@ for (const c of ref.cases.filter((x) => x.images.length > 0)) {
     if (want.length !== prepared.input.pixels.length) throw new Error(`${c.name} ${im.file}: ${prepared.input.pixels.length} pixel values, transformers ${want.length}`);
     for (let i = 0; i < want.length; i++) pixelsErr = Math.max(pixelsErr, Math.abs(want[i] - prepared.input.pixels[i]));
     const enc = await model.encodeImage(prepared.input);
-    parts.push({ offset: im.offset, tokens: enc.tokens, data: enc.embeddings });
+    parts.push({ offset: im.offset, tokens: enc.tokens, data: enc.embeddings, deepstack: enc.deepstack, grid: prepared.input.grid });
   }
   // The rows go to the image-token positions in order (Pixtral's [IMG_BREAK]/[IMG_END] sit between rows).
   const m = parts.reduce((a, p) => a + p.tokens, 0);
   const offsets = new Int32Array(m);
   const data = new Float32Array(m * info.hiddenSize);
+  // Qwen3-VL DeepStack: [layers, tokens, hidden] per image -> [layers, m, hidden] for the row.
+  const layers = parts[0].deepstack ? parts[0].deepstack.length / (parts[0].tokens * info.hiddenSize) : 0;
+  const deepstack = layers ? new Float32Array(layers * m * info.hiddenSize) : undefined;
   let k = 0;
   for (const p of parts) {
     data.set(p.data, k * info.hiddenSize);
     for (let i = 0; i < p.tokens; i++) offsets[k + i] = p.offset + i;
+    for (let l = 0; l < layers; l++) {
+      const per = p.tokens * info.hiddenSize;
+      deepstack.set(p.deepstack.subarray(l * per, (l + 1) * per), (l * m + k) * info.hiddenSize);
+    }
     k += p.tokens;
   }
   if (ref.image_token_id !== undefined) {
@@ -153,7 +171,13 @@ for (const c of ref.cases.filter((x) => x.images.length > 0)) {
     if (at.length !== m) throw new Error(`${c.name}: ${at.length} image tokens in the prompt, ${m} embedding rows`);
     offsets.set(at);
   }
-  const s = { name: c.name, ids: c.input_ids, embeds: { offsets, data }, pixelsErr };
+  const s = { name: c.name, ids: c.input_ids, embeds: deepstack ? { offsets, data, deepstack } : { offsets, data }, pixelsErr };
+  if (axes === 3) {
+    const merge = config.vision_config.spatial_merge_size;
+    const mr = mropePositions(c.input_ids.length, parts.map((p) => ({ offset: p.offset, grid: p.grid })), merge);
+    s.positions = mr.positions;
+    s.delta = mr.ropeDelta;
+  }
   if (ref.bidirectional) s.bidirectional = Int32Array.from(parts.flatMap((p) => [p.offset, p.offset + p.tokens]));
   await run([s]);
   record(s, c);
