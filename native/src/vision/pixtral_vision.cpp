@@ -163,7 +163,7 @@ class PixtralVision final : public VisionEncoder {
       be.linear(l.o, att.data(), hn.data(), n, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       be.rms_norm(x.data(), hn.data(), n, l.ffn_norm);
-      gated_mlp(be, l.gate, l.up, l.down, hn.data(), g.data(), u.data(), n, act_, prec);
+      be.gated_mlp(l.gate, l.up, l.down, hn.data(), hn.data(), g.data(), u.data(), n, act_, prec);  // in place
       be.add(x.data(), hn.data(), n * hidden_);
     }
 

@@ -142,7 +142,7 @@ class Qwen25VLVision final : public VisionEncoder {
                           full ? cu_full : cu_win, prec);
       be.add(x.data(), hn.data(), n * hidden_);
       be.rms_norm(x.data(), hn.data(), n, b.norm2);
-      gated_mlp(be, b.gate, b.up, b.down, hn.data(), g.data(), u.data(), n, act_, prec);
+      be.gated_mlp(b.gate, b.up, b.down, hn.data(), hn.data(), g.data(), u.data(), n, act_, prec);  // in place
       be.add(x.data(), hn.data(), n * hidden_);
     }
 

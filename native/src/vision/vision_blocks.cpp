@@ -232,11 +232,6 @@ void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear&
 
 // ---- MLP ---------------------------------------------------------------------------------------
 
-void gated_mlp(ops::Backend& be, const Linear& gate, const Linear& up, const Linear& down, float* hn, float* g,
-               float* u, int64_t n, VAct act, Precision p) {
-  be.gated_mlp(gate, up, down, hn, hn, g, u, n, act, p);
-}
-
 void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, int64_t n, VAct act,
                Precision p) {
   be.linear(fc1, hn, f1, n, p);

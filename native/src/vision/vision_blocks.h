@@ -121,10 +121,6 @@ void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear&
 
 // ---- MLP ---------------------------------------------------------------------------------------
 
-// Gated MLP in place: hn [n, hidden] = down(act(gate(hn)) * up(hn)); g, u: scratch [n, ffn].
-void gated_mlp(ops::Backend& be, const Linear& gate, const Linear& up, const Linear& down, float* hn, float* g,
-               float* u, int64_t n, VAct act, Precision p);
-
 // Plain MLP in place: hn [n, hidden] = fc2(act(fc1(hn))); f1: scratch [n, ffn].
 void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, int64_t n, VAct act,
                Precision p);
