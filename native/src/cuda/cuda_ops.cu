@@ -221,9 +221,8 @@ class CudaOps final : public ops::Backend {
                                std::to_string(router.opt.top_k));
     if (T <= 0) return;
     const DevMoe& m = dev_moe(router, experts);
-    char* scratch = pool_alloc<char>(int64_t(moe_scratch_bytes(m, T)));  // 256-byte aligned, as moe_forward needs
-    cuda::moe_forward(m, route_x, expert_x, T, out, /*accumulate=*/false, scratch, stream_);
-    cudaFreeAsync(scratch, stream_);
+    PoolBuf<char> scratch(*this, int64_t(moe_scratch_bytes(m, T)));  // 256-byte aligned, as moe_forward needs
+    cuda::moe_forward(m, route_x, expert_x, T, out, /*accumulate=*/false, scratch.p, stream_);
     if (stats) stats->routed_rows += T * top_k;
   }
 
@@ -272,21 +271,28 @@ class CudaOps final : public ops::Backend {
     const float* bias = nullptr;  // [out] or null
   };
 
-  // A stream-ordered device copy of host metadata, freed (stream-ordered) when it goes out of scope.
+  // n elements of stream-ordered pool memory (none for n = 0), freed stream-ordered when it goes out of scope, also
+  // when the work between throws.
   template <class T>
-  struct Meta {
-    Meta(CudaOps& o, const std::vector<T>& h) : s(o.stream_) {
-      if (h.empty()) return;
-      p = o.pool_alloc<T>(int64_t(h.size()));
-      check(cudaMemcpyAsync(p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, s), "tower metadata upload");
-    }
-    ~Meta() {
+  struct PoolBuf {
+    PoolBuf(CudaOps& o, int64_t n) : s(o.stream_), p(n > 0 ? o.pool_alloc<T>(n) : nullptr) {}
+    ~PoolBuf() {
       if (p) cudaFreeAsync(p, s);
     }
-    Meta(const Meta&) = delete;
-    Meta& operator=(const Meta&) = delete;
+    PoolBuf(const PoolBuf&) = delete;
+    PoolBuf& operator=(const PoolBuf&) = delete;
     cudaStream_t s;
-    T* p = nullptr;
+    T* p;
+  };
+
+  // A stream-ordered device copy of host metadata.
+  template <class T>
+  struct Meta : PoolBuf<T> {
+    Meta(CudaOps& o, const std::vector<T>& h) : PoolBuf<T>(o, int64_t(h.size())) {
+      if (this->p)
+        check(cudaMemcpyAsync(this->p, h.data(), h.size() * sizeof(T), cudaMemcpyHostToDevice, this->s),
+              "tower metadata upload");
+    }
   };
 
   template <class T>
