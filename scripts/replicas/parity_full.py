@@ -368,8 +368,93 @@ def qwen3_vl(layout: dict | None = None) -> QwenVL:
     return QwenVL(layout, "qwen3_vl", (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration))
 
 
+class TextLM:
+    """A text decoder as mlx-lm stores it (Qwen2/2.5, Qwen3, Llama, Mistral, Gemma 3 text): transformers' own
+    parameter names, every Linear and Embedding quantized (an untied lm_head too), the text fixtures' draw rules
+    (scripts/fixtures/generate.py). No images."""
+    has_images = False
+
+    def __init__(self, layout: dict | None = None):
+        import transformers
+        self.tf = transformers
+
+    def hf_config(self, cfg: dict):
+        self.model_type = cfg["model_type"]  # the draw rules differ for Gemma
+        rest = {k: v for k, v in cfg.items() if k not in ("quantization", "quantization_config", "model_type")}
+        return self.tf.AutoConfig.for_model(cfg["model_type"], **rest)
+
+    @property
+    def model_cls(self):
+        fam = self
+
+        class _Auto:
+            @staticmethod
+            def _from_config(config, **kw):
+                return fam.tf.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]._from_config(config, **kw)
+        return _Auto
+
+    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
+        """generate.init_weights' rules by name (its hidden size is the embedding's last axis)."""
+        gemma = "gemma" in self.model_type
+        if "norm" in name:
+            w = rng.normal(0.0, 0.15, shape) + (0.0 if gemma else 1.0)
+            if gemma and ("post_attention_layernorm" in name or "post_feedforward_layernorm" in name):
+                w += 9.0
+            if gemma and name == "model.norm.weight":
+                w += 3.0
+        elif name.endswith(".bias"):
+            w = rng.normal(0.0, 0.1, shape)
+        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
+            w = rng.normal(0.0, (2.0 if gemma else 8.0) / np.sqrt(shape[-1]), shape)
+        else:
+            w = rng.normal(0.0, 1.7 / np.sqrt(shape[-1]), shape)
+        return np.asarray(w, dtype=np.float32)
+
+    def hub_key(self, name: str) -> str:
+        return name
+
+    def hub_entries(self, name: str, shape: tuple) -> list:
+        return [(name, name, shape)]
+
+    def qspec(self, name: str, module: torch.nn.Module) -> tuple | None:
+        mod_name, leaf = name.rsplit(".", 1)
+        ok = leaf == "weight" and isinstance(module, (torch.nn.Linear, torch.nn.Embedding))
+        return (GROUP, BITS) if ok else None
+
+    def is_conv(self, name: str, shape: tuple) -> bool:
+        return False
+
+    def quant_overrides(self, cfg: dict) -> dict:
+        return {}
+
+    def to_hub(self, name: str, w: np.ndarray) -> np.ndarray:
+        return w
+
+    def from_hub(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        return t
+
+    def embed_scale(self, module) -> float | None:
+        return getattr(module, "scalar_embed_scale", None)
+
+    def bos(self, cfg: dict) -> int:
+        return cfg.get("bos_token_id") or 1
+
+    def plain_ids(self) -> tuple:
+        return 1000, 120000
+
+    def image_token_id(self, cfg: dict) -> None:
+        return None
+
+    def extra_forward(self, cfg: dict, ids: torch.Tensor) -> dict:
+        return {}
+
+    def bidirectional(self, cfg: dict) -> bool:
+        return False
+
+
 # By catalog family. qwen3-vl-moe (stacked experts, [E, H, 2I] in transformers) has no replica class yet.
-FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3, "qwen2.5-vl": qwen2_5_vl, "qwen3-vl": qwen3_vl}
+FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3, "qwen2.5-vl": qwen2_5_vl, "qwen3-vl": qwen3_vl,
+            "qwen2": TextLM, "qwen3": TextLM, "llama": TextLM, "gemma3": TextLM}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -787,6 +872,8 @@ def make_cases(fam, cfg: dict, files_cfg: dict, out: str) -> tuple:
     hi = min(hi, fam.hf_config(cfg).get_text_config().vocab_size)
     bos = fam.bos(cfg)
     text = [[bos] + rng.integers(lo, hi, TEXT_LEN - 1).tolist() for _ in range(N_TEXT)]
+    if not getattr(fam, "has_images", True):
+        return text, []
     img_dir = os.path.join(out, "images")
     os.makedirs(img_dir, exist_ok=True)
     pil = {}
@@ -970,6 +1057,10 @@ def main() -> None:
     if args.ref_device is None:
         args.ref_device = "cuda" if "cuda" in devices and torch.cuda.is_available() else "cpu"
     entry = catalog_entry(args.name)
+    if "embedding" in args.name:
+        raise SystemExit(f"{args.name}: an embedding model (no logits to compare); not covered by this script")
+    global BITS
+    BITS = 8 if entry.get("quantization", "").startswith("8-bit") else 4  # the catalog's bits (mlx group 64 either way)
     fam_cls = FAMILIES.get(entry["family"])
     if fam_cls is None:
         raise SystemExit(f"{args.name}: family {entry['family']} has no full-size replica here yet")
