@@ -62,10 +62,9 @@ export function checkPick(content: string): void {
   if (!['red', 'green', 'blue'].includes(v.colour as string) || !Number.isInteger(v.count) || Object.keys(v).length !== 2) throw new Error(`json_schema output does not match: ${content}`);
 }
 
-/** A real JPEG (gradients and a checker pattern, 448x336: 4:3 like a photo, small enough for a 2-core CPU tower). */
-export async function photoJpeg(): Promise<Buffer> {
-  const w = 448;
-  const h = 336;
+/** A real JPEG (gradients and a checker pattern; 448x336 by default: 4:3 like a photo, small enough for a 2-core CPU
+ *  tower). */
+export async function photoJpeg(w = 448, h = 336): Promise<Buffer> {
   const px = Buffer.alloc(w * h * 3);
   for (let y = 0; y < h; y++) {
     for (let x = 0; x < w; x++) {
