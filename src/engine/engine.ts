@@ -794,8 +794,13 @@ export class Engine implements EngineLike {
     const trip = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new WatchdogTrip()), this.stepTimeoutMs);
     });
+    const t0 = performance.now();
     try {
-      return await Promise.race([work, trip]);
+      const out = await Promise.race([work, trip]);
+      // Work that finished past the bound broke it too: the timer can lose the race to a fast native completion
+      // (a 0 ms bound, or an event loop that was busy), and the bound must not depend on that order.
+      if (performance.now() - t0 > this.stepTimeoutMs) throw new WatchdogTrip();
+      return out;
     } finally {
       clearTimeout(timer);
     }
