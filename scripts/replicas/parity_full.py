@@ -376,7 +376,8 @@ class TextLM:
 
     def __init__(self, layout: dict | None = None):
         import transformers
-        self.tf = transformers
+        import generate as textgen  # the text fixtures' draw rules
+        self.tf, self.textgen = transformers, textgen
 
     def hf_config(self, cfg: dict):
         self.model_type = cfg["model_type"]  # the draw rules differ for Gemma
@@ -394,21 +395,7 @@ class TextLM:
         return _Auto
 
     def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
-        """generate.init_weights' rules by name (its hidden size is the embedding's last axis)."""
-        gemma = "gemma" in self.model_type
-        if "norm" in name:
-            w = rng.normal(0.0, 0.15, shape) + (0.0 if gemma else 1.0)
-            if gemma and ("post_attention_layernorm" in name or "post_feedforward_layernorm" in name):
-                w += 9.0
-            if gemma and name == "model.norm.weight":
-                w += 3.0
-        elif name.endswith(".bias"):
-            w = rng.normal(0.0, 0.1, shape)
-        elif name in ("model.embed_tokens.weight", "lm_head.weight"):
-            w = rng.normal(0.0, (2.0 if gemma else 8.0) / np.sqrt(shape[-1]), shape)
-        else:
-            w = rng.normal(0.0, 1.7 / np.sqrt(shape[-1]), shape)
-        return np.asarray(w, dtype=np.float32)
+        return self.textgen.draw_tensor(name, shape, rng, gemma="gemma" in self.model_type)
 
     def hub_key(self, name: str) -> str:
         return name
@@ -681,7 +668,7 @@ def build_replica(fam, name: str, cfg: dict, proc: dict, out: str, quant: bool, 
 # Step 2: transformers on the stored weights
 
 
-def dequant(packed: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, bits: int = BITS) -> torch.Tensor:
+def dequant(packed: torch.Tensor, scales: torch.Tensor, biases: torch.Tensor, bits: int) -> torch.Tensor:
     """MLX affine: w = scale * q + bias per group along the last axis (as mlx_quant.dequantize); packed [rows,
     cols * bits / 32] -> [rows, cols], the group size being cols / scales' columns."""
     per = 32 // bits
