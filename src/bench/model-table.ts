@@ -63,7 +63,8 @@ async function child(dir: string, device: 'cpu' | 'cuda', threads: number | unde
   try {
     if (model.info.device !== device) throw new Error(`loaded on ${String(model.info.device)}, not ${device}: ${model.info.deviceNote ?? ''}`);
     const vocab = model.info.vocabSize;
-    const ids = (n: number, salt: number): number[] => Array.from({ length: n }, (_, k) => 1000 + ((k * 7919 + salt * 104729) % Math.min(vocab - 1000, 100_000)));
+    const token = (k: number, salt: number): number => 1000 + ((k * 7919 + salt * 104729) % Math.min(vocab - 1000, 100_000));
+    const ids = (n: number, salt: number): number[] => Array.from({ length: n }, (_, k) => token(k, salt));
     const params = resolveSamplingParams({ temperature: 0, maxTokens: 1 }, { maxTokens: 1 });
     await runOneRequest(model, { promptIds: ids(32, 1), params }); // warm-up: pages the weights in
     const first = await runOneRequest(model, { promptIds: ids(PROMPT, 2), params });
@@ -76,7 +77,7 @@ async function child(dir: string, device: 'cpu' | 'cuda', threads: number | unde
       figures.imageTokens = prepared.tokens;
     }
     for (const c of [1, 16] as const) {
-      const o = { concurrency: c, prompt: DECODE_PROMPT, idPrefix: `table-${c}`, promptToken: (row: number, k: number) => ids(DECODE_PROMPT, row + 3)[k]!, sample: GREEDY_SAMPLE };
+      const o = { concurrency: c, prompt: DECODE_PROMPT, idPrefix: `table-${c}`, promptToken: (row: number, k: number) => token(k, row + 3), sample: GREEDY_SAMPLE };
       await timeDecode(model.native, { ...o, steps: 2 }); // warm-up at this batch size
       const ms = await timeDecode(model.native, { ...o, steps: DECODE_STEPS });
       figures[c === 1 ? 'decode1' : 'decode16'] = (c * DECODE_STEPS * 1000) / ms;
