@@ -10,6 +10,7 @@ import torch
 from dialogues import sample_dialogue
 from user_batches import sample_user_batch
 from shapes import kind_token_labels, render, sample_scene, scene_signature
+from pil_resize import to_model_input
 from vlm import MERGE, PATCH, encode_sample, n_image_tokens, patchify
 
 
@@ -65,11 +66,12 @@ def collate(tok, samples, pad_id, image_pad_id, max_len=None, kind_labels=False)
                     patched[key] = patchify(s["pixels"])
                 pv, grid = patched[key]
             else:
-                pv, grid = patchify(render(s["image"]))
+                pv, grid = patchify(to_model_input(render(s["image"])))
             pixels.append(pv)
             grids.append(grid)
             if kind_labels:
-                klabels.append(s["kind_labels"] if "pixels" in s else kind_token_labels(s["image"], PATCH * MERGE))
+                klabels.append(s["kind_labels"] if "pixels" in s else
+                               kind_token_labels(s["image"], PATCH * MERGE, out=(grid[2] * PATCH, grid[1] * PATCH)))
         ids, labels = encode_sample(tok, s, n_image_tokens(grid) if grid else 0)
         if max_len is not None and len(ids) > max_len:  # never expected; keeps a bad sample from blowing up memory
             ids, labels = ids[:max_len], labels[:max_len]

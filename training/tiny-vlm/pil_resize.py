@@ -92,3 +92,10 @@ def pil_resize(img, out_w, out_h):
         acc = m.T @ cur.astype(np.float64).reshape(h, -1)  # [out_h, out_w * 3]
         cur = _clip8(acc.astype(np.int64).reshape(out_h, -1, 3) + half)
     return cur
+
+
+def to_model_input(img):
+    """uint8 [H, W, 3] -> uint8 at smart_resize's size, as rapid's preprocessor resizes (unchanged when it fits)."""
+    h, w, _ = img.shape
+    th, tw = smart_resize(h, w)
+    return img if (th, tw) == (h, w) else pil_resize(img, tw, th)

@@ -171,14 +171,17 @@ def read_png(path):
     return out.reshape(h, w, ch)[:, :, :3].astype(np.uint8)
 
 
-def kind_token_labels(scene, block=28, min_px=40):
+def kind_token_labels(scene, block=28, min_px=40, out=None):
     """Per merged image token (block x block pixels, row-major): 0 no shape, 1 + KINDS index of the shape
-    covering the most of it, or -100 when shapes cover only 1..min_px-1 of its pixels (ambiguous).
+    covering the most of it, or -100 when shapes cover only 1..min_px-1 of its pixels (ambiguous). out: the
+    (width, height) the picture is resized to before the tower (tokens and min_px are of that size).
 
     Training-only dense supervision for the vision tower (an auxiliary loss): run 2's merged vision
     features encoded shape kind barely above chance (linear probe 34%, chance 25%)."""
     w, h = scene["width"], scene["height"]
-    bw, bh = w // block, h // block
+    tw, th = out or (w, h)
+    sx, sy = tw / w, th / h
+    bw, bh = tw // block, th // block
     counts = np.zeros((bh * bw, len(KINDS) + 1), np.int64)
     cw, ch = w / 3.0, h / 3.0
     for s in scene["shapes"]:
@@ -190,8 +193,9 @@ def kind_token_labels(scene, block=28, min_px=40):
         y0, y1 = max(0, int(cy - 1.2 * r)), min(h, int(cy + 1.2 * r) + 2)
         ys, xs = np.mgrid[y0:y1, x0:x1]
         m = _shape_mask(s["kind"], cx, cy, r, xs.astype(np.float32) + 0.5, ys.astype(np.float32) + 0.5)
-        tok = (ys[m] // block) * bw + xs[m] // block
-        np.add.at(counts[:, KINDS.index(s["kind"]) + 1], tok, 1)
+        ty = ((ys[m] + 0.5) * sy).astype(np.int64) // block  # the pixel centre's token in the resized picture
+        tx = ((xs[m] + 0.5) * sx).astype(np.int64) // block
+        np.add.at(counts[:, KINDS.index(s["kind"]) + 1], ty * bw + tx, 1)
     covered = counts.sum(1)
-    lab = np.where(covered == 0, 0, np.where(covered < min_px, -100, counts.argmax(1)))
+    lab = np.where(covered == 0, 0, np.where(covered * sx * sy < min_px, -100, counts.argmax(1)))
     return lab.astype(np.int64)

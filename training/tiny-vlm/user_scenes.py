@@ -9,6 +9,7 @@ import numpy as np
 
 from pil_resize import smart_resize
 from shapes import BACKGROUND_NAMES, COLOR_NAMES, KINDS, POSITIONS
+from vlm import MIN_PIXELS
 
 MAX_USER_SHAPES = 5
 # Hue ranges (degrees), saturation and value ranges per colour name, HSV: covers the shipped palette,
@@ -29,13 +30,15 @@ BG_LEVELS = {"white": (228, 255, 10), "gray": (105, 165, 8), "black": (0, 40, 8)
 SMALL_R = (0.05, 0.105)
 LARGE_R = (0.12, 0.2)
 LARGE_R_FEW = (0.12, 0.3)  # one or two shapes: users draw them big
-# Smallest radius in pixels of the model's input (a 64-px picture becomes 56 px): below about 5 px a
-# shape covers under a 14-px patch and its kind cannot be seen.
-MIN_R_PX = {"small": 5.5, "large": 8.5}
+# Smallest radius in pixels of the model's input: below about 5 px (at run 5-7's 112-px floor) a shape covers
+# under a 14-px patch and its kind cannot be seen. Pixel radii are given at that floor and scaled to the current
+# one (run 8: 196 px), so the relative sizes stay those runs' while the model sees them larger.
+PX = MIN_PIXELS ** 0.5 / 112
+MIN_R_PX = {"small": 5.5 * PX, "large": 8.5 * PX}
 # Run 6: this share of small shapes is drawn at 5.5-8 px of radius at the model's input (within SMALL_R),
 # where run 5's weights get 15-19% of kinds wrong among 3-5 shapes (3-5% at 12 px and more; shape_probe.py).
 P_TINY = 0.3  # run 7: 0.3 (run 6: 0.2); its misses were still small shapes' kinds
-TINY_R_PX = 8.0
+TINY_R_PX = 8.0 * PX
 # Run 7: this share of shapes is drawn within 0.015 of the small/large boundary (0.09-0.105 small, 0.12-0.135
 # large): run 6 still read a small shape near 0.1 of the short side as large.
 P_EDGE = 0.25

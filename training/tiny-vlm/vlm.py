@@ -34,9 +34,9 @@ CHAT_TEMPLATE = (
 )
 
 PATCH, MERGE, TEMPORAL = 14, 2, 2
-# Run 5: at least 112x112 (16 tokens) so a small picture is upsampled rather than seen as 4 tokens, at most
-# 224x168 (48 tokens) so a 3.4:1 picture keeps 3 tokens of height; preprocessor_config.json comes from here.
-MIN_PIXELS, MAX_PIXELS = 112 * 112, 224 * 168
+# Run 8: at least 196x196 (49 tokens), at most 336x224 (96 tokens): run 7's misses were small shapes 5.5-8 px
+# across at its 112x112 floor (run 5-7: 112x112 to 224x168). preprocessor_config.json comes from here.
+MIN_PIXELS, MAX_PIXELS = 196 * 196, 336 * 224
 IMAGE_MEAN = [0.48145466, 0.4578275, 0.40821073]
 IMAGE_STD = [0.26862954, 0.26130258, 0.27577711]
 
@@ -169,8 +169,10 @@ def normalize_patches(u8):
 
 
 def preprocess(img):
-    """uint8 [H, W, 3] -> (pixel_values [n_patches, 1176] float32, grid (1, H/14, W/14))."""
-    u8, grid = patchify(img)
+    """uint8 [H, W, 3], any size -> (pixel_values [n_patches, 1176] float32, grid (1, h/14, w/14)) at the model's
+    input size (rapid's smart_resize and Pillow bicubic)."""
+    from pil_resize import to_model_input  # pil_resize reads this module's pixel budget
+    u8, grid = patchify(to_model_input(img))
     return normalize_patches(u8), grid
 
 
