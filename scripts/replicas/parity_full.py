@@ -717,11 +717,13 @@ class QLinear(torch.nn.Module):
 class QEmbedding(torch.nn.Module):
     """An Embedding on stored MLX codes (only the looked-up rows are dequantized), times the module's scale."""
 
-    def __init__(self, packed, scales, biases, scale, cols: int):
+    def __init__(self, packed, scales, biases, scale, cols: int, scale_dtype: torch.dtype):
         super().__init__()
         self.packed, self.scales, self.biases = packed, scales, biases
         self.bits = bits_of(packed, cols)
-        self.embed_scale = None if scale is None else torch.tensor(scale)
+        # transformers casts the scale to the weight dtype (and mlx-lm to bf16), so a bf16 checkpoint sees
+        # sqrt(hidden) rounded: at hidden 2560, 50.5 for 50.596, a 2e-3 logit shift if the f32 reference kept it
+        self.embed_scale = None if scale is None else torch.tensor(scale).to(scale_dtype).float()
 
     @property
     def weight(self):  # transformers reads single rows (Gemma 4: the pad row for image positions' PLE)
@@ -782,6 +784,15 @@ class QExperts(torch.nn.Module):
         return out
 
 
+def checkpoint_dtype(cfg: dict) -> torch.dtype:
+    """The checkpoint's stored dtype as rapid reads it (text_config first, then the top level; float32 if none)."""
+    for c in (cfg.get("text_config") or {}, cfg):
+        name = c.get("torch_dtype") or c.get("dtype")
+        if name:
+            return {"bfloat16": torch.bfloat16, "float16": torch.float16}.get(name, torch.float32)
+    return torch.float32
+
+
 def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype):
     from safetensors import safe_open
     model = skeleton(fam, cfg)
@@ -813,7 +824,7 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
             continue
         p, s, b = get(kb + ".weight"), get(kb + ".scales"), get(kb + ".biases")
         if isinstance(mod, torch.nn.Embedding):
-            new = QEmbedding(p, s, b, fam.embed_scale(mod), mod.embedding_dim)
+            new = QEmbedding(p, s, b, fam.embed_scale(mod), mod.embedding_dim, checkpoint_dtype(cfg))
         else:
             bias = get(fam.hub_key(mod_name + ".bias")) if mod.bias is not None else None
             new = QLinear(p, s, b, mod.in_features, bias)

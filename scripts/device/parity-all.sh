@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# Full-size parity (issue 36, docs/full-size-parity.md) for a list of catalog models on the GPU box, run by the lead
+# from the repository root within one call's time. Nothing is built there; the kit is built here and carried:
+#   .carry/node.tar.xz   bin/node                       .carry/nm.tar.xz  node_modules/{sharp,@img,detect-libc,semver}
+#   .carry/rapid.tar.xz  dist/ and both addons          .carry/transformers-*.whl  (the box's transformers is older)
+#   device: run(command="bash scripts/device/parity-all.sh --budget 540 [--lanes 2] MODEL...", carry=[".carry"])
+# Each model runs `parity_full.py MODEL --device cpu,cuda` under the time left; --lanes N runs N models at once
+# (models dealt round-robin, the 16 cores split). After each model its report and log are added to $OUT/parity.tar
+# (the device returns only a few files), so a call cut short keeps what finished.
+set -u
+budget=540
+lanes=1
+ref=()
+models=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --budget) budget="$2"; shift 2 ;;
+    --lanes) lanes="$2"; shift 2 ;;
+    --ref64) ref=(--ref-dtype float64); shift ;;
+    *) models+=("$1"); shift ;;
+  esac
+done
+start=$(date +%s)
+out=${OUT:-/tmp/parity-all}
+work=/tmp/parity-all-work
+mkdir -p "$out" "$work/logs"
+. scripts/device/step.sh
+[ -x /tmp/kit/bin/node ] || unpack .carry/node.tar.xz /tmp/kit
+[ -f dist/index.js ] || unpack .carry/rapid.tar.xz .
+[ -d node_modules/sharp ] || unpack .carry/nm.tar.xz .
+if [ ! -d /tmp/site/transformers ]; then
+  python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/transformers-*.whl > "$work/logs/pip.log" 2>&1
+fi
+export PATH=/tmp/kit/bin:$PATH PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$work/logs/gpu.txt"
+python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+  | tee -a "$work/logs/gpu.txt"
+threads=$((16 / lanes))
+# lane I: every lanes-th model from the I-th, one after another; exit status 1 if one failed.
+lane() {
+  local i=$1 rc=0 m left t0 r k
+  for ((k = i; k < ${#models[@]}; k += lanes)); do
+    m=${models[$k]}
+    left=$((budget - ($(date +%s) - start)))
+    if [ "$left" -lt 60 ]; then echo "== $m: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; continue; fi
+    t0=$(date +%s)
+    timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device cpu,cuda --threads "$threads" \
+      --jobs "$threads" --cache-gib $((40 / lanes)) --out /tmp/replicas "${ref[@]}" > "$work/logs/$m.log" 2>&1
+    r=$?
+    [ "$r" -eq 0 ] || rc=1
+    cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null
+    rm -rf "/tmp/replicas/$m-q4/model"
+    echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
+print(' '.join(f'{d}: ok={v[\"ok\"]} err={v.get(\"worst_logit_err\")} greedy={v.get(\"greedy_equal\")}' for d, v in r['devices'].items()))" \
+      "$work/$m.report.json" 2> /dev/null || tail -n 3 "$work/logs/$m.log")"
+    tar -C "$work" -cf "$out/parity.tar.$i" . && mv "$out/parity.tar.$i" "$out/parity.tar"
+  done
+  return $rc
+}
+fail=0
+pids=()
+for ((i = 0; i < lanes; i++)); do lane "$i" & pids+=($!); done
+for p in "${pids[@]}"; do wait "$p" || fail=1; done
+tar -C "$work" -cf "$out/parity.tar" .
+exit $fail
