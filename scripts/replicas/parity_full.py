@@ -368,6 +368,54 @@ def qwen3_vl(layout: dict | None = None) -> QwenVL:
     return QwenVL(layout, "qwen3_vl", (transformers.Qwen3VLConfig, transformers.Qwen3VLForConditionalGeneration))
 
 
+class Qwen3VLMoe(QwenVL):
+    """Qwen3-VL-MoE (30B-A3B): Qwen3-VL with a sparse MLP in every layer (but mlp_only_layers). transformers'
+    experts are [E, 2I, H] (gate rows, then up rows) and [E, H, I], stored as mlx-vlm's switch_mlp.{gate,up,down}_proj
+    [E, out, in] at the catalog's bits; the router (mlp.gate, a bare [E, H] parameter) 8-bit g64 with a per-layer
+    quantization entry, as the tiny fixture (scripts/fixtures/vision/gen_qwen3_vl_moe.py)."""
+
+    def __init__(self, layout: dict | None = None):
+        import transformers
+        super().__init__(layout, "qwen3_vl",  # the dense Qwen3-VL draw rules and keys for everything else
+                         (transformers.Qwen3VLMoeConfig, transformers.Qwen3VLMoeForConditionalGeneration))
+
+    def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
+        # Each expert matrix drawn with its own fan-in (H or I, not E*out*in); a decisive router, as the fixture.
+        if ".mlp.experts." in name:
+            return rng.normal(0.0, 1.7 / np.sqrt(shape[-1]), shape)
+        if name.endswith(".mlp.gate.weight"):
+            return rng.normal(0.0, 3.0 / np.sqrt(shape[-1]), shape)
+        return super().draw(name, shape, rng)
+
+    def hub_entries(self, name: str, shape: tuple) -> list:
+        if name.endswith("mlp.experts.gate_up_proj"):
+            e, two_i, h = shape
+            base = self.expert_base(name)
+            return [(name + "#gate", base + "gate_proj.weight", (e, two_i // 2, h)),
+                    (name + "#up", base + "up_proj.weight", (e, two_i // 2, h))]
+        if name.endswith("mlp.experts.down_proj"):
+            return [(name, self.expert_base(name) + "down_proj.weight", shape)]
+        return super().hub_entries(name, shape)
+
+    def expert_base(self, name: str) -> str:
+        """language_model.model.layers.N.mlp.switch_mlp. for an HF experts parameter or module name."""
+        return self.hub_key(name[: name.index(".experts")] + ".x.weight")[: -len("x.weight")] + "switch_mlp."
+
+    def qspec(self, name: str, module: torch.nn.Module) -> tuple | None:
+        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+            return GROUP, BITS
+        if name.endswith(".mlp.gate.weight") and name.startswith("model.language_model."):
+            return 64, 8
+        return super().qspec(name, module)
+
+    def quant_overrides(self, cfg: dict) -> dict:
+        t = cfg["text_config"]
+        sparse = [i for i in range(t["num_hidden_layers"]) if i not in t.get("mlp_only_layers", [])
+                  and (i + 1) % t.get("decoder_sparse_step", 1) == 0]
+        return {f"language_model.model.layers.{i}.mlp.gate": {"group_size": 64, "bits": 8, "mode": "affine"}
+                for i in sparse}
+
+
 class TextLM:
     """A text decoder as mlx-lm stores it (Qwen2/2.5, Qwen3, Llama, Mistral, Gemma 3 text): transformers' own
     parameter names, every Linear and Embedding quantized (an untied lm_head too), the text fixtures' draw rules
@@ -439,9 +487,9 @@ class TextLM:
         return False
 
 
-# By catalog family. qwen3-vl-moe (stacked experts, [E, H, 2I] in transformers) has no replica class yet.
+# By catalog family.
 FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3, "qwen2.5-vl": qwen2_5_vl, "qwen3-vl": qwen3_vl,
-            "qwen2": TextLM, "qwen3": TextLM, "llama": TextLM, "gemma3": TextLM}
+            "qwen3-vl-moe": Qwen3VLMoe, "qwen2": TextLM, "qwen3": TextLM, "llama": TextLM, "gemma3": TextLM}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -748,8 +796,8 @@ class _Rows:
 
 
 class QExperts(torch.nn.Module):
-    """Gemma 4's experts on stored MLX codes (switch_glu gate/up/down, [E, out, in/8] each): transformers' eager
-    loop, each expert's weights dequantized when a token routes to it (or kept, within --cache-gib)."""
+    """Gemma 4's or Qwen3-VL-MoE's experts on stored MLX codes (gate/up/down, [E, out, in/8] each): transformers'
+    eager loop, each expert's weights dequantized when a token routes to it (or kept, within --cache-gib)."""
 
     def __init__(self, gate: tuple, up: tuple, down: tuple, hidden: int, inter: int, act_fn):
         super().__init__()
@@ -806,7 +854,7 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
     modules = dict(model.named_modules())
     quantized = {}
     for mod_name, mod in modules.items():
-        if type(mod).__name__ == "Gemma4TextExperts":
+        if type(mod).__name__ in ("Gemma4TextExperts", "Qwen3VLMoeTextExperts"):
             base = fam.expert_base(mod_name)
             if base + "down_proj.scales" not in keys:
                 continue
@@ -837,8 +885,14 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
         mod_name, leaf = name.rsplit(".", 1)
         mod = model.get_submodule(mod_name)
         entries = fam.hub_entries(name, tuple(t.shape))  # bf16 experts (--quant none) are stored split, as mlx-vlm
-        v = torch.cat([fam.from_hub(name, get(k)) for _, k, _ in entries], dim=1) if len(entries) > 1 else \
-            fam.from_hub(name, get(entries[0][1]))
+        kb = entries[0][1][: -len(".weight")]
+        if len(entries) == 1 and kb + ".scales" in keys:  # a quantized bare parameter (Qwen3-VL-MoE's router)
+            packed = get(kb + ".weight")
+            v = dequant(packed, get(kb + ".scales"), get(kb + ".biases"), bits_of(packed, t.shape[-1]))
+        elif len(entries) > 1:
+            v = torch.cat([fam.from_hub(name, get(k)) for _, k, _ in entries], dim=1)
+        else:
+            v = fam.from_hub(name, get(entries[0][1]))
         v = v.reshape(t.shape)
         if leaf in mod._parameters:
             mod._parameters[leaf] = torch.nn.Parameter(v, requires_grad=False)

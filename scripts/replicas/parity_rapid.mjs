@@ -37,8 +37,9 @@ function imageSpec() {
   if (config.model_type === 'gemma4') return { kind: 'gemma4', image: gemma4ImageConfig(image, config, opt.dir) };
   if (config.model_type === 'gemma3') return { kind: 'gemma3', image: gemma3ImageConfig(image, processor, config, opt.dir) };
   if (config.model_type === 'mistral3') return { kind: 'pixtral', image: pixtralImageConfig(image, processor, config, opt.dir) };
-  if (config.model_type === 'qwen2_5_vl' || config.model_type === 'qwen3_vl') {
-    return { kind: 'qwen', image: qwenImageConfig(config.model_type, image, config.vision_config, opt.dir) };
+  if (config.model_type === 'qwen2_5_vl' || config.model_type === 'qwen3_vl' || config.model_type === 'qwen3_vl_moe') {
+    const family = config.model_type === 'qwen2_5_vl' ? 'qwen2_5_vl' : 'qwen3_vl'; // the MoE shares Qwen3-VL's processor
+    return { kind: 'qwen', image: qwenImageConfig(family, image, config.vision_config, opt.dir) };
   }
   throw new Error(`parity_rapid: no image spec for model_type ${config.model_type}`);
 }
