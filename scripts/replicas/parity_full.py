@@ -421,6 +421,7 @@ class TextLM:
     parameter names, every Linear and Embedding quantized (an untied lm_head too), the text fixtures' draw rules
     (scripts/fixtures/generate.py). No images."""
     has_images = False
+    mapping = "MODEL_FOR_CAUSAL_LM_MAPPING"  # transformers' table the model class comes from
 
     def __init__(self, layout: dict | None = None):
         import transformers
@@ -439,7 +440,7 @@ class TextLM:
         class _Auto:
             @staticmethod
             def _from_config(config, **kw):
-                return fam.tf.MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]._from_config(config, **kw)
+                return getattr(fam.tf, fam.mapping)[type(config)]._from_config(config, **kw)
         return _Auto
 
     def draw(self, name: str, shape: tuple, rng) -> np.ndarray:
@@ -487,7 +488,14 @@ class TextLM:
         return False
 
 
-# By catalog family.
+class EmbeddingLM(TextLM):
+    """Qwen3-Embedding as Qwen publishes it: transformers' Qwen3Model saved in bf16 (no "model." prefix, no head,
+    not quantized). Compared on what /v1/embeddings pools: the last token's hidden state after the final norm."""
+    pooling = True
+    mapping = "MODEL_MAPPING"  # the bare decoder, no head
+
+
+# By catalog family (EmbeddingLM for the embedding entries, chosen in main).
 FAMILIES = {"gemma3-vl": Gemma3, "gemma4": Gemma4, "mistral3": Mistral3, "qwen2.5-vl": qwen2_5_vl, "qwen3-vl": qwen3_vl,
             "qwen3-vl-moe": Qwen3VLMoe, "qwen2": TextLM, "qwen3": TextLM, "llama": TextLM, "gemma3": TextLM}
 
@@ -899,7 +907,7 @@ def load_reference_model(fam, cfg: dict, d: str, device: str, dtype: torch.dtype
         else:
             mod._buffers[leaf] = v
     emb = model.get_input_embeddings()
-    if not tied(model):
+    if not tied(model) or getattr(fam, "pooling", False):  # an embedding model has no head to tie
         pass
     elif isinstance(emb, QEmbedding):  # tied head = the quantized embedding as a linear (mlx as_linear)
         model.lm_head = QLinear(emb.packed, emb.scales, emb.biases, emb.packed.shape[-1] * 32 // emb.bits)
@@ -973,6 +981,8 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str, dty
     ids = torch.tensor(text, device=device)
     kw = {"input_ids": ids, "attention_mask": torch.ones_like(ids), **fam.extra_forward(cfg, ids)}
     t0 = time.time()
+    if getattr(fam, "pooling", False):
+        return pooled_reference(model, kw, text, out)
     pos = logits_positions(TEXT_LEN, [])
     logits = model(**kw, logits_to_keep=torch.tensor(pos, device=device)).logits  # only the compared rows
     toks, margins = greedy(model, kw, TEXT_LEN)
@@ -1011,6 +1021,20 @@ def run_reference(fam, cfg: dict, proc: dict, d: str, out: str, device: str, dty
     return {"cases": len(cases)}
 
 
+def pooled_reference(model, kw: dict, text: list, out: str) -> dict:
+    """An embedding model's reference: each prompt's last hidden state (after the final norm), as "hidden"."""
+    hidden = model(**kw).last_hidden_state[:, -1]
+    cases = []
+    for i in range(N_TEXT):
+        f = f"text{i}.hidden.f32"
+        f32_file(os.path.join(out, f), hidden[i].float().cpu().numpy())
+        cases.append({"name": f"text{i}", "input_ids": text[i], "images": [], "hidden": f})
+    with open(os.path.join(out, "reference.json"), "w") as f:
+        json.dump({"pooling": True, "images_dir": "images", "n_greedy": 0, "cases": cases, "image_token_id": None,
+                   "bidirectional": False}, f, indent=1)
+    return {"cases": len(cases)}
+
+
 # ---------------------------------------------------------------------------------------------
 # Step 4: compare
 
@@ -1029,6 +1053,12 @@ def compare(out: str, device: str) -> dict:
     rows, ok = [], True
     for c in ref["cases"]:
         g = got["cases"][c["name"]]
+        if ref.get("pooling"):  # embeddings: the pooled vector, same relative measure; no tokens to compare
+            err = logit_err(read_f32(os.path.join(out, c["hidden"])), read_f32(os.path.join(out, g["hidden"])))
+            ok = ok and err <= TOL
+            rows.append({"case": c["name"], "tokens": len(c["input_ids"]), "hidden_err": err, "logit_err": err,
+                         "greedy_equal": True})
+            continue
         want = read_f32(os.path.join(out, c["logits"]))
         err = logit_err(want, read_f32(os.path.join(out, g["logits"])))
         same = g["greedy"] == c["greedy"]
@@ -1054,9 +1084,10 @@ def reference_spread(out: str) -> dict | None:
     cases = {}
     for c in r32["cases"]:
         c64 = r64[c["name"]]
-        cases[c["name"]] = {"logit_err": logit_err(read_f32(os.path.join(out, "ref64", c64["logits"])),
-                                                   read_f32(os.path.join(out, c["logits"]))),
-                            "greedy_equal": c["greedy"] == c64["greedy"]}
+        rows = "hidden" if r32.get("pooling") else "logits"
+        cases[c["name"]] = {"logit_err": logit_err(read_f32(os.path.join(out, "ref64", c64[rows])),
+                                                   read_f32(os.path.join(out, c[rows]))),
+                            "greedy_equal": c.get("greedy") == c64.get("greedy")}
     return {"worst_logit_err": max(v["logit_err"] for v in cases.values()), "cases": cases}
 
 
@@ -1109,11 +1140,11 @@ def main() -> None:
     if args.ref_device is None:
         args.ref_device = "cuda" if "cuda" in devices and torch.cuda.is_available() else "cpu"
     entry = catalog_entry(args.name)
-    if "embedding" in args.name:
-        raise SystemExit(f"{args.name}: an embedding model (no logits to compare); not covered by this script")
     global BITS
     BITS = 8 if entry.get("quantization", "").startswith("8-bit") else 4  # the catalog's bits (mlx group 64 either way)
-    fam_cls = FAMILIES.get(entry["family"])
+    if entry.get("quantization") == "bf16":
+        args.quant = "none"  # the repo is bf16 (Qwen's embedding models): so is the replica
+    fam_cls = EmbeddingLM if "embedding" in args.name else FAMILIES.get(entry["family"])
     if fam_cls is None:
         raise SystemExit(f"{args.name}: family {entry['family']} has no full-size replica here yet")
     cfg, proc, layout = read_configs(args.name, args.config)

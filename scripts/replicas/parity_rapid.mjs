@@ -127,8 +127,29 @@ function record(s, c) {
   result.cases[c.name] = { logits: file, greedy: s.greedy, ...(s.pixelsErr !== undefined ? { pixels_err: s.pixelsErr } : {}) };
 }
 
+/** An embedding model: each prompt's pooled vector (the last token's hidden state after the final norm). */
+async function pool(c) {
+  const res = await model.step({ rows: [{ requestId: c.name, tokens: Int32Array.from(c.input_ids), positions: promptPositions({ ids: c.input_ids }),
+    blockTable: blocksFor(c.input_ids.length), contextLen: 0, wantHidden: true }] });
+  const r = res.rows[0];
+  if (r.error) throw new Error(`${c.name}: ${r.error}`);
+  const file = `${c.name}.rapid-${opt.device}.hidden.f32`;
+  writeFileSync(join(opt.out, file), Buffer.from(r.hidden.buffer, r.hidden.byteOffset, r.hidden.byteLength));
+  result.cases[c.name] = { hidden: file };
+}
+
 const text = ref.cases.filter((c) => c.images.length === 0);
 let t = performance.now();
+if (ref.pooling) {
+  for (const c of text) {
+    nextBlock = 0;
+    await pool(c);
+  }
+  console.log(`  rapid: ${text.length} prompts pooled in ${((performance.now() - t) / 1000).toFixed(1)}s`);
+  model.close();
+  writeFileSync(join(opt.out, `rapid-${opt.device}.json`), JSON.stringify(result, null, 1));
+  process.exit(0);
+}
 const seqs = text.map((c) => ({ name: c.name, ids: c.input_ids }));
 await run(seqs);
 text.forEach((c, i) => record(seqs[i], c));
