@@ -64,6 +64,20 @@ IMAGES = {"photo_1024x768.png": (1024, 768), "portrait_720x960.png": (720, 960)}
 # modules are quantized, and how an image becomes pixel rows + placeholder tokens.
 
 
+# transformers' stacked MoE parameters (Gemma 4, Qwen3-VL-MoE): gate_up_proj [E, 2I, H] and down_proj [E, H, I].
+EXPERT_PARAMS = (".experts.gate_up_proj", ".experts.down_proj")
+
+
+def expert_entries(name: str, shape: tuple, base: str) -> list:
+    """(draw name, hub key, shape) of a stacked expert parameter as mlx-vlm stores it under the switch module `base`:
+    gate_up_proj split into gate_proj and up_proj [E, I, H] (each drawn on its own), down_proj [E, H, I] as is."""
+    if name.endswith(".experts.gate_up_proj"):
+        e, two_i, h = shape
+        return [(name + "#gate", base + "gate_proj.weight", (e, two_i // 2, h)),
+                (name + "#up", base + "up_proj.weight", (e, two_i // 2, h))]
+    return [(name, base + "down_proj.weight", shape)]
+
+
 class Gemma4:
     name = "gemma4"
 
@@ -95,15 +109,9 @@ class Gemma4:
         return key
 
     def hub_entries(self, name: str, shape: tuple) -> list:
-        """(draw name, hub key, shape) per stored tensor: MoE experts [E, 2I, H] are stored as mlx-vlm's
-        switch_glu gate_proj and up_proj [E, I, H] (each drawn on its own), down_proj [E, H, I] as is."""
-        if name.endswith("experts.gate_up_proj"):
-            base = self.expert_base(name)
-            e, two_i, h = shape
-            return [(name + "#gate", base + "gate_proj.weight", (e, two_i // 2, h)),
-                    (name + "#up", base + "up_proj.weight", (e, two_i // 2, h))]
-        if name.endswith("experts.down_proj"):
-            return [(name, self.expert_base(name) + "down_proj.weight", shape)]
+        """(draw name, hub key, shape) per stored tensor; MoE experts under mlx-vlm's switch_glu."""
+        if name.endswith(EXPERT_PARAMS):
+            return expert_entries(name, shape, self.expert_base(name))
         return [(name, self.hub_key(name), shape)]
 
     def expert_base(self, name: str) -> str:
@@ -118,9 +126,9 @@ class Gemma4:
     def qspec(self, name: str, module: torch.nn.Module) -> tuple | None:
         """(group, bits) of a stored parameter, or None for bf16. mlx-vlm's Gemma 4 predicate: routers 8-bit g64,
         the experts (3-D parameters, not Linear modules) quantized like the other text linears."""
-        mod_name, leaf = name.rsplit(".", 1)
-        if leaf in ("gate_up_proj", "down_proj") and mod_name.endswith(".experts"):
+        if name.endswith(EXPERT_PARAMS):
             return GROUP, BITS
+        mod_name, leaf = name.rsplit(".", 1)
         if leaf != "weight" or not self.quantized(mod_name, module):
             return None
         return (64, 8) if mod_name.endswith("router.proj") else (GROUP, BITS)
@@ -388,13 +396,8 @@ class Qwen3VLMoe(QwenVL):
         return super().draw(name, shape, rng)
 
     def hub_entries(self, name: str, shape: tuple) -> list:
-        if name.endswith("mlp.experts.gate_up_proj"):
-            e, two_i, h = shape
-            base = self.expert_base(name)
-            return [(name + "#gate", base + "gate_proj.weight", (e, two_i // 2, h)),
-                    (name + "#up", base + "up_proj.weight", (e, two_i // 2, h))]
-        if name.endswith("mlp.experts.down_proj"):
-            return [(name, self.expert_base(name) + "down_proj.weight", shape)]
+        if name.endswith(EXPERT_PARAMS):
+            return expert_entries(name, shape, self.expert_base(name))
         return super().hub_entries(name, shape)
 
     def expert_base(self, name: str) -> str:
@@ -402,7 +405,7 @@ class Qwen3VLMoe(QwenVL):
         return self.hub_key(name[: name.index(".experts")] + ".x.weight")[: -len("x.weight")] + "switch_mlp."
 
     def qspec(self, name: str, module: torch.nn.Module) -> tuple | None:
-        if name.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj")):
+        if name.endswith(EXPERT_PARAMS):
             return GROUP, BITS
         if name.endswith(".mlp.gate.weight") and name.startswith("model.language_model."):
             return 64, 8

@@ -140,21 +140,18 @@ async function pool(c) {
 
 const text = ref.cases.filter((c) => c.images.length === 0);
 let t = performance.now();
-if (ref.pooling) {
+if (ref.pooling) { // an embedding model's cases are all text
   for (const c of text) {
     nextBlock = 0;
     await pool(c);
   }
-  console.log(`  rapid: ${text.length} prompts pooled in ${((performance.now() - t) / 1000).toFixed(1)}s`);
-  model.close();
-  writeFileSync(join(opt.out, `rapid-${opt.device}.json`), JSON.stringify(result, null, 1));
-  process.exit(0);
+} else {
+  const seqs = text.map((c) => ({ name: c.name, ids: c.input_ids }));
+  await run(seqs);
+  text.forEach((c, i) => record(seqs[i], c));
 }
-const seqs = text.map((c) => ({ name: c.name, ids: c.input_ids }));
-await run(seqs);
-text.forEach((c, i) => record(seqs[i], c));
 result.steps.text_s = (performance.now() - t) / 1000;
-console.log(`  rapid: ${text.length} text prompts in ${result.steps.text_s.toFixed(1)}s`);
+console.log(`  rapid: ${text.length} text prompts in ${result.steps.text_s.toFixed(1)}s${ref.pooling ? ' (pooled)' : ''}`);
 
 const spec = ref.cases.some((c) => c.images.length) ? imageSpec() : undefined;
 for (const c of ref.cases.filter((x) => x.images.length > 0)) {
