@@ -6,16 +6,20 @@
 #   device: run(command="bash scripts/device/parity-all.sh --budget 540 [--lanes 2] MODEL...", carry=[".carry"])
 # Each model runs `parity_full.py MODEL --device cpu,cuda` under the time left; --lanes N runs N models at once
 # (models dealt round-robin, the 16 cores split). After each model its report and log are added to $OUT/parity.tar
-# (the device returns only a few files), so a call cut short keeps what finished.
+# (the device returns only a few files), so a call cut short keeps what finished. A model cut short keeps its
+# replica and finished steps (--resume): the same command in the next call, while the box is still warm, goes on.
+# --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes).
 set -u
 budget=540
 lanes=1
+cache=
 ref=()
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --budget) budget="$2"; shift 2 ;;
     --lanes) lanes="$2"; shift 2 ;;
+    --cache-gib) cache="$2"; shift 2 ;;
     --ref64) ref=(--ref-dtype float64); shift ;;
     *) models+=("$1"); shift ;;
   esac
@@ -36,6 +40,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$work/logs
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
   | tee -a "$work/logs/gpu.txt"
 threads=$((16 / lanes))
+cache=${cache:-$((40 / lanes))}
 # lane I: every lanes-th model from the I-th, one after another; exit status 1 if one failed.
 lane() {
   local i=$1 rc=0 m left t0 r k
@@ -45,11 +50,11 @@ lane() {
     if [ "$left" -lt 60 ]; then echo "== $m: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; continue; fi
     t0=$(date +%s)
     timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device cpu,cuda --threads "$threads" \
-      --jobs "$threads" --cache-gib $((40 / lanes)) --out /tmp/replicas "${ref[@]}" > "$work/logs/$m.log" 2>&1
+      --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
     r=$?
     [ "$r" -eq 0 ] || rc=1
-    cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null
-    rm -rf "/tmp/replicas/$m-q4/model"
+    # a finished run (report written) frees its replica; one cut short keeps it for the next call
+    if cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null; then rm -rf "/tmp/replicas/$m-q4/model"; fi
     echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
 print(' '.join(f'{d}: ok={v[\"ok\"]} err={v.get(\"worst_logit_err\")} greedy={v.get(\"greedy_equal\")}' for d, v in r['devices'].items()))" \
       "$work/$m.report.json" 2> /dev/null || tail -n 3 "$work/logs/$m.log")"

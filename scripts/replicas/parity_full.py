@@ -1,7 +1,7 @@
 """Full-size parity of one catalog model: transformers vs rapid on a random replica at the real dimensions.
 
     python scripts/replicas/parity_full.py <catalog-name> [--device cpu,cuda] [--quant 4|none] [--out DIR]
-        [--threads N] [--jobs N] [--cache-gib G] [--keep] [--step replica|reference|rapid|compare]
+        [--threads N] [--jobs N] [--cache-gib G] [--keep] [--resume] [--step replica|reference|rapid|compare]
         [--config FILE] [--ref-dtype float32|float64]
 
 Steps (each a child process, so every step's time and peak memory are its own; --step runs one):
@@ -18,6 +18,8 @@ Steps (each a child process, so every step's time and peak memory are its own; -
              prompts, exact precision; its own image preprocessing, compared with the processor's rows. Once per
              --device (a comma list: one replica and one reference serve both backends).
   compare    per device: logits within TOL * max(1, max|ref|) and greedy tokens equal; writes report.json.
+--resume skips the steps an earlier run of the same command finished (OUT/steps.json), so a run cut short by a
+time limit goes on where it stopped (the replica must still be there: use --keep).
 --ref-dtype float64 runs the reference in float64 as well and reports its float32 spread (how well the random
 replica is conditioned: a spread near TOL cannot tell a bug from rounding).
 
@@ -30,6 +32,7 @@ import gc
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
@@ -1098,6 +1101,11 @@ def reference_spread(out: str) -> dict | None:
 # Driver
 
 
+def step_label(step: str, extra: list) -> str:
+    """The step's name in timings and steps.json: reference-float64, rapid-cuda, ..."""
+    return step + ("-float64" if "float64" in extra else "") + (f"-{extra[1]}" if step == "rapid" else "")
+
+
 def run_step(args, step: str, fam, cfg: dict, proc: dict, model_dir: str, out: str) -> dict:
     if step == "replica":
         return build_replica(fam, args.name, cfg, proc, model_dir, args.quant == "4", args.jobs)
@@ -1130,6 +1138,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     ap.add_argument("--jobs", type=int, default=1, help="replica: processes writing tensors at once")
     ap.add_argument("--keep", action="store_true", help="keep the replica checkpoint")
+    ap.add_argument("--resume", action="store_true", help="skip the steps OUT/steps.json records as finished")
     ap.add_argument("--step", choices=["replica", "reference", "rapid", "compare"])
     ap.add_argument("--ref-dtype", choices=["float32", "float64"], default="float32",
                     help="float64: also run the reference in float64 and report the float32 spread")
@@ -1171,18 +1180,32 @@ def main() -> None:
     if args.ref_dtype == "float64":
         runs.append(("reference", ["--ref-dtype", "float64"]))
     runs += [("rapid", ["--device", d]) for d in devices]
+    steps_file = os.path.join(out, "steps.json")
     timings = {}
+    if args.resume and os.path.exists(steps_file):
+        with open(steps_file) as f:
+            timings = {k: v for k, v in json.load(f).items() if "failed" not in v}
+        if not os.path.isdir(model_dir) and any(step_label(s, e) not in timings for s, e in runs):
+            timings = {}  # the replica is gone and a step still needs it: start over
+        if timings:
+            print(f"resuming: {', '.join(timings)} done earlier", flush=True)
     for step, extra in runs:
-        label = step + ("-float64" if "float64" in extra else "") + (f"-{extra[1]}" if step == "rapid" else "")
+        label = step_label(step, extra)
+        if label in timings:
+            continue
         t0 = time.time()
-        p = subprocess.Popen(base + ["--step", step] + extra)
+        # its own process group, so that a time limit on this script (SIGTERM) also stops the step's children
+        p = subprocess.Popen(base + ["--step", step] + extra, start_new_session=True)
+        signal.signal(signal.SIGTERM, lambda *_: (os.killpg(p.pid, signal.SIGKILL), os._exit(143)))
         _, status, ru = os.wait4(p.pid, 0)
         timings[label] = {"seconds": round(time.time() - t0, 1), "peak_rss_gib": round(ru.ru_maxrss / (1 << 20), 2)}
         print(f"{label}: {timings[label]}", flush=True)
         if status != 0:  # a backend that fails still leaves the others' results
             timings[label]["failed"] = status
-            if step != "rapid":
-                raise SystemExit(f"step {label} failed ({status})")
+        with open(steps_file, "w") as f:
+            json.dump(timings, f, indent=1)
+        if status != 0 and step != "rapid":
+            raise SystemExit(f"step {label} failed ({status})")
         gc.collect()
     report = {"model": args.name, "quant": args.quant, "ref_device": args.ref_device, "steps": timings,
               "torch": torch.__version__, "reference_spread": reference_spread(out), "devices": {}}
