@@ -18,8 +18,8 @@ Steps (each a child process, so every step's time and peak memory are its own; -
              prompts, exact precision; its own image preprocessing, compared with the processor's rows. Once per
              --device (a comma list: one replica and one reference serve both backends).
   compare    per device: logits within TOL * max(1, max|ref|) and greedy tokens equal; writes report.json.
---resume skips the steps an earlier run of the same command finished (OUT/steps.json), so a run cut short by a
-time limit goes on where it stopped (the replica must still be there: use --keep).
+--resume skips the steps an earlier run of the same command finished (OUT/steps.json), and the cases a rapid step
+finished, so a run cut short by a time limit goes on where it stopped (the replica must still be there: --keep).
 --ref-dtype float64 runs the reference in float64 as well and reports its float32 spread (how well the random
 replica is conditioned: a spread near TOL cannot tell a bug from rounding).
 
@@ -1119,7 +1119,7 @@ def run_step(args, step: str, fam, cfg: dict, proc: dict, model_dir: str, out: s
         return run_reference(fam, cfg, proc, model_dir, out, args.ref_device, dtype)
     if step == "rapid":
         cmd = ["node", os.path.join(_HERE, "parity_rapid.mjs"), "--dir", model_dir, "--out", out,
-               "--device", args.device, "--threads", str(args.threads)]
+               "--device", args.device, "--threads", str(args.threads)] + (["--resume"] if args.resume else [])
         subprocess.run(cmd, check=True)
         return {}
     if step == "compare":
@@ -1176,6 +1176,8 @@ def main() -> None:
         base += ["--config", args.config]
     if args.cache_gib:
         base += ["--cache-gib", str(args.cache_gib)]
+    if args.resume:
+        base += ["--resume"]  # the rapid step also goes on from its last finished case
     runs = [("replica", []), ("reference", [])]
     if args.ref_dtype == "float64":
         runs.append(("reference", ["--ref-dtype", "float64"]))

@@ -2,10 +2,11 @@
 // the prompts of its reference.json. Text prompts run as one batched step, then batched greedy decode; each
 // image case decodes its PNG, preprocesses it with rapid's own image processor (rows compared with the HF
 // processor's), runs encodeImage and splices the rows at the placeholder offsets. Exact precision.
-//   node scripts/replicas/parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N]
-// Writes OUT/rapid-<device>.json ({cases: {name: {logits, greedy, pixels_err}}, device, load_s, steps}) and
-// OUT/<case>.rapid-<device>.f32.
-import { readFileSync, writeFileSync } from 'node:fs';
+//   node scripts/replicas/parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N] [--resume]
+// Writes OUT/rapid-<device>.json ({cases: {name: {logits, greedy, pixels_err}}, device, load_s, steps, done}) and
+// OUT/<case>.rapid-<device>.f32, the JSON after every case: --resume skips the cases an earlier run recorded (a
+// 24B model's CPU cases can outlast one device call).
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 
@@ -24,7 +25,7 @@ const { mropePositions } = await import(join(root, 'dist', 'vision', 'mrope-posi
 const { values: opt } = parseArgs({
   options: {
     dir: { type: 'string' }, out: { type: 'string' }, device: { type: 'string', default: 'cpu' }, threads: { type: 'string' },
-    'kv-gib': { type: 'string', default: '2' },
+    'kv-gib': { type: 'string', default: '2' }, resume: { type: 'boolean', default: false },
   },
 });
 if (!opt.dir || !opt.out) throw new Error('usage: parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N]');
@@ -118,7 +119,12 @@ async function run(seqs) {
 }
 
 const vocab = info.vocabSize;
-const result = { device: info.device, device_name: info.deviceName, load_s: loadS, cases: {}, steps: {} };
+const resultFile = join(opt.out, `rapid-${opt.device}.json`);
+const earlier = opt.resume && existsSync(resultFile) ? JSON.parse(readFileSync(resultFile, 'utf8')) : undefined;
+const result = { device: info.device, device_name: info.deviceName, load_s: loadS, cases: { ...earlier?.cases },
+  steps: { ...earlier?.steps }, done: false };
+const save = () => writeFileSync(resultFile, JSON.stringify(result, null, 1));
+const pending = (c) => !(c.name in result.cases);
 function record(s, c) {
   const got = new Float32Array(c.logits_positions.length * vocab);
   c.logits_positions.forEach((p, i) => got.set(s.logits.subarray(p * vocab, (p + 1) * vocab), i * vocab));
@@ -140,21 +146,24 @@ async function pool(c) {
 
 const text = ref.cases.filter((c) => c.images.length === 0);
 let t = performance.now();
-if (ref.pooling) { // an embedding model's cases are all text
-  for (const c of text) {
-    nextBlock = 0;
-    await pool(c);
+if (text.some(pending)) {
+  if (ref.pooling) { // an embedding model's cases are all text
+    for (const c of text) {
+      nextBlock = 0;
+      await pool(c);
+    }
+  } else {
+    const seqs = text.map((c) => ({ name: c.name, ids: c.input_ids }));
+    await run(seqs);
+    text.forEach((c, i) => record(seqs[i], c));
   }
-} else {
-  const seqs = text.map((c) => ({ name: c.name, ids: c.input_ids }));
-  await run(seqs);
-  text.forEach((c, i) => record(seqs[i], c));
+  result.steps.text_s = (performance.now() - t) / 1000;
+  save();
+  console.log(`  rapid: ${text.length} text prompts in ${result.steps.text_s.toFixed(1)}s${ref.pooling ? ' (pooled)' : ''}`);
 }
-result.steps.text_s = (performance.now() - t) / 1000;
-console.log(`  rapid: ${text.length} text prompts in ${result.steps.text_s.toFixed(1)}s${ref.pooling ? ' (pooled)' : ''}`);
 
 const spec = ref.cases.some((c) => c.images.length) ? imageSpec() : undefined;
-for (const c of ref.cases.filter((x) => x.images.length > 0)) {
+for (const c of ref.cases.filter((x) => x.images.length > 0 && pending(x))) {
   t = performance.now();
   const parts = [];
   let pixelsErr = 0;
@@ -201,7 +210,9 @@ for (const c of ref.cases.filter((x) => x.images.length > 0)) {
   await run([s]);
   record(s, c);
   result.steps[`${c.name}_s`] = (performance.now() - t) / 1000;
+  save();
   console.log(`  rapid: ${c.name} (${c.input_ids.length} tokens) in ${result.steps[`${c.name}_s`].toFixed(1)}s, pixels max |diff| ${pixelsErr}`);
 }
 model.close();
-writeFileSync(join(opt.out, `rapid-${opt.device}.json`), JSON.stringify(result, null, 1));
+result.done = true;
+save();
