@@ -8,11 +8,13 @@
 # (models dealt round-robin, the 16 cores split). After each model its report and log are added to $OUT/parity.tar
 # (the device returns only a few files), so a call cut short keeps what finished. A model cut short keeps its
 # replica and finished steps (--resume): the same command in the next call, while the box is still warm, goes on.
-# --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes).
+# --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes); --device cuda: rapid's
+# CUDA backend only (for models whose CPU backend was checked elsewhere; default cpu,cuda).
 set -u
 budget=540
 lanes=1
 cache=
+devices=cpu,cuda
 ref=()
 models=()
 while [ $# -gt 0 ]; do
@@ -20,6 +22,7 @@ while [ $# -gt 0 ]; do
     --budget) budget="$2"; shift 2 ;;
     --lanes) lanes="$2"; shift 2 ;;
     --cache-gib) cache="$2"; shift 2 ;;
+    --device) devices="$2"; shift 2 ;;
     --ref64) ref=(--ref-dtype float64); shift ;;
     *) models+=("$1"); shift ;;
   esac
@@ -49,7 +52,7 @@ lane() {
     left=$((budget - ($(date +%s) - start)))
     if [ "$left" -lt 60 ]; then echo "== $m: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; continue; fi
     t0=$(date +%s)
-    timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device cpu,cuda --threads "$threads" \
+    timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$devices" --threads "$threads" \
       --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
     r=$?
     [ "$r" -eq 0 ] || rc=1
