@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,9 +178,40 @@ void test_argmax() {
   CHECK(mismatches == 0, "vec::argmax equals the plain scan (%d mismatches)", mismatches);
 }
 
+
+// fixed_weight on the host equals floor(w · 2^40) computed in double (the definition), clamped to [0, 2^40] with
+// NaN, negatives and subnormals at 0, and so the device's bit-level version: every float exponent in range, its
+// edges, and random mantissas.
+void test_fixed_weight() {
+  const auto want = [](float w) -> uint64_t {
+    if (!(w > 0.0f) || w < 0x1p-126f) return 0;
+    const double x = std::floor(double(w) * 0x1p40);
+    return x >= 0x1p40 ? uint64_t(1) << kFixBits : uint64_t(x);
+  };
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<uint32_t> bits;
+  int bad = 0, n = 0;
+  const auto check = [&](float w) {
+    ++n;
+    if (fixed_weight(w) != want(w)) ++bad;
+  };
+  for (float w : {0.0f, -0.0f, -1.0f, 1.0f, 2.0f, 0x1p-40f, 0x1p-41f, 0x1.fffffep-1f, 0x1.fffffep-41f, 0x1p-126f,
+                  0x1p-149f, INFINITY, -INFINITY, NAN})
+    check(w);
+  for (int e = -160; e <= 2; ++e)
+    for (int k = 0; k < 64; ++k) check(std::ldexp(1.0f + float(bits(rng) & 0x7fffff) * 0x1p-23f, e));
+  for (int k = 0; k < 100000; ++k) {
+    float w;
+    const uint32_t b = bits(rng) & 0x3f800000u ? bits(rng) & 0x3fffffffu : bits(rng);
+    std::memcpy(&w, &b, sizeof w);
+    check(w);
+  }
+  CHECK(bad == 0, "fixed_weight equals floor(w * 2^40) in [0, 2^40] (%d of %d differ)", bad, n);
+}
 }  // namespace
 
 int main() {
+  test_fixed_weight();
   test_argmax();
   test_against_plain();
   test_token_penalties();

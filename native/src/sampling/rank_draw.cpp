@@ -17,6 +17,7 @@ constexpr int kDistBins = 2048;
 constexpr float kBinsPerUnit = 64.0f;
 constexpr float kDistMax = float(kDistBins) / kBinsPerUnit;
 constexpr uint16_t kNoBin = 0xffff;  // a masked or NaN logit: never a candidate
+constexpr int64_t kScanBlock = 64;   // tokens per block when collecting one bin's entries
 
 struct Entry {
   float logit;
@@ -110,22 +111,26 @@ struct Bins {
 
   void build(float inv_t, float mx_t) {
     bin_of.resize(size_t(vocab));
+    uint16_t* bo = bin_of.data();
+    // Bins first, branch-free so the compiler vectorizes it: d < 32 exactly when d · 64 < 2048 (a power-of-two
+    // scale), and a masked or NaN logit (not > -inf) gets kNoBin.
     for (int64_t i = 0; i < vocab; ++i) {
       const float l = logits[i];
-      if (!(l > -INFINITY)) {
-        bin_of[size_t(i)] = kNoBin;
-        continue;
-      }
-      const float d = mx_t - l * inv_t;
-      const int b = d < kDistMax ? int(d * kBinsPerUnit) : kDistBins;  // NaN: the last bin
-      bin_of[size_t(i)] = uint16_t(b);
-      ++count[size_t(b)];
-      mass[size_t(b)] += fixed_weight(w[i]);
+      const bool valid = l > -INFINITY;
+      const float at = std::min((mx_t - l * inv_t) * kBinsPerUnit, float(kDistBins));
+      bo[i] = valid ? uint16_t(int32_t(valid ? at : 0.0f)) : kNoBin;
+    }
+    // Then the histogram of counts and fixed-point weights (scattered, so scalar).
+    for (int64_t i = 0; i < vocab; ++i) {
+      const uint16_t b = bo[i];
+      if (b == kNoBin) continue;
+      ++count[b];
+      mass[b] += fixed_weight(w[i]);
     }
     for (uint32_t c : count) n_valid += c;
     if (min_p > 0.0f) {
       for (int64_t i = 0; i < vocab; ++i)
-        if (bin_of[size_t(i)] != kNoBin && w[i] >= min_p) mass_mp[bin_of[size_t(i)]] += fixed_weight(w[i]);
+        if (bo[i] != kNoBin && w[i] >= min_p) mass_mp[bo[i]] += fixed_weight(w[i]);
     } else {
       mass_mp = mass;
     }
@@ -139,8 +144,21 @@ struct Bins {
     next_slot = (next_slot + 1) % int(slots.size());
     s.bin = b;
     s.e.clear();
-    for (int64_t i = 0; i < vocab; ++i)
-      if (bin_of[size_t(i)] == b) s.e.push_back({logits[i], int32_t(i)});
+    // A bin holds few of the vocabulary's tokens: each block of 64 is first tested for any member (a fixed-length
+    // OR the compiler vectorizes), and only blocks with one are walked.
+    const uint16_t* bo = bin_of.data();
+    const uint16_t want = uint16_t(b);
+    const auto take = [&](int64_t from, int64_t to) {
+      for (int64_t i = from; i < to; ++i)
+        if (bo[i] == want) s.e.push_back({logits[i], int32_t(i)});
+    };
+    const int64_t full = vocab - vocab % kScanBlock;
+    for (int64_t i0 = 0; i0 < full; i0 += kScanBlock) {
+      int any = 0;
+      for (int64_t j = 0; j < kScanBlock; ++j) any |= bo[i0 + j] == want;
+      if (any) take(i0, i0 + kScanBlock);
+    }
+    take(full, vocab);
     return s.e;
   }
 
