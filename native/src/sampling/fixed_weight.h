@@ -32,12 +32,11 @@ RAPID_HOST_DEVICE inline uint64_t fixed_weight(float w) {
   const int sh = e - 150 + kFixBits;
   return sh >= 0 ? m << sh : (sh > -24 ? m >> -sh : 0);
 #else
-  // w · 2^40 is exact in float too (a power-of-two scale of a float below 2^40): truncating it to int64 (one
-  // cvttss2si) gives the same integer as the double route, at a fraction of its cost in the per-token passes.
-  // Clamped to [0, 2^40], NaN to 0. On x86 by maxss/minss (max_ss returns its second operand, 0, for NaN):
-  // compilers turn the portable selects into branches, which tiny weights, common in a row, mispredict.
+  // w · 2^40 is exact in float (a power-of-two scale), so truncating it gives the floor; clamped to [0, 2^40] and
+  // NaN to 0, on x86 by maxss/minss (max_ss returns its second operand, 0, for NaN) because compilers turn the
+  // portable selects into branches, which a row's many tiny weights mispredict.
   const float one = float(uint64_t(1) << kFixBits);
-#if defined(__SSE2__)
+#if defined(__SSE2__) && !defined(__CUDACC__)
   const __m128 x = _mm_mul_ss(_mm_set_ss(w), _mm_set_ss(one));
   return uint64_t(_mm_cvttss_si64(_mm_min_ss(_mm_max_ss(x, _mm_setzero_ps()), _mm_set_ss(one))));
 #else
