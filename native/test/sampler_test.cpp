@@ -89,7 +89,7 @@ std::vector<float> make_row(std::mt19937& g, int64_t vocab, int kind) {
 void test_against_plain() {
   std::mt19937 g(11);
   std::uniform_real_distribution<double> u01(0.0, 1.0);
-  int draws = 0, differ = 0;
+  int draws = 0, differ = 0, unedited_differ = 0;
   for (int64_t vocab : {int64_t(37), int64_t(1000), int64_t(151936)}) {
     for (int kind = 0; kind <= 5; ++kind) {
       const std::vector<float> row = make_row(g, vocab, kind);
@@ -98,6 +98,9 @@ void test_against_plain() {
         std::vector<float> a(row);
         const int32_t got = sample_token_at(a.data(), vocab, p, u).token;
         const int32_t want = plain_sample(row, p, u);
+        // The in-place entry (no bitmask, penalties or bias here) picks sample_token's token for the row's draw.
+        std::vector<float> b(row);
+        unedited_differ += sample_unedited(row.data(), vocab, p).token != sample_token(b.data(), vocab, p).token;
         ++draws;
         if (got != want && ++differ <= 5)
           std::fprintf(stderr, "  vocab %lld kind %d T %g k %d p %g min_p %g u %.6f: %d, plain %d\n", (long long)vocab, kind,
@@ -107,6 +110,7 @@ void test_against_plain() {
     }
   }
   CHECK(differ == 0, "%d of %d draws differ from the plain sampler", differ, draws);
+  CHECK(unedited_differ == 0, "sample_unedited equals sample_token (%d of %d differ)", unedited_differ, draws);
   std::printf("sampler == plain rules: %d draws\n", draws);
 }
 
@@ -208,10 +212,34 @@ void test_fixed_weight() {
   }
   CHECK(bad == 0, "fixed_weight equals floor(w * 2^40) in [0, 2^40] (%d of %d differ)", bad, n);
 }
+
+// vec::scaled_exp is scaling into a buffer then exp_shift_sum, bit for bit (the sampler's weights before and
+// after the fused pass), at lengths around the vector width.
+void test_scaled_exp() {
+  std::mt19937 g(5);
+  std::normal_distribution<float> nd(0.0f, 4.0f);
+  int bad = 0, n_all = 0;
+  for (int64_t n : {int64_t(1), int64_t(7), int64_t(8), int64_t(9), int64_t(1000), int64_t(151936)}) {
+    std::vector<float> x(static_cast<size_t>(n));
+    for (float& v : x) v = nd(g);
+    x[0] = -INFINITY;
+    for (float scale : {1.25f, 1.0f / 0.7f, 0.5f}) {
+      const float shift = 9.0f * scale;
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) a[size_t(i)] = x[size_t(i)] * scale;
+      vec::exp_shift_sum(a.data(), n, shift);
+      vec::scaled_exp(x.data(), b.data(), n, scale, shift);
+      bad += std::memcmp(a.data(), b.data(), size_t(n) * sizeof(float)) != 0;
+      ++n_all;
+    }
+  }
+  CHECK(bad == 0, "scaled_exp equals scale-then-exp_shift_sum bitwise (%d of %d rows differ)", bad, n_all);
+}
 }  // namespace
 
 int main() {
   test_fixed_weight();
+  test_scaled_exp();
   test_argmax();
   test_against_plain();
   test_token_penalties();

@@ -18,6 +18,9 @@ void axpy(float a, const float* x, float* y, int64_t n);
 int64_t argmax(const float* x, int64_t n);
 // x[i] = exp(x[i] - shift); returns the sum of the results.
 float exp_shift_sum(float* x, int64_t n, float shift);
+// w[i] = exp(float(x[i] * scale) - shift): the product rounded to float first, so the same bits as scaling x into
+// w and then exp_shift_sum(w, n, shift), in one pass (the sampler's weights).
+void scaled_exp(const float* x, float* w, int64_t n, float scale, float shift);
 // gate[i] = act(gate[i]) * up[i]
 void glu(float* gate, const float* up, int64_t n, Activation a);
 

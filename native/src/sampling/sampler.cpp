@@ -92,6 +92,14 @@ SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p) {
   return sample_token_at(logits, vocab, p, uniform_draw(p.seed, p.counter));
 }
 
+// The selection itself, on a row whose bitmask, penalties and bias are applied (read only).
+static SampleOutput sample_edited(const float* logits, int64_t vocab, const SampleParams& p, double u01);
+
+SampleOutput sample_unedited(const float* logits, int64_t vocab, const SampleParams& p) {
+  if (edits_logits(p)) throw std::logic_error("sample_unedited: the row needs a bitmask, penalties or bias applied");
+  return sample_edited(logits, vocab, p, uniform_draw(p.seed, p.counter));
+}
+
 SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p, double u01) {
   if (!p.bitmask.empty()) {
     bool any = false;
@@ -102,7 +110,10 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
     if (!any) throw std::runtime_error("grammar bitmask allows no token");
   }
   apply_penalties(logits, p);
+  return sample_edited(logits, vocab, p, u01);
+}
 
+static SampleOutput sample_edited(const float* logits, int64_t vocab, const SampleParams& p, double u01) {
   // Max and log-normalizer of the processed logits (logprob reference distribution).
   const int32_t argmax = int32_t(vec::argmax(logits, vocab));
   const float mx = logits[argmax];
@@ -120,8 +131,7 @@ SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p
     w_buf.resize(size_t(vocab));
     float* w = w_buf.data();
     // A masked logit's weight is exp's floor (~1e-38): fixed-point 0, and rank_draw never takes a masked token.
-    for (int64_t i = 0; i < vocab; ++i) w[i] = logits[i] * invT;
-    vec::exp_shift_sum(w, vocab, mx * invT);
+    vec::scaled_exp(logits, w, vocab, invT, mx * invT);
 
     out.token = rank_draw(logits, w, vocab, invT, mx * invT, p, u01);
     // NaN weights (a temperature below validate_sample_params' floor, extreme penalties) leave no candidate.

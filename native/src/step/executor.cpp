@@ -306,8 +306,14 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
           out.accepted = v.accepted;
           continue;
         }
-        std::memcpy(scratch.data(), at, size_t(vocab) * sizeof(float));
-        SampleOutput so = sample_token(scratch.data(), vocab, sp);
+        // Only a row the sampler edits (bitmask, penalties, bias) is copied first; the rest are read in place.
+        SampleOutput so;
+        if (edits_logits(sp)) {
+          std::memcpy(scratch.data(), at, size_t(vocab) * sizeof(float));
+          so = sample_token(scratch.data(), vocab, sp);
+        } else {
+          so = sample_unedited(at, vocab, sp);
+        }
         out.has_token = true;
         out.token = so.token;
         if (sp.logprobs >= 0) {
