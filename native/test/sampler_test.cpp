@@ -98,9 +98,9 @@ void test_against_plain() {
         std::vector<float> a(row);
         const int32_t got = sample_token_at(a.data(), vocab, p, u).token;
         const int32_t want = plain_sample(row, p, u);
-        // The in-place entry (no bitmask, penalties or bias here) picks sample_token's token for the row's draw.
+        // The read-only entry (in place here: no bitmask, penalties or bias) picks sample_token's token.
         std::vector<float> b(row);
-        unedited_differ += sample_unedited(row.data(), vocab, p).token != sample_token(b.data(), vocab, p).token;
+        unedited_differ += sample_row(row.data(), vocab, p).token != sample_token(b.data(), vocab, p).token;
         ++draws;
         if (got != want && ++differ <= 5)
           std::fprintf(stderr, "  vocab %lld kind %d T %g k %d p %g min_p %g u %.6f: %d, plain %d\n", (long long)vocab, kind,
@@ -110,7 +110,7 @@ void test_against_plain() {
     }
   }
   CHECK(differ == 0, "%d of %d draws differ from the plain sampler", differ, draws);
-  CHECK(unedited_differ == 0, "sample_unedited equals sample_token (%d of %d differ)", unedited_differ, draws);
+  CHECK(unedited_differ == 0, "sample_row equals sample_token (%d of %d differ)", unedited_differ, draws);
   std::printf("sampler == plain rules: %d draws\n", draws);
 }
 
@@ -235,6 +235,40 @@ void test_scaled_exp() {
   }
   CHECK(bad == 0, "scaled_exp equals scale-then-exp_shift_sum bitwise (%d of %d rows differ)", bad, n_all);
 }
+
+// sample_row on rows the sampler edits (penalties, bias, a bitmask): the token of sample_token on a copy, and the
+// row itself untouched.
+void test_sample_row_edited() {
+  std::mt19937 g(3);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  const int64_t vocab = 1000;
+  std::vector<float> row(static_cast<size_t>(vocab));
+  for (float& v : row) v = nd(g);
+  const std::vector<float> before(row);
+  int differ = 0, n = 0;
+  for (int variant = 0; variant < 3; ++variant)
+    for (uint64_t counter = 0; counter < 50; ++counter) {
+      SampleParams p;
+      p.temperature = 0.9f;
+      p.top_p = 0.9f;
+      p.seed = 17;
+      p.counter = counter;
+      if (variant == 0) {
+        p.repetition_penalty = 1.3f;
+        p.prompt_tokens = {1, 5, 9};
+        p.output_tokens = {5, 7};
+      } else if (variant == 1) {
+        p.logit_bias = {{3, 5.0f}, {400, -2.0f}};
+      } else {
+        p.bitmask.assign(size_t((vocab + 31) / 32), 0x55555555u);
+      }
+      std::vector<float> copy(row);
+      differ += sample_row(row.data(), vocab, p).token != sample_token(copy.data(), vocab, p).token;
+      ++n;
+    }
+  CHECK(differ == 0, "sample_row equals sample_token on edited rows (%d of %d differ)", differ, n);
+  CHECK(row == before, "sample_row leaves the row as it was");
+}
 }  // namespace
 
 int main() {
@@ -242,6 +276,7 @@ int main() {
   test_scaled_exp();
   test_argmax();
   test_against_plain();
+  test_sample_row_edited();
   test_token_penalties();
   std::printf("%d passed, %d failed\n", g_pass, g_fail);
   return g_fail ? 1 : 0;

@@ -3,7 +3,7 @@
 // image case decodes its PNG, preprocesses it with rapid's own image processor (rows compared with the HF
 // processor's), runs encodeImage and splices the rows at the placeholder offsets. Exact precision.
 //   node scripts/replicas/parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N] [--resume]
-// Writes OUT/rapid-<device>.json ({cases: {name: {logits, greedy, pixels_err}}, device, load_s, steps, done}) and
+// Writes OUT/rapid-<device>.json ({cases: {name: {logits, greedy, pixels_err}}, device, load_s, steps}) and
 // OUT/<case>.rapid-<device>.f32, the JSON after every case: --resume skips the cases an earlier run recorded (a
 // 24B model's CPU cases can outlast one device call).
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -28,7 +28,7 @@ const { values: opt } = parseArgs({
     'kv-gib': { type: 'string', default: '2' }, resume: { type: 'boolean', default: false },
   },
 });
-if (!opt.dir || !opt.out) throw new Error('usage: parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N]');
+if (!opt.dir || !opt.out) throw new Error('usage: parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N] [--resume]');
 const ref = JSON.parse(readFileSync(join(opt.out, 'reference.json'), 'utf8'));
 const config = JSON.parse(readFileSync(join(opt.dir, 'config.json'), 'utf8'));
 
@@ -122,7 +122,7 @@ const vocab = info.vocabSize;
 const resultFile = join(opt.out, `rapid-${opt.device}.json`);
 const earlier = opt.resume && existsSync(resultFile) ? JSON.parse(readFileSync(resultFile, 'utf8')) : undefined;
 const result = { device: info.device, device_name: info.deviceName, load_s: loadS, cases: { ...earlier?.cases },
-  steps: { ...earlier?.steps }, done: false };
+  steps: { ...earlier?.steps } };
 const save = () => writeFileSync(resultFile, JSON.stringify(result, null, 1));
 const pending = (c) => !(c.name in result.cases);
 function record(s, c) {
@@ -214,5 +214,3 @@ for (const c of ref.cases.filter((x) => x.images.length > 0 && pending(x))) {
   console.log(`  rapid: ${c.name} (${c.input_ids.length} tokens) in ${result.steps[`${c.name}_s`].toFixed(1)}s, pixels max |diff| ${pixelsErr}`);
 }
 model.close();
-result.done = true;
-save();

@@ -118,7 +118,7 @@ struct Bins {
       const float l = logits[i];
       const bool valid = l > -INFINITY;
       const float at = std::min((mx_t - l * inv_t) * kBinsPerUnit, float(kDistBins));
-      bo[i] = valid ? uint16_t(int32_t(valid ? at : 0.0f)) : kNoBin;
+      bo[i] = valid ? uint16_t(int32_t(valid ? at : 0.0f)) : kNoBin;  // this form vectorizes; NaN never converted
     }
     // Then the histogram of counts and fixed-point weights (scattered, so scalar).
     for (int64_t i = 0; i < vocab; ++i) {

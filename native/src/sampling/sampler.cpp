@@ -95,9 +95,12 @@ SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p) {
 // The selection itself, on a row whose bitmask, penalties and bias are applied (read only).
 static SampleOutput sample_edited(const float* logits, int64_t vocab, const SampleParams& p, double u01);
 
-SampleOutput sample_unedited(const float* logits, int64_t vocab, const SampleParams& p) {
-  if (edits_logits(p)) throw std::logic_error("sample_unedited: the row needs a bitmask, penalties or bias applied");
-  return sample_edited(logits, vocab, p, uniform_draw(p.seed, p.counter));
+SampleOutput sample_row(const float* logits, int64_t vocab, const SampleParams& p) {
+  if (p.bitmask.empty() && !has_penalties(p)) return sample_edited(logits, vocab, p, uniform_draw(p.seed, p.counter));
+  // The thread's own, kept between rows: a fresh vocab-sized vector per row cost page faults and a memset.
+  thread_local std::vector<float> copy;
+  copy.assign(logits, logits + vocab);
+  return sample_token(copy.data(), vocab, p);
 }
 
 SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p, double u01) {

@@ -78,10 +78,8 @@ SampleOutput sample_token(float* logits, int64_t vocab, const SampleParams& p);
 // lets a test probe how close a draw is to a candidate boundary.
 SampleOutput sample_token_at(float* logits, int64_t vocab, const SampleParams& p, double u);
 
-// Whether sample_token writes into the row: a grammar bitmask, penalties or a logit bias edit it first.
-inline bool edits_logits(const SampleParams& p) { return !p.bitmask.empty() || has_penalties(p); }
-
-// sample_token for a row it would not edit (!edits_logits(p)), read in place: the caller needs no copy.
-SampleOutput sample_unedited(const float* logits, int64_t vocab, const SampleParams& p);
+// sample_token on a row it leaves as it is: read in place when nothing edits it (no bitmask, penalties or bias),
+// else edited in a copy (the thread's own buffer).
+SampleOutput sample_row(const float* logits, int64_t vocab, const SampleParams& p);
 
 }  // namespace rapid

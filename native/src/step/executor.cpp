@@ -287,9 +287,6 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
   }
   // Rows sample independently; each thread takes whole rows, so the result never depends on neighbours.
   pool.parallel_for(int64_t(samplers.size()), [&](int64_t b, int64_t e) {
-    // The thread's own, kept between steps: a fresh vocab-sized vector per step cost page faults and a memset.
-    thread_local std::vector<float> scratch;
-    if (scratch.size() < size_t(vocab)) scratch.resize(size_t(vocab));
     for (int64_t i = b; i < e; ++i) {
       const size_t r = samplers[size_t(i)];
       StepRowResult& out = res.rows[r];
@@ -299,21 +296,13 @@ StepResult execute_step(Model& model, KvPool& kv, ThreadPool& pool, Precision pr
         if (plan.rows[r].draft > 0) {
           const StepRow& row = plan.rows[r];
           const int64_t k = row.draft;
-          std::vector<float> block(at, at + (k + 1) * vocab);
-          VerifyOutcome v = verify_draft(block.data(), vocab, sp, row.tokens.data() + row.tokens.size() - size_t(k), k);
+          VerifyOutcome v = verify_draft(at, vocab, sp, row.tokens.data() + row.tokens.size() - size_t(k), k);
           out.has_token = true;
           out.token = v.token;
           out.accepted = v.accepted;
           continue;
         }
-        // Only a row the sampler edits (bitmask, penalties, bias) is copied first; the rest are read in place.
-        SampleOutput so;
-        if (edits_logits(sp)) {
-          std::memcpy(scratch.data(), at, size_t(vocab) * sizeof(float));
-          so = sample_token(scratch.data(), vocab, sp);
-        } else {
-          so = sample_unedited(at, vocab, sp);
-        }
+        SampleOutput so = sample_row(at, vocab, sp);
         out.has_token = true;
         out.token = so.token;
         if (sp.logprobs >= 0) {

@@ -10,11 +10,11 @@ SampleParams params_at(const SampleParams& p, const int32_t* draft, int64_t i) {
   return q;
 }
 
-VerifyOutcome verify_draft(float* logits, int64_t vocab, const SampleParams& p, const int32_t* draft, int64_t k) {
+VerifyOutcome verify_draft(const float* logits, int64_t vocab, const SampleParams& p, const int32_t* draft, int64_t k) {
   VerifyOutcome out;
   for (int64_t i = 0; i <= k; ++i) {
-    const int32_t t = i == 0 ? sample_token(logits, vocab, p).token
-                             : sample_token(logits + i * vocab, vocab, params_at(p, draft, i)).token;
+    const int32_t t = i == 0 ? sample_row(logits, vocab, p).token
+                             : sample_row(logits + i * vocab, vocab, params_at(p, draft, i)).token;
     if (i < k && t == draft[i]) continue;
     out.accepted = int32_t(i);
     out.token = t;

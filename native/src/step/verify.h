@@ -20,8 +20,8 @@ struct VerifyOutcome {
 // join the output tokens the penalties read.
 SampleParams params_at(const SampleParams& p, const int32_t* draft, int64_t i);
 
-// logits [k + 1, vocab] (used as scratch); draft [k]. Throws as sample_token does.
-VerifyOutcome verify_draft(float* logits, int64_t vocab, const SampleParams& p, const int32_t* draft, int64_t k);
+// logits [k + 1, vocab] (read only); draft [k]. Throws as sample_token does.
+VerifyOutcome verify_draft(const float* logits, int64_t vocab, const SampleParams& p, const int32_t* draft, int64_t k);
 
 // The outcome from the k + 1 tokens already sampled at each position (a device sampled them all).
 VerifyOutcome accept_prefix(const int32_t* sampled, const int32_t* draft, int64_t k);
