@@ -69,7 +69,7 @@ table_of() {
 }
 # lane I: every lanes-th model from the I-th, one after another; exit status 1 if one failed.
 lane() {
-  local i=$1 rc=0 m devs left t0 r k
+  local i=$1 rc=0 m devs left t0 r k rdir
   for ((k = i; k < ${#models[@]}; k += lanes)); do
     m=${models[$k]%%:*}
     devs=$devices
@@ -90,12 +90,14 @@ lane() {
       r=$?
       [ "$r" -eq 0 ] || rc=1
       # a finished run (report written) frees its replica; one cut short keeps it for the next call
-      if cp "/tmp/replicas/$m-q4/report.json" "$work/$m.report.json" 2> /dev/null; then
+      # parity_full.py's folder: MODEL-q4 or -q8, MODEL-qnone for the bf16 embedding models
+      rdir=$(ls -d "/tmp/replicas/$m"-q* 2> /dev/null | head -n 1)
+      if [ -n "$rdir" ] && cp "$rdir/report.json" "$work/$m.report.json" 2> /dev/null; then
         if [ -n "$table" ] && [ "$r" -eq 0 ]; then
-          node scripts/replicas/make-replica.mjs "$m" --out "/tmp/replicas/$m-q4/model" --side-files >> "$work/logs/$m.log" 2>&1 \
-            && table_of "$m" "/tmp/replicas/$m-q4/model" "$threads" "$devs" || rc=1
+          node scripts/replicas/make-replica.mjs "$m" --out "$rdir/model" --side-files >> "$work/logs/$m.log" 2>&1 \
+            && table_of "$m" "$rdir/model" "$threads" "$devs" || rc=1
         fi
-        rm -rf "/tmp/replicas/$m-q4/model"
+        rm -rf "$rdir/model"
       fi
       echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
 print(' '.join(f'{d}: ok={v[\"ok\"]} err={v.get(\"worst_logit_err\")} greedy={v.get(\"greedy_equal\")}' for d, v in r['devices'].items()))" \
