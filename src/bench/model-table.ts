@@ -26,7 +26,7 @@ const STEP_MS = 30 * 60_000; // one model's child: the largest replica on a slow
 const PROMPT = 512; // the prompt of the TTFT figure
 const DECODE_PROMPT = 128; // the prompt of the decode figures
 const DECODE_STEPS = 32;
-const KV_BYTES = 2 << 30; // a fixed KV budget, so GPU memory is the model's and not half the free memory
+const KV_BYTES = 2 * 2 ** 30; // a fixed KV budget (2 << 30 would overflow int32), so GPU memory is the model's and not half the free memory
 
 const USAGE = `usage: node bench/run.js model-table [--only a,b] [--max-bytes SIZE] [--dir DIR] [--threads N] [--device D] [--keep]
   --only       catalog aliases (default: every model with a replica config of at most --max-bytes)

@@ -50,6 +50,18 @@ describe.skipIf(!nativeAvailable())('CPU variant', () => {
   it('rejects an unknown device name', () => {
     expect(() => addon().loadModel(FIXTURE, { device: 'gpu' as 'cuda' })).toThrow(/device must be 'auto', 'cpu' or 'cuda'/);
   });
+
+  it('rejects a KV budget, thread count or block size that is not a positive whole number', () => {
+    // 2 << 30 is -2^31 in JS: it used to fall back to the default budget silently
+    expect(() => addon().loadModel(FIXTURE, { kvCacheBytes: 2 << 30 })).toThrow(/options\.kvCacheBytes must be a whole number of at least 1, got -2147483648/);
+    expect(() => addon().loadModel(FIXTURE, { kvCacheBytes: 0 })).toThrow(/options\.kvCacheBytes must be/);
+    expect(() => addon().loadModel(FIXTURE, { kvCacheBytes: 1.5e6 + 0.5 })).toThrow(/options\.kvCacheBytes must be/);
+    expect(() => addon().loadModel(FIXTURE, { kvCacheBytes: Number.NaN })).toThrow(/options\.kvCacheBytes must be/);
+    expect(() => addon().loadModel(FIXTURE, { threads: -1 })).toThrow(/options\.threads must be a whole number of at least 0, got -1/);
+    expect(() => addon().loadModel(FIXTURE, { blockSize: 0 })).toThrow(/options\.blockSize must be/);
+    const m = addon().loadModel(FIXTURE, { kvCacheBytes: 2 * 2 ** 30, threads: 1 });
+    m.close();
+  });
 });
 
 describe.skipIf(!existsSync(CUDA_VARIANT) || hasGpuDriver || !nativeAvailable())('CUDA variant without a GPU', () => {

@@ -49,9 +49,19 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
       if (!v.IsNumber()) throw Napi::TypeError::New(env, std::string("options.") + k + " must be a number");
       return v.As<Napi::Number>().DoubleValue();
     };
-    o.threads = int(num("threads", 0));
-    o.kv_bytes = int64_t(num("kvCacheBytes", 0));
-    o.block_size = int(num("blockSize", 16));
+    // A count: a whole number at least `min` (undefined keeps the default). A negative KV budget used to fall back to
+    // the default share silently (a JS `2 << 30` overflows to -2^31): say so instead.
+    auto count = [&](const char* k, double def, double min) {
+      if (opts.Get(k).IsUndefined()) return def;
+      const double v = num(k, def);
+      if (!(v >= min && v <= 9.0e15 && v == double(int64_t(v))))
+        throw Napi::RangeError::New(env, std::string("options.") + k + " must be a whole number of at least " +
+                                             std::to_string(int64_t(min)) + ", got " + Napi::Value(opts.Get(k)).ToString().Utf8Value());
+      return v;
+    };
+    o.threads = int(count("threads", 0, 0));
+    o.kv_bytes = int64_t(count("kvCacheBytes", 0, 1));
+    o.block_size = int(count("blockSize", 16, 1));
     Napi::Value dv = opts.Get("device");
     if (!dv.IsUndefined()) {
       if (!dv.IsString()) throw Napi::TypeError::New(env, "options.device must be 'auto', 'cpu' or 'cuda'");
