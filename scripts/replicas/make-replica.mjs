@@ -115,34 +115,13 @@ export function makeReplica(name, outDir, { seed = 1, overrides = {} } = {}) {
   // mlx_lm save_config sorts the keys and indents by 4; transformers keeps them as they are, indent 2
   const sorted = mlx ? Object.fromEntries(Object.entries(config).sort(([a], [b]) => (a < b ? -1 : 1))) : config;
   put('config.json', `${JSON.stringify(sorted, null, mlx ? 4 : 2)}\n`);
-  putSideFiles(entry, config, layout, put);
-  return { entry, files: files.sort(), tensors: tensors.length, bytes: total };
-}
-
-/** The repository's files beside the weights and config.json: generation config, tokenizer, processor files. */
-function putSideFiles(entry, config, layout, put) {
   put('generation_config.json', `${JSON.stringify(layout.generationConfig, null, 2)}\n`);
   const vocab = layout.vlmFamily ? textConfigOf(config, layout.vlmFamily).vocab_size : config.vocab_size;
   for (const [file, text] of Object.entries(tokenizerFiles(layout, config, layout.extraFiles, vocab))) put(file, text);
   if (layout.vlmFamily) for (const [file, json] of Object.entries(processorFiles(layout.processorFrom))) put(file, `${JSON.stringify(json, null, 2)}\n`);
   put('README.md', README(entry));
   put('.gitattributes', '*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.model filter=lfs diff=lfs merge=lfs -text\ntokenizer.json filter=lfs diff=lfs merge=lfs -text\n');
-}
-
-/**
- * Only the side files (no weights, no config.json): what a checkpoint written by another generator
- * (scripts/replicas/parity_full.py) lacks to be loaded as a user's download, e.g. by the model table.
- */
-export function writeSideFiles(name, outDir) {
-  const entry = catalogEntry(name);
-  const { config, layout } = replicaConfig(entry);
-  mkdirSync(outDir, { recursive: true });
-  const files = [];
-  putSideFiles(entry, config, layout, (file, text) => {
-    writeFileSync(join(outDir, file), text);
-    files.push(file);
-  });
-  return files.sort();
+  return { entry, files: files.sort(), tensors: tensors.length, bytes: total };
 }
 
 function parseOverride(s) {
@@ -154,18 +133,14 @@ function parseOverride(s) {
 if (process.argv[1] === fileURLToPath(import.meta.url)) {
   const { values, positionals } = parseArgs({
     allowPositionals: true,
-    options: { out: { type: 'string' }, seed: { type: 'string', default: '1' }, override: { type: 'string', multiple: true }, 'side-files': { type: 'boolean' } },
+    options: { out: { type: 'string' }, seed: { type: 'string', default: '1' }, override: { type: 'string', multiple: true } },
   });
   if (positionals.length !== 1 || !values.out) {
-    console.error('usage: make-replica.mjs <catalog-name> --out DIR [--seed N] [--override MODULE=BITS[:GROUP]]... [--side-files]');
+    console.error('usage: make-replica.mjs <catalog-name> --out DIR [--seed N] [--override MODULE=BITS[:GROUP]]...');
     process.exit(2);
   }
   try {
     const t0 = Date.now();
-    if (values['side-files']) {
-      console.log(`${positionals[0]}: ${writeSideFiles(positionals[0], values.out).join(', ')} -> ${values.out}`);
-      process.exit(0);
-    }
     const overrides = Object.fromEntries((values.override ?? []).map(parseOverride));
     const r = makeReplica(positionals[0], values.out, { seed: Number(values.seed), overrides });
     console.log(`${r.entry.alias} (${r.entry.repo}): ${r.tensors} tensors, ${(r.bytes / 1e6).toFixed(0)} MB of weights, ${r.files.length} files in ${((Date.now() - t0) / 1000).toFixed(1)} s -> ${values.out}`);
