@@ -54,7 +54,8 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
     auto count = [&](const char* k, double def, double min) {
       if (opts.Get(k).IsUndefined()) return def;
       const double v = num(k, def);
-      if (!(v >= min && v <= 9.0e15 && v == double(int64_t(v))))
+      constexpr double kMaxSafe = 9007199254740991.0;  // Number.MAX_SAFE_INTEGER: beyond it, not a count
+      if (!(v >= min && v <= kMaxSafe && v == double(int64_t(v))))  // NaN fails the first test, before the cast
         throw Napi::RangeError::New(env, std::string("options.") + k + " must be a whole number of at least " +
                                              std::to_string(int64_t(min)) + ", got " + Napi::Value(opts.Get(k)).ToString().Utf8Value());
       return v;
