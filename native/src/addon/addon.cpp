@@ -43,21 +43,17 @@ Napi::Value LoadModel(const Napi::CallbackInfo& info) {
   LoadOptions o;
   if (info.Length() > 1 && info[1].IsObject()) {
     Napi::Object opts = info[1].As<Napi::Object>();
-    auto num = [&](const char* k, double def) {
-      Napi::Value v = opts.Get(k);
-      if (v.IsUndefined()) return def;
-      if (!v.IsNumber()) throw Napi::TypeError::New(env, std::string("options.") + k + " must be a number");
-      return v.As<Napi::Number>().DoubleValue();
-    };
     // A count: a whole number at least `min` (undefined keeps the default). A negative KV budget used to fall back to
     // the default share silently (a JS `2 << 30` overflows to -2^31): say so instead.
     auto count = [&](const char* k, double def, double min) {
-      if (opts.Get(k).IsUndefined()) return def;
-      const double v = num(k, def);
+      Napi::Value given = opts.Get(k);
+      if (given.IsUndefined()) return def;
+      if (!given.IsNumber()) throw Napi::TypeError::New(env, std::string("options.") + k + " must be a number");
+      const double v = given.As<Napi::Number>().DoubleValue();
       constexpr double kMaxSafe = 9007199254740991.0;  // Number.MAX_SAFE_INTEGER: beyond it, not a count
       if (!(v >= min && v <= kMaxSafe && v == double(int64_t(v))))  // NaN fails the first test, before the cast
         throw Napi::RangeError::New(env, std::string("options.") + k + " must be a whole number of at least " +
-                                             std::to_string(int64_t(min)) + ", got " + Napi::Value(opts.Get(k)).ToString().Utf8Value());
+                                             std::to_string(int64_t(min)) + ", got " + given.ToString().Utf8Value());
       return v;
     };
     o.threads = int(count("threads", 0, 0));
