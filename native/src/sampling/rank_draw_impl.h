@@ -7,9 +7,12 @@
 // sorted order and equal logits share a bin. The CUDA sampler's cluster path bins the same way.
 constexpr int kDistBins = 2048;
 constexpr float kBinsPerUnit = 64.0f;
-constexpr float kDistMax = float(kDistBins) / kBinsPerUnit;
 constexpr uint16_t kNoBin = kDistBins + 1;  // a masked or NaN logit's bin: past every select, its weight 0
 constexpr int64_t kScanBlock = 64;  // tokens per block when collecting one bin's entries, and of build's passes
+
+// fixed_weight(w) where w passes min-p's floor, else 0: a mask, not a select, which compilers turn into a branch
+// that mispredicts on about every other token of a row.
+uint64_t fixed_over(float w, float min_p) { return fixed_weight(w) & (uint64_t(0) - uint64_t(w >= min_p)); }
 
 struct Entry {
   float logit;
@@ -99,7 +102,7 @@ struct Bins {
   }
 
   uint64_t fixed(int32_t id) const { return fixed_weight(w[id]); }
-  uint64_t fixed_mp(int32_t id) const { return w[id] >= min_p ? fixed_weight(w[id]) : 0; }
+  uint64_t fixed_mp(int32_t id) const { return fixed_over(w[id], min_p); }
 
   // The bins, per block of kScanBlock tokens: first branch-free, so the compiler vectorizes it (d < 32 exactly
   // when d · 64 < 2048, a power-of-two scale; a masked or NaN logit, not > -inf, gets kNoBin), then the block's
@@ -121,8 +124,7 @@ struct Bins {
       if (counts)
         for (int64_t j = 0; j < n; ++j) ++count[b[j]];
       if (min_p > 0.0f)
-        for (int64_t j = 0; j < n; ++j)  // a mask, not a select: the compiler branches on a select, which mispredicts
-          mass_mp[b[j]] += fixed_weight(wt[j]) & (uint64_t(0) - uint64_t(wt[j] >= min_p));
+        for (int64_t j = 0; j < n; ++j) mass_mp[b[j]] += fixed_over(wt[j], min_p);
     }
     if (counts)
       for (int b = 0; b <= kDistBins; ++b) n_valid += count[size_t(b)];
@@ -214,7 +216,7 @@ struct Bins {
 int32_t rank_draw_impl(const float* logits, const float* w, int64_t vocab, float inv_t, float mx_t, const SampleParams& p, double u) {
   if (p.top_k == 0 && p.top_p >= 1.0f) {
     // No truncation by rank: the candidates in id order, min-p as a weight floor (the top weight is 1).
-    const auto wt = [&](int64_t i) { return w[i] >= p.min_p ? fixed_weight(w[i]) : 0; };
+    const auto wt = [&](int64_t i) { return fixed_over(w[i], p.min_p); };
     uint64_t total = 0;
     for (int64_t i = 0; i < vocab; ++i) total += wt(i);
     if (total == 0) return -1;
