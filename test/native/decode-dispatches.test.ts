@@ -52,7 +52,7 @@ describe('decode pool dispatches (random Qwen2.5-0.5B-wide checkpoint, 2 layers)
       }
     };
     const fast = await run('fast');
-    // Built at load, so no step pays for a copy (the AVX-512 VNNI 4-bit copies: cpu/gemv_interleaved.h).
+    // Built at load, so no step pays for a copy (the 4-bit copies of avx512-vnni and avx2: cpu/gemv_interleaved.h).
     expect(fast.dispatches).toEqual(Array(4).fill(SHAPE.layers * 5 + 1));
     // Exact precision runs q, k, v, gate and up as separate dispatches; one row's GLU is too small to split.
     const exact = await run('exact');
@@ -68,7 +68,7 @@ describe('decode pool dispatches (random Qwen2.5-0.5B-wide checkpoint, 2 layers)
     }
   }, 120_000);
 
-  // 16 sequences decoding together: with the interleaved GEMM (4-bit, avx512-vnni) q/k/v and gate/up+GLU
+  // 16 sequences decoding together: with the interleaved GEMM (4-bit, avx512-vnni and avx2) q/k/v and gate/up+GLU
   // stay one pass each, as at batch 1 (plus one for down's activation quantization, 16 x 4864 values, split
   // over the pool): 6 per layer against exact's 9 (and the row-major GEMM's separate passes, 10).
   it('4-bit at 16 sequences: q/k/v and gate/up fused where the interleaved GEMM runs', async () => {
@@ -93,7 +93,7 @@ describe('decode pool dispatches (random Qwen2.5-0.5B-wide checkpoint, 2 layers)
         model.close();
       }
     };
-    const fused = addon().systemInfo().kernel === 'avx512-vnni';
+    const fused = ['avx512-vnni', 'avx2'].includes(addon().systemInfo().kernel);
     expect(await run('fast')).toEqual(Array(3).fill(SHAPE.layers * (fused ? 6 : 10) + 1));
     expect(await run('exact')).toEqual(Array(3).fill(SHAPE.layers * 9 + 1));
   }, 120_000);

@@ -1,9 +1,9 @@
 // The CPU Fast matmuls' own copy of an MLX affine 4-bit weight: rows interleaved in blocks of 16, so one
-// 512-bit load feeds the int8 dot products of 16 rows (vpdpbusd, one int32 lane per row) with no
-// horizontal sums, and codes, scales and biases of a block arrive as one sequential stream. The batch-1
-// GEMV (gemv_interleaved_x86_impl.h) and the batched GEMM (gemm_interleaved_x86_impl.h) both read it, so
-// on a family that has both (x86 AVX-512 VNNI) it is built at CPU load and the checkpoint's row-major
-// pages are dropped; never for CUDA runs. RAPID_INTERLEAVED_GEMV=0 keeps the row-major kernels
+// 512-bit load (two 256-bit ones on AVX2) feeds the int8 dot products of 16 rows (one int32 lane per row)
+// with no horizontal sums, and codes, scales and biases of a block arrive as one sequential stream. The
+// batch-1 GEMV and the batched GEMM of each family that has them (AVX-512 VNNI:
+// gemv_interleaved_x86_impl.h and gemm_interleaved_x86_impl.h; AVX2: interleaved_avx2_impl.h) both read
+// it, so there it is built at CPU load and the checkpoint's row-major pages are dropped; never for CUDA. RAPID_INTERLEAVED_GEMV=0 keeps the row-major kernels
 // (docs/performance.md). Both kernels give bit-identical results to the row-major kernels.
 #pragma once
 #include <cstddef>

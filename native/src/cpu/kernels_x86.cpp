@@ -1,7 +1,8 @@
 // x86-64 kernels, selected at run time by cpuid (cpu/matmul.cpp); the addon itself is built for
 // generic x86-64, so it still loads on CPUs without AVX2 or AVX-512. One body (kernels_x86_impl.h),
 // compiled twice: AVX2 + FMA + F16C (Haswell / Zen and newer) and AVX-512 F/BW/VL + VNNI (Ice Lake /
-// Sapphire Rapids / Zen4 and newer), whose int8 Fast path uses vpdpbusd. All of it has internal
+// Sapphire Rapids / Zen4 and newer), whose int8 Fast path uses vpdpbusd. Each family adds its own
+// kernels over the interleaved 4-bit copies (cpu/gemv_interleaved.h). All of it has internal
 // linkage and every header is included outside the target regions, so no AVX2 or AVX-512 code can
 // reach a function shared with other translation units (COMDAT).
 #if defined(__x86_64__)
@@ -31,6 +32,7 @@ namespace rapid::kern::x86_avx2 {
 namespace {
 constexpr bool kVnni = false;
 #include "cpu/kernels_x86_impl.h"
+#include "cpu/interleaved_avx2_impl.h"
 }  // namespace
 }  // namespace rapid::kern::x86_avx2
 #if defined(__clang__)
@@ -69,7 +71,8 @@ namespace rapid::kern {
 
 const Kernels& avx2_kernels() {
   using namespace x86_avx2;
-  static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum, nullptr, nullptr, nullptr};
+  static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum,
+                         nullptr, gemv4_interleaved, gemm4_interleaved};
   return k;
 }
 

@@ -1,0 +1,260 @@
+// Batch-1 GEMV and batched GEMM of a 4-bit affine weight over its interleaved copy (cpu/gemv_interleaved.h),
+// AVX2 without VNNI. Included by cpu/kernels_x86.cpp inside its AVX2 target region only (no include guard;
+// expects <immintrin.h>, cpu/kernels.h and cpu/gemv_interleaved.h).
+//
+// A 64-byte line of the copy (one code dword of the block's 16 rows) is two ymm, rows 0-7 and 8-15, one
+// int32 lane per row, so no horizontal sums (gemv4_h spends three vphaddw per 4 rows and unit). vpmaddubsw
+// multiplies the unsigned nibbles by the broadcast activation dword into int16 pairs; they are summed in
+// int16 over a (unit, half) — at most 16 products of |15 x 128| = 30720 per lane: no saturation, no wrap,
+// as in gemv4_h — and vpmaddwd adds each pair into int32. Those are the exact integers of every kernel
+// (g64/g128: elements [0, 32) and [32, 64) of the unit; g32: evens and odds), and the f32 part is theirs
+// (s·d products, FMA order: units, then biases by group into the first half; lo + hi last), so results are
+// bit-identical to the row kernels, the AVX-512 family and any batch size.
+
+// Bytes ahead of its stream that the GEMV prefetches (off with RAPID_PREFETCH_ROWS=0). Zen3, 24
+// DRAM-resident 0.5B-shaped layers (kt streambench): 14 -> 19-21 GB/s at one thread, 21 -> 30-33 at two,
+// the read probe's rate; 1-3 KB ahead gained less, 6-8 KB less again.
+constexpr size_t kIl2PrefetchBytes = 4096;
+
+// Rows per ymm: a 16-row block is two halves.
+constexpr int kIl2Rows = 8;
+
+// 8 scales or biases of one (block, group, half) as f32.
+inline __m256 il2_load8(const uint8_t* p, DType t) {
+  if (t == DType::BF16)
+    return _mm256_castsi256_ps(
+        _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  if (t == DType::F16) return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+}
+
+inline __m256i il2_bcast(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+// Lanes [lo, hi) of v into y[0..8) (a full half is a plain store: vmaskmovps is slow on AMD).
+inline void il2_store(float* y, int lo, int hi, __m256 v) {
+  if (lo == 0 && hi == kIl2Rows) {
+    _mm256_storeu_ps(y, v);
+    return;
+  }
+  const __m256i idx = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i m = _mm256_and_si256(_mm256_cmpgt_epi32(idx, _mm256_set1_epi32(lo - 1)),
+                                     _mm256_cmpgt_epi32(_mm256_set1_epi32(hi), idx));
+  _mm256_maskstore_ps(y, m, v);
+}
+
+// int16 pair sums of code dwords [J0, J1) of 8 rows (c: the unit's first line + the half's 32 bytes): low
+// nibbles against the unit's evens (xe), high nibbles against its odds (xo), into a (LO) and b (HI).
+template <int J0, int J1, bool SPLIT>
+inline void il2_sums(const uint8_t* c, const int8_t* xe, const int8_t* xo, __m256i& a, __m256i& b) {
+  const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
+  for (int j = J0; j < J1; ++j) {
+    const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(c + j * 64));
+    const __m256i pe = _mm256_maddubs_epi16(_mm256_and_si256(v, m4), il2_bcast(xe + 4 * j));
+    const __m256i po = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), m4), il2_bcast(xo + 4 * j));
+    if constexpr (SPLIT) {
+      a = _mm256_add_epi16(a, pe);
+      b = _mm256_add_epi16(b, po);
+    } else {
+      a = _mm256_add_epi16(a, _mm256_add_epi16(pe, po));
+    }
+  }
+}
+
+// Exact int32 sums of one unit for the 8 rows of c: lo = half 0, hi = half 1.
+template <int UNIT>
+inline void il2_unit(const uint8_t* c, const int8_t* x, __m256i& lo, __m256i& hi) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i a = _mm256_setzero_si256(), b = _mm256_setzero_si256();
+  if constexpr (UNIT == 64) {  // dwords 0-3: elements 0..31 (half 0), 4-7: 32..63
+    il2_sums<0, 4, false>(c, x, x + 32, a, b);
+    il2_sums<4, 8, false>(c, x, x + 32, b, a);
+  } else {  // the evens are half 0, the odds half 1
+    il2_sums<0, 4, true>(c, x, x + 16, a, b);
+  }
+  lo = _mm256_madd_epi16(a, ones);
+  hi = _mm256_madd_epi16(b, ones);
+}
+
+// y[r] for r in [r0, r1): both halves of a block in one pass over its lines, biases chained after its units.
+template <int UNIT, int UPG>
+void gemv4_il2(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  const int64_t ng = L.in / L.group;
+  const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
+  const size_t bias_at = L.code_bytes + size_t(kInterleaveRows) * es;  // in a group
+  const bool pf = g_prefetch_rows > 0;
+  for (int64_t b = r0 / kInterleaveRows; b * kInterleaveRows < r1; ++b) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    __m256 flo[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()}, fhi[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    int64_t u = 0;
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+      if (pf)  // a prefetch never faults: past the copy's end it is dropped
+        for (size_t l = 0; l < L.group_bytes; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(gp) + kIl2PrefetchBytes + l), _MM_HINT_T0);
+      const __m256 s[2] = {il2_load8(gp + L.code_bytes, L.dtype), il2_load8(gp + L.code_bytes + half_sb, L.dtype)};
+      for (int h = 0; h < UPG; ++h, ++u) {
+        const __m256 d = _mm256_set1_ps(xq.d[u]);
+#pragma GCC unroll 2
+        for (int r = 0; r < 2; ++r) {
+          __m256i lo, hi;
+          il2_unit<UNIT>(gp + size_t(h) * UNIT * 8 + r * 32, xq.q + u * UNIT, lo, hi);
+          const __m256 m = _mm256_mul_ps(s[r], d);
+          flo[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(lo), m, flo[r]);
+          fhi[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(hi), m, fhi[r]);
+        }
+      }
+    }
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* bp = blk + size_t(g) * L.group_bytes + bias_at;
+      const __m256 sx = _mm256_set1_ps(xq.sx[g]);
+      flo[0] = _mm256_fmadd_ps(il2_load8(bp, L.dtype), sx, flo[0]);
+      flo[1] = _mm256_fmadd_ps(il2_load8(bp + half_sb, L.dtype), sx, flo[1]);
+    }
+    const int64_t base = b * kInterleaveRows;
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h0 = base + r * kIl2Rows;
+      const int lo = r0 > h0 ? int(std::min<int64_t>(r0 - h0, kIl2Rows)) : 0;
+      const int hi = int(std::clamp<int64_t>(r1 - h0, 0, kIl2Rows));
+      if (lo < hi) il2_store(y + h0, lo, hi, _mm256_add_ps(flo[r], fhi[r]));
+    }
+  }
+}
+
+void gemv4_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  if (L.group == 32) gemv4_il2<32, 1>(L, xq, r0, r1, y);
+  else if (L.group == 64) gemv4_il2<64, 1>(L, xq, r0, r1, y);
+  else gemv4_il2<64, 2>(L, xq, r0, r1, y);
+}
+
+// Activation rows per register tile of the GEMM: per row one int16 sum and two f32 accumulators.
+constexpr int kIl2Cols = 4;
+// Blocks ahead that a block's first tile prefetches into L2 (as the AVX-512 GEMM's kIlPrefetchBlocks).
+constexpr int64_t kIl2PrefetchBlocks = 2;
+
+// Half r (rows 8r..8r+8) of block `blk` · activation rows c0..c0 + C into y[(c0 + c) * ldy + 8r + i], y
+// pointing at the block's first output row, lanes [lo, hi) only. pf: a later block, prefetched meanwhile.
+template <int UNIT, int UPG, int C>
+void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const XQuant& xq, int64_t c0, const uint8_t* pf,
+                    float* y, int64_t ldy, int lo, int hi) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t ng = L.in / L.group;
+  const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
+  const int8_t* xr[C];  // [C] activation rows (permuted int8, xq.q)
+  const float* dr[C];   // [C] their block scales
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    xr[c] = xq.q + (c0 + c) * L.in;
+    dr[c] = xq.d + (c0 + c) * xq.nblk;
+  }
+  __m256 flo[C], fhi[C];
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) flo[c] = fhi[c] = _mm256_setzero_ps();
+  int64_t u = 0;
+  for (int64_t g = 0; g < ng; ++g) {
+    const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+    if (pf != nullptr)
+      for (size_t l = 0; l < L.group_bytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(g) * L.group_bytes + l), _MM_HINT_T1);
+    const __m256 s = il2_load8(gp + L.code_bytes + size_t(r) * half_sb, L.dtype);
+    for (int h = 0; h < UPG; ++h, ++u) {
+      const uint8_t* cu = gp + size_t(h) * UNIT * 8 + r * 32;
+      if constexpr (UNIT == 64) {
+        // Half 0 (dwords 0-3) into flo, then half 1 (4-7) into fhi: one int16 sum per row live at a time.
+#pragma GCC unroll 2
+        for (int k = 0; k < 2; ++k) {
+          __m256i a[C];
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) a[c] = _mm256_setzero_si256();
+          const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+          for (int j = 4 * k; j < 4 * k + 4; ++j) {
+            const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(cu + j * 64));
+            const __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+            for (int c = 0; c < C; ++c) {
+              const int8_t* x = xr[c] + u * UNIT;
+              a[c] = _mm256_add_epi16(a[c], _mm256_add_epi16(_mm256_maddubs_epi16(vl, il2_bcast(x + 4 * j)),
+                                                             _mm256_maddubs_epi16(vh, il2_bcast(x + 32 + 4 * j))));
+            }
+          }
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(dr[c][u]));
+            __m256& f = k == 0 ? flo[c] : fhi[c];
+            f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a[c], ones)), m, f);
+          }
+        }
+      } else {
+        __m256i a[C], b[C];
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) a[c] = b[c] = _mm256_setzero_si256();
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; ++j) {
+          const __m256i v = _mm256_load_si256(reinterpret_cast<const __m256i*>(cu + j * 64));
+          const __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const int8_t* x = xr[c] + u * UNIT;
+            a[c] = _mm256_add_epi16(a[c], _mm256_maddubs_epi16(vl, il2_bcast(x + 4 * j)));
+            b[c] = _mm256_add_epi16(b[c], _mm256_maddubs_epi16(vh, il2_bcast(x + 16 + 4 * j)));
+          }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(dr[c][u]));
+          flo[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a[c], ones)), m, flo[c]);
+          fhi[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(b[c], ones)), m, fhi[c]);
+        }
+      }
+    }
+  }
+  const size_t bias_at = L.code_bytes + size_t(kInterleaveRows) * es + size_t(r) * half_sb;  // in a group
+  for (int64_t g = 0; g < ng; ++g) {
+    const __m256 bv = il2_load8(blk + size_t(g) * L.group_bytes + bias_at, L.dtype);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) flo[c] = _mm256_fmadd_ps(bv, _mm256_set1_ps(xq.sx[(c0 + c) * xq.ngp + g]), flo[c]);
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) il2_store(y + (c0 + c) * ldy + r * kIl2Rows, lo, hi, _mm256_add_ps(flo[c], fhi[c]));
+}
+
+// y[c * ldy + r] for r in [r0, r1) and c in [0, n): each half of each 16-row block swept over the
+// activation rows kIl2Cols at a time.
+template <int UNIT, int UPG>
+void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  using TileFn = void (*)(const InterleavedRows&, const uint8_t*, int, const XQuant&, int64_t, const uint8_t*, float*,
+                          int64_t, int, int);
+  static const auto fns = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<TileFn, kIl2Cols>{gemm4_il2_tile<UNIT, UPG, I + 1>...};
+  }(std::make_integer_sequence<int, kIl2Cols>{});
+  const int64_t b_end = (r1 + kInterleaveRows - 1) / kInterleaveRows;
+  for (int64_t b = r0 / kInterleaveRows; b < b_end; ++b) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    const int64_t base = b * kInterleaveRows;
+    const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
+    for (int r = 0; r < 2; ++r) {
+      const int64_t h0 = base + r * kIl2Rows;
+      const int lo = r0 > h0 ? int(std::min<int64_t>(r0 - h0, kIl2Rows)) : 0;
+      const int hi = int(std::clamp<int64_t>(r1 - h0, 0, kIl2Rows));
+      if (lo >= hi) continue;
+      for (int64_t c0 = 0; c0 < n; c0 += kIl2Cols) {
+        const int C = n - c0 < kIl2Cols ? int(n - c0) : kIl2Cols;
+        fns[size_t(C - 1)](L, blk, r, xq, c0, pf, y + base, ldy, lo, hi);
+        pf = nullptr;  // the first tile of the block only
+      }
+    }
+  }
+}
+
+void gemm4_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
+                       int64_t ldy) {
+  if (L.group == 32) gemm4_il2<32, 1>(L, xq, n, r0, r1, y, ldy);
+  else if (L.group == 64) gemm4_il2<64, 1>(L, xq, n, r0, r1, y, ldy);
+  else gemm4_il2<64, 2>(L, xq, n, r0, r1, y, ldy);
+}
