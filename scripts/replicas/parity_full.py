@@ -1055,13 +1055,20 @@ def logit_err(want: np.ndarray, have: np.ndarray) -> float:
     return float(np.abs(want - have).max()) / max(1.0, float(np.abs(want).max()))
 
 
-def compare(out: str, device: str) -> dict:
+def compare(out: str, device: str, cases: str | None = None) -> dict:
+    """cases: the comma list a --cases run was limited to; any other missing case fails the comparison."""
+    only = set(cases.split(",")) if cases else None
     ref = json.load(open(os.path.join(out, "reference.json")))
     got = json.load(open(os.path.join(out, f"rapid-{device}.json")))
     rows, ok = [], True
     for c in ref["cases"]:
         g = got["cases"].get(c["name"])
-        if g is None:  # not run (--cases)
+        if g is None:
+            if only is not None and c["name"] not in only:
+                continue  # not asked for (--cases)
+            ok = False
+            rows.append({"case": c["name"], "tokens": len(c["input_ids"]), "logit_err": float("inf"),
+                         "greedy_equal": False, "error": "rapid did not run this case"})
             continue
         if ref.get("pooling"):  # embeddings: the pooled vector, same relative measure; no tokens to compare
             err = logit_err(read_f32(os.path.join(out, c["hidden"])), read_f32(os.path.join(out, g["hidden"])))
@@ -1131,7 +1138,7 @@ def run_step(args, step: str, fam, cfg: dict, proc: dict, model_dir: str, out: s
         subprocess.run(cmd, check=True)
         return {}
     if step == "compare":
-        return compare(out, args.device)
+        return compare(out, args.device, args.cases)
     raise SystemExit(f"unknown step {step}")
 
 
@@ -1226,7 +1233,7 @@ def main() -> None:
         if "failed" in timings[f"rapid-{d}"]:
             report["devices"][d] = {"ok": False, "error": "the rapid step failed (see its output)"}
         else:
-            report["devices"][d] = compare(out, d)
+            report["devices"][d] = compare(out, d, args.cases)
     report["ok"] = all(r["ok"] for r in report["devices"].values())
     with open(os.path.join(out, "report.json"), "w") as f:
         json.dump(report, f, indent=1)

@@ -3,8 +3,9 @@
 // with no horizontal sums, and codes, scales and biases of a block arrive as one sequential stream. The
 // batch-1 GEMV and the batched GEMM of each family that has them (AVX-512 VNNI:
 // gemv_interleaved_x86_impl.h and gemm_interleaved_x86_impl.h; AVX2: interleaved_avx2_impl.h) both read
-// it, so there it is built at CPU load and the checkpoint's row-major pages are dropped; never for CUDA. RAPID_INTERLEAVED_GEMV=0 keeps the row-major kernels
-// (docs/performance.md). Both kernels give bit-identical results to the row-major kernels.
+// it, so there it is built at CPU load and the checkpoint's row-major pages are dropped; never for CUDA.
+// RAPID_INTERLEAVED_GEMV=0 keeps the row-major kernels (docs/performance.md). Both kernels give
+// bit-identical results to the row-major kernels.
 #pragma once
 #include <cstddef>
 #include <cstdint>
