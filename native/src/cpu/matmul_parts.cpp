@@ -98,7 +98,8 @@ std::string decode_matmul_description() {
   const int pf = kern::g_prefetch_rows;
   const bool il = detail::active_kernels().gemv4_interleaved != nullptr && interleaved_gemv_enabled();
   return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
-         (pf > 0 ? "prefetch " + std::to_string(pf) + " rows ahead" : std::string("no software prefetch")) +
+         (pf > 0 ? "row-major GEMVs prefetch " + std::to_string(pf) + " rows ahead"
+                 : std::string("no software prefetch")) +
          (il ? ", 4-bit GEMV and batched GEMM on 16-row interleaved copies" : "");
 }
 
