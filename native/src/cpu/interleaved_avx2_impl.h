@@ -46,6 +46,14 @@ inline void il2_store(float* y, int lo, int hi, __m256 v) {
   _mm256_maskstore_ps(y, m, v);
 }
 
+// The lanes [lo, hi) of the 8-row half starting at output row h0 that fall in [r0, r1) (lo >= hi: none).
+struct Il2Lanes {
+  int lo, hi;
+};
+inline Il2Lanes il2_lanes(int64_t h0, int64_t r0, int64_t r1) {
+  return {int(std::clamp<int64_t>(r0 - h0, 0, kIl2Rows)), int(std::clamp<int64_t>(r1 - h0, 0, kIl2Rows))};
+}
+
 // int16 pair sums of code dwords [J0, J1) of 8 rows (c: the unit's first line + the half's 32 bytes): low
 // nibbles against the unit's evens (xe), high nibbles against its odds (xo), into a (LO) and b (HI).
 template <int J0, int J1, bool SPLIT>
@@ -118,9 +126,8 @@ void gemv4_il2(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r
     const int64_t base = b * kInterleaveRows;
     for (int r = 0; r < 2; ++r) {
       const int64_t h0 = base + r * kIl2Rows;
-      const int lo = r0 > h0 ? int(std::min<int64_t>(r0 - h0, kIl2Rows)) : 0;
-      const int hi = int(std::clamp<int64_t>(r1 - h0, 0, kIl2Rows));
-      if (lo < hi) il2_store(y + h0, lo, hi, _mm256_add_ps(flo[r], fhi[r]));
+      const Il2Lanes l = il2_lanes(h0, r0, r1);
+      if (l.lo < l.hi) il2_store(y + h0, l.lo, l.hi, _mm256_add_ps(flo[r], fhi[r]));
     }
   }
 }
@@ -239,13 +246,11 @@ void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0
     const int64_t base = b * kInterleaveRows;
     const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
     for (int r = 0; r < 2; ++r) {
-      const int64_t h0 = base + r * kIl2Rows;
-      const int lo = r0 > h0 ? int(std::min<int64_t>(r0 - h0, kIl2Rows)) : 0;
-      const int hi = int(std::clamp<int64_t>(r1 - h0, 0, kIl2Rows));
-      if (lo >= hi) continue;
+      const Il2Lanes l = il2_lanes(base + r * kIl2Rows, r0, r1);
+      if (l.lo >= l.hi) continue;
       for (int64_t c0 = 0; c0 < n; c0 += kIl2Cols) {
         const int C = n - c0 < kIl2Cols ? int(n - c0) : kIl2Cols;
-        fns[size_t(C - 1)](L, blk, r, xq, c0, pf, y + base, ldy, lo, hi);
+        fns[size_t(C - 1)](L, blk, r, xq, c0, pf, y + base, ldy, l.lo, l.hi);
         pf = nullptr;  // the first tile of the block only
       }
     }
