@@ -1,7 +1,8 @@
 // Op test of the CUDA MoE block (cuda/moe.*) against layers/moe.cpp (the CPU reference, Exact) on random weights:
 // expert formats affine 4-bit g64 and g32, 8-bit g64, dense bf16 (router 8-bit for the affine cases, bf16 for the
-// dense one); T = 1, 7, 64, 300 tokens; E = 8 and 128 experts, top-2 and top-8. Per case: the routing (a differing
-// choice must be a near-tie of the CPU's probabilities), the weights, the block output h += moe(x); then bitwise batch
+// dense one); T = 1, 7, 64, 300 tokens; E = 8 and 128 experts, top-2 and top-8 (and 256 / 1024 experts, 4-bit g64:
+// the router's wider lanes). Per case: the routing (a differing choice must be a near-tie of the CPU's
+// probabilities), the weights, the block output h += moe(x); then bitwise batch
 // invariance (a row alone == the row in a batch of 64) and a replayed CUDA graph (== the eager launches).
 // Gemma 4's router (input RMSNorm without weight · input_scale · input_mult, per-expert scale on the weights), routed
 // on one input while the experts read another, out overwritten: 4-bit g64 and bf16 experts, E = 128 top-8 and E = 8
@@ -329,6 +330,9 @@ int main() {
     const std::vector<int64_t> Ts = {1, 7, 64, 300};
     for (Format f : {Format{4, 64}, Format{4, 32}, Format{8, 64}, Format{0, 0}})
       for (auto [E, k] : {std::pair<int64_t, int>{8, 2}, {128, 8}, {128, 2}, {8, 8}}) run_case(pool, E, k, f, Ts);
+    // Routers of 256 and 1024 experts take select_sort_kernel's wider lanes (8 and 32 experts a lane).
+    run_case(pool, 256, 8, Format{4, 64}, {1, 7, 64});
+    run_case(pool, 1024, 4, Format{4, 64}, {1, 64});
     for (Format f : {Format{4, 64}, Format{0, 0}}) invariance_and_graph(128, 8, f);
     // Gemma 4 26B-A4B: 128 experts, top-8 (scripts/replicas/configs/gemma-4-26b-a4b-4bit.json); the fixtures' E=4 top-2
     // shape is covered by cuda-checks.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/moe.h"
@@ -15,8 +16,10 @@ namespace {
 
 constexpr int kThreads = 256;             // every MoE kernel: 8 warps
 constexpr int kWarps = kThreads / 32;
-constexpr int kRowsPerBlock = kWarps;     // expert kernels: one output row per warp
-constexpr int kTokensPerPass = 4;         // rows of one expert a warp carries through one pass over a weight row
+// The sorted path's tiles: up to kTileSlots slots of one expert, kTileRows output rows per warp, so each dequantized
+// weight serves every slot of the tile and each x chunk kTileRows rows from registers (the f32 FMA, not L1, limits).
+constexpr int kTileSlots = 8;
+constexpr int kTileRows = 2;
 constexpr int kMaxExperts = 1024;         // the sort's scan: 32 experts per lane at most
 constexpr int kMaxTopK = 32;
 // Steps of at most this many tokens skip the sort: a block per (row tile, slot) reading the slot's expert id, and the
@@ -25,13 +28,16 @@ constexpr int64_t kSlotMajorTokens = 4;
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
-// A weight row reader: fmt 0/1/2 dense F32/F16/BF16, 4 or 8 MLX affine bits (scales/biases of dtype sdt).
+// A weight row reader: fmt 0/1/2 dense F32/F16/BF16, 4 or 8 MLX affine bits (scales/biases of dtype sdt). The
+// strides are precomputed: a 64-bit division per load (in / group) cost more than the load itself.
 struct WView {
   const void* data = nullptr;
   const void* scales = nullptr;
   const void* biases = nullptr;
   int64_t in = 0;
-  int fmt = 0, sdt = 0, group = 0;
+  int64_t row_elems = 0;   // a row's stride in data's units: elements (dense) or 32-bit code words (affine)
+  int64_t row_groups = 0;  // affine: in / group
+  int fmt = 0, sdt = 0, group_shift = 0;  // group = 1 << group_shift (32, 64 or 128)
 };
 
 WView view_of(const DevWeight& w) {
@@ -42,36 +48,45 @@ WView view_of(const DevWeight& w) {
   v.in = w.in;
   v.fmt = w.kind == WeightKind::Dense ? int(w.dtype) : w.bits;
   v.sdt = int(w.dtype);
-  v.group = w.group;
+  v.row_elems = w.kind == WeightKind::Dense ? w.in : w.in * w.bits / 32;
+  if (w.kind != WeightKind::Dense) {
+    while ((1 << v.group_shift) < w.group) ++v.group_shift;
+    v.row_groups = w.in >> v.group_shift;
+  }
   return v;
 }
+
+// A code n < 2^23 as f32, exactly: 2^23 + n has n in its mantissa, so one OR and one subtraction replace the
+// int-to-float conversion (a quarter-rate instruction that bounded the expert kernels).
+__device__ __forceinline__ float code_value(uint32_t n) { return __fsub_rn(__uint_as_float(0x4B000000u | n), 8388608.0f); }
 
 // v[0..8) = W[row, c .. c+8) as f32 (c a multiple of 8; a group never splits 8 columns: group >= 32).
 __device__ __forceinline__ void load8(const WView& w, int64_t row, int64_t c, float (&v)[8]) {
   if (w.fmt == 4 || w.fmt == 8) {
-    const int64_t g = row * (w.in / w.group) + c / w.group;
+    const int64_t g = row * w.row_groups + (c >> w.group_shift);
     const float sc = load_elem(w.scales, g, w.sdt), bi = load_elem(w.biases, g, w.sdt);
+    const uint32_t* codes = static_cast<const uint32_t*>(w.data) + row * w.row_elems;
     if (w.fmt == 4) {
-      const uint32_t q = static_cast<const uint32_t*>(w.data)[row * (w.in / 8) + c / 8];
+      const uint32_t q = codes[c >> 3];
 #pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = fmaf(float((q >> (4 * i)) & 15u), sc, bi);
+      for (int i = 0; i < 8; ++i) v[i] = fmaf(code_value((q >> (4 * i)) & 15u), sc, bi);
     } else {
-      const uint2 q = *reinterpret_cast<const uint2*>(static_cast<const uint32_t*>(w.data) + row * (w.in / 4) + c / 4);
+      const uint2 q = *reinterpret_cast<const uint2*>(codes + (c >> 2));
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        v[i] = fmaf(float((q.x >> (8 * i)) & 255u), sc, bi);
-        v[4 + i] = fmaf(float((q.y >> (8 * i)) & 255u), sc, bi);
+        v[i] = fmaf(code_value((q.x >> (8 * i)) & 255u), sc, bi);
+        v[4 + i] = fmaf(code_value((q.y >> (8 * i)) & 255u), sc, bi);
       }
     }
     return;
   }
   if (w.fmt == 0) {
-    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + row * w.in + c);
+    const float4* p = reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + row * w.row_elems + c);
     const float4 a = p[0], b = p[1];
     v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
     return;
   }
-  const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + row * w.in + c);
+  const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + row * w.row_elems + c);
   const uint32_t u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
@@ -86,11 +101,19 @@ __device__ __forceinline__ void load8(const WView& w, int64_t row, int64_t c, fl
 }
 
 // acc += Σ_i v[i]·x[i] in i order.
-__device__ __forceinline__ float dot8(const float (&v)[8], const float* x, float acc) {
-  const float4 a = *reinterpret_cast<const float4*>(x), b = *reinterpret_cast<const float4*>(x + 4);
-  acc = fmaf(v[0], a.x, acc); acc = fmaf(v[1], a.y, acc); acc = fmaf(v[2], a.z, acc); acc = fmaf(v[3], a.w, acc);
-  acc = fmaf(v[4], b.x, acc); acc = fmaf(v[5], b.y, acc); acc = fmaf(v[6], b.z, acc); acc = fmaf(v[7], b.w, acc);
+__device__ __forceinline__ float dot8(const float (&v)[8], const float (&x)[8], float acc) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i) acc = fmaf(v[i], x[i], acc);
   return acc;
+}
+__device__ __forceinline__ void load_x8(const float* x, float (&v)[8]) {
+  const float4 a = *reinterpret_cast<const float4*>(x), b = *reinterpret_cast<const float4*>(x + 4);
+  v[0] = a.x; v[1] = a.y; v[2] = a.z; v[3] = a.w; v[4] = b.x; v[5] = b.y; v[6] = b.z; v[7] = b.w;
+}
+__device__ __forceinline__ float dot8(const float (&v)[8], const float* x, float acc) {
+  float xv[8];
+  load_x8(x, xv);
+  return dot8(v, xv, acc);
 }
 
 // Gemma 4's router input, block t: y[t] = x[t] · inv · scale · mult elementwise in that order (moe_route's),
@@ -125,6 +148,7 @@ __global__ void router_logits_kernel(WView r, const float* __restrict__ x, int64
   if (e >= E) return;
   const float* xr = x + t * r.in;  // [hidden]
   float acc = 0.0f;
+#pragma unroll 4
   for (int64_t c = int64_t(lane) * 8; c < r.in; c += 256) {
     float v[8];
     load8(r, e, c, v);
@@ -134,95 +158,116 @@ __global__ void router_logits_kernel(WView r, const float* __restrict__ x, int64
   if (lane == 0) logits[t * E + e] = acc;
 }
 
-// One warp routes token t: softmax of its logits row (turned into probabilities in place), then top-k by repeated
-// best (larger probability, then lower id: moe_route's order) and the weights, renormalized over the k in j order,
-// then times expert_scale[idx] (Gemma 4's per-expert scale; null: none).
-__device__ void route_token(float* __restrict__ prob, int64_t E, int k, bool renormalize,
+// One warp routes token t: softmax of its logits row, then top-k by repeated best (larger probability, then lower id:
+// moe_route's order) and the weights, renormalized over the k in j order, then times expert_scale[idx] (Gemma 4's
+// per-expert scale; null: none). Lane l holds experts l, l + 32, ... (E <= 32·kPerLane) in registers with a taken bit
+// each, so the k rounds read no memory.
+template <int kPerLane>
+__device__ void route_token(const float* __restrict__ logits, int64_t E, int k, bool renormalize,
                             const float* __restrict__ expert_scale, int32_t* __restrict__ idx, float* __restrict__ w) {
   const int lane = threadIdx.x % 32;
+  float p[kPerLane];
   float mx = -INFINITY;
-  for (int64_t e = lane; e < E; e += 32) mx = fmaxf(mx, prob[e]);
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) {
+    const int64_t e = lane + 32 * i;
+    p[i] = e < E ? logits[e] : -INFINITY;
+    mx = fmaxf(mx, p[i]);
+  }
   mx = warp_max(mx);
   float sum = 0.0f;
-  for (int64_t e = lane; e < E; e += 32) sum += (prob[e] = expf(prob[e] - mx));
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i)
+    if (lane + 32 * i < E) sum += (p[i] = expf(p[i] - mx));
   sum = warp_sum(sum);
-  for (int64_t e = lane; e < E; e += 32) prob[e] /= sum;
-  __syncwarp();
-  int32_t chosen[kMaxTopK];
-  float pick[kMaxTopK];
-  float top_sum = 0.0f;
-  for (int j = 0; j < k; ++j) {
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) p[i] /= sum;
+  uint32_t taken = 0;  // bit i: expert lane + 32·i chosen
+  float top_sum = 0.0f, my_p = 0.0f;
+  int32_t my_e = 0;
+#pragma unroll
+  for (int j = 0; j < kMaxTopK; ++j) {
+    if (j >= k) break;
     float bv = 0.0f;
     int32_t bi = -1;
-    for (int64_t e = lane; e < E; e += 32) {
-      bool taken = false;
-      for (int q = 0; q < j; ++q) taken |= chosen[q] == int32_t(e);
-      if (!taken && better_pair(prob[e], int32_t(e), bv, bi)) {
-        bv = prob[e];
-        bi = int32_t(e);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      const int32_t e = lane + 32 * i;
+      if (e < E && !((taken >> i) & 1u) && better_pair(p[i], e, bv, bi)) {
+        bv = p[i];
+        bi = e;
       }
     }
     warp_best(bv, bi);
-    chosen[j] = bi;
-    pick[j] = bv;
+    if (bi % 32 == lane) taken |= 1u << (bi / 32);
     top_sum += bv;
+    if (lane == j) {  // lane j keeps pick j (k <= 32)
+      my_p = bv;
+      my_e = bi;
+    }
   }
-  if (lane != 0) return;
-  for (int j = 0; j < k; ++j) {
-    idx[j] = chosen[j];
-    const float v = renormalize ? pick[j] / top_sum : pick[j];
-    w[j] = expert_scale ? __fmul_rn(v, expert_scale[chosen[j]]) : v;
-  }
+  if (lane >= k) return;
+  const float v = renormalize ? my_p / top_sum : my_p;
+  idx[lane] = my_e;
+  w[lane] = expert_scale ? __fmul_rn(v, expert_scale[my_e]) : v;
 }
 
-// One block of 1024 threads: each warp routes tokens (route_token over logits [T, E]: idx/w [T, k]), then the S = T·k
-// slots are sorted by expert (when order is not null). groups[0] = active experts n; groups[1 + 3g ..] = (expert,
-// first position in order, count) of the g-th active expert, in expert order; order[pos] = slot id. The order of
-// slots inside a group is not fixed (atomics): each slot's arithmetic does not depend on it.
-__global__ void select_sort_kernel(float* __restrict__ logits, int64_t T, int E, int k, bool renormalize,
-                                   const float* __restrict__ expert_scale, int32_t* __restrict__ idx,
-                                   float* __restrict__ w, int32_t* __restrict__ order, int32_t* __restrict__ groups) {
+// select_sort_kernel's block: 32 warps when a lane's experts fit few registers.
+template <int kPerLane>
+constexpr int select_threads() {
+  return kPerLane <= 8 ? 1024 : 256;
+}
+
+// One block of select_threads() threads: each warp routes tokens (route_token over logits [T, E]: idx/w [T, k]),
+// then the S = T·k slots are sorted by expert (when order is not null) and cut into tiles of at most kTileSlots slots
+// of one expert: tiles[0] = n; tiles[1 + 3g ..] = (expert, first position in order, count) of the g-th tile, in
+// expert order; order[pos] = slot id. The order of slots inside an expert is not fixed (atomics): no slot's
+// arithmetic depends on it.
+template <int kPerLane>
+__global__ void __launch_bounds__(select_threads<kPerLane>())
+    select_sort_kernel(const float* __restrict__ logits, int64_t T, int E, int k, bool renormalize,
+                       const float* __restrict__ expert_scale, int32_t* __restrict__ idx, float* __restrict__ w,
+                       int32_t* __restrict__ order, int32_t* __restrict__ tiles) {
   __shared__ int cnt[kMaxExperts], start[kMaxExperts];
   pdl_wait();
   pdl_trigger();
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   for (int64_t t = warp; t < T; t += warps)
-    route_token(logits + t * E, E, k, renormalize, expert_scale, idx + t * k, w + t * k);
+    route_token<kPerLane>(logits + t * E, E, k, renormalize, expert_scale, idx + t * k, w + t * k);
   __syncthreads();  // idx (global, written by this block) is visible to the whole block after the barrier
   if (!order) return;
   const int64_t S = T * k;
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) atomicAdd(&cnt[idx[i]], 1);
   __syncthreads();
   if (threadIdx.x < 32) {
-    // Lane l scans experts [l·per, (l+1)·per): counts and active flags, then a warp-wide exclusive scan.
+    // Lane l scans experts [l·per, (l+1)·per): slot and tile counts, then a warp-wide exclusive scan.
     const int lane = threadIdx.x, per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
-    int n_rows = 0, n_act = 0;
+    int n_rows = 0, n_tiles = 0;
     for (int e = e0; e < e1; ++e) {
       n_rows += cnt[e];
-      n_act += cnt[e] > 0;
+      n_tiles += (cnt[e] + kTileSlots - 1) / kTileSlots;
     }
-    int rows_before = n_rows, act_before = n_act;
+    int rows_before = n_rows, tiles_before = n_tiles;
     for (int o = 1; o < 32; o <<= 1) {
-      const int a = __shfl_up_sync(0xffffffffu, rows_before, o), b = __shfl_up_sync(0xffffffffu, act_before, o);
+      const int a = __shfl_up_sync(0xffffffffu, rows_before, o), b = __shfl_up_sync(0xffffffffu, tiles_before, o);
       if (lane >= o) {
         rows_before += a;
-        act_before += b;
+        tiles_before += b;
       }
     }
     rows_before -= n_rows;
-    act_before -= n_act;
+    tiles_before -= n_tiles;
     for (int e = e0; e < e1; ++e) {
       start[e] = rows_before;
-      if (cnt[e] > 0) {
-        groups[1 + 3 * act_before] = e;
-        groups[2 + 3 * act_before] = rows_before;
-        groups[3 + 3 * act_before] = cnt[e];
-        ++act_before;
+      for (int f = 0; f < cnt[e]; f += kTileSlots, ++tiles_before) {
+        tiles[1 + 3 * tiles_before] = e;
+        tiles[2 + 3 * tiles_before] = rows_before + f;
+        tiles[3 + 3 * tiles_before] = min(kTileSlots, cnt[e] - f);
       }
       rows_before += cnt[e];
     }
-    if (lane == 31) groups[0] = act_before;
+    if (lane == 31) tiles[0] = tiles_before;
   }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
@@ -231,88 +276,133 @@ __global__ void select_sort_kernel(float* __restrict__ logits, int64_t T, int E,
   }
 }
 
-// Block (x, y): output rows [x·8, x·8 + 8) (a warp each) of the y-th active expert, for every slot routed to it,
-// kTokensPerPass slots per pass over the row (kBySlot: of slot y's expert idx[y], for that slot alone).
-// GLU: out[slot, row] = act(x·G[row]) · (x·U[row]) with x the slot's token row of `x` (ldx = hidden); else
-// out[slot, row] = inter[slot]·D[row]. Each product is one lane-strided f32 FMA chain and a fixed shuffle tree: a
-// slot's value does not depend on the other slots.
-// Three blocks per SM: unbounded, the sorted gate/up took 128 registers (two blocks); 85 fit without spills.
-template <bool kGlu, bool kBySlot>
-__global__ void __launch_bounds__(kThreads, 3)
-    expert_rows_kernel(WView a, WView b, const float* __restrict__ x, int top_k, const int32_t* __restrict__ order,
-                       const int32_t* __restrict__ groups, const int32_t* __restrict__ idx, int64_t out_rows, int act,
-                       float* __restrict__ out) {
+// Every expert product below, out[slot, row] = x_slot · W[row], is one f32 chain per lane (lane l: columns
+// l·8 + 256·i .. + 8, i ascending, each weight dequantized as load8 does) summed by warp_sum's tree, whichever kernel
+// computes it and whatever shares its expert: a slot's bits depend neither on the batch nor on the step's path.
+
+// Steps of few tokens, gate/up: block (x, slot), a warp per output row r of [x·8, x·8 + 8):
+// inter[slot, r] = act(x_t·G_e[r]) · (x_t·U_e[r]), e = idx[slot], t = slot / top_k.
+__global__ void __launch_bounds__(kThreads)
+    slot_gate_up_kernel(WView g, WView u, const float* __restrict__ x, int top_k, const int32_t* __restrict__ idx,
+                        int64_t out_rows, int act, float* __restrict__ inter) {
   pdl_wait();
   pdl_trigger();
-  if (!kBySlot && int(blockIdx.y) >= groups[0]) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t row = int64_t(blockIdx.x) * kRowsPerBlock + warp;
+  const int64_t row = int64_t(blockIdx.x) * kWarps + warp;
   if (row >= out_rows) return;
-  const int32_t by_slot = int32_t(blockIdx.y);  // kBySlot: the block's one slot, as a one-entry `order`
-  const int e = kBySlot ? idx[blockIdx.y] : groups[1 + 3 * blockIdx.y];
-  const int first = kBySlot ? 0 : groups[2 + 3 * blockIdx.y], count = kBySlot ? 1 : groups[3 + 3 * blockIdx.y];
-  if (kBySlot) order = &by_slot;
-  const int64_t wrow = int64_t(e) * out_rows + row;  // the row in the stacked [E * out_rows, in] weights
+  const int64_t slot = blockIdx.y, wrow = int64_t(idx[slot]) * out_rows + row;  // row of the stacked [E·out, in]
+  const float* xr = x + (slot / top_k) * g.in;                                   // [in]
+  float ga = 0.0f, ua = 0.0f;
+#pragma unroll 4
+  for (int64_t c = int64_t(lane) * 8; c < g.in; c += 256) {
+    float wg[8], wu[8], xv[8];
+    load8(g, wrow, c, wg);
+    load8(u, wrow, c, wu);
+    load_x8(xr + c, xv);
+    ga = dot8(wg, xv, ga);
+    ua = dot8(wu, xv, ua);
+  }
+  ga = warp_sum(ga);
+  ua = warp_sum(ua);
+  if (lane == 0) inter[slot * out_rows + row] = __fmul_rn(glu_act(ga, act), ua);
+}
+
+// The sorted path: block (x, y) takes tile y (select_sort_kernel's: up to kTileSlots slots of one expert e) on output
+// rows [x·R·8, (x+1)·R·8), R = kTileRows per warp. GLU: out[slot, r] = act(x_t·A_e[r]) · (x_t·B_e[r]) with
+// t = slot / top_k; else out[slot, r] = x_slot·A_e[r] (x holds a row per slot).
+template <bool kGlu>
+__global__ void __launch_bounds__(kThreads, 2)
+    expert_tile_kernel(WView a, WView b, const float* __restrict__ x, int top_k, const int32_t* __restrict__ order,
+                       const int32_t* __restrict__ tiles, int64_t out_rows, int act, float* __restrict__ out) {
+  pdl_wait();
+  pdl_trigger();
+  if (int(blockIdx.y) >= tiles[0]) return;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t row0 = (int64_t(blockIdx.x) * kWarps + warp) * kTileRows;
+  if (row0 >= out_rows) return;
+  const int e = tiles[1 + 3 * blockIdx.y], first = tiles[2 + 3 * blockIdx.y], n = tiles[3 + 3 * blockIdx.y];
   const int64_t in = a.in;
-  for (int p0 = 0; p0 < count; p0 += kTokensPerPass) {
-    const int n = min(kTokensPerPass, count - p0);
-    int32_t slot[kTokensPerPass];
-    const float* xr[kTokensPerPass];
+  int32_t slot[kTileSlots];  // past n: the last slot again (never used)
+  int64_t xoff[kTileSlots];  // the slot's row of x
 #pragma unroll
-    for (int i = 0; i < kTokensPerPass; ++i) {
-      slot[i] = order[first + p0 + min(i, n - 1)];
-      xr[i] = kGlu ? x + int64_t(slot[i] / top_k) * in : x + int64_t(slot[i]) * in;
+  for (int i = 0; i < kTileSlots; ++i) {
+    slot[i] = order[first + min(i, n - 1)];
+    xoff[i] = int64_t(kGlu ? slot[i] / top_k : slot[i]) * in;
+  }
+  float ga[kTileRows][kTileSlots] = {}, ua[kTileRows][kTileSlots] = {};
+  for (int64_t c = int64_t(lane) * 8; c < in; c += 256) {
+    float wa[kTileRows][8], wb[kTileRows][8];  // the chunk's weights, dequantized once for every slot
+#pragma unroll
+    for (int r = 0; r < kTileRows; ++r) {
+      const int64_t wrow = int64_t(e) * out_rows + min(row0 + r, out_rows - 1);
+      load8(a, wrow, c, wa[r]);
+      if constexpr (kGlu) load8(b, wrow, c, wb[r]);
     }
-    float ga[kTokensPerPass] = {}, ua[kTokensPerPass] = {};
-#pragma unroll 2
-    for (int64_t c = int64_t(lane) * 8; c < in; c += 256) {
-      float wa[8];
-      load8(a, wrow, c, wa);
-      float wb[8];
-      if constexpr (kGlu) load8(b, wrow, c, wb);
 #pragma unroll
-      for (int i = 0; i < kTokensPerPass; ++i) {
-        if (i >= n) break;
-        ga[i] = dot8(wa, xr[i] + c, ga[i]);
-        if constexpr (kGlu) ua[i] = dot8(wb, xr[i] + c, ua[i]);
+    for (int i = 0; i < kTileSlots; ++i) {
+      if (i >= n) break;
+      float xv[8];
+      load_x8(x + xoff[i] + c, xv);
+#pragma unroll
+      for (int r = 0; r < kTileRows; ++r) {
+        ga[r][i] = dot8(wa[r], xv, ga[r][i]);
+        if constexpr (kGlu) ua[r][i] = dot8(wb[r], xv, ua[r][i]);
       }
     }
+  }
 #pragma unroll
-    for (int i = 0; i < kTokensPerPass; ++i) {
+  for (int r = 0; r < kTileRows; ++r) {
+    if (row0 + r >= out_rows) break;
+#pragma unroll
+    for (int i = 0; i < kTileSlots; ++i) {
       if (i >= n) break;
-      const float g = warp_sum(ga[i]);
+      const float v = warp_sum(ga[r][i]);
       if constexpr (kGlu) {
-        const float u = warp_sum(ua[i]);
-        if (lane == 0) out[int64_t(slot[i]) * out_rows + row] = __fmul_rn(glu_act(g, act), u);
+        const float w = warp_sum(ua[r][i]);
+        if (lane == 0) out[int64_t(slot[i]) * out_rows + row0 + r] = __fmul_rn(glu_act(v, act), w);
       } else {
-        if (lane == 0) out[int64_t(slot[i]) * out_rows + row] = g;
+        if (lane == 0) out[int64_t(slot[i]) * out_rows + row0 + r] = v;
       }
     }
   }
 }
 
-// Steps of few tokens: block (x, t), a warp per output row of token t: y_j = inter[t·k + j]·D_{idx}[row] exactly as
-// expert_rows_kernel<false> computes it, then h[t, row] (+)= Σ_j w_j·y_j as combine_kernel sums it.
-__global__ void down_combine_kernel(WView d, const float* __restrict__ inter, const int32_t* __restrict__ idx,
-                                    const float* __restrict__ w, int k, int64_t H, bool accumulate,
-                                    float* __restrict__ h) {
+// Steps of few tokens, down: block (x, t), a warp per output row of token t: y_j = inter[t·k + j]·D_{idx}[row] (the
+// chain above; four slots at a time for loads in flight), then h[t, row] (+)= Σ_j w_j·y_j as combine_kernel sums it.
+__global__ void __launch_bounds__(kThreads, 2)
+    down_combine_kernel(WView d, const float* __restrict__ inter, const int32_t* __restrict__ idx,
+                        const float* __restrict__ w, int k, int64_t H, bool accumulate, float* __restrict__ h) {
+  constexpr int kJ = 4;
   pdl_wait();
   pdl_trigger();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t t = blockIdx.y, row = int64_t(blockIdx.x) * kRowsPerBlock + warp;
+  const int64_t t = blockIdx.y, row = int64_t(blockIdx.x) * kWarps + warp;
   if (row >= H) return;
   float acc = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    const int64_t slot = t * k + j, wrow = int64_t(idx[slot]) * H + row;
-    const float* xr = inter + slot * d.in;
-    float g = 0.0f;
+  for (int j0 = 0; j0 < k; j0 += kJ) {
+    int64_t wrow[kJ];
+    const float* xr[kJ];
+#pragma unroll
+    for (int jj = 0; jj < kJ; ++jj) {  // past k: the last slot again (computed, never summed)
+      const int64_t slot = t * k + min(j0 + jj, k - 1);
+      wrow[jj] = int64_t(idx[slot]) * H + row;
+      xr[jj] = inter + slot * d.in;
+    }
+    float g[kJ] = {};
 #pragma unroll 2
     for (int64_t c = int64_t(lane) * 8; c < d.in; c += 256) {
-      float v[8];
-      load8(d, wrow, c, v);
-      g = dot8(v, xr + c, g);
+#pragma unroll
+      for (int jj = 0; jj < kJ; ++jj) {
+        float v[8];
+        load8(d, wrow[jj], c, v);
+        g[jj] = dot8(v, xr[jj] + c, g[jj]);
+      }
     }
-    acc = fmaf(w[slot], warp_sum(g), acc);
+#pragma unroll
+    for (int jj = 0; jj < kJ; ++jj) {
+      const float y = warp_sum(g[jj]);
+      if (j0 + jj < k) acc = fmaf(w[t * k + j0 + jj], y, acc);
+    }
   }
   if (lane == 0) h[t * H + row] = accumulate ? h[t * H + row] + acc : acc;
 }
@@ -329,16 +419,23 @@ __global__ void combine_kernel(const float* __restrict__ yo, const float* __rest
   h[t * H + i] = accumulate ? h[t * H + i] + acc : acc;
 }
 
+// The most tiles T tokens can sort into: an expert's c slots make ceil(c / kTileSlots) <= c / kTileSlots + 1 tiles,
+// over at most min(E, S) active experts (S = T·k slots), and never more than S.
+int64_t max_tiles(const DevMoe& m, int64_t T) {
+  const int64_t S = T * m.top_k;
+  return std::min(S, std::min<int64_t>(m.n_experts, S) + (S + kTileSlots - 1) / kTileSlots);
+}
+
 // Scratch offsets of moe_forward for T tokens.
 struct Layout {
-  size_t idx = 0, w = 0, order = 0, groups = 0, logits = 0, xin = 0, inter = 0, yo = 0, total = 0;
+  size_t idx = 0, w = 0, order = 0, tiles = 0, logits = 0, xin = 0, inter = 0, yo = 0, total = 0;
   Layout(const DevMoe& m, int64_t T) {
     const size_t S = size_t(T) * size_t(m.top_k);
     size_t o = 0;
     idx = o; o += align_up(S * 4);
     w = o; o += align_up(S * 4);
     order = o; o += align_up(S * 4);
-    groups = o; o += align_up(size_t(1 + 3 * m.n_experts) * 4);
+    tiles = o; o += align_up(size_t(1 + 3 * max_tiles(m, T)) * 4);
     logits = o; o += align_up(size_t(T) * size_t(m.n_experts) * 4);
     xin = o; o += m.input_rmsnorm ? align_up(size_t(T) * size_t(m.hidden) * 4) : 0;
     inter = o; o += align_up(S * size_t(m.ffn) * 4);
@@ -443,9 +540,9 @@ DevMoe upload_moe(const MoeRouter& r, const MoeExperts& ex, std::vector<void*>& 
 size_t moe_scratch_bytes(const DevMoe& m, int64_t tokens) { return Layout(m, tokens).total; }
 
 // Router logits of x into `logits` [T, E] (Gemma 4: of x's router input, made in `xin` [T, hidden]), then top-k
-// (and, given order/groups, the sort by expert).
+// (and, given order/tiles, the sort by expert).
 static void route(const DevMoe& m, const float* x, int64_t T, float* xin, float* logits, int32_t* idx, float* w,
-                  int32_t* order, int32_t* groups, cudaStream_t s) {
+                  int32_t* order, int32_t* tiles, cudaStream_t s) {
   if (m.input_rmsnorm) {
     launch(router_input_kernel, dim3(unsigned(T)), dim3(kThreads), 0, s, "moe router input", x, m.hidden,
            m.input_scale, m.input_eps, m.input_mult, xin);
@@ -453,8 +550,15 @@ static void route(const DevMoe& m, const float* x, int64_t T, float* xin, float*
   }
   launch(router_logits_kernel, dim3(unsigned((m.n_experts + kWarps - 1) / kWarps), unsigned(T)), dim3(kThreads), 0, s,
          "moe router", view_of(m.router), x, m.n_experts, logits);
-  launch(select_sort_kernel, dim3(1), dim3(1024), 0, s, "moe select", logits, T, int(m.n_experts), m.top_k,
-         m.renormalize, m.expert_scale, idx, w, order, groups);
+  const auto select = [&](auto per_lane) {
+    constexpr int kPerLane = decltype(per_lane)::value;
+    launch(select_sort_kernel<kPerLane>, dim3(1), dim3(select_threads<kPerLane>()), 0, s, "moe select",
+           static_cast<const float*>(logits), T, int(m.n_experts), m.top_k, m.renormalize, m.expert_scale, idx, w,
+           order, tiles);
+  };
+  if (m.n_experts <= 128) select(std::integral_constant<int, 4>{});
+  else if (m.n_experts <= 256) select(std::integral_constant<int, 8>{});
+  else select(std::integral_constant<int, kMaxExperts / 32>{});
 }
 
 void moe_route_dev(const DevMoe& m, const float* x, int64_t T, int32_t* idx, float* w, cudaStream_t s) {
@@ -477,32 +581,31 @@ void moe_forward(const DevMoe& m, const float* route_x, const float* x, int64_t 
   int32_t* idx = reinterpret_cast<int32_t*>(base + L.idx);  // [T, k]
   float* w = reinterpret_cast<float*>(base + L.w);          // [T, k]
   int32_t* order = reinterpret_cast<int32_t*>(base + L.order);    // [T·k] slot ids by expert
-  int32_t* groups = reinterpret_cast<int32_t*>(base + L.groups);  // [1 + 3E]
+  int32_t* tiles = reinterpret_cast<int32_t*>(base + L.tiles);  // [1 + 3 · max_tiles]
   float* inter = reinterpret_cast<float*>(base + L.inter);  // [T·k, ffn] by slot
   float* yo = reinterpret_cast<float*>(base + L.yo);        // [T·k, hidden] by slot
   const int64_t S = T * m.top_k;
-  const unsigned gx_ffn = unsigned((m.ffn + kRowsPerBlock - 1) / kRowsPerBlock);
-  const unsigned gx_hidden = unsigned((m.hidden + kRowsPerBlock - 1) / kRowsPerBlock);
   float* logits = reinterpret_cast<float*>(base + L.logits);  // [T, E]
   if (T <= kSlotMajorTokens) {
     route(m, route_x, T, xin, logits, idx, w, nullptr, nullptr, s);
-    launch(expert_rows_kernel<true, true>, dim3(gx_ffn, unsigned(S)), dim3(kThreads), 0, s, "moe gate/up", view_of(m.gate),
-           view_of(m.up), x, m.top_k, static_cast<const int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-           static_cast<const int32_t*>(idx), m.ffn, m.act, inter);
-    launch(down_combine_kernel, dim3(gx_hidden, unsigned(T)), dim3(kThreads), 0, s, "moe down", view_of(m.down),
-           static_cast<const float*>(inter), static_cast<const int32_t*>(idx), static_cast<const float*>(w), m.top_k,
-           m.hidden, accumulate, h);
+    launch(slot_gate_up_kernel, dim3(unsigned((m.ffn + kWarps - 1) / kWarps), unsigned(S)), dim3(kThreads), 0, s,
+           "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(idx), m.ffn, m.act,
+           inter);
+    launch(down_combine_kernel, dim3(unsigned((m.hidden + kWarps - 1) / kWarps), unsigned(T)), dim3(kThreads), 0, s,
+           "moe down", view_of(m.down), static_cast<const float*>(inter), static_cast<const int32_t*>(idx),
+           static_cast<const float*>(w), m.top_k, m.hidden, accumulate, h);
     return;
   }
-  // Grid y: every expert that can be active (at most one per slot); blocks past the active count exit.
-  const unsigned gy = unsigned(std::min<int64_t>(m.n_experts, S));
-  route(m, route_x, T, xin, logits, idx, w, order, groups, s);
-  launch(expert_rows_kernel<true, false>, dim3(gx_ffn, gy), dim3(kThreads), 0, s, "moe gate/up", view_of(m.gate),
-         view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order), static_cast<const int32_t*>(groups),
-         static_cast<const int32_t*>(nullptr), m.ffn, m.act, inter);
-  launch(expert_rows_kernel<false, false>, dim3(gx_hidden, gy), dim3(kThreads), 0, s, "moe down", view_of(m.down),
-         view_of(m.down), static_cast<const float*>(inter), m.top_k, static_cast<const int32_t*>(order),
-         static_cast<const int32_t*>(groups), static_cast<const int32_t*>(nullptr), m.hidden, m.act, yo);
+  // Grid y: every tile the sort can make; blocks past the step's tile count exit.
+  const unsigned gy = unsigned(max_tiles(m, T));
+  constexpr int64_t kBlockRows = int64_t(kWarps) * kTileRows;
+  route(m, route_x, T, xin, logits, idx, w, order, tiles, s);
+  launch(expert_tile_kernel<true>, dim3(unsigned((m.ffn + kBlockRows - 1) / kBlockRows), gy), dim3(kThreads), 0, s,
+         "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order),
+         static_cast<const int32_t*>(tiles), m.ffn, m.act, inter);
+  launch(expert_tile_kernel<false>, dim3(unsigned((m.hidden + kBlockRows - 1) / kBlockRows), gy), dim3(kThreads), 0, s,
+         "moe down", view_of(m.down), view_of(m.down), static_cast<const float*>(inter), m.top_k,
+         static_cast<const int32_t*>(order), static_cast<const int32_t*>(tiles), m.hidden, m.act, yo);
   launch(combine_kernel, dim3(unsigned((m.hidden + 255) / 256), unsigned(T)), dim3(256), 0, s, "moe combine",
          static_cast<const float*>(yo), static_cast<const float*>(w), m.top_k, m.hidden, accumulate, h);
 }

@@ -1,7 +1,8 @@
 // The mixture-of-experts block (layers/moe.*) on the device, for the fused CUDA decoder and the op backend's moe()
 // (cuda_ops.cu): router (Gemma 4's input norm, GEMV, softmax, top-k, renormalize, per-expert scale: layers/moe.cpp's
-// arithmetic and tie rule), a device-side counting sort of the (token, slot) pairs by expert, then each active expert
-// reads its weights once for all its rows (gate/up·act·mul, down), and a weighted sum per token in slot order.
+// arithmetic and tie rule), a device-side counting sort of the (token, slot) pairs by expert into tiles of up to 8
+// slots of one expert, each of whose weight rows is read once per tile (gate/up·act·mul, down), and a weighted sum
+// per token in slot order; steps of at most 4 tokens skip the sort (a block per slot).
 // Nothing waits on the host, so the block runs inside a captured step graph.
 // Batch invariance: every (token, row) dot product has one fixed reduction order, whatever shares its expert.
 #pragma once
