@@ -58,19 +58,6 @@ struct Stacked {
     all.scales = scales.data();
     all.biases = biases.data();
   }
-  std::vector<Weight> views(int64_t E) const {
-    std::vector<Weight> v(static_cast<size_t>(E));
-    const int64_t out = all.out / E;
-    for (int64_t e = 0; e < E; ++e) {
-      Weight w = all;
-      w.out = out;
-      w.data = codes.data() + size_t(e * out * all.in * all.bits / 32);
-      w.scales = scales.data() + size_t(e * out * (all.in / all.group));
-      w.biases = biases.data() + size_t(e * out * (all.in / all.group));
-      v[size_t(e)] = w;
-    }
-    return v;
-  }
   size_t bytes_per_expert(int64_t E) const {
     return (codes.size() * 4 + scales.size() * 4) / size_t(E);
   }
@@ -118,9 +105,9 @@ int main(int argc, char** argv) {
   block.experts.n_experts = E;
   block.experts.hidden = H;
   block.experts.ffn = I;
-  block.experts.gate = gate.views(E);
-  block.experts.up = up.views(E);
-  block.experts.down = down.views(E);
+  block.experts.gate = expert_views(gate.all, E);
+  block.experts.up = expert_views(up.all, E);
+  block.experts.down = expert_views(down.all, E);
   const std::string why = cu::moe_unsupported(block);
   if (!why.empty()) {
     std::fprintf(stderr, "moe_unsupported: %s\n", why.c_str());

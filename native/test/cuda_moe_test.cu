@@ -42,29 +42,11 @@ struct Format {
   std::string name() const { return bits ? std::to_string(bits) + "-bit g" + std::to_string(group) : "bf16"; }
 };
 
-// Stacked [E * out, in] weight bytes (kept alive by the case) and its per-expert views.
+// Stacked [E * out, in] weight bytes (kept alive by the case; expert_views gives the per-expert views).
 struct Stacked {
   std::vector<uint32_t> codes;
   std::vector<uint8_t> scales, biases, dense;
   Weight all;
-  std::vector<Weight> views(int64_t E) const {
-    std::vector<Weight> v(static_cast<size_t>(E));
-    const int64_t out = all.out / E;
-    for (int64_t e = 0; e < E; ++e) {
-      Weight w = all;
-      w.out = out;
-      const int64_t r = e * out;
-      if (all.kind == WeightKind::Dense) {
-        w.data = dense.data() + size_t(r * all.in) * 2;
-      } else {
-        w.data = codes.data() + size_t(r * all.in * all.bits / 32);
-        w.scales = scales.data() + size_t(r * (all.in / all.group)) * 2;
-        w.biases = biases.data() + size_t(r * (all.in / all.group)) * 2;
-      }
-      v[size_t(e)] = w;
-    }
-    return v;
-  }
 };
 
 uint16_t to_bf16(float f) {
@@ -133,9 +115,9 @@ struct Case {
     ex.n_experts = E;
     ex.hidden = H;
     ex.ffn = I;
-    ex.gate = gate.views(E);
-    ex.up = up.views(E);
-    ex.down = down.views(E);
+    ex.gate = expert_views(gate.all, E);
+    ex.up = expert_views(up.all, E);
+    ex.down = expert_views(down.all, E);
     const std::string why = cu::moe_unsupported(block);
     if (!why.empty()) throw std::runtime_error("moe_unsupported: " + why);
     dev = cu::upload_moe(block, allocations);

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 #include "cuda/cuda_kernels.h"
+#include "tensor/dtype.h"
+#include "tensor/weight.h"
 
 namespace rapid::cuda::test {
 
@@ -84,6 +86,29 @@ inline double attention_graph_us(const std::function<void(cudaStream_t)>& launch
 }
 
 inline void device_sync() { check(cudaDeviceSynchronize(), "sync"); }
+
+// The E per-expert views [out / E, in] of a stacked [out, in] weight (dense, or MLX affine with scales and biases of
+// all.dtype), pointing into all's bytes.
+inline std::vector<Weight> expert_views(const Weight& all, int64_t E) {
+  std::vector<Weight> v(static_cast<size_t>(E));
+  const int64_t out = all.out / E;
+  const size_t es = dtype_size(all.dtype);
+  const auto at = [](const void* p, size_t bytes) { return static_cast<const uint8_t*>(p) + bytes; };
+  for (int64_t e = 0; e < E; ++e) {
+    Weight w = all;
+    w.out = out;
+    const size_t r = size_t(e * out);
+    if (all.kind == WeightKind::Dense) {
+      w.data = at(all.data, r * size_t(all.in) * es);
+    } else {
+      w.data = at(all.data, r * size_t(all.in * all.bits / 8));
+      w.scales = at(all.scales, r * size_t(all.in / all.group) * es);
+      w.biases = at(all.biases, r * size_t(all.in / all.group) * es);
+    }
+    v[size_t(e)] = w;
+  }
+  return v;
+}
 
 // An f32 KV cache over two plain device pools [slots, n_kv * head_dim].
 inline KvCache f32_pool(float* k, float* v) {
