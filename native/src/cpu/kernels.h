@@ -72,6 +72,8 @@ struct Kernels {
   // fast_rows and gemm_rows; xq.xp unused. nullptr where the family has none.
   void (*gemm4_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
                             int64_t ldy);
+  // Bytes ahead of its stream that gemv4_interleaved prefetches while g_prefetch_rows > 0 (0: it never does).
+  size_t gemv4_prefetch_bytes = 0;
 };
 
 // Rows a GEMV prefetches ahead (software prefetch). Intel server cores need it to reach their

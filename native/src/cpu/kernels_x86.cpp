@@ -72,7 +72,7 @@ namespace rapid::kern {
 const Kernels& avx2_kernels() {
   using namespace x86_avx2;
   static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum,
-                         nullptr, gemv4_interleaved, gemm4_interleaved};
+                         nullptr, gemv4_interleaved, gemm4_interleaved, kIl2PrefetchBytes};
   return k;
 }
 

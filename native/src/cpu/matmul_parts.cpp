@@ -94,13 +94,15 @@ void matmul_pair(ThreadPool& pool, const Weight& a, const Weight& b, const float
 }
 
 std::string decode_matmul_description() {
-  detail::active_kernels();  // sets the prefetch distance on first use
+  const kern::Kernels& k = detail::active_kernels();  // sets the prefetch distance on first use
   const int pf = kern::g_prefetch_rows;
-  const bool il = detail::active_kernels().gemv4_interleaved != nullptr && interleaved_gemv_enabled();
+  const bool il = k.gemv4_interleaved != nullptr && interleaved_gemv_enabled();
+  const size_t il_pf = pf > 0 ? k.gemv4_prefetch_bytes : 0;
   return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
          (pf > 0 ? "row-major GEMVs prefetch " + std::to_string(pf) + " rows ahead"
                  : std::string("no software prefetch")) +
-         (il ? ", 4-bit GEMV and batched GEMM on 16-row interleaved copies" : "");
+         (il ? ", 4-bit GEMV and batched GEMM on 16-row interleaved copies" : "") +
+         (il && il_pf > 0 ? " (the GEMV prefetches " + std::to_string(il_pf / 1024) + " KB ahead)" : "");
 }
 
 }  // namespace rapid
