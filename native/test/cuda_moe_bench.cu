@@ -27,7 +27,8 @@ namespace {
 
 std::mt19937 g_rng(77);
 
-// Stacked [rows, in] affine weight of random codes, bf16 scales in [0.004, 0.012) and biases of -8 scales.
+// Stacked [rows, in] affine weight of random codes, bf16 scales in [0.004, 0.012) and biases of -2^(bits-1)
+// scales.
 struct Stacked {
   std::vector<uint32_t> codes;
   std::vector<uint16_t> scales, biases;
@@ -40,12 +41,9 @@ struct Stacked {
     biases.resize(ng);
     std::uniform_real_distribution<float> d(0.004f, 0.012f);
     for (size_t i = 0; i < ng; ++i) {
-      const float s = d(g_rng), b = -float(1 << (bits - 1)) * s;
-      uint32_t u, v;
-      std::memcpy(&u, &s, 4);
-      std::memcpy(&v, &b, 4);
-      scales[i] = uint16_t(u >> 16);
-      biases[i] = uint16_t(v >> 16);
+      const float s = d(g_rng);
+      scales[i] = f32_to_bf16(s);
+      biases[i] = f32_to_bf16(-float(1 << (bits - 1)) * s);
     }
     all.name = name;
     all.kind = WeightKind::Affine;

@@ -49,21 +49,9 @@ struct Stacked {
   Weight all;
 };
 
-uint16_t to_bf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return uint16_t((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-float from_bf16(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 Stacked make_stacked(int64_t rows, int64_t in, Format f, float scale, const std::string& name) {
   std::vector<float> w = uniform_vec(g_rng, size_t(rows * in), -scale, scale);
-  for (float& v : w) v = from_bf16(to_bf16(v));  // the checkpoint's bf16 values
+  for (float& v : w) v = bf16_to_f32(f32_to_bf16(v));  // the checkpoint's bf16 values
   Stacked s;
   s.all.out = rows;
   s.all.in = in;
@@ -72,7 +60,7 @@ Stacked make_stacked(int64_t rows, int64_t in, Format f, float scale, const std:
   if (f.bits == 0) {
     s.dense.resize(size_t(rows * in) * 2);
     for (size_t i = 0; i < w.size(); ++i) {
-      const uint16_t b = to_bf16(w[i]);
+      const uint16_t b = f32_to_bf16(w[i]);
       std::memcpy(s.dense.data() + 2 * i, &b, 2);
     }
     s.all.kind = WeightKind::Dense;
