@@ -15,6 +15,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#include <utility>
 #include <ctime>
 
 #include "cpu/gemv_interleaved.h"
@@ -154,7 +155,7 @@ static OwnedWeight make_affine(std::mt19937& rng, int64_t out, int64_t in, int b
   o.w.scales = o.scales.data();
   o.w.biases = o.biases.data();
   o.w.name = "test.affine";
-  if (bits == 4) o.w.interleaved = std::make_shared<InterleavedSlot>();  // as the loader does: the decode GEMV's copy
+  if (bits == 4 || bits == 8) o.w.interleaved = std::make_shared<InterleavedSlot>();  // as the loader does: the copies
   // Reference dequantization straight from the bit stream (independent of the kernels).
   o.deq.resize(size_t(out * in));
   const int64_t ng = in / group;
@@ -388,14 +389,15 @@ static void test_isa_identity(ThreadPool& pool) {
   std::printf("isa identity: %d comparisons across %zu families\n", checked, fams.size());
 }
 
-// The batch-1 GEMV over a 4-bit weight's interleaved copy (cpu/gemv_interleaved.h, families that have
-// it) gives the row-major kernels' bits: against the same weight without its slot (gemv4_h), against
-// batches of 2, 5 and 20 rows (tiles, GEMM), for row counts off the 16-row blocks, row ranges split at
-// any offset (fused parts) and a view of other rows that kept the slot.
+// The batch-1 GEMV over a 4- or 8-bit weight's interleaved copy (cpu/gemv_interleaved.h, families that
+// have it) gives the row-major kernels' bits: against the same weight without its slot (gemv4_h, gemv8),
+// against batches of 2, 5 and 20 rows (tiles, GEMM), for row counts off the 16- and 8-row blocks, row
+// ranges split at any offset (fused parts) and a view of other rows that kept the slot.
 static void test_interleaved(ThreadPool& pool) {
   std::mt19937 rng(99);
   int checked = 0;
   struct Shape { int64_t out, in; };
+  for (int bits : {4, 8})
   for (int group : {32, 64, 128})
     for (DType dt : {DType::BF16, DType::F16, DType::F32})
       // 4096 and 4864 wide: interleaved blocks of 40-43 KB, past L1 (the down projection's shape); 8448 at
@@ -403,7 +405,7 @@ static void test_interleaved(ThreadPool& pool) {
       for (const Shape& s : {Shape{1, 128}, Shape{37, 256}, Shape{64, 384}, Shape{100, 896}, Shape{37, 4096},
                              Shape{100, 4864}, Shape{21, 8448}}) {
         if (s.in % group) continue;
-        OwnedWeight o = make_affine(rng, s.out, s.in, 4, group, dt);
+        OwnedWeight o = make_affine(rng, s.out, s.in, bits, group, dt);
         Weight rows_only = o.w;
         rows_only.interleaved = nullptr;
         const int64_t K = s.in, O = s.out;
@@ -412,34 +414,35 @@ static void test_interleaved(ThreadPool& pool) {
             yr(static_cast<size_t>(33 * O));
         matmul(pool, o.w, x.data(), y1.data(), 1, Precision::Fast);
         matmul(pool, rows_only, x.data(), y0.data(), 1, Precision::Fast);
-        CHECK(std::memcmp(y1.data(), y0.data(), size_t(O) * 4) == 0, "%s interleaved g%d %s [%ld,%ld]: differs from rows",
-              matmul_kernel_name(), group, dtype_name(dt), long(O), long(K));
+        CHECK(std::memcmp(y1.data(), y0.data(), size_t(O) * 4) == 0, "%s interleaved b%d g%d %s [%ld,%ld]: differs from rows",
+              matmul_kernel_name(), bits, group, dtype_name(dt), long(O), long(K));
         for (int64_t n : {2, 5, 20}) {
           matmul(pool, o.w, x.data(), yn.data(), n, Precision::Fast);
-          CHECK(std::memcmp(y1.data(), yn.data(), size_t(O) * 4) == 0, "%s interleaved g%d %s [%ld,%ld]: n=1 vs n=%ld",
-                matmul_kernel_name(), group, dtype_name(dt), long(O), long(K), long(n));
+          CHECK(std::memcmp(y1.data(), yn.data(), size_t(O) * 4) == 0, "%s interleaved b%d g%d %s [%ld,%ld]: n=1 vs n=%ld",
+                matmul_kernel_name(), bits, group, dtype_name(dt), long(O), long(K), long(n));
         }
         // The batched GEMM over the copy (n >= 2) against the row kernels at the same n, every row:
         // partial register tiles (7, 13), two full ones plus four (16), and past the row GEMM's threshold.
         for (int64_t n : {3, 7, 13, 16, 33}) {
           matmul(pool, o.w, x.data(), yn.data(), n, Precision::Fast);
           matmul(pool, rows_only, x.data(), yr.data(), n, Precision::Fast);
-          CHECK(std::memcmp(yn.data(), yr.data(), size_t(n * O) * 4) == 0, "%s interleaved GEMM g%d %s [%ld,%ld] n=%ld: differs from rows",
-                matmul_kernel_name(), group, dtype_name(dt), long(O), long(K), long(n));
+          CHECK(std::memcmp(yn.data(), yr.data(), size_t(n * O) * 4) == 0, "%s interleaved GEMM b%d g%d %s [%ld,%ld] n=%ld: differs from rows",
+                matmul_kernel_name(), bits, group, dtype_name(dt), long(O), long(K), long(n));
           ++checked;
         }
         auto xq = fast_x(x, 1, K, group == 32 ? 32 : 64);
         const double e = max_rel_err(o, x, &xq, y1, 1);
-        CHECK(e < 2e-5, "%s interleaved g%d %s [%ld,%ld] rel err vs int8 ref %.3g", matmul_kernel_name(), group,
+        CHECK(e < 2e-5, "%s interleaved b%d g%d %s [%ld,%ld] rel err vs int8 ref %.3g", matmul_kernel_name(), bits, group,
               dtype_name(dt), long(O), long(K), e);
         checked += 5;
       }
-  // Ranges that start and end inside a 16-row block, as a fused matmul's joint row space gives them, at
-  // batch 1 (the GEMV, twice: the second run reads the built copies) and 16 rows (the batched GEMM).
-  {
-    OwnedWeight a = make_affine(rng, 40, 256, 4, 64, DType::BF16), b = make_affine(rng, 24, 256, 4, 64, DType::BF16);
+  // Ranges that start and end inside a block (16 rows, 8 at 8-bit), as a fused matmul's joint row space gives
+  // them, at batch 1 (the GEMV, twice: the second run reads the built copies) and 16 rows (the batched GEMM).
+  for (int bits : {4, 8}) {
+    const int64_t na = bits == 4 ? 40 : 36, nb = 64 - na;
+    OwnedWeight a = make_affine(rng, na, 256, bits, 64, DType::BF16), b = make_affine(rng, nb, 256, bits, 64, DType::BF16);
     auto x = random_vec(rng, 16 * 256, 2.0f);
-    std::vector<float> ya(16 * 40), yb(16 * 24), ya0(16 * 40), yb0(16 * 24);
+    std::vector<float> ya(size_t(16 * na)), yb(size_t(16 * nb)), ya0(ya.size()), yb0(yb.size());
     MatmulPart parts[2] = {{&a.w, ya.data()}, {&b.w, yb.data()}};
     for (int64_t n : {1, 1, 16}) {
       matmul_parts(pool, parts, 2, x.data(), n, Precision::Fast);
@@ -447,25 +450,54 @@ static void test_interleaved(ThreadPool& pool) {
       ar.interleaved = br.interleaved = nullptr;
       matmul(pool, ar, x.data(), ya0.data(), n, Precision::Fast);
       matmul(pool, br, x.data(), yb0.data(), n, Precision::Fast);
-      CHECK(ya == ya0 && yb == yb0, "%s interleaved fused parts of 40 and 24 rows differ at n=%ld", matmul_kernel_name(), long(n));
+      CHECK(std::memcmp(ya.data(), ya0.data(), size_t(n * na) * 4) == 0 &&
+                std::memcmp(yb.data(), yb0.data(), size_t(n * nb) * 4) == 0,
+            "%s interleaved b%d fused parts of %ld and %ld rows differ at n=%ld", matmul_kernel_name(), bits, long(na),
+            long(nb), long(n));
       ++checked;
     }
+    // The family's kernels on row ranges off the block edges, straight: the same bits as the whole range.
+    const kern::Kernels& k = detail::active_kernels();
+    const InterleavedRows* il = interleaved_rows(a.w, pool);
+    if (il != nullptr)
+      for (int64_t n : {1, 3, 6}) {
+        const kern::XQuant xq = detail::quantize_activations(pool, k, a.w, x.data(), 256, n);
+        std::vector<float> whole(size_t(n * na)), part(size_t(n * na), 0.0f);
+        detail::fast_rows_on(k, il, a.w, xq, n, 0, na, whole.data(), na, nullptr);
+        for (auto [r0, r1] : {std::pair<int64_t, int64_t>{3, 29}, {8, 16}, {13, 14}, {29, na}}) {
+          std::fill(part.begin(), part.end(), 0.0f);
+          detail::fast_rows_on(k, il, a.w, xq, n, r0, r1, part.data(), na, nullptr);
+          int bad = 0;
+          for (int64_t c = 0; c < n; ++c)
+            for (int64_t r = 0; r < na; ++r) {
+              const float want = r >= r0 && r < r1 ? whole[size_t(c * na + r)] : 0.0f;
+              bad += std::memcmp(&part[size_t(c * na + r)], &want, 4) != 0;
+            }
+          CHECK(bad == 0, "%s interleaved b%d rows [%ld, %ld) n=%ld: %d outputs differ or written outside", matmul_kernel_name(),
+                bits, long(r0), long(r1), long(n), bad);
+          ++checked;
+        }
+      }
   }
   // A view of rows 16.. of a weight, sharing the weight's slot: must not read the weight's copy.
-  {
-    OwnedWeight o = make_affine(rng, 48, 128, 4, 64, DType::BF16);
+  for (int bits : {4, 8}) {
+    OwnedWeight o = make_affine(rng, 48, 128, bits, 64, DType::BF16);
     auto x = random_vec(rng, 128, 2.0f);
     std::vector<float> yfull(48), yview(32);
     matmul(pool, o.w, x.data(), yfull.data(), 1, Precision::Fast);
+    CHECK((o.w.interleaved->rows != nullptr) == (bits == 4 ? detail::active_kernels().gemv4_interleaved != nullptr
+                                                           : detail::active_kernels().gemv8_interleaved != nullptr) ||
+              !interleaved_gemv_enabled(),
+          "%s b%d: the copy is built where the family reads it", matmul_kernel_name(), bits);
     Weight v = o.w;
     v.out = 32;
-    v.data = o.data.data() + 16 * 64;
+    v.data = o.data.data() + 16 * 128 * bits / 8;
     v.scales = o.scales.data() + 16 * 2 * 2;
     v.biases = o.biases.data() + 16 * 2 * 2;
     matmul(pool, v, x.data(), yview.data(), 1, Precision::Fast);
-    CHECK(std::memcmp(yview.data(), yfull.data() + 16, 32 * 4) == 0, "%s a row view sharing the slot differs",
-          matmul_kernel_name());
-    ++checked;
+    CHECK(std::memcmp(yview.data(), yfull.data() + 16, 32 * 4) == 0, "%s b%d: a row view sharing the slot differs",
+          matmul_kernel_name(), bits);
+    checked += 2;
   }
   // The path must really run where the family has it (else the checks above compare gemv4_h to itself).
   const bool on = decode_matmul_description().find("interleaved") != std::string::npos;
@@ -906,7 +938,8 @@ static void kbench(int threads, int64_t out, int64_t in, int64_t n, int bits, in
   std::mt19937 rng(3);
   RawMat m;
   make_raw(m, rng, out, in, bits, group);
-  if (bits == 4) m.w.interleaved = std::make_shared<InterleavedSlot>();  // n = 1: RAPID_INTERLEAVED_GEMV=0 for rows
+  // The interleaved copies where the family reads them (RAPID_INTERLEAVED_GEMV=0 for the rows).
+  if (bits == 4 || bits == 8) m.w.interleaved = std::make_shared<InterleavedSlot>();
   std::vector<float> x(size_t(n * in)), y(size_t(n * out));
   std::normal_distribution<float> nd(0, 1);
   for (auto& v : x) v = nd(rng);
@@ -934,13 +967,13 @@ static void dbench(int threads, int64_t out, int64_t in, int copies, int bits, i
   for (auto& m : ms) make_raw(m, rng, out, in, bits, 64);
   std::vector<float> x(static_cast<size_t>(in)), y(static_cast<size_t>(out));
   for (auto& v : x) v = 0.5f;
-  // Fast on the rows as stored and on the interleaved copies (4-bit, where the family has that GEMV),
+  // Fast on the rows as stored and on the interleaved copies (where the family has that GEMV),
   // alternating within each rep; then Exact.
   std::vector<Weight> rows_only;
   for (auto& m : ms) {
     rows_only.push_back(m.w);
     rows_only.back().interleaved = nullptr;
-    if (bits == 4) m.w.interleaved = std::make_shared<InterleavedSlot>();
+    if (bits == 4 || bits == 8) m.w.interleaved = std::make_shared<InterleavedSlot>();
   }
   double best[3] = {1e9, 1e9, 1e9};
   std::vector<double> ratio;  // per rep: rows / interleaved time

@@ -1,4 +1,4 @@
-// Builds the decode GEMV's interleaved copy of a 4-bit weight (cpu/gemv_interleaved.h).
+// Builds the CPU Fast matmuls' interleaved copy of a 4- or 8-bit weight (cpu/gemv_interleaved.h).
 #include "cpu/gemv_interleaved.h"
 
 #include <algorithm>
@@ -85,7 +85,7 @@ void drop_pages(const void* p, size_t bytes) {
 // W's row-major codes, scales and biases (drop_pages of each).
 void drop_rows(const Weight& W) {
   const size_t groups = size_t(W.out) * size_t(W.in / W.group);
-  drop_pages(W.data, size_t(W.out) * size_t(W.in) / 2);
+  drop_pages(W.data, size_t(W.out) * size_t(W.in) * size_t(W.bits) / 8);
   drop_pages(W.scales, groups * dtype_size(W.dtype));
   drop_pages(W.biases, groups * dtype_size(W.dtype));
 }
@@ -104,39 +104,49 @@ std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPo
   auto L = std::make_shared<InterleavedRows>();
   const int64_t ng = W.in / W.group;
   const size_t es = dtype_size(W.dtype);
+  const int64_t br = W.bits == 8 ? kInterleaveRows8 : kInterleaveRows;  // rows per block
   L->out = W.out;
   L->in = W.in;
   L->group = W.group;
-  L->blocks = (W.out + kInterleaveRows - 1) / kInterleaveRows;
+  L->bits = W.bits;
+  L->block_rows = br;
+  L->blocks = (W.out + br - 1) / br;
   L->dtype = W.dtype;
-  L->code_bytes = size_t(W.group) * 8;
-  L->group_bytes = L->code_bytes + 2 * kInterleaveRows * es;
+  L->code_bytes = size_t(W.group) * 8;  // 16 rows x G/2 bytes, or 8 rows x G bytes
+  L->group_bytes = L->code_bytes + 2 * size_t(br) * es;
   L->block_bytes = size_t(ng) * L->group_bytes;
   L->src = W.data;
   uint8_t* base = nullptr;
   L->arena = carve(size_t(L->blocks) * L->block_bytes, base);
   L->data = base;
-  const size_t row_bytes = size_t(W.in) / 2;
-  const int64_t dwords = W.group / 8;  // per row and group
+  const size_t row_bytes = size_t(W.in) * size_t(W.bits) / 8;
+  const int64_t dwords = W.group * W.bits / 32;  // per row and group
+  // 8-bit codes are stored as q - 128 (XOR 0x80 per byte): the signed operand of the AVX2 sign trick.
+  const uint32_t flip = W.bits == 8 ? 0x80808080u : 0u;
   const auto* codes = static_cast<const uint8_t*>(W.data);
   const auto* scales = static_cast<const uint8_t*>(W.scales);
   const auto* biases = static_cast<const uint8_t*>(W.biases);
   pool.parallel_for(L->blocks, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t g = 0; g < ng; ++g) {
-        uint8_t* dst = base + size_t(b) * L->block_bytes + size_t(g) * L->group_bytes;  // [G/8][16] dwords
-        uint8_t* ds = dst + L->code_bytes;                                                // [16] scales
-        uint8_t* db = ds + kInterleaveRows * es;                                          // [16] biases
-        for (int64_t i = 0; i < kInterleaveRows; ++i) {
-          const int64_t r = b * kInterleaveRows + i;
+        uint8_t* dst = base + size_t(b) * L->block_bytes + size_t(g) * L->group_bytes;  // [dwords][br] dwords
+        uint8_t* ds = dst + L->code_bytes;                                                // [br] scales
+        uint8_t* db = ds + size_t(br) * es;                                               // [br] biases
+        for (int64_t i = 0; i < br; ++i) {
+          const int64_t r = b * br + i;
           if (r >= W.out) {
-            for (int64_t j = 0; j < dwords; ++j) std::memset(dst + size_t(j * kInterleaveRows + i) * 4, 0, 4);
+            for (int64_t j = 0; j < dwords; ++j) std::memset(dst + size_t(j * br + i) * 4, 0, 4);
             std::memset(ds + size_t(i) * es, 0, es);
             std::memset(db + size_t(i) * es, 0, es);
             continue;
           }
-          const uint8_t* src = codes + size_t(r) * row_bytes + size_t(g * W.group / 2);
-          for (int64_t j = 0; j < dwords; ++j) std::memcpy(dst + size_t(j * kInterleaveRows + i) * 4, src + j * 4, 4);
+          const uint8_t* src = codes + size_t(r) * row_bytes + size_t(g * dwords * 4);
+          for (int64_t j = 0; j < dwords; ++j) {
+            uint32_t v;
+            std::memcpy(&v, src + j * 4, 4);
+            v ^= flip;
+            std::memcpy(dst + size_t(j * br + i) * 4, &v, 4);
+          }
           std::memcpy(ds + size_t(i) * es, scales + size_t(r * ng + g) * es, es);
           std::memcpy(db + size_t(i) * es, biases + size_t(r * ng + g) * es, es);
         }
@@ -146,24 +156,30 @@ std::shared_ptr<const InterleavedRows> interleave_rows(const Weight& W, ThreadPo
 }
 
 const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
-  if (W.interleaved == nullptr || W.kind != WeightKind::Affine || W.bits != 4 || W.in % 64 != 0 ||
+  if (W.interleaved == nullptr || W.kind != WeightKind::Affine || (W.bits != 4 && W.bits != 8) || W.in % 64 != 0 ||
       (W.group != 32 && W.group != 64 && W.group != 128) || !interleaved_gemv_enabled())
     return nullptr;
+  const kern::Kernels& k = detail::active_kernels();
+  // 8-bit copies only where the family reads them (AVX2); elsewhere 8-bit keeps its row-major kernels.
+  if (W.bits == 8 && (k.gemv8_interleaved == nullptr || k.gemm8_interleaved == nullptr)) return nullptr;
   InterleavedSlot& s = *W.interleaved;
   std::call_once(s.once, [&] {
     s.rows = interleave_rows(W, pool);
     // Where the family reads the copy at every batch size, the rows it replaces need not stay resident.
-    if (s.rows_mapped && detail::active_kernels().gemm4_interleaved != nullptr) drop_rows(W);
+    const bool all_n = W.bits == 8 ? k.gemm8_interleaved != nullptr : k.gemm4_interleaved != nullptr;
+    if (s.rows_mapped && all_n) drop_rows(W);
   });
   const InterleavedRows* L = s.rows.get();
   // A view of other rows that kept the slot (a copy with moved pointers) must not read this copy.
-  if (L->src != W.data || L->out != W.out || L->in != W.in || L->group != W.group) return nullptr;
+  if (L->src != W.data || L->out != W.out || L->in != W.in || L->group != W.group || L->bits != W.bits) return nullptr;
   return L;
 }
 
 bool interleave_at_load(const Weight& W, ThreadPool& pool) {
   const kern::Kernels& k = detail::active_kernels();
-  if (k.gemv4_interleaved == nullptr || k.gemm4_interleaved == nullptr) return false;  // the rows stay in use
+  const bool both = W.bits == 8 ? k.gemv8_interleaved != nullptr && k.gemm8_interleaved != nullptr
+                                : k.gemv4_interleaved != nullptr && k.gemm4_interleaved != nullptr;
+  if (!both) return false;  // the rows stay in use
   return interleaved_rows(W, pool) != nullptr;
 }
 

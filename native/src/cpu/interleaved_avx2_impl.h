@@ -263,3 +263,190 @@ void gemm4_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t n, in
   else if (L.group == 64) gemm4_il2<64, 1>(L, xq, n, r0, r1, y, ldy);
   else gemm4_il2<64, 2>(L, xq, n, r0, r1, y, ldy);
 }
+
+// ---------------------------------------------------------------------------------------------
+// 8-bit copies (8-row blocks; codes stored as q - 128, see cpu/gemv_interleaved.h).
+//
+// The row kernels (gemv8, fast8) keep 8 f32 partial sums per output, lane l holding code dwords l (and
+// l + 8 for 64-element x blocks) of every x block, and fold them with hsum at the end. Here a 32-byte line
+// is code dword j of the block's 8 rows, so dword j's exact int32 sums (the same sign trick: |q - 128| by
+// sign(x, q - 128) in vpmaddubsw, pairs widened by vpmaddwd) land one row per lane, and partial l of the
+// 8 rows is one ymm: the same integers, s·d products, FMA order (x blocks, then biases b + 128 s by group
+// into lane g mod 8) and fold ((p0 + p4) + (p2 + p6)) + ((p1 + p5) + (p3 + p7)), so results are
+// bit-identical to the row kernels, the AVX-512 family and every batch size, with no per-row setup.
+
+// Exact int32 Σ (q - 128)·x of code dword line `c` (8 rows, int8 q - 128) against activation dword x[0..4).
+inline __m256i il8_dot(const uint8_t* c, const int8_t* x) {
+  const __m256i w = _mm256_load_si256(reinterpret_cast<const __m256i*>(c));
+  const __m256i p = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(il2_bcast(x), w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+// Partial l of the 8 rows for one x block: code dwords l (and l + 8 when the block has 64 elements).
+template <int XB>
+inline __m256i il8_part(const uint8_t* c, const int8_t* x, int l) {
+  if constexpr (XB == 64) return _mm256_add_epi32(il8_dot(c + l * 32, x + 4 * l), il8_dot(c + (l + 8) * 32, x + 32 + 4 * l));
+  else return il8_dot(c + l * 32, x + 4 * l);
+}
+
+// Biases of the 8 rows for group g as the row kernels fold them: b + 128 s (128 s is exact).
+inline __m256 il8_bias(const uint8_t* gp, const InterleavedRows& L) {
+  const size_t sb = size_t(kInterleaveRows8) * dtype_size(L.dtype);
+  const __m256 s = il2_load8(gp + L.code_bytes, L.dtype), b = il2_load8(gp + L.code_bytes + sb, L.dtype);
+  return _mm256_add_ps(b, _mm256_mul_ps(s, _mm256_set1_ps(128.0f)));
+}
+
+// Adds the bias terms of activation row (sx: its [ngp] group sums) to the 8 partials p[8] of a block and
+// folds them as hsum does: the row kernels' bias pass runs over ngp groups, lanes past ng with zeros.
+inline __m256 il8_finish(const InterleavedRows& L, const uint8_t* blk, const float* sx, int64_t ngp, __m256 (&p)[8]) {
+  const int64_t ng = L.in / L.group;
+  for (int64_t g8 = 0; g8 < ngp; g8 += 8)  // ngp is a multiple of 8
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) {
+      const int64_t g = g8 + l;
+      const __m256 bw = g < ng ? il8_bias(blk + size_t(g) * L.group_bytes, L) : _mm256_setzero_ps();
+      p[l] = _mm256_fmadd_ps(bw, _mm256_set1_ps(sx[g]), p[l]);
+    }
+  return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(p[0], p[4]), _mm256_add_ps(p[2], p[6])),
+                       _mm256_add_ps(_mm256_add_ps(p[1], p[5]), _mm256_add_ps(p[3], p[7])));
+}
+
+// y[r] for r in [r0, r1): one pass over each block, its 8 partials in registers. XB: x block (32 or 64
+// elements), BPG: x blocks per group.
+template <int XB, int BPG>
+void gemv8_il2(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  const int64_t ng = L.in / L.group;
+  const bool pf = g_prefetch_rows > 0;
+  for (int64_t b = r0 / kInterleaveRows8; b * kInterleaveRows8 < r1; ++b) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    __m256 p[8];
+#pragma GCC unroll 8
+    for (int l = 0; l < 8; ++l) p[l] = _mm256_setzero_ps();
+    int64_t u = 0;
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+      if (pf)  // a prefetch never faults: past the copy's end it is dropped
+        for (size_t l = 0; l < L.group_bytes; l += 64)
+          _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(gp) + kIl2PrefetchBytes + l), _MM_HINT_T0);
+      const __m256 s = il2_load8(gp + L.code_bytes, L.dtype);
+      for (int k = 0; k < BPG; ++k, ++u) {
+        const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(xq.d[u]));
+        const uint8_t* c = gp + size_t(k) * XB * 8;  // XB / 4 lines of 32 bytes
+        const int8_t* x = xq.q + u * XB;
+#pragma GCC unroll 8
+        for (int l = 0; l < 8; ++l) p[l] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(il8_part<XB>(c, x, l)), m, p[l]);
+      }
+    }
+    const __m256 o = il8_finish(L, blk, xq.sx, xq.ngp, p);
+    const int64_t h0 = b * kInterleaveRows8;
+    const Il2Lanes ln = il2_lanes(h0, r0, r1);
+    if (ln.lo < ln.hi) il2_store(y + h0, ln.lo, ln.hi, o);
+  }
+}
+
+void gemv8_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) {
+  if (L.group == 32) gemv8_il2<32, 1>(L, xq, r0, r1, y);
+  else if (L.group == 64) gemv8_il2<64, 1>(L, xq, r0, r1, y);
+  else gemv8_il2<64, 2>(L, xq, r0, r1, y);
+}
+
+// Activation rows per register tile of the 8-bit GEMM: one f32 accumulator each, next to the 2 code lines
+// and their absolute values.
+constexpr int kIl8Cols = 4;
+
+// Block `blk` (8 rows) · activation rows c0..c0 + C into y[(c0 + c) * ldy + i], y pointing at the block's
+// first output row, lanes [lo, hi) only. One partial l at a time over all x blocks (8 passes over the
+// block, from L1/L2), so a tile holds C accumulators instead of 8 C. pf: a later block, prefetched meanwhile.
+template <int XB, int BPG, int C>
+void gemm8_il2_tile(const InterleavedRows& L, const uint8_t* blk, const XQuant& xq, int64_t c0, const uint8_t* pf,
+                    float* y, int64_t ldy, int lo, int hi) {
+  const int64_t ng = L.in / L.group;
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int8_t* xr[C];  // [C] activation rows (int8, natural order)
+  const float* dr[C];   // [C] their block scales
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    xr[c] = xq.q + (c0 + c) * L.in;
+    dr[c] = xq.d + (c0 + c) * xq.nblk;
+  }
+  // The s·d products of every (x block, activation row), [nblk][C][8 rows]: computed once, read by 8 passes.
+  thread_local std::vector<float> mbuf;
+  if (mbuf.size() < size_t(xq.nblk * C * 8)) mbuf.resize(size_t(xq.nblk * C * 8));
+  float* mv = mbuf.data();
+  for (int64_t g = 0, u = 0; g < ng; ++g) {
+    const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+    if (pf != nullptr)
+      for (size_t o = 0; o < L.group_bytes; o += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(g) * L.group_bytes + o), _MM_HINT_T1);
+    const __m256 s = il2_load8(gp + L.code_bytes, L.dtype);
+    for (int k = 0; k < BPG; ++k, ++u)
+#pragma GCC unroll 8
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(mv + (u * C + c) * 8, _mm256_mul_ps(s, _mm256_set1_ps(dr[c][u])));
+  }
+  __m256 part[8][C];  // [partial][activation row]
+  for (int l = 0; l < 8; ++l) {
+    __m256 acc[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) acc[c] = _mm256_setzero_ps();
+    int64_t u = 0;
+    for (int64_t g = 0; g < ng; ++g) {
+      const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+      for (int k = 0; k < BPG; ++k, ++u) {
+        const uint8_t* cl = gp + size_t(k) * XB * 8 + size_t(l) * 32;
+        const __m256i w0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cl)), a0 = _mm256_abs_epi8(w0);
+        __m256i w1 = w0, a1 = a0;
+        if constexpr (XB == 64) {
+          w1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cl + 8 * 32));
+          a1 = _mm256_abs_epi8(w1);
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const int8_t* x = xr[c] + u * XB + 4 * l;
+          __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(il2_bcast(x), w0)), ones);
+          if constexpr (XB == 64)
+            t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(il2_bcast(x + 32), w1)), ones));
+          acc[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(t), _mm256_loadu_ps(mv + (u * C + c) * 8), acc[c]);
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) part[l][c] = acc[c];
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    __m256 p[8];
+    for (int l = 0; l < 8; ++l) p[l] = part[l][c];
+    il2_store(y + (c0 + c) * ldy, lo, hi, il8_finish(L, blk, xq.sx + (c0 + c) * xq.ngp, xq.ngp, p));
+  }
+}
+
+// y[c * ldy + r] for r in [r0, r1) and c in [0, n): each 8-row block swept over the activation rows
+// kIl8Cols at a time.
+template <int XB, int BPG>
+void gemm8_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy) {
+  using TileFn = void (*)(const InterleavedRows&, const uint8_t*, const XQuant&, int64_t, const uint8_t*, float*, int64_t,
+                          int, int);
+  static const auto fns = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<TileFn, kIl8Cols>{gemm8_il2_tile<XB, BPG, I + 1>...};
+  }(std::make_integer_sequence<int, kIl8Cols>{});
+  const int64_t b_end = (r1 + kInterleaveRows8 - 1) / kInterleaveRows8;
+  for (int64_t b = r0 / kInterleaveRows8; b < b_end; ++b) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    const int64_t base = b * kInterleaveRows8;
+    const Il2Lanes ln = il2_lanes(base, r0, r1);
+    if (ln.lo >= ln.hi) continue;
+    const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
+    for (int64_t c0 = 0; c0 < n; c0 += kIl8Cols) {
+      const int C = n - c0 < kIl8Cols ? int(n - c0) : kIl8Cols;
+      fns[size_t(C - 1)](L, blk, xq, c0, pf, y + base, ldy, ln.lo, ln.hi);
+      pf = nullptr;  // the first tile of the block only
+    }
+  }
+}
+
+void gemm8_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
+                       int64_t ldy) {
+  if (L.group == 32) gemm8_il2<32, 1>(L, xq, n, r0, r1, y, ldy);
+  else if (L.group == 64) gemm8_il2<64, 1>(L, xq, n, r0, r1, y, ldy);
+  else gemm8_il2<64, 2>(L, xq, n, r0, r1, y, ldy);
+}

@@ -74,6 +74,11 @@ struct Kernels {
                             int64_t ldy);
   // Bytes ahead of its stream that gemv4_interleaved prefetches while g_prefetch_rows > 0 (0: it never does).
   size_t gemv4_prefetch_bytes = 0;
+  // The same two for an 8-bit weight's copy (8-row blocks): the same results as fast_rows (gemv8, fast8)
+  // and, where the family has it, gemm_rows. nullptr where the family has none (8-bit keeps its rows).
+  void (*gemv8_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) = nullptr;
+  void (*gemm8_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
+                            int64_t ldy) = nullptr;
 };
 
 // Rows a GEMV prefetches ahead (software prefetch). Intel server cores need it to reach their

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "cpu/gemv_interleaved.h"
 #include "cpu/kernels.h"
@@ -72,7 +73,8 @@ namespace rapid::kern {
 const Kernels& avx2_kernels() {
   using namespace x86_avx2;
   static const Kernels k{"avx2", quantize_x, fast_rows, row_f32, dot_rows, gemv_exact, read_sum,
-                         nullptr, gemv4_interleaved, gemm4_interleaved, kIl2PrefetchBytes};
+                         nullptr, gemv4_interleaved, gemm4_interleaved, kIl2PrefetchBytes,
+                         gemv8_interleaved, gemm8_interleaved};
   return k;
 }
 

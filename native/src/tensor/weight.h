@@ -1,7 +1,7 @@
 // A 2-D weight matrix as the kernels see it: y[n, out] = x[n, in] · Wᵀ.
 // Views into the memory-mapped checkpoint; never owns or copies the bytes, except for an optional
-// load-time repacked copy for the dense GEMM (cpu/gemm_packed.h) and the decode GEMV's interleaved copy of
-// a 4-bit weight (cpu/gemv_interleaved.h), each shared by every copy of the view.
+// load-time repacked copy for the dense GEMM (cpu/gemm_packed.h) and the Fast matmuls' interleaved copy of
+// a 4- or 8-bit weight (cpu/gemv_interleaved.h), each shared by every copy of the view.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -14,7 +14,7 @@ namespace rapid {
 struct PackedDense;
 struct InterleavedRows;
 
-// An Affine 4-bit weight's copy in the CPU Fast matmuls' layout (cpu/gemv_interleaved.h): built at load on
+// An Affine 4- or 8-bit weight's copy in the CPU Fast matmuls' layout (cpu/gemv_interleaved.h): built at load on
 // the CPU (or by the first matmul that can use it; never on CUDA), then shared by every copy of the view.
 struct InterleavedSlot {
   std::once_flag once;
@@ -38,7 +38,7 @@ struct Weight {
   int group = 0;                 // Affine only: 32, 64 or 128
   std::string name;              // module path, for error messages
   std::shared_ptr<const PackedDense> packed;  // Dense only, when packed at load: matmul runs gemm_packed
-  std::shared_ptr<InterleavedSlot> interleaved;  // Affine 4-bit loaded from a checkpoint; null: rows only
+  std::shared_ptr<InterleavedSlot> interleaved;  // Affine 4/8-bit loaded from a checkpoint; null: rows only
 
   bool valid() const { return data != nullptr; }
 };
