@@ -458,9 +458,9 @@ static void test_interleaved(ThreadPool& pool) {
     }
     // The family's kernels on row ranges off the block edges, straight: the same bits as the whole range.
     const kern::Kernels& k = detail::active_kernels();
-    const InterleavedRows* il = interleaved_rows(a.w, pool);
-    if (il != nullptr)
-      for (int64_t n : {1, 3, 6}) {
+    for (int64_t n : {1, 3, 6}) {
+      const InterleavedRows* il = detail::interleaved_for(pool, k, a.w, n);  // nullptr: no kernels for the copy
+      if (il != nullptr) {
         const kern::XQuant xq = detail::quantize_activations(pool, k, a.w, x.data(), 256, n);
         std::vector<float> whole(size_t(n * na)), part(size_t(n * na), 0.0f);
         detail::fast_rows_on(k, il, a.w, xq, n, 0, na, whole.data(), na, nullptr);
@@ -478,6 +478,7 @@ static void test_interleaved(ThreadPool& pool) {
           ++checked;
         }
       }
+    }
   }
   // A view of rows 16.. of a weight, sharing the weight's slot: must not read the weight's copy.
   for (int bits : {4, 8}) {
