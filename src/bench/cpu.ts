@@ -21,6 +21,7 @@ export interface CpuBenchOptions {
   runs: number;
   chunk: number; // chunked-prefill size (secondary figure); 0 = skip
   precision: 'exact' | 'fast';
+  bits?: 4 | 8; // weights of the random checkpoint (absent: 4)
   dir: string;
   bandwidthBytes: number;
   temperature?: number; // decode samples at this temperature (0 or absent: greedy, as the peer decodes)
@@ -190,7 +191,7 @@ function randomPrompt(n: number, vocab: number): Int32Array {
 export async function runCpuBench(o: CpuBenchOptions): Promise<CpuBenchReport> {
   const loadStart = loadavg()[0];
   if (loadStart > 0.5) log(`warning: load average ${loadStart.toFixed(2)}: other processes compete for the cores`);
-  const quant = { bits: 4 as const, groupSize: 64 };
+  const quant = { bits: o.bits ?? 4, groupSize: 64 };
   const ckpt = ensureRandomCheckpoint(o.dir, QWEN25_05B, quant);
   log(
     ckpt.cached
@@ -373,6 +374,7 @@ const USAGE = `usage: npm run bench:cpu -- [options]
   --runs N             timed runs per figure, median reported (default 3)
   --chunk N            also prefill in chunks of N tokens (default 128; 0 = skip)
   --precision P        fast | exact (default fast)
+  --bits B             4 | 8: MLX affine bits of the random checkpoint (default 4)
   --dir DIR            checkpoint cache (default $RAPID_BENCH_DIR or <tmpdir>/rapid-bench)
   --json FILE          write every figure as JSON
   --temperature T      decode samples at temperature T (default 0: greedy); the 'sample' ms/tok shows its cost
@@ -390,6 +392,7 @@ export async function main(argv: string[]): Promise<number> {
       runs: { type: 'string' },
       chunk: { type: 'string' },
       precision: { type: 'string' },
+      bits: { type: 'string' },
       dir: { type: 'string' },
       json: { type: 'string' },
       temperature: { type: 'string' },
@@ -405,6 +408,8 @@ export async function main(argv: string[]): Promise<number> {
     return 0;
   }
   const precision = precisionOption(values.precision);
+  const bits = intOption(values.bits, 'bits', 4);
+  if (bits !== 4 && bits !== 8) throw new Error(`--bits ${bits}: 4 or 8`);
   const peerModels = values['peer-model'] ?? [];
   if (Boolean(values.peer) !== peerModels.length > 0) throw new Error('--peer and --peer-model go together');
   const options: CpuBenchOptions = {
@@ -414,6 +419,7 @@ export async function main(argv: string[]): Promise<number> {
     runs: intOption(values.runs, 'runs', 3, 0) || 3,
     chunk: intOption(values.chunk, 'chunk', 128, 0),
     precision,
+    bits: bits as 4 | 8,
     dir: values.dir ?? defaultBenchDir(),
     bandwidthBytes: 1 << 30,
     ...samplingOptions(values.temperature, values['top-p']),

@@ -1,8 +1,9 @@
 // Decode at batch 1 through the real addon on a random Qwen2.5-0.5B-wide checkpoint (2 layers): the
 // step reports its thread-pool dispatches, and the fused path (q/k/v in one pass, gate/up with the GLU)
 // needs 5 per layer plus the head, for 4-bit and MLX 8-bit weights alike; --precision exact keeps the
-// separate matmuls (8). One thread (no dispatches) picks the same greedy tokens as two. On AVX-512 VNNI the
-// 4-bit copies (cpu/gemv_interleaved.h) are built at load, and 16 sequences at once keep the fusions.
+// separate matmuls (8). One thread (no dispatches) picks the same greedy tokens as two. The interleaved
+// copies (cpu/gemv_interleaved.h; 4-bit on AVX-512 VNNI and AVX2, 8-bit on AVX2) are built at load, and 16
+// sequences at once keep the fusions.
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -68,11 +69,11 @@ describe('decode pool dispatches (random Qwen2.5-0.5B-wide checkpoint, 2 layers)
     }
   }, 120_000);
 
-  // 16 sequences decoding together: with the interleaved GEMM (4-bit, avx512-vnni and avx2) q/k/v and gate/up+GLU
+  // 16 sequences decoding together: with the interleaved GEMM (4-bit: avx512-vnni and avx2; 8-bit: avx2) q/k/v and gate/up+GLU
   // stay one pass each, as at batch 1 (plus one for down's activation quantization, 16 x 4864 values, split
   // over the pool): 6 per layer against exact's 9 (and the row-major GEMM's separate passes, 10).
-  it('4-bit at 16 sequences: q/k/v and gate/up fused where the interleaved GEMM runs', async () => {
-    const { dir } = ensureRandomCheckpoint(root, SHAPE, { bits: 4, groupSize: 64 });
+  it.each([4, 8] as const)('%d-bit at 16 sequences: q/k/v and gate/up fused where the interleaved GEMM runs', async (bits) => {
+    const { dir } = ensureRandomCheckpoint(root, SHAPE, { bits, groupSize: 64 });
     const rows = (at: number): NativeStepRow[] =>
       Array.from({ length: 16 }, (_, s) => ({
         requestId: `r${s}`,
@@ -93,7 +94,8 @@ describe('decode pool dispatches (random Qwen2.5-0.5B-wide checkpoint, 2 layers)
         model.close();
       }
     };
-    const fused = ['avx512-vnni', 'avx2'].includes(addon().systemInfo().kernel);
+    // 8-bit copies: avx2 only (avx512-vnni keeps its row-major 8-bit kernels and their GEMM).
+    const fused = (bits === 4 ? ['avx512-vnni', 'avx2'] : ['avx2']).includes(addon().systemInfo().kernel);
     expect(await run('fast')).toEqual(Array(3).fill(SHAPE.layers * (fused ? 6 : 10) + 1));
     expect(await run('exact')).toEqual(Array(3).fill(SHAPE.layers * 9 + 1));
   }, 120_000);

@@ -18,15 +18,15 @@ namespace {
 bool fusable(const MatmulPart* parts, int count, int64_t n, Precision p) {
   if (p != Precision::Fast || n < 1) return false;
   const kern::Kernels& k = detail::active_kernels();
-  const bool any_n = k.gemm4_interleaved != nullptr && interleaved_gemv_enabled();
-  if (n >= kern::kGemmMinRows && !any_n) return false;
   const Weight& w0 = *parts[0].w;
+  const bool any_n = (w0.bits == 8 ? k.gemm8_interleaved : k.gemm4_interleaved) != nullptr && interleaved_gemv_enabled();
+  if (n >= kern::kGemmMinRows && !any_n) return false;
   for (int i = 0; i < count; ++i) {
     const Weight& w = *parts[i].w;
     if (!w.valid()) throw std::runtime_error("matmul: weight " + w.name + " is not loaded");
     if (w.in != w0.in) throw std::runtime_error("matmul: fused weights " + w0.name + " and " + w.name + " differ in width");
     if (!detail::fast_path_ok(w) || w.bits != w0.bits || w.group != w0.group) return false;
-    if (n >= kern::kGemmMinRows && (w.bits != 4 || w.interleaved == nullptr)) return false;
+    if (n >= kern::kGemmMinRows && w.interleaved == nullptr) return false;
   }
   return true;
 }
@@ -97,11 +97,12 @@ std::string decode_matmul_description() {
   const kern::Kernels& k = detail::active_kernels();  // sets the prefetch distance on first use
   const int pf = kern::g_prefetch_rows;
   const bool il = k.gemv4_interleaved != nullptr && interleaved_gemv_enabled();
+  const bool il8 = il && k.gemv8_interleaved != nullptr;
   const size_t il_pf = pf > 0 ? k.gemv4_prefetch_bytes : 0;
   return "q/k/v and gate/up+GLU fused (one pool dispatch each), rows in per-thread slices, " +
          (pf > 0 ? "row-major GEMVs prefetch " + std::to_string(pf) + " rows ahead"
                  : std::string("no software prefetch")) +
-         (il ? ", 4-bit GEMV and batched GEMM on 16-row interleaved copies" : "") +
+         (il ? ", 4-bit GEMV and batched GEMM on 16-row interleaved copies" : "") + (il8 ? ", 8-bit on 8-row ones" : "") +
          (il && il_pf > 0 ? " (the GEMV prefetches " + std::to_string(il_pf / 1024) + " KB ahead)" : "");
 }
 

@@ -80,7 +80,7 @@ Weight build(const Checkpoint& ck, const QuantConfig& qc, const std::string& pat
     throw std::runtime_error(path + ": packed shapes inconsistent with " + params_str(p) + ": weight " +
                              wt.shape_str() + ", scales " + sc->shape_str() + ", biases " + bi->shape_str());
   set_affine_view(w, wt, *sc, *bi, out, in, p);
-  if (p.bits == 4) {
+  if (p.bits == 4 || p.bits == 8) {  // 8-bit: read by the families with 8-bit interleaved kernels only
     w.interleaved = std::make_shared<InterleavedSlot>();  // filled at CPU load (cpu/gemv_interleaved.h)
     w.interleaved->rows_mapped = true;                     // ck's tensors are PROT_READ file mappings
   }
