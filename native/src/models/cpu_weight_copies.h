@@ -9,8 +9,9 @@ namespace rapid {
 
 // Builds the interleaved copy (cpu/gemv_interleaved.h) of every 4-bit linear of the text decoder and its
 // head (dense layers; MoE experts keep their kernels), and of every 8-bit one on AVX2, when the kernel
-// family in use reads the copies at every batch size, and drops the row-major pages they replace. No-op for Exact precision, for a model
-// without decoder parts, or a family without the interleaved kernels. Returns the weights copied.
+// family in use reads the copies at every batch size, and drops the row-major pages they replace. No-op
+// for Exact precision, for a model without decoder parts, or a family without the interleaved kernels.
+// Returns the weights copied.
 int64_t make_cpu_weight_copies(const Model& model, ThreadPool& pool, Precision p);
 
 }  // namespace rapid
