@@ -24,6 +24,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/segment_attention.h"
 #include "format/json.h"
 #include "format/safetensors.h"
 #include "quant/quantize.h"
@@ -226,6 +227,38 @@ void attention_cases(Pair& pr) {
       pr.compare(name, out, p == Precision::Fast ? kFastOp : kExactOp);
     }
   }
+}
+
+// Fast attention's row arithmetic does not depend on the query tile (64 queries on 4 warps or 128 on 8): both
+// launches of the same segments give the same bits, also where a tile runs past its segment or the last token.
+void attention_tile_cases() {
+  using cuda::test::Dev;
+  const std::vector<std::vector<int64_t>> segs = {{0, 1000}, {0, 64, 200, 333, 461}, {0, 5, 4096}};
+  for (const int hd : {64, 72, 128})
+    for (const std::vector<int64_t>& cu : segs) {
+      const int heads = 4, kv_heads = 2;
+      const int64_t n = cu.back(), ld = int64_t(heads + 2 * kv_heads) * hd, ldo = int64_t(heads) * hd;
+      const Dev<float> qkv(randv(n * ld));
+      Dev<char> scratch(cuda::segment_attention_scratch_bytes(n, heads, kv_heads, hd, true));
+      std::vector<float> out[2];
+      for (int v = 0; v < 2; ++v) {
+        const int tile = v ? 128 : 64;
+        std::vector<cuda::SegTile> tiles;
+        for (size_t s = 0; s + 1 < cu.size(); ++s)
+          for (int64_t q0 = cu[s]; q0 < cu[s + 1]; q0 += tile)
+            tiles.push_back({int32_t(q0), int32_t(cu[s]), int32_t(cu[s + 1]), 0});
+        const Dev<cuda::SegTile> dt(tiles);
+        Dev<float> dout(size_t(n * ldo));
+        cuda::segment_attention(qkv.p, ld, qkv.p + heads * hd, qkv.p + (heads + kv_heads) * hd, ld, dout.p, ldo, n,
+                                heads, kv_heads, hd, 1.0f / std::sqrt(float(hd)), dt.p, int(tiles.size()), tile, true,
+                                scratch.p, nullptr);
+        out[v] = dout.download();
+      }
+      char name[128];
+      std::snprintf(name, sizeof name, "attention fast tile 128 == tile 64 bits hd=%d tokens=%lld segs=%zu", hd,
+                    (long long)n, cu.size() - 1);
+      report(name, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4) == 0 ? 0.0 : 1.0, 0.0);
+    }
 }
 
 void row_cases(Pair& pr) {
@@ -431,6 +464,7 @@ int main(int argc, char** argv) {
     linear_cases(pr);
     gemm_ab_cases(pr);
     attention_cases(pr);
+    attention_tile_cases();
     row_cases(pr);
     {
       // A backend of its own: the suite's weights die with it, and a later one at the same address must not hit.

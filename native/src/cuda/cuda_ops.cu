@@ -234,11 +234,13 @@ class CudaOps final : public ops::Backend {
     for (size_t i = 1; i < cu.size(); ++i)
       if (cu[i] < cu[i - 1]) throw std::runtime_error("attention: segment bounds decrease at index " + std::to_string(i));
     if (cu.back() > INT32_MAX) throw std::runtime_error("attention: more than 2^31 tokens");
-    const std::vector<SegTile> tiles = seg_tiles(cu);
-    Meta<SegTile> d(*this, tiles);
+    const bool fast = p == Precision::Fast;
+    const SegPlan plan = seg_plan(cu, fast);
+    Meta<SegTile> d(*this, plan.tiles);
+    PoolBuf<char> scratch(*this, int64_t(segment_attention_scratch_bytes(cu.back(), heads, kv_heads, head_dim, fast)));
     timed(kAttention, 0.0, [&] {
-      segment_attention(q, ldq, k, v, ldkv, out, ldo, heads, kv_heads, head_dim, scale, d.p, int(tiles.size()),
-                        p == Precision::Fast, stream_);
+      segment_attention(q, ldq, k, v, ldkv, out, ldo, cu.back(), heads, kv_heads, head_dim, scale, d.p,
+                        int(plan.tiles.size()), plan.query_tile, fast, scratch.p, stream_);
     });
   }
 
