@@ -322,9 +322,18 @@ int main(int argc, char** argv) {
         device == "cuda" ? cuda::make_cuda_ops() : std::unique_ptr<ops::Backend>(new ops::CpuBackend(pool));
     auto t0 = std::chrono::steady_clock::now();
     const ImageEmbedding e = enc->encode(in, *be, p);
-    std::printf("{\"family\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f}\n",
-                family.c_str(), device.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), ms_since(t0),
-                double(cuda::uploaded_weight_bytes(*be)) / 1048576.0);
+    const double warm_ms = ms_since(t0);
+    // FNV-1a of the embeddings' bits: two builds (or kernels) that should agree bitwise print the same hash.
+    uint64_t hash = 1469598103934665603ull;
+    for (const std::vector<float>* v : {&e.embeddings, &e.deepstack})
+      for (const float f : *v) {
+        uint32_t b;
+        std::memcpy(&b, &f, 4);
+        hash = (hash ^ b) * 1099511628211ull;
+      }
+    std::printf("{\"family\":\"%s\",\"device\":\"%s\",\"precision\":\"%s\",\"tokens\":%lld,\"width\":%lld,\"warmupMs\":%.2f,\"weightMiB\":%.0f,\"embedHash\":\"%016llx\"}\n",
+                family.c_str(), device.c_str(), precision.c_str(), (long long)e.tokens, (long long)enc->text_hidden(), warm_ms,
+                double(cuda::uploaded_weight_bytes(*be)) / 1048576.0, (unsigned long long)hash);
     // The GEMM kernels to time: the environment's choice, or both (--ab).
     const char* env = std::getenv("RAPID_CUDA_TOWER_GEMM");
     const std::vector<std::string> gemms = ab ? std::vector<std::string>{"v1", "v2"}
