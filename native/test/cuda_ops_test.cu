@@ -243,10 +243,7 @@ void attention_tile_cases() {
       std::vector<float> out[2];
       for (int v = 0; v < 2; ++v) {
         const int tile = v ? 128 : 64;
-        std::vector<cuda::SegTile> tiles;
-        for (size_t s = 0; s + 1 < cu.size(); ++s)
-          for (int64_t q0 = cu[s]; q0 < cu[s + 1]; q0 += tile)
-            tiles.push_back({int32_t(q0), int32_t(cu[s]), int32_t(cu[s + 1]), 0});
+        const std::vector<cuda::SegTile> tiles = cuda::seg_tiles(cu, tile);
         const Dev<cuda::SegTile> dt(tiles);
         Dev<float> dout(size_t(n * ldo));
         cuda::segment_attention(qkv.p, ld, qkv.p + heads * hd, qkv.p + (heads + kv_heads) * hd, ld, dout.p, ldo, n,

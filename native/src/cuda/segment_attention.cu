@@ -313,9 +313,7 @@ __global__ void __launch_bounds__(256) seg_attn_f32(const AttnArgs a) {
 
 }  // namespace
 
-namespace {
-
-std::vector<SegTile> tiles_of(const std::vector<int64_t>& cu, int query_tile) {
+std::vector<SegTile> seg_tiles(const std::vector<int64_t>& cu, int query_tile) {
   std::vector<SegTile> tiles;
   for (size_t s = 0; s + 1 < cu.size(); ++s)
     for (int64_t q0 = cu[s]; q0 < cu[s + 1]; q0 += query_tile)
@@ -323,14 +321,12 @@ std::vector<SegTile> tiles_of(const std::vector<int64_t>& cu, int query_tile) {
   return tiles;
 }
 
-}  // namespace
-
 SegPlan seg_plan(const std::vector<int64_t>& cu, bool fast) {
-  SegPlan p{tiles_of(cu, 64), 64};
+  SegPlan p{seg_tiles(cu, 64), 64};
   if (!fast) return p;
   // 128-query blocks read each key tile once for twice the queries; worth it unless short segments (Qwen's
   // 64-token windows) would leave more than 1/8 of the warps idle.
-  SegPlan wide{tiles_of(cu, 128), 128};
+  SegPlan wide{seg_tiles(cu, 128), 128};
   if (wide.tiles.size() * 2 * 8 <= p.tiles.size() * 9) return wide;
   return p;
 }

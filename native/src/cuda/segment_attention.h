@@ -20,8 +20,12 @@ struct SegPlan {
   int query_tile;
 };
 
-// The tiles of segments `cu` (boundaries in tokens, cu.front() == 0, non-decreasing; empty segments skipped).
-// Fast takes 128-query tiles unless the segments are so short that most of each tile would idle.
+// The tiles of `query_tile` queries of segments `cu` (boundaries in tokens, cu.front() == 0, non-decreasing; empty
+// segments skipped).
+std::vector<SegTile> seg_tiles(const std::vector<int64_t>& cu, int query_tile);
+
+// seg_tiles at the launch's tile size: Fast takes 128 queries unless the segments are so short that most of each
+// tile would idle.
 SegPlan seg_plan(const std::vector<int64_t>& cu, bool fast);
 
 // Device scratch (bytes) the Fast kernel needs for `tokens` rows: q, k and v rounded to bf16 once, head-major and
