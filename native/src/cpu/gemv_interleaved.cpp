@@ -161,13 +161,12 @@ const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
     return nullptr;
   const kern::Kernels& k = detail::active_kernels();
   // 8-bit copies only where the family reads them (AVX2); elsewhere 8-bit keeps its row-major kernels.
-  if (W.bits == 8 && (k.gemv8_interleaved == nullptr || k.gemm8_interleaved == nullptr)) return nullptr;
+  if (W.bits == 8 && (k.gemv_interleaved(8) == nullptr || k.gemm_interleaved(8) == nullptr)) return nullptr;
   InterleavedSlot& s = *W.interleaved;
   std::call_once(s.once, [&] {
     s.rows = interleave_rows(W, pool);
     // Where the family reads the copy at every batch size, the rows it replaces need not stay resident.
-    const bool all_n = W.bits == 8 ? k.gemm8_interleaved != nullptr : k.gemm4_interleaved != nullptr;
-    if (s.rows_mapped && all_n) drop_rows(W);
+    if (s.rows_mapped && k.gemm_interleaved(W.bits) != nullptr) drop_rows(W);
   });
   const InterleavedRows* L = s.rows.get();
   // A view of other rows that kept the slot (a copy with moved pointers) must not read this copy.
@@ -177,9 +176,8 @@ const InterleavedRows* interleaved_rows(const Weight& W, ThreadPool& pool) {
 
 bool interleave_at_load(const Weight& W, ThreadPool& pool) {
   const kern::Kernels& k = detail::active_kernels();
-  const bool both = W.bits == 8 ? k.gemv8_interleaved != nullptr && k.gemm8_interleaved != nullptr
-                                : k.gemv4_interleaved != nullptr && k.gemm4_interleaved != nullptr;
-  if (!both) return false;  // the rows stay in use
+  // A family without both kernels for W's bits still reads the rows: they stay in use.
+  if (k.gemv_interleaved(W.bits) == nullptr || k.gemm_interleaved(W.bits) == nullptr) return false;
   return interleaved_rows(W, pool) != nullptr;
 }
 

@@ -79,6 +79,10 @@ struct Kernels {
   void (*gemv8_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t r0, int64_t r1, float* y) = nullptr;
   void (*gemm8_interleaved)(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
                             int64_t ldy) = nullptr;
+
+  // The interleaved kernels of a `bits`-bit weight's copy (the 4- or the 8-bit pair); nullptr where none.
+  auto gemv_interleaved(int bits) const { return bits == 8 ? gemv8_interleaved : gemv4_interleaved; }
+  auto gemm_interleaved(int bits) const { return bits == 8 ? gemm8_interleaved : gemm4_interleaved; }
 };
 
 // Rows a GEMV prefetches ahead (software prefetch). Intel server cores need it to reach their

@@ -28,8 +28,7 @@ kern::XQuant quantize_activations(ThreadPool& pool, const kern::Kernels& k, cons
 // GEMV at n = 1, the interleaved GEMM above; built here if the load did not: call on the dispatching
 // thread, before the rows are split), else nullptr.
 inline const InterleavedRows* interleaved_for(ThreadPool& pool, const kern::Kernels& k, const Weight& W, int64_t n) {
-  const bool has = W.bits == 8 ? (n == 1 ? k.gemv8_interleaved != nullptr : k.gemm8_interleaved != nullptr)
-                               : (n == 1 ? k.gemv4_interleaved != nullptr : k.gemm4_interleaved != nullptr);
+  const bool has = n == 1 ? k.gemv_interleaved(W.bits) != nullptr : k.gemm_interleaved(W.bits) != nullptr;
   return has ? interleaved_rows(W, pool) : nullptr;
 }
 
@@ -37,10 +36,8 @@ inline const InterleavedRows* interleaved_for(ThreadPool& pool, const kern::Kern
 inline void fast_rows_on(const kern::Kernels& k, const InterleavedRows* il, const Weight& W, const kern::XQuant& xq,
                          int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy, float* scratch) {
   if (il == nullptr) k.fast_rows(W, xq, n, r0, r1, y, ldy, scratch);
-  else if (il->bits == 8 && n == 1) k.gemv8_interleaved(*il, xq, r0, r1, y);
-  else if (il->bits == 8) k.gemm8_interleaved(*il, xq, n, r0, r1, y, ldy);
-  else if (n == 1) k.gemv4_interleaved(*il, xq, r0, r1, y);
-  else k.gemm4_interleaved(*il, xq, n, r0, r1, y, ldy);
+  else if (n == 1) k.gemv_interleaved(il->bits)(*il, xq, r0, r1, y);
+  else k.gemm_interleaved(il->bits)(*il, xq, n, r0, r1, y, ldy);
 }
 
 // Row alignment of a split feeding the interleaved GEMV: whole 16-row blocks (two 8-bit blocks) per thread chunk.

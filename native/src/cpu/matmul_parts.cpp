@@ -19,7 +19,7 @@ bool fusable(const MatmulPart* parts, int count, int64_t n, Precision p) {
   if (p != Precision::Fast || n < 1) return false;
   const kern::Kernels& k = detail::active_kernels();
   const Weight& w0 = *parts[0].w;
-  const bool any_n = (w0.bits == 8 ? k.gemm8_interleaved : k.gemm4_interleaved) != nullptr && interleaved_gemv_enabled();
+  const bool any_n = k.gemm_interleaved(w0.bits) != nullptr && interleaved_gemv_enabled();
   if (n >= kern::kGemmMinRows && !any_n) return false;
   for (int i = 0; i < count; ++i) {
     const Weight& w = *parts[i].w;
