@@ -1,5 +1,5 @@
 #!/usr/bin/env node
-// Builds the CUDA variant of the native addon: nvcc compiles native/src/cuda/*.cu (sm_80 and sm_90
+// Builds the CUDA variant of the native addon: nvcc compiles native/src/cuda/*.cu (sm_80 and sm_90a
 // machine code plus PTX for newer GPUs), g++ compiles every other native source with RAPID_CUDA=1, and
 // the CUDA runtime is linked statically, so the binary loads on machines without a GPU or driver.
 //   node scripts/build-cuda.mjs            -> build/cuda/rapid_native.node
@@ -43,12 +43,16 @@ const nodeInclude = process.env.npm_config_nodedir
   : join(dirname(process.execPath), '..', 'include', 'node');
 const addonApi = createRequire(import.meta.url)('node-addon-api').include_dir.replace(/^"|"$/g, '');
 
+// sm_90 machine code is built as sm_90a (the H100/H200's arch-specific set: warpgroup MMA), which loads on compute
+// capability 9.0 alone; the PTX stays generic compute_90 for newer GPUs. RAPID_CUDA_SM90A tells the host code.
+const sm90a = archs.includes('90');
 const defines = ['-DRAPID_CUDA=1', '-DNAPI_VERSION=8', '-DNAPI_CPP_EXCEPTIONS', '-DNODE_ADDON_API_DISABLE_DEPRECATED',
-  ...(timeline ? ['-DRAPID_CUDA_TIMELINE=1'] : [])];
+  ...(timeline ? ['-DRAPID_CUDA_TIMELINE=1'] : []), ...(sm90a ? ['-DRAPID_CUDA_SM90A=1'] : [])];
 const warn = ['-Wall', '-Wextra', '-Wno-unused-parameter'];
 const cxxFlags = ['-std=c++20', '-O3', '-fPIC', '-fexceptions', '-pthread', ...warn, ...(werror ? ['-Werror'] : []),
   ...defines, `-I${join(cuda, 'include')}`, `-I${addonApi}`, `-I${nodeInclude}`, `-I${join(root, 'native', 'src')}`];
-const gencode = archs.flatMap((a) => ['-gencode', `arch=compute_${a},code=sm_${a}`]);
+const sass = (a) => (a === '90' ? '90a' : a);
+const gencode = archs.flatMap((a) => ['-gencode', `arch=compute_${sass(a)},code=sm_${sass(a)}`]);
 const top = archs[archs.length - 1];
 const ptx = sassOnly ? [] : ['-gencode', `arch=compute_${top},code=compute_${top}`];
 const nvccFlags = ['-std=c++20', '-O3', ...gencode, ...ptx,

@@ -24,6 +24,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/launch.cuh"
 #include "cuda/segment_attention.h"
 #include "format/json.h"
 #include "format/safetensors.h"
@@ -164,28 +165,41 @@ void linear_cases(Pair& pr) {
     }
 }
 
-// The temporary v1 GEMM (RAPID_CUDA_TOWER_GEMM=v1) rounds x the same way and sums each output in the same k order
-// as the default kernel: their outputs must be the same bits.
+// The warpgroup-MMA GEMM (v3, sm_90a) at every tile width against the mma.sync one (v2): the same bf16 operands in the
+// same 16-wide k steps from zero per output, on the same tensor cores, give the same bits (H100: they do).
 void gemm_ab_cases(Pair& pr) {
-  for (const int64_t n : {int64_t(1), int64_t(127), int64_t(4096)}) {
-    const int64_t out = 300, in = 1000, ldx = in + 8, ldy = out + 3;
-    const std::shared_ptr<OwnedLinear> L = make_linear(out, in, false);
-    pr.kept.push_back(L);
-    auto x = pr.up(randv(n * ldx));
-    std::vector<float> h[2];
-    for (int v = 0; v < 2; ++v) {
-      setenv("RAPID_CUDA_TOWER_GEMM", v ? "v1" : "v2", 1);
-      auto y = pr.zeros(n * ldy);
-      pr.gpu.linear(L->l, x.g.data(), ldx, y.g.data(), ldy, n, Precision::Fast);
-      h[v].resize(size_t(n * ldy));
-      pr.gpu.download(y.g.data(), n * ldy, h[v].data());
-    }
-    unsetenv("RAPID_CUDA_TOWER_GEMM");
-    char name[96];
-    std::snprintf(name, sizeof name, "linear fast v2 == v1 bits n=%lld out=%lld in=%lld", (long long)n, (long long)out,
-                  (long long)in);
-    report(name, std::memcmp(h[0].data(), h[1].data(), h[0].size() * sizeof(float)) == 0 ? 0.0 : 1.0, 0.0);
+  if (!cuda::wgmma_supported()) {
+    std::printf("SKIP linear fast v3 (no sm_90a code for this device)\n");
+    return;
   }
+  struct Shape {
+    int64_t n, out, in, ldx, ldy;
+  };
+  const Shape shapes[] = {{1, 300, 1000, 1008, 303}, {127, 300, 1000, 1008, 303}, {4096, 300, 1000, 1008, 303},
+                          {300, 1152, 4304, 4304, 1152}, {4096, 1152, 1152, 1152, 1152}};
+  for (const Shape& sh : shapes) {
+    const std::shared_ptr<OwnedLinear> L = make_linear(sh.out, sh.in, false);
+    pr.kept.push_back(L);
+    auto x = pr.up(randv(sh.n * sh.ldx));
+    auto run = [&](const char* gemm) {
+      setenv("RAPID_CUDA_TOWER_GEMM", gemm, 1);
+      auto y = pr.zeros(sh.n * sh.ldy);
+      pr.gpu.linear(L->l, x.g.data(), sh.ldx, y.g.data(), sh.ldy, sh.n, Precision::Fast);
+      std::vector<float> h(size_t(sh.n * sh.ldy));
+      pr.gpu.download(y.g.data(), sh.n * sh.ldy, h.data());
+      return h;
+    };
+    const std::vector<float> v2 = run("v2");
+    for (const char* v3 : {"v3-64", "v3-96", "v3-128", "v3-192", "v3"}) {
+      const std::vector<float> h = run(v3);
+      char name[128];
+      std::snprintf(name, sizeof name, "linear fast %s == v2 n=%lld out=%lld in=%lld", v3, (long long)sh.n,
+                    (long long)sh.out, (long long)sh.in);
+      const bool same = std::memcmp(h.data(), v2.data(), h.size() * sizeof(float)) == 0;
+      report_bool(name, same, same ? "same bits" : "bits differ, rel_err=" + std::to_string(rel_err(h, v2)));
+    }
+  }
+  unsetenv("RAPID_CUDA_TOWER_GEMM");
 }
 
 void attention_cases(Pair& pr) {

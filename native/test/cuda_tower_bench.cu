@@ -6,10 +6,11 @@
 //                                     [--precision fast|exact] [--device cuda|cpu] [--profile] [--ab]
 // --profile: one more encode with cudaEvents around every GEMM and attention launch, printed as one JSON line per
 // GEMM kernel: {"profile":..., "gemmMs", "gemmTflops", "attentionMs", "restMs"}; rest = the encode's wall time less
-// both (the other ops and host gaps). --ab: every round (and profile) once with RAPID_CUDA_TOWER_GEMM=v1 and once
-// with v2, the fields tagged "gemm", so one run compares the two GEMM kernels (docs/cuda.md).
-//   build/cuda/tests/cuda_tower_bench --gemm [--rounds N]: the bf16 GEMM alone (v1 and v2) on the towers' shapes
-//   (Gemma 3 SigLIP's 4096 x {1152, 4304} x {1152, 4304}, Qwen2.5-VL-3B's 1024-row ones), median ms and TFLOP/s.
+// both (the other ops and host gaps). --ab: every round (and profile) once with RAPID_CUDA_TOWER_GEMM=v2 and once
+// with v3, the fields tagged "gemm", so one run compares the two GEMM kernels (docs/cuda.md).
+//   build/cuda/tests/cuda_tower_bench --gemm [--rounds N]: the bf16 GEMM alone (v2, v3 at each tile width and v3 as
+//   chosen) on the towers' shapes (Gemma 3 SigLIP's 4096 x {1152, 4304} x {1152, 4304}, Qwen2.5-VL-3B's and
+//   Qwen3-VL-4B's per-image ones), median ms and TFLOP/s.
 // --device cpu runs the same tower on the CPU backend (all cores), for a same-machine comparison.
 // qwen2_5_vl: Qwen2.5-VL-3B's tower (32 blocks, hidden 1280, window attention, merger to 2048), one 448x448 image
 // (grid 1x32x32, 1024 patches). gemma3: Gemma 3 4B's SigLIP (27 layers, hidden 1152) at 896x896 (4096 patches) and
@@ -31,6 +32,7 @@
 #include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
 #include "cuda/dense_gemm.h"
+#include "cuda/launch.cuh"
 #include "cuda/tower_profile.h"
 #include "format/json.h"
 #include "format/safetensors.h"
@@ -171,14 +173,15 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// --gemm: each shape's GEMM timed by cudaEvents over 20 launches per round, v1 and v2 alternating; one JSON line per
+// --gemm: each shape's GEMM timed by cudaEvents over 20 launches per round, the kernels alternating; one JSON line per
 // shape and kernel with the median round.
 int gemm_bench(int rounds) {
   struct Shape {
     int64_t n, out, in;
   };
   const Shape shapes[] = {{4096, 1152, 1152}, {4096, 4304, 1152}, {4096, 1152, 4304}, {1024, 3840, 1280},
-                          {1024, 3420, 1280}, {1024, 1280, 3420}};
+                          {1024, 3420, 1280}, {1024, 1280, 3420}, {784, 3072, 1024}, {784, 4096, 1024},
+                          {784, 1024, 4096}};
   for (const Shape& sh : shapes) {
     const int64_t ldw = cuda::gemm_k_pad(sh.in), rows = cuda::gemm_rows_pad(sh.out);
     std::vector<uint16_t> hw(size_t(rows * ldw), 0);
@@ -203,10 +206,11 @@ int gemm_bench(int rounds) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    const char* names[2] = {"v1", "v2"};
-    std::vector<float> ms[2];
+    const char* names[] = {"v2", "v3-64", "v3-96", "v3-128", "v3-192", "v3"};
+    const int kernels = cuda::wgmma_supported() ? 6 : 1;
+    std::vector<float> ms[6];
     for (int r = 0; r < rounds + 1; ++r)  // round 0 warms up
-      for (int v = 0; v < 2; ++v) {
+      for (int v = 0; v < kernels; ++v) {
         setenv("RAPID_CUDA_TOWER_GEMM", names[v], 1);
         cudaEventRecord(a, s);
         for (int i = 0; i < 20; ++i) cuda::gemm_bf16(x, sh.in, w, nullptr, y, sh.out, sh.n, sh.out, sh.in, s);
@@ -221,7 +225,7 @@ int gemm_bench(int rounds) {
       std::printf("FAIL cuda_tower_bench --gemm: %s\n", cudaGetErrorString(e));
       return 1;
     }
-    for (int v = 0; v < 2; ++v) {
+    for (int v = 0; v < kernels; ++v) {
       std::sort(ms[v].begin(), ms[v].end());
       const double med = ms[v][ms[v].size() / 2];
       std::printf("{\"gemm\":\"%s\",\"n\":%lld,\"out\":%lld,\"in\":%lld,\"ms\":%.4f,\"tflops\":%.1f}\n", names[v],
@@ -336,8 +340,8 @@ int main(int argc, char** argv) {
                 double(cuda::uploaded_weight_bytes(*be)) / 1048576.0, (unsigned long long)hash);
     // The GEMM kernels to time: the environment's choice, or both (--ab).
     const char* env = std::getenv("RAPID_CUDA_TOWER_GEMM");
-    const std::vector<std::string> gemms = ab ? std::vector<std::string>{"v1", "v2"}
-                                              : std::vector<std::string>{env && std::strcmp(env, "v1") == 0 ? "v1" : "v2"};
+    const std::vector<std::string> gemms = ab ? std::vector<std::string>{"v2", "v3"}
+                                              : std::vector<std::string>{env ? env : "default"};
     auto use = [&](const std::string& g) { setenv("RAPID_CUDA_TOWER_GEMM", g.c_str(), 1); };
     for (int r = 0; r < rounds; ++r)
       for (const std::string& g : gemms) {

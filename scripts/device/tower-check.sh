@@ -12,9 +12,9 @@
 # 3. Image encode time, rapid (cuda_tower_bench, --precision fast) against transformers bf16 sdpa on the same GPU
 #    (bench/peers/torch_vision_tower.py, the box's python3): random Qwen2.5-VL-3B tower at 448x448 and Gemma 3 4B
 #    SigLIP + projector at 896x896 and Qwen3-VL-4B at 448x448, one image and a batch of 8, 5 rounds each; medians and ratios at the end.
-#    rapid runs both GEMM kernels round by round (--ab: v2, the default, gives the ratios; v1 is printed beside it)
-#    and one profiled encode per kernel (--profile: GEMM / attention / rest ms, GEMM TFLOP/s); before it,
-#    cuda_tower_bench --gemm times the GEMM alone on the towers' shapes (gemm.jsonl).
+#    rapid runs both GEMM kernels round by round (--ab: v3, the default on sm_90a, gives the ratios; v2 is printed
+#    beside it) and one profiled encode per kernel (--profile: GEMM / attention / rest ms, GEMM TFLOP/s); before it,
+#    cuda_tower_bench --gemm times the GEMM alone on the towers' shapes, every kernel and v3 tile width (gemm.jsonl).
 # 4. Only where node, dist/ and node_modules/ were carried too (carry build/cuda, dist, node_modules): the time to
 #    first token of a one-image request on CUDA (npm run bench:vision -- --device cuda, 3B-shaped tower).
 # Logs and JSON lines go to $OUT. Exit status 1 if a check failed. About 4-6 minutes of GPU time.
@@ -72,10 +72,11 @@ rows = []
 for fam in ("qwen2_5_vl", "gemma3", "qwen3_vl"):
     r = lines(f"rapid-{fam}.jsonl")
     for n in (1, 8):
-        rm = [x["ms"] for x in r if x.get("images") == n and x.get("gemm", "v2") == "v2"]
-        r1 = [x["ms"] for x in r if x.get("images") == n and x.get("gemm") == "v1"]
+        main = "v3" if any(x.get("gemm") == "v3" for x in r) else "v2"
+        rm = [x["ms"] for x in r if x.get("images") == n and x.get("gemm", main) == main]
+        r1 = [x["ms"] for x in r if x.get("images") == n and x.get("gemm") == "v2"] if main == "v3" else []
         if r1:
-            print(f"{fam} x{n}: rapid GEMM v1 {statistics.median(r1):.1f} ms [{min(r1):.1f}-{max(r1):.1f}]")
+            print(f"{fam} x{n}: rapid GEMM v2 {statistics.median(r1):.1f} ms [{min(r1):.1f}-{max(r1):.1f}]")
         tm = [x["ms"] for x in lines(f"torch-{fam}-{n}.jsonl") if "ms" in x]
         if not rm or not tm:
             print(f"{fam} x{n}: missing results (rapid {len(rm)}, torch {len(tm)})")

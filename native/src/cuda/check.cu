@@ -35,6 +35,7 @@ int cached_attr(std::atomic<int> (&cache)[64], cudaDeviceAttr attr, const char* 
 std::atomic<int> g_major[64] = {};
 std::atomic<int> g_sms[64] = {};
 std::atomic<int> g_smem_sm[64] = {};
+std::atomic<int> g_minor[64] = {};
 
 }  // namespace
 
@@ -71,6 +72,16 @@ bool pdl_enabled() {
 
 bool bulk_copy_supported() {
   return cached_attr(g_major, cudaDevAttrComputeCapabilityMajor, "compute capability") >= 9;
+}
+
+bool wgmma_supported() {
+#ifdef RAPID_CUDA_SM90A
+  // cached_attr stores 0 as -1 (0 marks "not read yet").
+  return cached_attr(g_major, cudaDevAttrComputeCapabilityMajor, "compute capability") == 9 &&
+         cached_attr(g_minor, cudaDevAttrComputeCapabilityMinor, "compute capability") <= 0;
+#else
+  return false;
+#endif
 }
 
 int sm_count() { return std::max(1, cached_attr(g_sms, cudaDevAttrMultiProcessorCount, "multiprocessor count")); }

@@ -1,127 +1,25 @@
-// The towers' dense GEMMs (dense_gemm.h). Fast (v2): x rounded to bf16 once into scratch, block tile BM x 128 x 64
-// (BM = 128 or 64, whichever fills the multiprocessors in less time), 8 warps as 2 (rows) x 4 (cols), a 3-stage
-// cp.async pipeline into swizzled shared memory, ldmatrix fragments, mma.sync m16n8k16. Fast v1 (temporary,
-// RAPID_CUDA_TOWER_GEMM=v1): BM x 128 x 32, x loaded to registers and rounded as staged, double buffered; same bits.
-// Exact: 64 x 64 x 16 SIMT tiles, 4 x 4 outputs per thread. All keep one k order per output (deterministic).
+// The towers' dense GEMMs (dense_gemm.h). Fast: x rounded to bf16 once into scratch, then on the H100/H200 (sm_90a)
+// v3, warpgroup MMA over 128 x BN x 64 tiles (BN = 64-192, whichever fills the multiprocessors in less time); elsewhere
+// v2, mma.sync m16n8k16 over BM x 128 x 64 tiles (BM = 128 or 64), 8 warps as 2 (rows) x 4 (cols). Both stream tiles
+// through a cp.async pipeline into 128-byte-swizzled shared memory (no bank conflicts). Exact: 64 x 64 x 16 SIMT
+// tiles, 4 x 4 outputs per thread. All keep one k order per output (deterministic).
 #include "cuda/dense_gemm.h"
 #include <cuda_bf16.h>
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/mma.cuh"
+#include "cuda/wgmma.cuh"
 
 namespace rapid::cuda {
 namespace {
 
-constexpr int kBN = 128, kBK = 32, kPitch = kBK + 8;  // pitch 40 bf16 (80 B): fragment loads hit 32 banks
 constexpr int kThreads = 256;
-
-template <int MI, bool VEC>
-__global__ void __launch_bounds__(kThreads, 2) gemm_bf16_kernel(const float* __restrict__ x, int64_t ldx,
-                                                              const __nv_bfloat16* __restrict__ w, int64_t ldw,
-                                                              const float* __restrict__ bias, float* __restrict__ y,
-                                                              int64_t ldy, int64_t n, int64_t out, int64_t in) {
-  constexpr int BM = 32 * MI;
-  __shared__ __align__(16) __nv_bfloat16 As[2][BM][kPitch];   // x tile [rows][k]
-  __shared__ __align__(16) __nv_bfloat16 Bs[2][kBN][kPitch];  // W tile [cols][k]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int g = lane >> 2, t = lane & 3, wm = warp >> 2, wn = warp & 3;
-  const int64_t bm = int64_t(blockIdx.y) * BM, bn = int64_t(blockIdx.x) * kBN;
-  const int ktiles = int((ldw + kBK - 1) / kBK);
-
-  float4 ar[MI];  // this thread's next x chunks: chunk c = tid + 256 i is row c / 8, k (c % 8) * 4
-  auto load_a = [&](int kt) {
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int c = tid + kThreads * i, r = c >> 3, kc = (c & 7) * 4;
-      const int64_t row = bm + r, k = int64_t(kt) * kBK + kc;
-      const float* p = x + row * ldx + k;
-      if (VEC) {
-        ar[i] = row < n && k < in ? *reinterpret_cast<const float4*>(p) : make_float4(0.f, 0.f, 0.f, 0.f);
-      } else {
-        const bool live = row < n;
-        ar[i].x = live && k < in ? p[0] : 0.f;
-        ar[i].y = live && k + 1 < in ? p[1] : 0.f;
-        ar[i].z = live && k + 2 < in ? p[2] : 0.f;
-        ar[i].w = live && k + 3 < in ? p[3] : 0.f;
-      }
-    }
-  };
-  auto store_a = [&](int st) {
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int c = tid + kThreads * i, r = c >> 3, kc = (c & 7) * 4;
-      *reinterpret_cast<uint2*>(&As[st][r][kc]) = make_uint2(pack_bf16(ar[i].x, ar[i].y), pack_bf16(ar[i].z, ar[i].w));
-    }
-  };
-  auto load_b = [&](int st, int kt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int c = tid + kThreads * i, r = c >> 2, kc = (c & 3) * 8;
-      cp_async16(&Bs[st][r][kc], w + (bn + r) * ldw + int64_t(kt) * kBK + kc);
-    }
-    cp_async_commit();
-  };
-
-  float acc[MI][4][4] = {};
-  load_b(0, 0);
-  load_a(0);
-  store_a(0);
-  for (int kt = 0; kt < ktiles; ++kt) {
-    const int cur = kt & 1;
-    const bool more = kt + 1 < ktiles;
-    if (more) {
-      load_b(cur ^ 1, kt + 1);
-      load_a(kt + 1);
-      cp_async_wait<1>();
-    } else {
-      cp_async_wait<0>();
-    }
-    __syncthreads();  // stage cur: W landed, x stored, for every thread
-#pragma unroll
-    for (int ks = 0; ks < kBK; ks += 16) {
-      uint32_t a[MI][4], b[4][2];
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        const int r = wm * 16 * MI + mi * 16 + g;
-        a[mi][0] = *reinterpret_cast<const uint32_t*>(&As[cur][r][ks + 2 * t]);
-        a[mi][1] = *reinterpret_cast<const uint32_t*>(&As[cur][r + 8][ks + 2 * t]);
-        a[mi][2] = *reinterpret_cast<const uint32_t*>(&As[cur][r][ks + 8 + 2 * t]);
-        a[mi][3] = *reinterpret_cast<const uint32_t*>(&As[cur][r + 8][ks + 8 + 2 * t]);
-      }
-#pragma unroll
-      for (int ni = 0; ni < 4; ++ni) {
-        const int c = wn * 32 + ni * 8 + g;
-        b[ni][0] = *reinterpret_cast<const uint32_t*>(&Bs[cur][c][ks + 2 * t]);
-        b[ni][1] = *reinterpret_cast<const uint32_t*>(&Bs[cur][c][ks + 8 + 2 * t]);
-      }
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-        for (int ni = 0; ni < 4; ++ni) mma_bf16(acc[mi][ni], a[mi], b[ni][0], b[ni][1]);
-    }
-    __syncthreads();  // stage cur is read by all before the next iteration refills it
-    if (more) store_a(cur ^ 1);
-  }
-
-#pragma unroll
-  for (int mi = 0; mi < MI; ++mi)
-#pragma unroll
-    for (int ni = 0; ni < 4; ++ni) {
-      const int64_t c = bn + wn * 32 + ni * 8 + 2 * t;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t r = bm + wm * 16 * MI + mi * 16 + g + 8 * h;
-        if (r >= n) continue;
-#pragma unroll
-        for (int e = 0; e < 2; ++e)
-          if (c + e < out) y[r * ldy + c + e] = acc[mi][ni][2 * h + e] + (bias ? bias[c + e] : 0.f);
-      }
-    }
-}
 
 // ---- v2: bf16 x staged once, 128 x 128 x 64 tiles, 3-stage cp.async pipeline, ldmatrix, XOR-swizzled shared memory.
 // A tile row is 64 bf16 = 8 chunks of 16 B; chunk c of row r sits at chunk c ^ (r & 7), so the 8 rows one ldmatrix
@@ -157,6 +55,21 @@ __device__ __forceinline__ void cp_async16_zfill(void* smem, const void* gmem, b
 // Element offset of (row, k) in a swizzled [rows][64] bf16 tile.
 __device__ __forceinline__ int swz(int row, int k) { return row * kV2BK + ((((k >> 3) ^ row) & 7) << 3) + (k & 7); }
 
+// Rows [r0, r0 + ROWS) x k tile kt of a [*, ldw] bf16 matrix into a swizzled tile, zeros from row `rows` and column ldw
+// on. The block's 256 threads take chunk c = tid + 256 i: row c / 8, logical 16-byte chunk c % 8.
+template <int ROWS>
+__device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* __restrict__ src, int64_t r0,
+                                          int64_t rows, int64_t ldw, int kt) {
+  static_assert(ROWS * 8 % kThreads == 0, "whole chunks per thread");
+#pragma unroll
+  for (int i = 0; i < ROWS * 8 / kThreads; ++i) {
+    const int c = int(threadIdx.x) + kThreads * i, r = c >> 3, k = (c & 7) * 8;
+    const int64_t row = r0 + r, kk = int64_t(kt) * kV2BK + k;
+    const bool live = row < rows && kk < ldw;
+    cp_async16_zfill(tile + swz(r, k), live ? src + row * ldw + kk : src, live);
+  }
+}
+
 // xb [n, ldw] bf16 (zero beyond in), w [rows_pad(out), ldw] bf16; block BM = 32 * MI rows x 128 cols, 8 warps as
 // 2 (rows, 16 * MI each) x 4 (cols, 32 each). Dynamic shared memory: kV2Stages x (BM + 128) x 64 bf16.
 template <int MI>
@@ -171,24 +84,10 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_bf16_v2_kernel(const __nv_bf
   const int64_t bm = int64_t(blockIdx.y) * BM, bn = int64_t(blockIdx.x) * kV2BN;
   const int ktiles = int((ldw + kV2BK - 1) / kV2BK);
 
-  // Tile kt into stage st: A MI chunks per thread, B 4; chunk c = tid + 256 i is row c / 8, logical chunk c % 8.
+  // Tile kt into stage st (W's rows never pass rows_pad(out)).
   auto load = [&](int st, int kt) {
-    __nv_bfloat16* as = smem + st * (kA + kB);
-    __nv_bfloat16* bs = as + kA;
-#pragma unroll
-    for (int i = 0; i < MI; ++i) {
-      const int c = tid + kThreads * i, r = c >> 3, k = (c & 7) * 8;
-      const int64_t row = bm + r, kk = int64_t(kt) * kV2BK + k;
-      const bool live = row < n && kk < ldw;
-      cp_async16_zfill(as + swz(r, k), live ? xb + row * ldw + kk : xb, live);
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const int c = tid + kThreads * i, r = c >> 3, k = (c & 7) * 8;
-      const int64_t kk = int64_t(kt) * kV2BK + k;
-      const bool live = kk < ldw;  // rows: bn + r < rows_pad(out) always
-      cp_async16_zfill(bs + swz(r, k), live ? w + (bn + r) * ldw + kk : w, live);
-    }
+    load_tile<BM>(smem + st * (kA + kB), xb, bm, n, ldw, kt);
+    load_tile<kV2BN>(smem + st * (kA + kB) + kA, w, bn, INT64_MAX, ldw, kt);
   };
 
   float acc[MI][4][4] = {};
@@ -259,11 +158,135 @@ void launch_bf16_v2(const __nv_bfloat16* xb, const uint16_t* w, int64_t ldw, con
                                                          ldy, n, out, y2);
 }
 
-// RAPID_CUDA_TOWER_GEMM=v1: the double-buffered kernel above (temporary, for one A/B on a GPU; docs/cuda.md).
-// Read per call so a bench can switch it between encodes.
-bool gemm_v1() {
+// ---- v3 (sm_90a): the v2 tile layout (rows of 64 bf16, 128-byte XOR swizzle) is exactly wgmma's 128-byte-swizzled
+// K-major operand, so the same cp.async pipeline feeds warpgroup MMA. Block 128 x BN x 64: two warpgroups of 64 rows
+// sharing the W tile; 4 stages, two tiles' copies in flight while one wgmma group runs. Each output is still one
+// chain over k in 16-wide steps from zero, so it depends on neither n nor the tile shape.
+constexpr int kV3BM = 128, kV3Stages = 4;
+
+template <int BN>
+constexpr int v3_smem_bytes() {
+  return kV3Stages * (kV3BM + BN) * kV2BK * 2 + 1024;  // + alignment slack: swizzled tiles start on 1024 bytes
+}
+
+// xb [n, ldw] bf16 (zero beyond in), w [wrows, ldw] bf16 (wrows = gemm_rows_pad(out)); y [n, ldy] = xb · wᵀ + bias.
+template <int BN>
+__global__ void __launch_bounds__(kThreads, 1) gemm_bf16_v3_kernel(const __nv_bfloat16* __restrict__ xb,
+                                                                 const __nv_bfloat16* __restrict__ w, int64_t ldw,
+                                                                 int64_t wrows, const float* __restrict__ bias,
+                                                                 float* __restrict__ y, int64_t ldy, int64_t n,
+                                                                 int64_t out, bool y2) {
+#ifdef RAPID_WGMMA
+  constexpr int kA = kV3BM * kV2BK, kB = BN * kV2BK;  // bf16 elements of one stage's x and W tiles
+  extern __shared__ uint8_t v3_raw[];
+  const uint32_t raw = static_cast<uint32_t>(__cvta_generic_to_shared(v3_raw));
+  __nv_bfloat16* smem = reinterpret_cast<__nv_bfloat16*>(v3_raw + ((1024 - (raw & 1023)) & 1023));
+  const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t bm = int64_t(blockIdx.y) * kV3BM, bn = int64_t(blockIdx.x) * BN;
+  const int ktiles = int((ldw + kV2BK - 1) / kV2BK);
+
+  // Tile kt into stage st (BN need not divide W's padded rows).
+  auto load = [&](int st, int kt) {
+    load_tile<kV3BM>(smem + st * (kA + kB), xb, bm, n, ldw, kt);
+    load_tile<BN>(smem + st * (kA + kB) + kA, w, bn, wrows, ldw, kt);
+  };
+
+  float acc[BN / 2];
+#pragma unroll
+  for (int i = 0; i < BN / 2; ++i) acc[i] = 0.f;
+#pragma unroll
+  for (int st = 0; st < kV3Stages - 2; ++st) {
+    if (st < ktiles) load(st, st);
+    cp_async_commit();  // empty groups too: group i is always tile i
+  }
+  for (int kt = 0; kt < ktiles; ++kt) {
+    cp_async_wait<kV3Stages - 3>();  // tile kt: this thread's copies landed
+    fence_proxy_async();             // ... and are visible to wgmma's reads
+    // Every thread's copies of tile kt landed, and every warpgroup waited for its wgmma of tile kt - 2 (below, in
+    // iteration kt - 1), so that tile's stage may be refilled.
+    __syncthreads();
+    if (kt + kV3Stages - 2 < ktiles) load((kt + kV3Stages - 2) % kV3Stages, kt + kV3Stages - 2);
+    cp_async_commit();
+    const __nv_bfloat16* as = smem + (kt % kV3Stages) * (kA + kB) + wg * 64 * kV2BK;  // this warpgroup's 64 rows
+    const __nv_bfloat16* bs = smem + (kt % kV3Stages) * (kA + kB) + kA;
+    wgmma_fence_regs(acc);
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < kV2BK; ks += 16) wgmma_bf16<BN>(acc, wgmma_desc(as + ks), wgmma_desc(bs + ks));
+    wgmma_commit();
+    wgmma_wait<1>();  // tile kt - 1's group is done; tile kt's may still run
+    wgmma_fence_regs(acc);
+  }
+  wgmma_wait<0>();
+  wgmma_fence_regs(acc);
+  cp_async_wait<0>();  // no copy may land after the block exits
+
+  const int64_t r0 = bm + wg * 64 + wi * 16 + g;
+#pragma unroll
+  for (int j = 0; j < BN / 8; ++j) {
+    const int64_t c = bn + 8 * j + 2 * t;
+    if (c >= out) continue;
+    const float b0 = bias ? bias[c] : 0.f, b1 = bias && c + 1 < out ? bias[c + 1] : 0.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = r0 + 8 * h;
+      if (r >= n) continue;
+      float* p = y + r * ldy + c;
+      const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
+      if (y2 && c + 1 < out) {
+        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
+      } else {
+        p[0] = v0;
+        if (c + 1 < out) p[1] = v1;
+      }
+    }
+  }
+#else
+  __trap();  // never launched: the host takes v3 only where wgmma_supported()
+#endif
+}
+
+template <int BN>
+void launch_bf16_v3(const __nv_bfloat16* xb, const uint16_t* w, int64_t ldw, const float* bias, float* y, int64_t ldy,
+                    int64_t n, int64_t out, bool y2, cudaStream_t s) {
+  constexpr int bytes = v3_smem_bytes<BN>();
+  static const cudaError_t attr =
+      cudaFuncSetAttribute(gemm_bf16_v3_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  check(attr, "gemm_bf16 v3 shared memory attribute");
+  const dim3 grid(unsigned((out + BN - 1) / BN), unsigned((n + kV3BM - 1) / kV3BM));
+  gemm_bf16_v3_kernel<BN><<<grid, kThreads, bytes, s>>>(xb, reinterpret_cast<const __nv_bfloat16*>(w), ldw,
+                                                         gemm_rows_pad(out), bias, y, ldy, n, out, y2);
+}
+
+// The v3 tile widths and their speed per output relative to 128 (a wider tile reads fewer bytes per product; H100,
+// the towers' shapes, cuda_tower_bench --gemm): a launch takes the width of least estimated time, whole waves of one
+// block per multiprocessor. On the nine shapes timed this picks the fastest width or one within 5% of it.
+constexpr int kV3Widths[] = {64, 96, 128, 192};
+constexpr double kV3Speed[] = {0.8, 0.85, 1.0, 1.08};
+
+// RAPID_CUDA_TOWER_GEMM: "v2" (the mma.sync kernel), "v3" or unset (v3 where wgmma_supported(), else v2), "v3-N"
+// (v3 with tile width N, for A/B runs). Read per call so a bench can switch it between encodes.
+int gemm_choice() {
   const char* e = std::getenv("RAPID_CUDA_TOWER_GEMM");
-  return e && std::strcmp(e, "v1") == 0;
+  if (!wgmma_supported() || (e && std::strcmp(e, "v2") == 0)) return 0;
+  if (e && std::strncmp(e, "v3-", 3) == 0) {
+    const int bn = std::atoi(e + 3);
+    for (const int wdt : kV3Widths)
+      if (wdt == bn) return bn;
+  }
+  return -1;  // v3, width by estimate
+}
+
+int v3_width(int64_t n, int64_t out) {
+  int best = 128;
+  double best_cost = 0;
+  for (size_t i = 0; i < std::size(kV3Widths); ++i) {
+    const int64_t tiles = (out + kV3Widths[i] - 1) / kV3Widths[i] * ((n + kV3BM - 1) / kV3BM);
+    const double cost = double((tiles + sm_count() - 1) / sm_count()) * kV3Widths[i] / kV3Speed[i];
+    if (i == 0 || cost < best_cost) best = kV3Widths[i], best_cost = cost;
+  }
+  return best;
 }
 
 constexpr int kFM = 64, kFN = 64, kFK = 16;
@@ -319,14 +342,6 @@ __global__ void __launch_bounds__(kThreads) gemm_f32_kernel(const float* __restr
   }
 }
 
-template <int MI>
-void launch_bf16(bool vec, dim3 grid, const float* x, int64_t ldx, const uint16_t* w, int64_t ldw, const float* bias,
-                 float* y, int64_t ldy, int64_t n, int64_t out, int64_t in, cudaStream_t s) {
-  const auto* wb = reinterpret_cast<const __nv_bfloat16*>(w);
-  if (vec) gemm_bf16_kernel<MI, true><<<grid, kThreads, 0, s>>>(x, ldx, wb, ldw, bias, y, ldy, n, out, in);
-  else gemm_bf16_kernel<MI, false><<<grid, kThreads, 0, s>>>(x, ldx, wb, ldw, bias, y, ldy, n, out, in);
-}
-
 }  // namespace
 
 void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias, float* y, int64_t ldy, int64_t n,
@@ -334,15 +349,6 @@ void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias
   if (n <= 0 || out <= 0) return;
   const int64_t ldw = gemm_k_pad(in);
   const bool vec = in % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  const int64_t col_blocks = (out + kBN - 1) / kBN;
-  if (gemm_v1()) {
-    // 128-row tiles unless they would leave more than a quarter of the multiprocessors without a block.
-    const bool tall = col_blocks * ((n + 127) / 128) * 4 >= int64_t(sm_count()) * 3;
-    if (tall) launch_bf16<4>(vec, dim3(unsigned(col_blocks), unsigned((n + 127) / 128)), x, ldx, w, ldw, bias, y, ldy, n, out, in, s);
-    else launch_bf16<2>(vec, dim3(unsigned(col_blocks), unsigned((n + 63) / 64)), x, ldx, w, ldw, bias, y, ldy, n, out, in, s);
-    check(cudaGetLastError(), "gemm_bf16 launch");
-    return;
-  }
   // x rounded to bf16 once, into stream-ordered scratch [n, ldw] (zero beyond in), freed after the GEMM reads it.
   void* xb = nullptr;
   check(cudaMallocAsync(&xb, size_t(n * ldw) * 2, s), "cudaMallocAsync (gemm_bf16 staging)");
@@ -352,14 +358,25 @@ void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias
   if (vec) stage_bf16_kernel<true><<<sblocks, 256, 0, s>>>(x, ldx, in, xbh, ldw, n);
   else stage_bf16_kernel<false><<<sblocks, 256, 0, s>>>(x, ldx, in, xbh, ldw, n);
   const bool y2 = ldy % 2 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0;
-  // Row tile of least estimated time: waves of two blocks per multiprocessor x rows per block, 64-row tiles ~15%
-  // slower per row (fewer mma per fragment load). 4096 x 1152 on 132 SMs: 288 blocks of 128 rows take 2 waves.
-  const auto cost = [&](int64_t bm, double per_row) {
-    const int64_t blocks = col_blocks * ((n + bm - 1) / bm), slots = 2 * int64_t(sm_count());
-    return double((blocks + slots - 1) / slots) * double(bm) * per_row;
-  };
-  if (cost(128, 1.0) <= cost(64, 1.15)) launch_bf16_v2<4>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
-  else launch_bf16_v2<2>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
+  const int choice = gemm_choice();
+  if (choice != 0) {
+    switch (choice > 0 ? choice : v3_width(n, out)) {
+      case 64: launch_bf16_v3<64>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+      case 96: launch_bf16_v3<96>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+      case 192: launch_bf16_v3<192>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+      default: launch_bf16_v3<128>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+    }
+  } else {
+    // Row tile of least estimated time: waves of two blocks per multiprocessor x rows per block, 64-row tiles ~15%
+    // slower per row (fewer mma per fragment load). 4096 x 1152 on 132 SMs: 288 blocks of 128 rows take 2 waves.
+    const int64_t col_blocks = (out + kV2BN - 1) / kV2BN;
+    const auto cost = [&](int64_t bm, double per_row) {
+      const int64_t blocks = col_blocks * ((n + bm - 1) / bm), slots = 2 * int64_t(sm_count());
+      return double((blocks + slots - 1) / slots) * double(bm) * per_row;
+    };
+    if (cost(128, 1.0) <= cost(64, 1.15)) launch_bf16_v2<4>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
+    else launch_bf16_v2<2>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
+  }
   const cudaError_t launched = cudaGetLastError();
   check(cudaFreeAsync(xb, s), "cudaFreeAsync (gemm_bf16 staging)");
   check(launched, "gemm_bf16 launch");

@@ -39,6 +39,10 @@ bool pdl_enabled();
 // Whether the current device has bulk (TMA) copies and mbarrier transaction counts (bulk_copy.cuh): sm_90 or newer.
 bool bulk_copy_supported();
 
+// Whether warpgroup MMA kernels (wgmma.cuh) can run: this build has sm_90a machine code (RAPID_CUDA_SM90A, set by
+// scripts/build-cuda.mjs) and the current device is compute capability 9.0, the only one that code loads on.
+bool wgmma_supported();
+
 // Multiprocessors of the current device (read once per device): launch shapes that aim to fill the GPU.
 int sm_count();
 
