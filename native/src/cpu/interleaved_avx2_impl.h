@@ -231,8 +231,29 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
   for (int c = 0; c < C; ++c) il2_store(y + (c0 + c) * ldy + r * kIl2Rows, lo, hi, _mm256_add_ps(flo[c], fhi[c]));
 }
 
-// y[c * ldy + r] for r in [r0, r1) and c in [0, n): each half of each 16-row block swept over the
-// activation rows kIl2Cols at a time.
+// The block walk of both interleaved GEMMs: y[c * ldy + r] for r in [r0, r1) and c in [0, n), each block of
+// BlockRows rows (as Halves runs of kIl2Rows) swept over the activation rows Cols at a time; the first tile of a block
+// prefetches the block kIl2PrefetchBlocks ahead. tile(blk, half, c0, C, pf, base, lanes): one tile of C <= Cols rows.
+template <int64_t BlockRows, int Halves, int Cols, class Tile>
+inline void il2_walk(const InterleavedRows& L, int64_t n, int64_t r0, int64_t r1, Tile&& tile) {
+  static_assert(BlockRows == int64_t(Halves) * kIl2Rows, "a block is whole runs of kIl2Rows");
+  const int64_t b_end = (r1 + BlockRows - 1) / BlockRows;
+  for (int64_t b = r0 / BlockRows; b < b_end; ++b) {
+    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
+    const int64_t base = b * BlockRows;
+    const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
+    for (int h = 0; h < Halves; ++h) {
+      const Il2Lanes l = il2_lanes(base + h * kIl2Rows, r0, r1);
+      if (l.lo >= l.hi) continue;
+      for (int64_t c0 = 0; c0 < n; c0 += Cols) {
+        tile(blk, h, c0, n - c0 < Cols ? int(n - c0) : Cols, pf, base, l);
+        pf = nullptr;  // the first tile of the block only
+      }
+    }
+  }
+}
+
+// 4-bit: each half of each 16-row block.
 template <int UNIT, int UPG>
 void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   using TileFn = void (*)(const InterleavedRows&, const uint8_t*, int, const XQuant&, int64_t, const uint8_t*, float*,
@@ -240,21 +261,10 @@ void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0
   static const auto fns = []<int... I>(std::integer_sequence<int, I...>) {
     return std::array<TileFn, kIl2Cols>{gemm4_il2_tile<UNIT, UPG, I + 1>...};
   }(std::make_integer_sequence<int, kIl2Cols>{});
-  const int64_t b_end = (r1 + kInterleaveRows - 1) / kInterleaveRows;
-  for (int64_t b = r0 / kInterleaveRows; b < b_end; ++b) {
-    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
-    const int64_t base = b * kInterleaveRows;
-    const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
-    for (int r = 0; r < 2; ++r) {
-      const Il2Lanes l = il2_lanes(base + r * kIl2Rows, r0, r1);
-      if (l.lo >= l.hi) continue;
-      for (int64_t c0 = 0; c0 < n; c0 += kIl2Cols) {
-        const int C = n - c0 < kIl2Cols ? int(n - c0) : kIl2Cols;
-        fns[size_t(C - 1)](L, blk, r, xq, c0, pf, y + base, ldy, l.lo, l.hi);
-        pf = nullptr;  // the first tile of the block only
-      }
-    }
-  }
+  il2_walk<kInterleaveRows, 2, kIl2Cols>(
+      L, n, r0, r1, [&](const uint8_t* blk, int h, int64_t c0, int C, const uint8_t* pf, int64_t base, Il2Lanes l) {
+        fns[size_t(C - 1)](L, blk, h, xq, c0, pf, y + base, ldy, l.lo, l.hi);
+      });
 }
 
 void gemm4_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
@@ -420,8 +430,7 @@ void gemm8_il2_tile(const InterleavedRows& L, const uint8_t* blk, const XQuant& 
   }
 }
 
-// y[c * ldy + r] for r in [r0, r1) and c in [0, n): each 8-row block swept over the activation rows
-// kIl8Cols at a time.
+// 8-bit: each 8-row block (il2_walk).
 template <int XB, int BPG>
 void gemm8_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   using TileFn = void (*)(const InterleavedRows&, const uint8_t*, const XQuant&, int64_t, const uint8_t*, float*, int64_t,
@@ -429,19 +438,10 @@ void gemm8_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0
   static const auto fns = []<int... I>(std::integer_sequence<int, I...>) {
     return std::array<TileFn, kIl8Cols>{gemm8_il2_tile<XB, BPG, I + 1>...};
   }(std::make_integer_sequence<int, kIl8Cols>{});
-  const int64_t b_end = (r1 + kInterleaveRows8 - 1) / kInterleaveRows8;
-  for (int64_t b = r0 / kInterleaveRows8; b < b_end; ++b) {
-    const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
-    const int64_t base = b * kInterleaveRows8;
-    const Il2Lanes ln = il2_lanes(base, r0, r1);
-    if (ln.lo >= ln.hi) continue;
-    const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
-    for (int64_t c0 = 0; c0 < n; c0 += kIl8Cols) {
-      const int C = n - c0 < kIl8Cols ? int(n - c0) : kIl8Cols;
-      fns[size_t(C - 1)](L, blk, xq, c0, pf, y + base, ldy, ln.lo, ln.hi);
-      pf = nullptr;  // the first tile of the block only
-    }
-  }
+  il2_walk<kInterleaveRows8, 1, kIl8Cols>(
+      L, n, r0, r1, [&](const uint8_t* blk, int, int64_t c0, int C, const uint8_t* pf, int64_t base, Il2Lanes l) {
+        fns[size_t(C - 1)](L, blk, xq, c0, pf, y + base, ldy, l.lo, l.hi);
+      });
 }
 
 void gemm8_interleaved(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y,
