@@ -10,6 +10,7 @@
 // activations for 4/8-bit weights): 3e-2.
 #include <cuda_runtime.h>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
@@ -451,6 +452,33 @@ void tower_cases(ThreadPool& pool, const fs::path& root) {
         report(label + " deepstack cuda exact vs cpu", rel_err(e.deepstack, c.deepstack), kExactTower);
       const ImageEmbedding e2 = enc->encode(in, *gpu, Precision::Exact);
       report_bool(label + " cuda deterministic (second encode bitwise)", e2.embeddings == e.embeddings);
+      // Batch invariance on the GPU: every image of the fixture (and the first again) in one forward gives
+      // each image bitwise its single encode, in both precisions.
+      std::vector<std::vector<float>> pixs;
+      std::vector<std::array<int, 3>> grids;
+      for (const Json& c : ref.find("cases")->array())
+        if (const Json* ims = c.find("images"); ims && ims->is_array())
+          for (const Json& x : ims->array())
+            if (x.find("pixel_values")) {
+              pixs.push_back(read_f32(dir / x.at("pixel_values").as_string()));
+              const Json& xg = x.at("grid");
+              grids.push_back({int(xg[0].as_int()), int(xg[1].as_int()), int(xg[2].as_int())});
+            }
+      std::vector<ImageInput> batch;
+      for (size_t i = 0; i < pixs.size(); ++i)
+        batch.push_back({pixs[i].data(), int64_t(pixs[i].size()), grids[i][0], grids[i][1], grids[i][2]});
+      batch.push_back(in);
+      for (const Precision p : {Precision::Exact, Precision::Fast}) {
+        const std::vector<ImageEmbedding> b = enc->encode_batch(batch, *gpu, p);
+        bool same = b.size() == batch.size();
+        for (size_t i = 0; same && i < batch.size(); ++i) {
+          const ImageEmbedding one = enc->encode(batch[i], *gpu, p);
+          same = one.tokens == b[i].tokens && one.embeddings == b[i].embeddings && one.deepstack == b[i].deepstack;
+        }
+        report_bool(label + " cuda batch of " + std::to_string(batch.size()) + " bitwise == single encodes (" +
+                        (p == Precision::Exact ? "exact" : "fast") + ")",
+                    same);
+      }
     } catch (const std::exception& ex) {
       report_bool(label, false, std::string("threw: ") + ex.what());
     }

@@ -1,7 +1,8 @@
 // Image encode time of rapid's vision towers on the GPU (the CUDA op backend), for scripts/device/tower-check.sh and
 // docs/performance.md: a random-weight bf16 tower of a real model's shape, written once to --dir, encodes one image
-// and then a batch of --images images (back to back, as the engine encodes them) per round. Prints one JSON line per
-// round: {"family", "images", "ms"}; the first encode (weight upload + dequantization) is reported as "warmupMs".
+// and then --images images, back to back and then batched (encode_images, as the engine encodes them), per round.
+// Prints one JSON line per timing: {"family", "images", "ms"} (batched ones with "batched" and "sameBits": every image
+// bitwise the single encode); the first encode (weight upload + dequantization) is reported as "warmupMs".
 //   build/cuda/tests/cuda_tower_bench --family qwen2_5_vl|gemma3|qwen3_vl [--dir DIR] [--rounds N] [--images N]
 //                                     [--precision fast|exact] [--device cuda|cpu] [--profile] [--ab]
 // --profile: one more encode with cudaEvents around every GEMM and attention launch, printed as one JSON line per
@@ -353,6 +354,14 @@ int main(int argc, char** argv) {
         for (int i = 0; i < images; ++i) enc->encode(in, *be, p);
         std::printf("{\"family\":\"%s\",\"gemm\":\"%s\",\"images\":%d,\"ms\":%.3f}\n", family.c_str(), g.c_str(), images,
                     ms_since(t0));
+        // The same images as the engine sends them: batched forwards (encode_images), each image's bits unchanged.
+        t0 = std::chrono::steady_clock::now();
+        const std::vector<ImageEmbedding> b = encode_images(*enc, std::vector<ImageInput>(size_t(images), in), *be, p);
+        const double bms = ms_since(t0);
+        bool same = b.size() == size_t(images);
+        for (const ImageEmbedding& x : b) same = same && x.embeddings == e.embeddings && x.deepstack == e.deepstack;
+        std::printf("{\"family\":\"%s\",\"gemm\":\"%s\",\"images\":%d,\"batched\":true,\"ms\":%.3f,\"sameBits\":%s}\n",
+                    family.c_str(), g.c_str(), images, bms, same ? "true" : "false");
         std::fflush(stdout);
       }
     if (profile && device == "cuda")

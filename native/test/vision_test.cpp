@@ -80,6 +80,46 @@ static bool throws_invalid(const std::function<void()>& f, const std::string& ne
   return false;
 }
 
+// Batch invariance of the tower: the dir's images stacked in one forward (and again in reverse order, and
+// twice over) give each image bitwise its single-image embedding; a bad image in a batch is rejected.
+static void check_batched(const VisionEncoder& enc, const std::string& name, const std::vector<ImageInput>& inputs,
+                          const std::vector<ImageEmbedding>& single, ThreadPool& pool) {
+  if (inputs.empty()) return;
+  ops::CpuBackend cpu(pool);
+  std::vector<size_t> order;
+  for (size_t i = 0; i < inputs.size(); ++i) order.push_back(i);
+  for (size_t i = inputs.size(); i-- > 0;) order.push_back(i);  // each image twice, the second time reversed
+  std::vector<ImageInput> batch;
+  for (size_t i : order) batch.push_back(inputs[i]);
+  std::vector<ImageEmbedding> got;
+  try {
+    got = enc.encode_batch(batch, cpu, Precision::Exact);
+  } catch (const std::exception& ex) {
+    CHECK(false, "%s: encode_batch threw: %s", name.c_str(), ex.what());
+    return;
+  }
+  CHECK(got.size() == batch.size(), "%s: encode_batch gave %zu embeddings for %zu images", name.c_str(), got.size(),
+        batch.size());
+  if (got.size() != batch.size()) return;
+  size_t same = 0;
+  for (size_t j = 0; j < order.size(); ++j) {
+    const ImageEmbedding& a = got[j];
+    const ImageEmbedding& b = single[order[j]];
+    const bool eq = a.tokens == b.tokens && a.embeddings == b.embeddings && a.deepstack == b.deepstack;
+    CHECK(eq, "%s: batched image %zu (of %zu) differs from its single encode", name.c_str(), j, order.size());
+    same += eq;
+  }
+  const std::vector<ImageEmbedding> split = encode_images(enc, batch, cpu, Precision::Exact);
+  CHECK(split.size() == batch.size() && split.back().embeddings == single[order.back()].embeddings,
+        "%s: encode_images differs from the single encodes", name.c_str());
+  std::printf("  %-40s batch of %zu: %zu bitwise equal to single encodes\n", (name + "/batched").c_str(),
+              batch.size(), same);
+  std::vector<ImageInput> bad = batch;
+  bad.back().n_values -= 1;
+  CHECK(throws_invalid([&] { enc.encode_batch(bad, cpu, Precision::Exact); }, "pixel values"),
+        "%s: a short pixel buffer in a batch not rejected", name.c_str());
+}
+
 static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
   const Json ref = Json::parse(read_text_file((dir / "reference.json").string()));
   const std::string family = ref.get_string("family", "");
@@ -122,6 +162,10 @@ static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
   const Json* cases = ref.find("cases");
   if (!cases || !cases->is_array()) return;
   bool checked_errors = false;
+  // Every image of the dir, kept for the batched encode below: its pixels, input and single-image result.
+  std::vector<std::vector<float>> kept_pixels;
+  std::vector<ImageInput> kept_inputs;
+  std::vector<ImageEmbedding> kept_single;
   for (const Json& c : cases->array()) {
     const Json* images = c.find("images");
     if (!images || !images->is_array()) continue;
@@ -174,6 +218,10 @@ static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
           CHECK(derr < kTol, "%s: deepstack rel err %.3e", label.c_str(), derr);
         }
       }
+      kept_pixels.push_back(pix);
+      kept_inputs.push_back(in);
+      kept_inputs.back().pixels = kept_pixels.back().data();
+      kept_single.push_back(e);
       if (!checked_errors) {  // validation: a size mismatch and a bad grid name the problem
         checked_errors = true;
         // Thread-count invariance: one thread gives bitwise the same features.
@@ -192,6 +240,7 @@ static void run_model_dir(const fs::path& dir, ThreadPool& pool) {
       }
     }
   }
+  check_batched(*enc, dir.filename().string(), kept_inputs, kept_single, pool);  // kept_pixels backs them
 }
 
 // ---- bench: random Qwen2.5-VL-3B-shaped tower --------------------------------------------------

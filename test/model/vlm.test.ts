@@ -283,6 +283,25 @@ describe.runIf(names.length > 0)('image row validation', () => {
     if (ds) expect(err('ds')).toMatch(/embeds.deepstack has/);
   });
 
+  it('encodeImages: every image of the fixture in one call, each bitwise its encodeImage; a bad one rejects the call', async () => {
+    const inputs = fx.cases.flatMap((c) => c.images.map((im) => ({ pixels: readF32(fx.dir, im.pixel_values), grid: im.grid as [number, number, number] })));
+    expect(inputs.length).toBeGreaterThan(1);
+    const batch = [...inputs, inputs[0]!];
+    const out = await model.encodeImages!(batch);
+    expect(out.length).toBe(batch.length);
+    for (const [i, input] of batch.entries()) {
+      const one = await model.encodeImage(input);
+      expect(out[i]!.tokens, `image ${i}`).toBe(one.tokens);
+      expect(Buffer.from(out[i]!.embeddings.buffer).equals(Buffer.from(one.embeddings.buffer)), `image ${i} embeddings`).toBe(true);
+      if (one.deepstack) expect(Buffer.from(out[i]!.deepstack!.buffer).equals(Buffer.from(one.deepstack.buffer)), `image ${i} deepstack`).toBe(true);
+    }
+    const bad = [...inputs];
+    bad[bad.length - 1] = { ...bad[bad.length - 1]!, pixels: bad[bad.length - 1]!.pixels.subarray(1) };
+    await expect(model.encodeImages!(bad)).rejects.toThrow(/bad image input/);
+    await expect(model.encodeImages!([])).rejects.toThrow(/non-empty array/);
+    await expect(model.encodeImages!([{ pixels: inputs[0]!.pixels, grid: [1, 2] as unknown as [number, number, number] }])).rejects.toThrow(/images\[0\]\.grid/);
+  });
+
   it('encodeImage rejects a bad grid, a wrong pixel count and a concurrent call', async () => {
     const im = fx.cases.find((c) => c.images.length > 0)!.images[0]!;
     const pixels = readF32(fx.dir, im.pixel_values);

@@ -50,23 +50,33 @@ class StepWorker : public Napi::AsyncWorker {
   Napi::Promise::Deferred deferred_;
 };
 
-// Runs the vision tower + projector off the event loop; shares the model's one in-flight slot.
+// One image's pixels, copied off the JS heap (encoded on a worker thread), and its grid.
+struct OwnedImage {
+  std::vector<float> pixels;
+  int grid[3] = {1, 1, 1};
+};
+
+// Runs the vision tower + projector off the event loop over one image or a batch (resolving to one
+// embedding or an array of them, in order); shares the model's one in-flight slot.
 class EncodeWorker : public Napi::AsyncWorker {
  public:
-  EncodeWorker(Napi::Env env, std::shared_ptr<Runtime> rt, std::vector<float> pixels, int t, int h, int w)
-      : Napi::AsyncWorker(env, "rapid.encodeImage"), rt_(std::move(rt)), pixels_(std::move(pixels)), deferred_(env) {
-    image_.grid_t = t;
-    image_.grid_h = h;
-    image_.grid_w = w;
-  }
+  EncodeWorker(Napi::Env env, std::shared_ptr<Runtime> rt, std::vector<OwnedImage> images, bool many)
+      : Napi::AsyncWorker(env, "rapid.encodeImage"), rt_(std::move(rt)), images_(std::move(images)), many_(many),
+        deferred_(env) {}
   Napi::Promise Promise() { return deferred_.Promise(); }
 
   void Execute() override {
-    image_.pixels = pixels_.data();
-    image_.n_values = int64_t(pixels_.size());
+    std::vector<ImageInput> in(images_.size());
+    for (size_t i = 0; i < images_.size(); ++i) {
+      in[i].pixels = images_[i].pixels.data();
+      in[i].n_values = int64_t(images_[i].pixels.size());
+      in[i].grid_t = images_[i].grid[0];
+      in[i].grid_h = images_[i].grid[1];
+      in[i].grid_w = images_[i].grid[2];
+    }
     const auto t0 = std::chrono::steady_clock::now();
     try {
-      out_ = rt_->model->encode_image(image_, *rt_->pool, rt_->precision);
+      out_ = rt_->model->encode_images(in, *rt_->pool, rt_->precision);
     } catch (const std::invalid_argument& e) {
       SetError("encodeImage: bad image input: " + readable_error(e));
     } catch (...) {
@@ -77,18 +87,30 @@ class EncodeWorker : public Napi::AsyncWorker {
   void OnOK() override {
     rt_->busy = false;
     Napi::Env env = Env();
-    Napi::Object o = Napi::Object::New(env);
-    o.Set("tokens", Napi::Number::New(env, double(out_.tokens)));
-    Napi::Float32Array e = Napi::Float32Array::New(env, out_.embeddings.size());
-    std::memcpy(e.Data(), out_.embeddings.data(), out_.embeddings.size() * sizeof(float));
-    o.Set("embeddings", e);
-    if (!out_.deepstack.empty()) {
-      Napi::Float32Array d = Napi::Float32Array::New(env, out_.deepstack.size());
-      std::memcpy(d.Data(), out_.deepstack.data(), out_.deepstack.size() * sizeof(float));
-      o.Set("deepstack", d);
+    if (out_.size() != images_.size()) {
+      deferred_.Reject(Napi::Error::New(env, "encodeImage: the encoder returned " + std::to_string(out_.size()) +
+                                                 " embeddings for " + std::to_string(images_.size()) + " images")
+                           .Value());
+      return;
     }
-    o.Set("ms", Napi::Number::New(env, ms_));
-    deferred_.Resolve(o);
+    Napi::Array all = Napi::Array::New(env, out_.size());
+    for (size_t i = 0; i < out_.size(); ++i) {
+      const ImageEmbedding& e = out_[i];
+      Napi::Object o = Napi::Object::New(env);
+      o.Set("tokens", Napi::Number::New(env, double(e.tokens)));
+      Napi::Float32Array f = Napi::Float32Array::New(env, e.embeddings.size());
+      std::memcpy(f.Data(), e.embeddings.data(), e.embeddings.size() * sizeof(float));
+      o.Set("embeddings", f);
+      if (!e.deepstack.empty()) {
+        Napi::Float32Array d = Napi::Float32Array::New(env, e.deepstack.size());
+        std::memcpy(d.Data(), e.deepstack.data(), e.deepstack.size() * sizeof(float));
+        o.Set("deepstack", d);
+      }
+      o.Set("ms", Napi::Number::New(env, ms_));  // the whole call's time: a batch is one forward
+      all.Set(uint32_t(i), o);
+    }
+    if (many_) deferred_.Resolve(all);
+    else deferred_.Resolve(all.Get(uint32_t(0)));
   }
   void OnError(const Napi::Error& e) override {
     rt_->busy = false;
@@ -97,9 +119,9 @@ class EncodeWorker : public Napi::AsyncWorker {
 
  private:
   std::shared_ptr<Runtime> rt_;
-  std::vector<float> pixels_;
-  ImageInput image_;
-  ImageEmbedding out_;
+  std::vector<OwnedImage> images_;
+  bool many_;
+  std::vector<ImageEmbedding> out_;
   double ms_ = 0;
   Napi::Promise::Deferred deferred_;
 };
@@ -116,6 +138,7 @@ Napi::Function ModelWrap::Init(Napi::Env env) {
                                  {InstanceMethod("info", &ModelWrap::Info), InstanceMethod("step", &ModelWrap::Step),
                                   InstanceMethod("supplyMasks", &ModelWrap::SupplyMasks),
                                   InstanceMethod("encodeImage", &ModelWrap::EncodeImage),
+                                  InstanceMethod("encodeImages", &ModelWrap::EncodeImages),
                                   InstanceMethod("close", &ModelWrap::Close)});
   auto* data = new AddonData();
   data->model_ctor = Napi::Persistent(f);
@@ -217,8 +240,14 @@ Napi::Value ModelWrap::SupplyMasks(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(env, ok);
 }
 
-Napi::Value ModelWrap::EncodeImage(const Napi::CallbackInfo& info) {
+Napi::Value ModelWrap::EncodeImage(const Napi::CallbackInfo& info) { return Encode(info, false); }
+
+Napi::Value ModelWrap::EncodeImages(const Napi::CallbackInfo& info) { return Encode(info, true); }
+
+// encodeImage({ pixels, grid }) and encodeImages([{ pixels, grid }, ...]): checked, copied, then one worker.
+Napi::Value ModelWrap::Encode(const Napi::CallbackInfo& info, bool many) {
   Napi::Env env = info.Env();
+  const std::string fn = many ? "encodeImages" : "encodeImage";
   auto reject = [&](const std::string& msg, bool type_error) {
     Napi::Promise::Deferred d(env);
     d.Reject(type_error ? Napi::TypeError::New(env, msg).Value() : Napi::Error::New(env, msg).Value());
@@ -226,27 +255,41 @@ Napi::Value ModelWrap::EncodeImage(const Napi::CallbackInfo& info) {
   };
   if (!rt_) return reject("model is closed", false);
   if (!rt_->model->vision())
-    return reject("encodeImage: this model (" + rt_->model->info().architecture + ") has no vision tower", false);
-  if (info.Length() < 1 || !info[0].IsObject()) return reject("encodeImage expects { pixels, grid }", true);
-  Napi::Object o = info[0].As<Napi::Object>();
-  Napi::Value pv = o.Get("pixels");
-  if (!pv.IsTypedArray() || pv.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
-    return reject("image.pixels must be a Float32Array", true);
-  Napi::Value gv = o.Get("grid");
-  if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) return reject("image.grid must be [t, h, w]", true);
-  int grid[3];
-  for (uint32_t i = 0; i < 3; ++i) {
-    Napi::Value g = gv.As<Napi::Array>().Get(i);
-    const double x = g.IsNumber() ? g.As<Napi::Number>().DoubleValue() : -1;
-    if (!(x >= 1 && x <= 1e6) || std::floor(x) != x) return reject("image.grid entries must be positive integers", true);
-    grid[i] = int(x);
+    return reject(fn + ": this model (" + rt_->model->info().architecture + ") has no vision tower", false);
+  std::vector<Napi::Value> values;
+  if (!many) {
+    if (info.Length() < 1 || !info[0].IsObject()) return reject("encodeImage expects { pixels, grid }", true);
+    values.push_back(info[0]);
+  } else {
+    if (info.Length() < 1 || !info[0].IsArray() || info[0].As<Napi::Array>().Length() == 0)
+      return reject("encodeImages expects a non-empty array of { pixels, grid }", true);
+    Napi::Array a = info[0].As<Napi::Array>();
+    for (uint32_t i = 0; i < a.Length(); ++i) values.push_back(a.Get(i));
   }
-  Napi::Float32Array px = pv.As<Napi::Float32Array>();
-  std::vector<float> pixels(px.Data(), px.Data() + px.ElementLength());  // copied: encoded on a worker thread
+  std::vector<OwnedImage> images(values.size());
+  for (size_t k = 0; k < values.size(); ++k) {
+    const std::string which = many ? "images[" + std::to_string(k) + "]" : "image";
+    if (!values[k].IsObject()) return reject(which + " must be { pixels, grid }", true);
+    Napi::Object o = values[k].As<Napi::Object>();
+    Napi::Value pv = o.Get("pixels");
+    if (!pv.IsTypedArray() || pv.As<Napi::TypedArray>().TypedArrayType() != napi_float32_array)
+      return reject(which + ".pixels must be a Float32Array", true);
+    Napi::Value gv = o.Get("grid");
+    if (!gv.IsArray() || gv.As<Napi::Array>().Length() != 3) return reject(which + ".grid must be [t, h, w]", true);
+    for (uint32_t i = 0; i < 3; ++i) {
+      Napi::Value g = gv.As<Napi::Array>().Get(i);
+      const double x = g.IsNumber() ? g.As<Napi::Number>().DoubleValue() : -1;
+      if (!(x >= 1 && x <= 1e6) || std::floor(x) != x)
+        return reject(which + ".grid entries must be positive integers", true);
+      images[k].grid[i] = int(x);
+    }
+    Napi::Float32Array px = pv.As<Napi::Float32Array>();
+    images[k].pixels.assign(px.Data(), px.Data() + px.ElementLength());
+  }
   bool expected = false;
   if (!rt_->busy.compare_exchange_strong(expected, true))
     return reject("a step or encodeImage is already in flight for this model; await it first", false);
-  auto* w = new EncodeWorker(env, rt_, std::move(pixels), grid[0], grid[1], grid[2]);
+  auto* w = new EncodeWorker(env, rt_, std::move(images), many);
   Napi::Promise p = w->Promise();
   w->Queue();
   return p;

@@ -1,4 +1,4 @@
-// The JS Model object: info(), step(plan) and encodeImage(image) → Promise (run on a worker thread;
+// The JS Model object: info(), step(plan), encodeImage(image) and encodeImages(images) → Promise (run on a worker thread;
 // one of them in flight at a time), supplyMasks(stepId, masks) for a step's pending grammar masks, close(). Type conversion only; the work is in step/ and models/.
 #pragma once
 #include <napi.h>
@@ -18,6 +18,8 @@ class ModelWrap : public Napi::ObjectWrap<ModelWrap> {
   Napi::Value Step(const Napi::CallbackInfo& info);
   Napi::Value SupplyMasks(const Napi::CallbackInfo& info);
   Napi::Value EncodeImage(const Napi::CallbackInfo& info);
+  Napi::Value EncodeImages(const Napi::CallbackInfo& info);
+  Napi::Value Encode(const Napi::CallbackInfo& info, bool many);
   Napi::Value Close(const Napi::CallbackInfo& info);
   std::shared_ptr<Runtime> rt_;  // null after close(); a running step keeps its own reference
 };

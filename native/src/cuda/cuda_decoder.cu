@@ -268,12 +268,13 @@ class CudaDecoder final : public Model, public DeviceLogits {
   std::vector<KvLayerSpec> kv_layers() const override { return host_->kv_layers(); }
   const VisionEncoder* vision() const override { return host_->vision(); }
   // The tower runs over the CUDA op backend (its weights uploaded on the first image, then kept).
-  ImageEmbedding encode_image(const ImageInput& image, ThreadPool& pool, Precision p) override {
-    if (!host_->vision()) return host_->encode_image(image, pool, p);  // the host's "no vision tower" error
+  std::vector<ImageEmbedding> encode_images(const std::vector<ImageInput>& images, ThreadPool& pool,
+                                            Precision p) override {
+    if (!host_->vision()) return host_->encode_images(images, pool, p);  // the host's "no vision tower" error
     std::lock_guard<std::mutex> lk(tower_mu_);
     check(cudaSetDevice(0), "cudaSetDevice");
     if (!tower_ops_) tower_ops_ = make_cuda_ops();
-    return host_->vision()->encode(image, *tower_ops_, p);
+    return rapid::encode_images(*host_->vision(), images, *tower_ops_, p);
   }
   DeviceLogits* device_logits() override { return this; }
   bool ahead() const override { return ahead_.live && ahead_.hit; }

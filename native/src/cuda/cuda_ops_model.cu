@@ -28,11 +28,12 @@ class CudaOpsModel final : public Model {
   }
 
   // The tower runs over a CUDA op backend of its own (its own stream), as in cuda_decoder.cu.
-  ImageEmbedding encode_image(const ImageInput& image, ThreadPool& pool, Precision p) override {
-    if (!host_->vision()) return host_->encode_image(image, pool, p);  // the host's "no vision tower" error
+  std::vector<ImageEmbedding> encode_images(const std::vector<ImageInput>& images, ThreadPool& pool,
+                                            Precision p) override {
+    if (!host_->vision()) return host_->encode_images(images, pool, p);  // the host's "no vision tower" error
     std::lock_guard<std::mutex> lk(tower_mu_);
     if (!tower_ops_) tower_ops_ = make_cuda_ops();
-    return host_->vision()->encode(image, *tower_ops_, p);
+    return rapid::encode_images(*host_->vision(), images, *tower_ops_, p);
   }
 
  private:

@@ -5,11 +5,11 @@
 
 namespace rapid {
 
-ImageEmbedding Model::encode_image(const ImageInput& image, ThreadPool& pool, Precision p) {
+std::vector<ImageEmbedding> Model::encode_images(const std::vector<ImageInput>& images, ThreadPool& pool, Precision p) {
   const VisionEncoder* v = vision();
   if (!v) throw std::logic_error("this model (" + info().architecture + ") has no vision tower");
   ops::CpuBackend cpu(pool);
-  return v->encode(image, cpu, p);
+  return rapid::encode_images(*v, images, cpu, p);
 }
 
 }  // namespace rapid

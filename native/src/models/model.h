@@ -81,9 +81,11 @@ class Model {
   virtual void forward(const Batch& batch, KvPool& kv, ThreadPool& pool, Precision p, float* logits) = 0;
   // The vision tower + projector of a VLM checkpoint (mapping the same files), else null.
   virtual const VisionEncoder* vision() const { return nullptr; }
-  // One image through vision() on this model's backend: the CPU backend over `pool` here; a GPU model runs
-  // it on its own. Throws std::logic_error without a vision tower, std::invalid_argument for a bad image.
-  virtual ImageEmbedding encode_image(const ImageInput& image, ThreadPool& pool, Precision p);
+  // Images through vision() on this model's backend (encode_images: batched forwards, one embedding per image,
+  // in order): the CPU backend over `pool` here; a GPU model runs them on its own. Throws std::logic_error
+  // without a vision tower, std::invalid_argument for a bad image.
+  virtual std::vector<ImageEmbedding> encode_images(const std::vector<ImageInput>& images, ThreadPool& pool,
+                                                    Precision p);
   // Expert work of the last forward (MoE models), else null: lets a step report what it read.
   virtual const MoeStats* moe_stats() const { return nullptr; }
   // The generic decoder's weights and config (families built by make_decoder), else null.

@@ -103,34 +103,37 @@ class Gemma3Vision final : public VisionEncoder {
   std::string quantization() const override { return quant_; }
 
   ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
-    const int64_t px = pps_ * patch_;
-    if (!img.pixels) throw std::invalid_argument("gemma3 vision: no pixel values given");
-    if (img.grid_t != 1 || img.grid_h != pps_ || img.grid_w != pps_)
-      throw std::invalid_argument("gemma3 vision: image grid [" + std::to_string(img.grid_t) + ", " +
-                                  std::to_string(img.grid_h) + ", " + std::to_string(img.grid_w) + "] must be [1, " +
-                                  std::to_string(pps_) + ", " + std::to_string(pps_) + "]: resize the image to " +
-                                  std::to_string(px) + "x" + std::to_string(px) + " px");
-    if (img.n_values != channels_ * px * px)
-      throw std::invalid_argument("gemma3 vision: got " + std::to_string(img.n_values) + " pixel values, expected " +
-                                  std::to_string(channels_ * px * px) + " ([" + std::to_string(channels_) + ", " +
-                                  std::to_string(px) + ", " + std::to_string(px) + "])");
-    const int64_t n = pps_ * pps_;  // patches, row-major
+    return std::move(encode_batch({img}, be, prec).front());
+  }
+
+  // The images' patch rows stacked ([images * pps^2, hidden]); attention stays within each image.
+  std::vector<ImageEmbedding> encode_batch(const std::vector<ImageInput>& imgs, ops::Backend& be,
+                                           Precision prec) const override {
+    for (const ImageInput& img : imgs) check_image(img);
+    const int64_t m = int64_t(imgs.size());
+    const int64_t per = pps_ * pps_;  // patches of one image, row-major
+    const int64_t n = m * per;
     const ops::Buf x = be.alloc(n * hidden_);  // [n, hidden]
     {
-      const ops::Buf px = be.upload(img.pixels, img.n_values);    // [C, H, W] as rows of P floats
-      const ops::Buf rows = be.alloc(n * pe_.in());                // [n, C*P*P]
-      be.gather_rows(px.data(), patch_, rows.data(), patch_, patch_, image_patch_index(channels_, pps_, pps_, patch_));
-      be.linear(pe_.lin, rows.data(), x.data(), n, Precision::Exact);
+      const int64_t values = channels_ * (pps_ * patch_) * (pps_ * patch_);  // what check_image checked
+      const std::vector<int32_t> index = image_patch_index(channels_, pps_, pps_, patch_);
+      const ops::Buf rows = be.alloc(per * pe_.in());  // [per, C*P*P], one image at a time
+      for (int64_t i = 0; i < m; ++i) {
+        const ops::Buf px = be.upload(imgs[size_t(i)].pixels, values);  // [C, H, W] as rows of P floats
+        be.gather_rows(px.data(), patch_, rows.data(), patch_, patch_, index);
+        be.linear(pe_.lin, rows.data(), x.data() + i * per * hidden_, per, Precision::Exact);
+      }
     }
-    ops::Taps pos;  // learned position i for patch i
-    for (int64_t i = 0; i < n; ++i) pos.idx.push_back(int32_t(i));
+    ops::Taps pos;  // learned position i for patch i of every image
+    for (int64_t i = 0; i < n; ++i) pos.idx.push_back(int32_t(i % per));
     be.add_table_rows(pos_, pos, x.data(), hidden_);
 
     const ops::Buf hn = be.alloc(n * hidden_);       // [n, hidden]
     const ops::Buf qkv = be.alloc(n * 3 * hidden_);  // [n, (q, k, v), heads, hd]
     const ops::Buf att = be.alloc(n * hidden_);      // [n, hidden]
     const ops::Buf f1 = be.alloc(n * ffn_);          // [n, ffn]
-    const std::vector<int64_t> cu{0, n};
+    std::vector<int64_t> cu{0};
+    for (int64_t i = 0; i < m; ++i) cu.push_back(cu.back() + per);
     const float scale = 1.0f / std::sqrt(float(hd_));
     const int64_t ld = 3 * hidden_;
     float* q = qkv.data();
@@ -149,29 +152,47 @@ class Gemma3Vision final : public VisionEncoder {
     }
     be.layer_norm(x.data(), x.data(), n, post_ln_);
 
-    // AvgPool2d(k, k) over the pps x pps patch grid -> tps x tps tokens, row-major.
+    // AvgPool2d(k, k) over each image's pps x pps patch grid -> tps x tps tokens, row-major.
     const int64_t k = pps_ / tps_, tokens = tps_ * tps_;
     ops::Taps avg;
     avg.k = int(k * k);
     avg.div = float(k * k);
-    for (int64_t ty = 0; ty < tps_; ++ty)
-      for (int64_t tx = 0; tx < tps_; ++tx)
-        for (int64_t a = 0; a < k; ++a)
-          for (int64_t b = 0; b < k; ++b) avg.idx.push_back(int32_t((ty * k + a) * pps_ + tx * k + b));
-    const ops::Buf pooled = be.alloc(tokens * hidden_);  // [tokens, hidden]
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t ty = 0; ty < tps_; ++ty)
+        for (int64_t tx = 0; tx < tps_; ++tx)
+          for (int64_t a = 0; a < k; ++a)
+            for (int64_t b = 0; b < k; ++b) avg.idx.push_back(int32_t(i * per + (ty * k + a) * pps_ + tx * k + b));
+    const ops::Buf pooled = be.alloc(m * tokens * hidden_);  // [m * tokens, hidden]
     be.pool_rows(x.data(), hidden_, pooled.data(), hidden_, hidden_, avg);
-    be.rms_norm(pooled.data(), pooled.data(), tokens, soft_norm_);
+    be.rms_norm(pooled.data(), pooled.data(), m * tokens, soft_norm_);
 
-    const ops::Buf y = be.alloc(tokens * out_);  // [tokens, text_hidden]
-    be.linear(proj_, pooled.data(), y.data(), tokens, Precision::Exact);
-    ImageEmbedding e;
-    e.tokens = tokens;
-    e.embeddings.resize(size_t(tokens * out_));
-    be.download(y.data(), tokens * out_, e.embeddings.data());
-    return e;
+    const ops::Buf y = be.alloc(m * tokens * out_);  // [m * tokens, text_hidden]
+    be.linear(proj_, pooled.data(), y.data(), m * tokens, Precision::Exact);
+    std::vector<ImageEmbedding> out(static_cast<size_t>(m));
+    for (int64_t i = 0; i < m; ++i) {
+      ImageEmbedding& e = out[size_t(i)];
+      e.tokens = tokens;
+      e.embeddings.resize(size_t(tokens * out_));
+      be.download(y.data() + i * tokens * out_, tokens * out_, e.embeddings.data());
+    }
+    return out;
   }
 
  private:
+  void check_image(const ImageInput& img) const {
+    const int64_t px = pps_ * patch_;
+    if (!img.pixels) throw std::invalid_argument("gemma3 vision: no pixel values given");
+    if (img.grid_t != 1 || img.grid_h != pps_ || img.grid_w != pps_)
+      throw std::invalid_argument("gemma3 vision: image grid [" + std::to_string(img.grid_t) + ", " +
+                                  std::to_string(img.grid_h) + ", " + std::to_string(img.grid_w) + "] must be [1, " +
+                                  std::to_string(pps_) + ", " + std::to_string(pps_) + "]: resize the image to " +
+                                  std::to_string(px) + "x" + std::to_string(px) + " px");
+    if (img.n_values != channels_ * px * px)
+      throw std::invalid_argument("gemma3 vision: got " + std::to_string(img.n_values) + " pixel values, expected " +
+                                  std::to_string(channels_ * px * px) + " ([" + std::to_string(channels_) + ", " +
+                                  std::to_string(px) + ", " + std::to_string(px) + "])");
+  }
+
   std::shared_ptr<const Checkpoint> ckpt_;  // keeps the mapped weights alive
   std::string vprefix_, pprefix_;
   int64_t channels_ = 3, patch_ = 14, image_ = 896, heads_ = 16;

@@ -85,44 +85,56 @@ class Qwen25VLVision final : public VisionEncoder {
   std::string quantization() const override { return quant_; }
 
   ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
-    const int64_t row_len = channels_ * kt_ * patch_ * patch_;
-    check_patch_grid(img, "qwen2_5_vl", row_len, merge_, patch_, int64_t(1) << 18);
-    const int64_t t = img.grid_t, h = img.grid_h, w = img.grid_w;
-    const int64_t n = t * h * w;          // patches
-    const int64_t unit = merge_ * merge_;  // patches per merged token
-    const int64_t n_units = n / unit;
+    return std::move(encode_batch({img}, be, prec).front());
+  }
 
-    // Window partition of the merged units (transformers get_vision_window_index, one image).
-    std::vector<int32_t> win_index;       // [n_units] permuted unit -> original unit
-    std::vector<int64_t> cu_win{0};       // window boundaries in patches (permuted order)
-    const int64_t lh = h / merge_, lw = w / merge_;
-    const int64_t nwh = (lh + window_ - 1) / window_, nww = (lw + window_ - 1) / window_;
-    for (int64_t f = 0; f < t; ++f)
-      for (int64_t wh = 0; wh < nwh; ++wh)
-        for (int64_t ww = 0; ww < nww; ++ww) {
-          int64_t count = 0;
-          for (int64_t r = wh * window_; r < std::min(lh, (wh + 1) * window_); ++r)
-            for (int64_t c = ww * window_; c < std::min(lw, (ww + 1) * window_); ++c) {
-              win_index.push_back(int32_t(f * lh * lw + r * lw + c));
-              ++count;
-            }
-          if (count > 0) cu_win.push_back(cu_win.back() + count * unit);
-        }
+  // The images' patch rows stacked; window and full attention stay within each image (each frame).
+  std::vector<ImageEmbedding> encode_batch(const std::vector<ImageInput>& imgs, ops::Backend& be,
+                                           Precision prec) const override {
+    const int64_t row_len = channels_ * kt_ * patch_ * patch_;
+    for (const ImageInput& img : imgs) check_patch_grid(img, "qwen2_5_vl", row_len, merge_, patch_, int64_t(1) << 18);
+    const int64_t unit = merge_ * merge_;  // patches per merged unit
+    std::vector<int64_t> off{0};           // first patch row of each image, then the total
+    for (const ImageInput& img : imgs) off.push_back(off.back() + int64_t(img.grid_t) * img.grid_h * img.grid_w);
+    const int64_t n = off.back(), n_units = n / unit;
+
+    // Window partition of the merged units (transformers get_vision_window_index), image after image.
+    std::vector<int32_t> win_index;   // [n_units] permuted unit -> original unit
+    std::vector<int64_t> cu_win{0};   // window boundaries in patches (permuted order)
     std::vector<int64_t> cu_full{0};  // one segment per frame
-    for (int64_t f = 0; f < t; ++f) cu_full.push_back(cu_full.back() + h * w);
+    for (size_t i = 0; i < imgs.size(); ++i) {
+      const int64_t t = imgs[i].grid_t, h = imgs[i].grid_h, w = imgs[i].grid_w, u0 = off[i] / unit;
+      const int64_t lh = h / merge_, lw = w / merge_;
+      const int64_t nwh = (lh + window_ - 1) / window_, nww = (lw + window_ - 1) / window_;
+      for (int64_t f = 0; f < t; ++f)
+        for (int64_t wh = 0; wh < nwh; ++wh)
+          for (int64_t ww = 0; ww < nww; ++ww) {
+            int64_t count = 0;
+            for (int64_t r = wh * window_; r < std::min(lh, (wh + 1) * window_); ++r)
+              for (int64_t c = ww * window_; c < std::min(lw, (ww + 1) * window_); ++c) {
+                win_index.push_back(int32_t(u0 + f * lh * lw + r * lw + c));
+                ++count;
+              }
+            if (count > 0) cu_win.push_back(cu_win.back() + count * unit);
+          }
+      for (int64_t f = 0; f < t; ++f) cu_full.push_back(cu_full.back() + h * w);
+    }
 
     // Patch embedding, then permute rows unit-wise into window order.
     const int64_t uw = unit * hidden_;  // floats per merged unit
     ops::Buf x = be.alloc(n * hidden_);  // [n, hidden] window order
     {
-      const ops::Buf px = be.upload(img.pixels, n * row_len);  // [n, row_len]
-      const ops::Buf emb = be.alloc(n * hidden_);              // [n, hidden] processor order
-      be.linear(pe_.lin, px.data(), emb.data(), n, Precision::Exact);
+      const ops::Buf emb = be.alloc(n * hidden_);  // [n, hidden] processor order
+      for (size_t i = 0; i < imgs.size(); ++i) {
+        const int64_t ni = off[i + 1] - off[i];
+        const ops::Buf px = be.upload(imgs[i].pixels, ni * row_len);  // [ni, row_len]
+        be.linear(pe_.lin, px.data(), emb.data() + off[i] * hidden_, ni, Precision::Exact);
+      }
       be.gather_rows(emb.data(), uw, x.data(), uw, uw, win_index);
     }
 
     std::vector<int32_t> hpos, wpos;  // processor order, then window order
-    merge_block_positions(t, h, w, merge_, hpos, wpos);
+    for (const ImageInput& img : imgs) merge_block_positions(img.grid_t, img.grid_h, img.grid_w, merge_, hpos, wpos);
     std::vector<int32_t> hp(static_cast<size_t>(n)), wp(static_cast<size_t>(n));
     for (int64_t u = 0; u < n_units; ++u)
       for (int64_t j = 0; j < unit; ++j) {
@@ -156,11 +168,14 @@ class Qwen25VLVision final : public VisionEncoder {
     const ops::Buf m = be.alloc(n_units * out_);          // [n_units, out] processor order
     be.scatter_rows(m2.data(), out_, m.data(), out_, out_, win_index);
 
-    ImageEmbedding e;
-    e.tokens = n_units;
-    e.embeddings.resize(size_t(n_units * out_));
-    be.download(m.data(), n_units * out_, e.embeddings.data());
-    return e;
+    std::vector<ImageEmbedding> out(imgs.size());
+    for (size_t i = 0; i < imgs.size(); ++i) {
+      const int64_t u0 = off[i] / unit, nu = (off[i + 1] - off[i]) / unit;
+      out[i].tokens = nu;
+      out[i].embeddings.resize(size_t(nu * out_));
+      be.download(m.data() + u0 * out_, nu * out_, out[i].embeddings.data());
+    }
+    return out;
   }
 
  private:

@@ -99,24 +99,42 @@ class Qwen3VLVision final : public VisionEncoder {
   std::string quantization() const override { return quant_; }
 
   ImageEmbedding encode(const ImageInput& img, ops::Backend& be, Precision prec) const override {
-    const int64_t row_len = channels_ * kt_ * patch_ * patch_;
-    check_patch_grid(img, "qwen3_vl", row_len, merge_, patch_, int64_t(1) << 18);
-    const int64_t t = img.grid_t, h = img.grid_h, w = img.grid_w;
-    const int64_t n = t * h * w;  // patches, processor (merge-block) order throughout
-    const int64_t n_units = n / (merge_ * merge_);
+    return std::move(encode_batch({img}, be, prec).front());
+  }
 
-    std::vector<int32_t> hpos, wpos;
-    merge_block_positions(t, h, w, merge_, hpos, wpos);
+  // The images' patch rows stacked (each in merge-block order); attention stays within each frame.
+  std::vector<ImageEmbedding> encode_batch(const std::vector<ImageInput>& imgs, ops::Backend& be,
+                                           Precision prec) const override {
+    const int64_t row_len = channels_ * kt_ * patch_ * patch_;
+    for (const ImageInput& img : imgs) check_patch_grid(img, "qwen3_vl", row_len, merge_, patch_, int64_t(1) << 18);
+    const int64_t unit = merge_ * merge_;
+    std::vector<int64_t> off{0};  // first patch row of each image, then the total
+    for (const ImageInput& img : imgs) off.push_back(off.back() + int64_t(img.grid_t) * img.grid_h * img.grid_w);
+    const int64_t n = off.back(), n_units = n / unit;
 
     const ops::Buf x = be.alloc(n * hidden_);  // [n, hidden]
-    {
-      const ops::Buf px = be.upload(img.pixels, n * row_len);  // [n, row_len]
-      be.linear(pe_.lin, px.data(), x.data(), n, Precision::Exact);
+    std::vector<int32_t> hpos, wpos;           // [n] each, image after image
+    ops::Taps taps;
+    std::vector<int64_t> cu{0};  // full attention within each frame of each image
+    for (size_t i = 0; i < imgs.size(); ++i) {
+      const ImageInput& img = imgs[i];
+      const int64_t t = img.grid_t, h = img.grid_h, w = img.grid_w, ni = off[i + 1] - off[i];
+      {
+        const ops::Buf px = be.upload(img.pixels, ni * row_len);  // [ni, row_len]
+        be.linear(pe_.lin, px.data(), x.data() + off[i] * hidden_, ni, Precision::Exact);
+      }
+      std::vector<int32_t> hp, wp;
+      merge_block_positions(t, h, w, merge_, hp, wp);
+      const ops::Taps ti = position_taps(hp, wp, h, w);
+      taps.k = ti.k;
+      taps.idx.insert(taps.idx.end(), ti.idx.begin(), ti.idx.end());
+      taps.w.insert(taps.w.end(), ti.w.begin(), ti.w.end());
+      hpos.insert(hpos.end(), hp.begin(), hp.end());
+      wpos.insert(wpos.end(), wp.begin(), wp.end());
+      for (int64_t f = 0; f < t; ++f) cu.push_back(cu.back() + h * w);
     }
-    be.add_table_rows(pos_, position_taps(hpos, wpos, h, w), x.data(), hidden_);
+    be.add_table_rows(pos_, taps, x.data(), hidden_);
     const RopeBufs rope = upload_rope(be, vision_rope_table(inv_freq_, hpos.data(), wpos.data(), n, int(hd_)));
-    std::vector<int64_t> cu{0};  // full attention within each frame
-    for (int64_t f = 0; f < t; ++f) cu.push_back(cu.back() + h * w);
 
     const int64_t per = n_units * out_;  // floats of one merger output
     const ops::Buf ds = be.alloc(int64_t(ds_.size()) * per);  // [k, n_units, out]
@@ -137,13 +155,18 @@ class Qwen3VLVision final : public VisionEncoder {
     const ops::Buf y = be.alloc(per);  // [n_units, out]
     run_merger(be, merger_, x.data(), n, y.data(), prec);
 
-    ImageEmbedding e;
-    e.tokens = n_units;
-    e.embeddings.resize(size_t(per));
-    be.download(y.data(), per, e.embeddings.data());
-    e.deepstack.resize(ds_.size() * size_t(per));
-    be.download(ds.data(), ds.size(), e.deepstack.data());
-    return e;
+    std::vector<ImageEmbedding> out(imgs.size());
+    for (size_t i = 0; i < imgs.size(); ++i) {
+      const int64_t u0 = off[i] / unit, nu = (off[i + 1] - off[i]) / unit;  // this image's merged tokens
+      ImageEmbedding& e = out[i];
+      e.tokens = nu;
+      e.embeddings.resize(size_t(nu * out_));
+      be.download(y.data() + u0 * out_, nu * out_, e.embeddings.data());
+      e.deepstack.resize(ds_.size() * size_t(nu * out_));
+      for (size_t k = 0; k < ds_.size(); ++k)  // [k, nu, out] of [k, n_units, out]
+        be.download(ds.data() + int64_t(k) * per + u0 * out_, nu * out_, e.deepstack.data() + k * size_t(nu * out_));
+    }
+    return out;
   }
 
  private:
