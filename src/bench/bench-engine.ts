@@ -4,7 +4,7 @@
 import { Engine } from '../engine/engine.js';
 import type { EngineDone } from '../engine/request.js';
 import { resolveSamplingParams, type SamplingInput } from '../engine/sampling-params.js';
-import type { NativeModel, NativeStepResult } from '../native/types.js';
+import type { NativeImageInput, NativeModel, NativeStepResult } from '../native/types.js';
 
 /** Bench rows detokenize nothing: the text is never read. */
 const NO_TEXT = { push: () => '', flush: () => '' };
@@ -25,6 +25,7 @@ export function benchEngine(model: NativeModel, o: BenchEngineOptions): Engine {
     info: () => model.info(),
     close: () => model.close(),
     encodeImage: (image) => model.encodeImage(image),
+    ...(model.encodeImages ? { encodeImages: (images: NativeImageInput[]) => model.encodeImages!(images) } : {}),
     async step(plan) {
       const r = await model.step(plan); // a row's error fails its request through the engine
       o.onStep(r);

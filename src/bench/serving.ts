@@ -15,7 +15,7 @@ import type { GrammarNext, GrammarPick, RequestGrammar } from '../engine/grammar
 import { parseResponseFormat, type ResponseFormat } from '../server/response-format.js';
 import { resolveSamplingParams } from '../engine/sampling-params.js';
 import { loadNative } from '../native/binding.js';
-import type { NativeLateMask, NativeModel } from '../native/types.js';
+import type { NativeImageInput, NativeLateMask, NativeModel } from '../native/types.js';
 import { ensureRandomCheckpoint } from './random-checkpoint.js';
 
 export interface ServingLevel {
@@ -45,6 +45,7 @@ function timedModel(model: NativeModel): NativeModel {
   return {
     info: () => model.info(),
     encodeImage: (image) => model.encodeImage(image),
+    ...(model.encodeImages ? { encodeImages: (images: NativeImageInput[]) => model.encodeImages!(images) } : {}),
     close: () => model.close(),
     // Forwarded so constrained steps take their masks late (computed while the forward runs).
     ...(model.supplyMasks ? { supplyMasks: (stepId: number, masks: NativeLateMask[]) => model.supplyMasks!(stepId, masks) } : {}),

@@ -34,6 +34,11 @@ export class EncoderCache {
     return this.entries.has(key);
   }
 
+  /** Cached, or being encoded now. */
+  knows(key: string): boolean {
+    return this.entries.has(key) || this.inFlight.has(key);
+  }
+
   /** The cached embedding (refreshing its recency), the in-flight encode of it, or a new encode. */
   get(key: string, encode: () => Promise<NativeImageEmbedding>): Promise<NativeImageEmbedding> {
     const hit = this.entries.get(key);

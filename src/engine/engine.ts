@@ -72,6 +72,12 @@ export interface EngineOptions {
   draftSource?: DraftSource;
   /** Bytes of image embeddings kept by content hash (default 256 MiB). */
   encoderCacheBytes?: number;
+  /**
+   * Encode the images a step needs in one batched forward (model.encodeImages) rather than one at a
+   * time (default: on a GPU, where stacked rows fill the GEMMs; on the CPU a batch gains nothing and
+   * holds the one native slot longer).
+   */
+  batchImageEncodes?: boolean;
   /** Defaults from model.info(): 3-axis positions (mropeSections), a vision tower, hidden size. */
   mrope?: boolean;
   vision?: boolean;
@@ -176,6 +182,8 @@ export class Engine implements EngineLike {
   private readonly maskTimeoutMs: number;
   private readonly overlapMasks: boolean;
   private readonly speculativeGrammar: boolean;
+  private readonly batchImageEncodes: boolean;
+  private readonly deepstackLayers: number;
   private readonly pollSteps: boolean;
   private readonly speculator: Speculator | null;
   private maskStepId = 0;
@@ -241,6 +249,8 @@ export class Engine implements EngineLike {
     const deviceOf = () => (device ??= (info ?? opts.model.info()).device);
     this.speculativeGrammar = opts.speculativeGrammar ?? deviceOf() !== 'cuda';
     this.pollSteps = opts.pollSteps ?? pollsSteps(deviceOf());
+    this.batchImageEncodes = opts.model.encodeImages !== undefined && this.vision && (opts.batchImageEncodes ?? deviceOf() === 'cuda');
+    this.deepstackLayers = this.batchImageEncodes ? ((info ?? opts.model.info()).vision?.deepstackLayers ?? 0) : 0;
     const mode = opts.speculative ?? 'off';
     this.speculator = mode === 'ngram' ? new Speculator(opts.draftSource ?? new NgramDraftSource(), opts.speculator) : null;
     if (this.speculator !== null) this.scheduler.draftFor = (req, room) => this.speculator!.draftFor(req, room);
@@ -706,11 +716,13 @@ export class Engine implements EngineLike {
   }
 
   /**
-   * Fetches (encoder cache) or computes (vision tower, one image at a time: encode and step share
-   * the native slot) the embeddings of every image span the step's rows cover. An encoder failure
+   * Fetches (encoder cache) or computes (vision tower: encode and step share the native slot) the
+   * embeddings of every image span the step's rows cover: the images no cache entry or encode in
+   * flight has go in one batched forward (batchImageEncodes), else one at a time. An encoder failure
    * fails that request alone. Returns false when an encode hung (the watchdog failed everyone).
    */
   private async encodeImages(out: SchedulerOutput): Promise<boolean> {
+    const { promises: batched, all } = this.batchImageEncodes ? this.startBatch(out) : { promises: new Map<string, Promise<NativeImageEmbedding>>(), all: null };
     for (const row of out.rows) {
       const req = row.request;
       const from = row.contextLen;
@@ -718,7 +730,7 @@ export class Engine implements EngineLike {
       for (const [i, span] of req.imageSpans.entries()) {
         if (span.end <= from || span.start >= to || req.imageEmbeddings.has(i)) continue;
         if (req.status !== 'running') break; // ended while an earlier image was encoded
-        const work = this.encoderCache.get(span.key, () => this.encodeOne(span));
+        const work = batched.get(span.key) ?? this.encoderCache.get(span.key, () => this.encodeOne(span));
         let e: NativeImageEmbedding;
         try {
           e = await this.withWatchdog(work);
@@ -735,6 +747,17 @@ export class Engine implements EngineLike {
         if (req.status === 'running') req.imageEmbeddings.set(i, e);
       }
     }
+    if (all !== null) {
+      // The native slot is free only once the whole batch returned (it never rejects: failures are per image).
+      try {
+        await this.withWatchdog(all);
+      } catch (err) {
+        if (!(err instanceof WatchdogTrip)) throw err;
+        this.counters.stepFailures++;
+        await this.onWatchdog('a batched image encode', all);
+        return false;
+      }
+    }
     dropEndedRows(out);
     return true;
   }
@@ -742,6 +765,80 @@ export class Engine implements EngineLike {
   private async encodeOne(span: ImageSpan): Promise<NativeImageEmbedding> {
     if (this.faults.encode) await this.faults.encode(span.image.hash);
     return this.model.encodeImage(span.image.input);
+  }
+
+  /**
+   * Starts one batched encode of the step's images that are neither cached nor being encoded, when
+   * there are any, joined by the images the next admitted requests will need (lookahead, up to half
+   * the encoder cache), so concurrent image requests share a forward even when one step's token
+   * budget holds a single image. One image alone goes the usual way. Each is registered in the
+   * encoder cache; returns the promises of this step's images by key, and the whole call.
+   */
+  private startBatch(out: SchedulerOutput): { promises: Map<string, Promise<NativeImageEmbedding>>; all: Promise<unknown> | null } {
+    const now = new Map<string, ImageSpan>();
+    for (const row of out.rows) {
+      const req = row.request;
+      if (req.status !== 'running') continue;
+      const from = row.contextLen;
+      const to = from + row.numTokens;
+      for (const [i, span] of req.imageSpans.entries())
+        if (span.end > from && span.start < to && !req.imageEmbeddings.has(i) && !this.encoderCache.knows(span.key)) now.set(span.key, span);
+    }
+    const promises = new Map<string, Promise<NativeImageEmbedding>>();
+    if (now.size === 0) return { promises, all: null };
+    const spans = new Map(now);
+    let room = this.encoderCache.maxBytes / 2;
+    for (const s of now.values()) room -= this.embeddingBytesOf(s);
+    const next = [...this.scheduler.running, ...this.scheduler.waiting.slice(0, this.scheduler.config.maxNumSeqs)];
+    for (const req of next) {
+      for (const [i, span] of req.imageSpans.entries()) {
+        if (req.imageEmbeddings.has(i) || spans.has(span.key) || this.encoderCache.knows(span.key)) continue;
+        room -= this.embeddingBytesOf(span);
+        if (room < 0) break;
+        spans.set(span.key, span);
+      }
+      if (room < 0) break;
+    }
+    if (spans.size < 2) return { promises, all: null };
+    const list = [...spans.values()];
+    const all = this.encodeBatch(list);
+    list.forEach((span, j) => {
+      const p = this.encoderCache.get(span.key, () =>
+        all.then((r) => {
+          const e = r[j]!;
+          if (e instanceof Error) throw e;
+          return e;
+        }),
+      );
+      p.catch(() => undefined); // its request may end (or come later) before awaiting it: failures are reported where awaited
+      if (now.has(span.key)) promises.set(span.key, p);
+    });
+    return { promises, all };
+  }
+
+  /** Bytes an image's embeddings take (with DeepStack features): what the encoder cache will hold. */
+  private embeddingBytesOf(span: ImageSpan): number {
+    return (span.end - span.start) * this.hiddenSize * 4 * (1 + this.deepstackLayers);
+  }
+
+  /** One native call for every image; if it fails (one bad image fails a batch), each alone, so only a bad one fails. */
+  private async encodeBatch(spans: readonly ImageSpan[]): Promise<(NativeImageEmbedding | Error)[]> {
+    try {
+      if (this.faults.encode) for (const s of spans) await this.faults.encode(s.image.hash);
+      const out = await this.model.encodeImages!(spans.map((s) => s.image.input));
+      if (out.length !== spans.length) throw new Error(`encodeImages returned ${out.length} embeddings for ${spans.length} images`);
+      return out;
+    } catch {
+      const out: (NativeImageEmbedding | Error)[] = [];
+      for (const s of spans) {
+        try {
+          out.push(await this.encodeOne(s));
+        } catch (err) {
+          out.push(err instanceof Error ? err : new Error(String(err)));
+        }
+      }
+      return out;
+    }
   }
 
   private buildPlan(out: SchedulerOutput, masks: ReadonlyMap<string, Int32Array>, late: boolean, spec: ReadonlySet<EngineRequest>): NativeStepPlan {

@@ -172,6 +172,9 @@ export interface NativeModel {
    *  step(): the engine awaits one before starting the other. Rejects with a message on bad input
    *  or when the model has no vision tower. */
   encodeImage(image: NativeImageInput): Promise<NativeImageEmbedding>;
+  /** Several images in batched forwards (the same bits per image as encodeImage), one embedding each, in
+   *  order; rejects as a whole if any image is bad. Optional for stand-ins: the engine then encodes one at a time. */
+  encodeImages?(images: NativeImageInput[]): Promise<NativeImageEmbedding[]>;
   close(): void;
 }
 

@@ -329,6 +329,89 @@ describe('engine: images on the fake vision tower', () => {
   });
 });
 
+describe('engine: batched image encodes (batchImageEncodes)', () => {
+  const a = fakeImage(41, 8, 6);
+  const b = fakeImage(42, 4, 4);
+  const c = fakeImage(43, 6, 4);
+  const batching = (fake: FakeModelOptions = QWEN, opts: Partial<EngineOptions> = {}) =>
+    vlm(fake, { maxBatchedTokens: 256, batchImageEncodes: true, enablePrefixCache: false, ...opts });
+
+  it('the images of one step go in one encodeImages call; every request gets its solo output', async () => {
+    const { engine, model } = batching();
+    const p1 = imagePrompt(['one ', a, ' and ', b, ' ?'], true);
+    const p2 = imagePrompt(['two ', c, ' !'], true);
+    const p3 = imagePrompt(['three, same image as one: ', b, ' .'], true);
+    const rs = await Promise.all([run(engine, p1), run(engine, p2), run(engine, p3)]);
+    for (const [r, p] of [[rs[0]!, p1], [rs[1]!, p2], [rs[2]!, p3]] as const) {
+      expect(r.error).toBeUndefined();
+      expect(r.tokens).toEqual(model.greedyMultimodal(p.promptIds, p.multimodal, 12));
+    }
+    expect(model.batchCalls.length).toBe(1);
+    expect(model.batchCalls[0]!.map((i) => i.pixels)).toEqual([a.input.pixels, b.input.pixels, c.input.pixels]); // b once
+    expect(model.encodeCalls.length).toBe(0);
+    expect(engine.stats().encoderCache).toMatchObject({ misses: 3, entries: 3 });
+    // Cached now: a resent image encodes nothing.
+    const again = await run(engine, imagePrompt(['again ', c, ' ?'], true));
+    expect(again.error).toBeUndefined();
+    expect(model.batchCalls.length + model.encodeCalls.length).toBe(1);
+  });
+
+  it('a bad image in a batch fails only its request: the batch is redone one image at a time', async () => {
+    const bad = fakeImage(99, 4, 4);
+    const fake: FakeModelOptions = { ...QWEN, vision: { mrope: true, encodeMs: 2, failOn: (i) => i.pixels === bad.input.pixels } };
+    const { engine, model } = batching(fake);
+    const good1 = imagePrompt(['fine ', a, ' ok'], true);
+    const broken = imagePrompt(['broken ', b, ' and ', bad, ' ?'], true);
+    const good2 = imagePrompt(['also fine ', c, ' ok'], true);
+    const text = bytes('a text request alongside');
+    const [r1, rb, r2, rt] = await Promise.all([
+      run(engine, good1),
+      run(engine, broken),
+      run(engine, good2),
+      collect(engine.submit({ promptIds: text, params: params({ maxTokens: 12 }) })),
+    ]);
+    expect(model.batchCalls.length).toBe(1);
+    expect(model.batchCalls[0]!.length).toBe(4);
+    expect(model.encodeCalls.length).toBe(4); // the fallback: each image alone, once
+    expect(rb.error?.code).toBe('encoder_failed');
+    expect(rb.error?.message).toMatch(/image encoder failed for image 1.*fake vision tower/);
+    expect(r1.tokens).toEqual(model.greedyMultimodal(good1.promptIds, good1.multimodal, 12));
+    expect(r2.tokens).toEqual(model.greedyMultimodal(good2.promptIds, good2.multimodal, 12));
+    expect(rt.tokens).toEqual(model.greedy(text, 12));
+    expect(engine.health().ok).toBe(true);
+    expect(engine.stats().kv.usedBlocks).toBe(0);
+    // The good images of the failed batch are cached; the bad one is not.
+    expect(engine.stats().encoderCache).toMatchObject({ entries: 3 });
+  });
+
+  it('lookahead: images of requests the step cannot fit yet join its batch, up to half the encoder cache', async () => {
+    const imgs = [fakeImage(51, 8, 8), fakeImage(52, 8, 8), fakeImage(53, 8, 8), fakeImage(54, 8, 8)]; // 16 tokens each
+    const prompts = imgs.map((im, i) => imagePrompt([`request ${i}: `, im, ' ?'], true));
+    // A 24-token budget fits one image request a step: without lookahead every image would go alone.
+    const { engine, model } = batching(QWEN, { maxBatchedTokens: 24 });
+    const rs = await Promise.all(prompts.map((p) => run(engine, p)));
+    rs.forEach((r, i) => expect(r.tokens, `request ${i}`).toEqual(model.greedyMultimodal(prompts[i]!.promptIds, prompts[i]!.multimodal, 12)));
+    expect(model.batchCalls.length).toBe(1);
+    expect(model.batchCalls[0]!.map((x) => x.pixels)).toEqual(imgs.map((im) => im.input.pixels));
+    expect(model.encodeCalls.length).toBe(0);
+    // Room for two images' embeddings in half the cache: batches of the step's image and one more.
+    const perImage = embeddingBytes(fakeImageEmbedding(imgs[0]!));
+    const small = batching(QWEN, { maxBatchedTokens: 24, encoderCacheBytes: perImage * 4.5 });
+    const rs2 = await Promise.all(prompts.map((p) => run(small.engine, p)));
+    rs2.forEach((r, i) => expect(r.tokens).toEqual(small.model.greedyMultimodal(prompts[i]!.promptIds, prompts[i]!.multimodal, 12)));
+    expect(small.model.batchCalls.map((x) => x.length)).toEqual([2, 2]);
+  });
+
+  it('off on a CPU model by default: one encodeImage per image', async () => {
+    const { engine, model } = vlm(QWEN, { maxBatchedTokens: 256 });
+    const p1 = imagePrompt(['one ', a, ' and ', b, ' ?'], true);
+    const r = await run(engine, p1);
+    expect(r.error).toBeUndefined();
+    expect(model.batchCalls.length).toBe(0);
+    expect(model.encodeCalls.length).toBe(2);
+  });
+});
+
 function fakeImageEmbedding(img: ReturnType<typeof fakeImage>) {
   const [, h, w] = img.input.grid;
   return { tokens: (h * w) / 4, embeddings: new Float32Array(((h * w) / 4) * 8), ms: 0 };

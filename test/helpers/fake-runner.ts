@@ -71,6 +71,8 @@ export class FakeModel implements NativeModel {
   readonly vision: FakeVisionOptions | null;
   /** Every image encoded, oldest first (tests count encoder calls). */
   readonly encodeCalls: NativeImageInput[] = [];
+  /** The inputs of each batched encode (encodeImages), in call order. */
+  readonly batchCalls: NativeImageInput[][] = [];
   /** Every plan seen, newest last (tests inspect batching). */
   readonly plans: NativeStepPlan[] = [];
   closed = false;
@@ -132,6 +134,18 @@ export class FakeModel implements NativeModel {
     await new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
     if (v.failOn?.(input)) throw new Error('fake vision tower: this image makes it fail');
     return this.embed(input);
+  }
+
+  /** A batched encode, as the native one: one call, rejected as a whole when any image fails. */
+  async encodeImages(inputs: NativeImageInput[]): Promise<NativeImageEmbedding[]> {
+    if (this.closed) throw new Error('model is closed');
+    const v = this.vision;
+    if (v === null) throw new Error('FakeForCausalLM has no vision tower');
+    this.batchCalls.push(inputs);
+    const ms = v.encodeMs ?? 0;
+    await new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+    if (inputs.some((i) => v.failOn?.(i))) throw new Error('fake vision tower: an image of this batch makes it fail');
+    return inputs.map((i) => this.embed(i));
   }
 
   /** What the fake tower returns for `input` (also the oracle for tests). */
