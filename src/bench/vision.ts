@@ -24,9 +24,11 @@ import { TorchTowerPeer, torchPeerLabel, type TorchDevice } from './vision-torch
 import { ensureRandomVlmCheckpoint, QWEN25_VL_3B_TOWER, type VlmTowerShape } from './random-vlm-checkpoint.js';
 
 const USAGE = `usage: npm run bench:vision -- [--runs N] [--threads N] [--skip-tower] [--skip-fixtures] [--dir DIR] [--json FILE]
-                               [--tower-runs N] [--torch PYTHON] [--device cpu|cuda|auto]
+                               [--tower-runs N] [--torch PYTHON] [--device cpu|cuda|auto] [--concurrent N]
   --runs N         runs per tiny fixture (median reported; default 5)
   --tower-runs N   runs of the 3B-shaped tower (default 1)
+  --concurrent N   also N one-image requests (N different images) at once on the 3B-shaped tower, each
+                   round once with the step's image encodes batched and once one at a time (default 0: off)
   --torch PYTHON   also time transformers' tower (bench/peers/torch_vision_tower.py, this python, the same
                    threads; default threads: all cores), one forward after each rapid run: f32 on the CPU,
                    bf16 sdpa on the GPU with --device cuda
@@ -80,7 +82,24 @@ export interface VisionBenchReport {
      * prefill: conservative).
      */
     torch?: { label: string; ms: number[]; ratios: number[]; medianRatio: number; cpuMs: number[]; cpuRatios: number[]; medianCpuRatio: number };
+    concurrent?: ConcurrentCase;
   };
+}
+
+/** N one-image requests submitted together (N different images), a fresh engine (empty encoder cache) a run. */
+export interface ConcurrentRun {
+  ttftMs: number[]; // per request, engine submit -> first token
+  lastMs: number; // submit -> every request's first token
+  encodeCalls: number; // native encode calls (batched or not)
+}
+
+export interface ConcurrentCase {
+  requests: number;
+  /** Per round, the same requests with the engine's batchImageEncodes on and off (alternating which goes first). */
+  batched: ConcurrentRun[];
+  single: ConcurrentRun[];
+  /** Medians over rounds: the median request's TTFT, the last request's, and one-at-a-time / batched of the last. */
+  median: { batchedP50: number; batchedLast: number; singleP50: number; singleLast: number; lastRatio: number };
 }
 
 function log(msg: string): void {
@@ -158,6 +177,63 @@ export async function benchModel(
   }
 }
 
+async function concurrentRun(model: TextModel, pngs: Uint8Array[], batch: boolean): Promise<ConcurrentRun> {
+  const vision = model.vision!;
+  const prompts = [];
+  for (const png of pngs) {
+    const prepared = await vision.prepareImageOffThread(await decodeImage(png));
+    prompts.push(imageChatPrompt(model, [imageUserMessage('Describe this image.', 1)], [prepared]));
+  }
+  // The serving defaults (token budget, sequences) but batchImageEncodes forced either way.
+  const engine = createTextEngine(model, { stepTimeoutMs: 30 * 60_000, batchImageEncodes: batch, maxNumSeqs: Math.max(16, pngs.length) });
+  const params = resolveSamplingParams({ temperature: 0, maxTokens: 1, seed: 0 }, { maxTokens: 1 });
+  const t0 = performance.now();
+  try {
+    const ttftMs = await Promise.all(
+      prompts.map(async ({ promptIds, multimodal }) => {
+        let ttft = NaN;
+        for await (const ev of engine.generate({ promptIds, params, multimodal })) if (ev.type === 'done') ttft = ev.timings.ttftMs;
+        return ttft;
+      }),
+    );
+    return { ttftMs, lastMs: performance.now() - t0, encodeCalls: engine.stats().encoderCache.encodes };
+  } finally {
+    await engine.shutdown(0);
+  }
+}
+
+async function benchConcurrent(dir: string, requests: number, rounds: number, threads: number | undefined, device?: NativeDevice): Promise<ConcurrentCase> {
+  const model = openTextModel(dir, { ...(threads !== undefined ? { threads } : {}), ...(device !== undefined ? { device } : {}) });
+  try {
+    const pngs = await Promise.all(Array.from({ length: requests }, (_, i) => syntheticPng(448, 12345 + i)));
+    await concurrentRun(model, pngs.slice(0, 1), false); // warm-up: weights on the device
+    const batched: ConcurrentRun[] = [];
+    const single: ConcurrentRun[] = [];
+    for (let r = 0; r < rounds; r++) {
+      for (const batch of r % 2 === 0 ? [true, false] : [false, true]) {
+        const run = await concurrentRun(model, pngs, batch);
+        (batch ? batched : single).push(run);
+        log(`${requests} concurrent one-image requests, ${batch ? 'batched' : 'one at a time'}: last first token at ${run.lastMs.toFixed(1)} ms, median ${median(run.ttftMs).toFixed(1)} ms`);
+      }
+    }
+    const med = (runs: ConcurrentRun[], f: (x: ConcurrentRun) => number) => median(runs.map(f));
+    return {
+      requests,
+      batched,
+      single,
+      median: {
+        batchedP50: med(batched, (x) => median(x.ttftMs)),
+        batchedLast: med(batched, (x) => x.lastMs),
+        singleP50: med(single, (x) => median(x.ttftMs)),
+        singleLast: med(single, (x) => x.lastMs),
+        lastRatio: median(single.map((x, i) => x.lastMs / batched[i]!.lastMs)),
+      },
+    };
+  } finally {
+    model.native.close();
+  }
+}
+
 /** FLOPs of one image of `patches` patches through a Qwen2.5-VL tower (window attention over windowPatches). */
 export function towerFlops(t: VlmTowerShape, patches: number): TowerProfile['gflop'] {
   const H = t.hidden;
@@ -183,9 +259,9 @@ function fixtureDirs(root: string): string[] {
 }
 
 /** A deterministic 448x448 PNG with structure (gradients + noise), as a client would send it. */
-async function syntheticPng(size: number): Promise<Uint8Array> {
+async function syntheticPng(size: number, seed = 12345): Promise<Uint8Array> {
   const raw = Buffer.alloc(size * size * 3);
-  let s = 12345;
+  let s = seed;
   for (let i = 0; i < size * size; i++) {
     s = (Math.imul(s, 1664525) + 1013904223) >>> 0;
     const x = i % size;
@@ -206,6 +282,7 @@ export async function runVisionBench(o: {
   tower: boolean;
   dir: string;
   device?: NativeDevice;
+  concurrent?: number;
 }): Promise<VisionBenchReport> {
   const root = join(packageRoot(), 'test', 'fixtures', 'vlm');
   const report: VisionBenchReport = {
@@ -271,6 +348,7 @@ export async function runVisionBench(o: {
       const cpuRatios = torchCpuMs.map((ms, i) => ms / c.runs[i].ttftCpuMs);
       report.tower.torch = { label: torchPeerLabel(torchDevice), ms: torchMs, ratios, medianRatio: median(ratios), cpuMs: torchCpuMs, cpuRatios, medianCpuRatio: median(cpuRatios) };
     }
+    if ((o.concurrent ?? 0) > 1) report.tower.concurrent = await benchConcurrent(ck.dir, o.concurrent!, Math.max(1, o.towerRuns ?? 1), o.threads, o.device);
   }
   return report;
 }
@@ -306,6 +384,16 @@ export function formatReport(r: VisionBenchReport): string {
           `(median ${t.torch.medianCpuRatio.toFixed(2)}x)`,
       );
   }
+  const cc = r.tower?.concurrent;
+  if (cc) {
+    const m = cc.median;
+    lines.push(
+      `  ${cc.requests} one-image requests at once (${cc.batched.length} rounds): batched encodes: median ttft ${m.batchedP50.toFixed(1)} ms, ` +
+        `last ${m.batchedLast.toFixed(1)} ms (${cc.batched[0]?.encodeCalls ?? 0} images); one at a time: median ${m.singleP50.toFixed(1)} ms, ` +
+        `last ${m.singleLast.toFixed(1)} ms; last first token ${m.lastRatio.toFixed(2)}x sooner batched ` +
+        `(per round ${cc.single.map((x, i) => (x.lastMs / cc.batched[i]!.lastMs).toFixed(2)).join(', ')})`,
+    );
+  }
   lines.push(
     'prep = decode + preprocess (worker pool); encode = tower + projector; ttft = engine submit -> first token (wall);',
     'ttft CPU = process CPU ms (all threads) over the same span, steadier on a shared machine; req ttft = prep + ttft',
@@ -326,6 +414,7 @@ export async function main(argv: string[]): Promise<number> {
       'skip-fixtures': { type: 'boolean' },
       dir: { type: 'string' },
       json: { type: 'string' },
+      concurrent: { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     strict: true,
@@ -343,6 +432,7 @@ export async function main(argv: string[]): Promise<number> {
     tower: !values['skip-tower'],
     dir: values.dir ?? defaultBenchDir(),
     device: values.device === undefined ? undefined : parseDevice(values.device, '--device'),
+    concurrent: values.concurrent === undefined ? 0 : intOption(values.concurrent, 'concurrent', 0),
   });
   process.stdout.write(`${formatReport(report)}\n`);
   if (values.json) {

@@ -402,6 +402,22 @@ describe('engine: batched image encodes (batchImageEncodes)', () => {
     expect(small.model.batchCalls.map((x) => x.length)).toEqual([2, 2]);
   });
 
+  it('a batched encode that hangs trips the watchdog; the engine waits for it, then recovers', async () => {
+    let stall = true;
+    const { engine, model } = batching(QWEN, { stepTimeoutMs: 50, faults: { encode: () => (stall ? sleep(300) : undefined) } });
+    const p1 = imagePrompt(['hang ', a, ' ?'], true);
+    const p2 = imagePrompt(['and ', b, ' ?'], true);
+    const [r1, r2] = await Promise.all([run(engine, p1), run(engine, p2)]);
+    expect(r1.error?.code).toBe('watchdog');
+    expect(r2.error?.code).toBe('watchdog');
+    expect(engine.health().ok).toBe(false);
+    while (!engine.health().ok) await sleep(10);
+    stall = false;
+    const again = await run(engine, p1);
+    expect(again.tokens).toEqual(model.greedyMultimodal(p1.promptIds, p1.multimodal, 12));
+    expect(engine.stats().kv.usedBlocks).toBe(0);
+  });
+
   it('off on a CPU model by default: one encodeImage per image', async () => {
     const { engine, model } = vlm(QWEN, { maxBatchedTokens: 256 });
     const p1 = imagePrompt(['one ', a, ' and ', b, ' ?'], true);
