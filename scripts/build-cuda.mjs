@@ -45,13 +45,13 @@ const addonApi = createRequire(import.meta.url)('node-addon-api').include_dir.re
 
 // sm_90 machine code is built as sm_90a (the H100/H200's arch-specific set: warpgroup MMA), which loads on compute
 // capability 9.0 alone; the PTX stays generic compute_90 for newer GPUs. RAPID_CUDA_SM90A tells the host code.
-const sm90a = archs.includes('90');
+const sass = (a) => (a === '90' ? '90a' : a);
+const sm90a = archs.some((a) => sass(a) === '90a');
 const defines = ['-DRAPID_CUDA=1', '-DNAPI_VERSION=8', '-DNAPI_CPP_EXCEPTIONS', '-DNODE_ADDON_API_DISABLE_DEPRECATED',
   ...(timeline ? ['-DRAPID_CUDA_TIMELINE=1'] : []), ...(sm90a ? ['-DRAPID_CUDA_SM90A=1'] : [])];
 const warn = ['-Wall', '-Wextra', '-Wno-unused-parameter'];
 const cxxFlags = ['-std=c++20', '-O3', '-fPIC', '-fexceptions', '-pthread', ...warn, ...(werror ? ['-Werror'] : []),
   ...defines, `-I${join(cuda, 'include')}`, `-I${addonApi}`, `-I${nodeInclude}`, `-I${join(root, 'native', 'src')}`];
-const sass = (a) => (a === '90' ? '90a' : a);
 const gencode = archs.flatMap((a) => ['-gencode', `arch=compute_${sass(a)},code=sm_${sass(a)}`]);
 const top = archs[archs.length - 1];
 const ptx = sassOnly ? [] : ['-gencode', `arch=compute_${top},code=compute_${top}`];

@@ -207,12 +207,12 @@ int gemm_bench(int rounds) {
     cudaEvent_t a, b;
     cudaEventCreate(&a);
     cudaEventCreate(&b);
-    const char* names[] = {"v2", "v3-64", "v3-96", "v3-128", "v3-192", "v3"};
-    const int kernels = cuda::wgmma_supported() ? 6 : 1;
-    std::vector<float> ms[6];
+    const std::vector<std::string> names = cuda::gemm_kernel_names();
+    const int kernels = cuda::wgmma_supported() ? int(names.size()) : 1;
+    std::vector<std::vector<float>> ms(names.size());
     for (int r = 0; r < rounds + 1; ++r)  // round 0 warms up
       for (int v = 0; v < kernels; ++v) {
-        setenv("RAPID_CUDA_TOWER_GEMM", names[v], 1);
+        setenv("RAPID_CUDA_TOWER_GEMM", names[v].c_str(), 1);
         cudaEventRecord(a, s);
         for (int i = 0; i < 20; ++i) cuda::gemm_bf16(x, sh.in, w, nullptr, y, sh.out, sh.n, sh.out, sh.in, s);
         cudaEventRecord(b, s);
@@ -229,7 +229,7 @@ int gemm_bench(int rounds) {
     for (int v = 0; v < kernels; ++v) {
       std::sort(ms[v].begin(), ms[v].end());
       const double med = ms[v][ms[v].size() / 2];
-      std::printf("{\"gemm\":\"%s\",\"n\":%lld,\"out\":%lld,\"in\":%lld,\"ms\":%.4f,\"tflops\":%.1f}\n", names[v],
+      std::printf("{\"gemm\":\"%s\",\"n\":%lld,\"out\":%lld,\"in\":%lld,\"ms\":%.4f,\"tflops\":%.1f}\n", names[v].c_str(),
                   (long long)sh.n, (long long)sh.out, (long long)sh.in, med,
                   2.0 * double(sh.n) * double(sh.out) * double(sh.in) / (med * 1e9));
     }

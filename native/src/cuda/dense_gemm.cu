@@ -262,7 +262,6 @@ void launch_bf16_v3(const __nv_bfloat16* xb, const uint16_t* w, int64_t ldw, con
 // The v3 tile widths and their speed per output relative to 128 (a wider tile reads fewer bytes per product; H100,
 // the towers' shapes, cuda_tower_bench --gemm): a launch takes the width of least estimated time, whole waves of one
 // block per multiprocessor. On the nine shapes timed this picks the fastest width or one within 5% of it.
-constexpr int kV3Widths[] = {64, 96, 128, 192};
 constexpr double kV3Speed[] = {0.8, 0.85, 1.0, 1.08};
 
 // RAPID_CUDA_TOWER_GEMM: "v2" (the mma.sync kernel), "v3" or unset (v3 where wgmma_supported(), else v2), "v3-N"
@@ -272,7 +271,7 @@ int gemm_choice() {
   if (!wgmma_supported() || (e && std::strcmp(e, "v2") == 0)) return 0;
   if (e && std::strncmp(e, "v3-", 3) == 0) {
     const int bn = std::atoi(e + 3);
-    for (const int wdt : kV3Widths)
+    for (const int wdt : kGemmV3Widths)
       if (wdt == bn) return bn;
   }
   return -1;  // v3, width by estimate
@@ -281,10 +280,10 @@ int gemm_choice() {
 int v3_width(int64_t n, int64_t out) {
   int best = 128;
   double best_cost = 0;
-  for (size_t i = 0; i < std::size(kV3Widths); ++i) {
-    const int64_t tiles = (out + kV3Widths[i] - 1) / kV3Widths[i] * ((n + kV3BM - 1) / kV3BM);
-    const double cost = double((tiles + sm_count() - 1) / sm_count()) * kV3Widths[i] / kV3Speed[i];
-    if (i == 0 || cost < best_cost) best = kV3Widths[i], best_cost = cost;
+  for (size_t i = 0; i < std::size(kGemmV3Widths); ++i) {
+    const int64_t tiles = (out + kGemmV3Widths[i] - 1) / kGemmV3Widths[i] * ((n + kV3BM - 1) / kV3BM);
+    const double cost = double((tiles + sm_count() - 1) / sm_count()) * kGemmV3Widths[i] / kV3Speed[i];
+    if (i == 0 || cost < best_cost) best = kGemmV3Widths[i], best_cost = cost;
   }
   return best;
 }

@@ -4,6 +4,8 @@
 #pragma once
 #include <cuda_runtime.h>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace rapid::cuda {
 
@@ -13,6 +15,17 @@ constexpr int64_t kGemmRowPad = 128;
 constexpr int64_t kGemmKPad = 32;
 inline int64_t gemm_rows_pad(int64_t out) { return (out + kGemmRowPad - 1) / kGemmRowPad * kGemmRowPad; }
 inline int64_t gemm_k_pad(int64_t in) { return (in + kGemmKPad - 1) / kGemmKPad * kGemmKPad; }
+
+// The tile widths (BN) of the v3 (wgmma) kernel, each selectable as RAPID_CUDA_TOWER_GEMM=v3-<width> for A/B runs.
+inline constexpr int kGemmV3Widths[] = {64, 96, 128, 192};
+
+// The kernel choices RAPID_CUDA_TOWER_GEMM names: "v2", "v3-<width>" for each width, then "v3" (the width picked).
+inline std::vector<std::string> gemm_kernel_names() {
+  std::vector<std::string> names{"v2"};
+  for (const int w : kGemmV3Widths) names.push_back("v3-" + std::to_string(w));
+  names.push_back("v3");
+  return names;
+}
 
 // w: bf16 bits [gemm_rows_pad(out), gemm_k_pad(in)]; x [n, ldx] f32 (ldx >= in); bias [out] or null;
 // y [n, ldy] f32 (ldy >= out). y must not overlap x.
