@@ -25,6 +25,7 @@
 #include "cpu/cpu_ops.h"
 #include "cpu/threadpool.h"
 #include "cuda/cuda_ops.h"
+#include "cuda/dense_gemm.h"
 #include "cuda/launch.cuh"
 #include "cuda/segment_attention.h"
 #include "format/json.h"
