@@ -168,6 +168,21 @@ inline void compare_backends(Backend& ref, Backend& dut, const Tolerances& tol, 
                [&](Backend& be, std::vector<Buf>& b) { be.linear(l, b[0].data(), ldx, b[1].data(), ldy, n, p); });
     }
 
+  // linear_epilogue: a tower's dense linear with bias, then an activation or onto a residual.
+  for (Precision p : {Precision::Exact, Precision::Fast})
+    for (int e = 0; e < 3; ++e) {
+      const int64_t n = 37, in = 128, out = 72;
+      const Linear& l = fx.linear("bf16", out, in, true);
+      Backend::LinearEpilogue ep;
+      if (e == 0) ep.act = VAct::GeluTanh;
+      if (e == 1) ep.act = VAct::QuickGelu;
+      if (e == 2) ep.accumulate = true;
+      pr.check(std::string("linear_epilogue bf16") + (p == Precision::Fast ? " Fast " : " Exact ") +
+                   (e == 0 ? "gelu_tanh" : e == 1 ? "quick_gelu" : "residual") + " [37x128 -> 72]",
+               {fx.randn(n * in), fx.randn(n * out)}, p == Precision::Fast ? tol.fast : tol.exact,
+               [&](Backend& be, std::vector<Buf>& b) { be.linear_epilogue(l, b[0].data(), b[1].data(), n, p, ep); });
+    }
+
   // gated_mlp: a bias-free decoder MLP (4-bit, as Gemma 4) and a tower's with biases (f32), in place and not; the
   // scratch is the backend's own (only the output is compared).
   for (const char* fmt : {"f32", "q4"})

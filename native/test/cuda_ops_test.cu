@@ -205,6 +205,47 @@ void gemm_ab_cases(Pair& pr) {
   unsetenv("RAPID_CUDA_TOWER_GEMM");
 }
 
+// The GEMMs' epilogues (ops::Backend::linear_epilogue on CUDA: the activation or the residual add applied as the GEMM
+// stores) against the default's linear, then act or add, on the GPU: the same bits, Fast (v2 and v3) and Exact.
+void epilogue_cases(Pair& pr) {
+  const int64_t n = 300, out = 1152, in = 1000;
+  const std::shared_ptr<OwnedLinear> L = make_linear(out, in, false);
+  pr.kept.push_back(L);
+  auto x = pr.up(randv(n * in));
+  const std::vector<float> resid = randv(n * out);
+  std::vector<std::pair<std::string, ops::Backend::LinearEpilogue>> eps;
+  for (const auto& [name, a] : {std::pair{"silu", ops::VAct::Silu}, {"gelu_tanh", ops::VAct::GeluTanh}, {"gelu_erf", ops::VAct::GeluErf},
+                                {"quick_gelu", ops::VAct::QuickGelu}})
+    eps.push_back({name, ops::Backend::LinearEpilogue::activation(a)});
+  eps.push_back({"residual", ops::Backend::LinearEpilogue::residual()});
+  for (const char* gemm : {"v2", "v3"}) {
+    if (std::strcmp(gemm, "v3") == 0 && !cuda::wgmma_supported()) continue;
+    setenv("RAPID_CUDA_TOWER_GEMM", gemm, 1);
+    for (const Precision p : {Precision::Fast, Precision::Exact}) {
+      if (p == Precision::Exact && std::strcmp(gemm, "v3") == 0) continue;  // Exact has one kernel
+      for (const auto& [name, e] : eps) {
+        auto fused = pr.up(resid), plain = pr.up(resid), t = pr.zeros(n * out);
+        pr.gpu.linear_epilogue(L->l, x.g.data(), fused.g.data(), n, p, e);
+        if (e.accumulate) {
+          pr.gpu.linear(L->l, x.g.data(), t.g.data(), n, p);
+          pr.gpu.add(plain.g.data(), t.g.data(), n * out);
+        } else {
+          pr.gpu.linear(L->l, x.g.data(), plain.g.data(), n, p);
+          pr.gpu.act(plain.g.data(), n, out, *e.act);
+        }
+        std::vector<float> hf(size_t(n * out)), hp(size_t(n * out));
+        pr.gpu.download(fused.g.data(), n * out, hf.data());
+        pr.gpu.download(plain.g.data(), n * out, hp.data());
+        const bool same = std::memcmp(hf.data(), hp.data(), hf.size() * sizeof(float)) == 0;
+        report_bool(std::string("linear epilogue ") + name + (p == Precision::Fast ? " fast " : " exact ") + gemm +
+                        " == linear then op",
+                    same, same ? "same bits" : "bits differ, rel_err=" + std::to_string(rel_err(hf, hp)));
+      }
+    }
+  }
+  unsetenv("RAPID_CUDA_TOWER_GEMM");
+}
+
 void attention_cases(Pair& pr) {
   struct Case {
     const char* what;
@@ -504,6 +545,7 @@ int main(int argc, char** argv) {
     Pair pr{cpu, *gpu, {}};
     linear_cases(pr);
     gemm_ab_cases(pr);
+    epilogue_cases(pr);
     attention_cases(pr);
     attention_tile_cases();
     row_cases(pr);

@@ -13,6 +13,7 @@
 // - Unless said otherwise an output may not alias an input. Errors throw std::runtime_error.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -95,6 +96,18 @@ class Backend {
   void linear(const Linear& l, const float* x, float* y, int64_t n, Precision p) {
     linear(l, x, l.in(), y, l.out(), n, p);
   }
+  // What a linear does with its result as it stores it (contiguous rows, x [n, in], y [n, out]):
+  // act: y = act(x · Wᵀ + b); accumulate: y += x · Wᵀ + b (a residual); not both. The default runs linear, then act
+  // (or linear into scratch, then add): bitwise what a backend that fuses them into its GEMM's stores must give.
+  struct LinearEpilogue {
+    std::optional<VAct> act;
+    bool accumulate = false;
+    float* scratch = nullptr;  // [n, out]: where the default puts the product before adding it (null: allocated)
+    static LinearEpilogue activation(VAct a) { return {a, false, nullptr}; }
+    static LinearEpilogue residual(float* scratch = nullptr) { return {std::nullopt, true, scratch}; }
+  };
+  virtual void linear_epilogue(const Linear& l, const float* x, float* y, int64_t n, Precision p,
+                               const LinearEpilogue& e);
 
   // ---- norms ----------------------------------------------------------------------------------
   // x, y [rows, dim = w.dim()] contiguous: y = x * rsqrt(mean(x²) + eps) * w. y may alias x.
@@ -201,6 +214,21 @@ inline void Backend::gated_mlp(const Linear& gate, const Linear& up, const Linea
   linear(up, x, u, n, p);
   act_mul(g, u, n, gate.out(), a);
   linear(down, g, y, n, p);
+}
+
+inline void Backend::linear_epilogue(const Linear& l, const float* x, float* y, int64_t n, Precision p,
+                                     const LinearEpilogue& e) {
+  if (e.act && e.accumulate) throw std::invalid_argument("linear_epilogue: an activation or a residual, not both");
+  if (!e.accumulate) {
+    linear(l, x, y, n, p);
+    if (e.act) act(y, n, l.out(), *e.act);
+    return;
+  }
+  Buf owned;
+  float* t = e.scratch;
+  if (!t) owned = alloc(n * l.out()), t = owned.data();
+  linear(l, x, t, n, p);
+  add(y, t, n * l.out());
 }
 
 inline void Buf::reset() noexcept {

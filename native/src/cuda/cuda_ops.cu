@@ -116,6 +116,23 @@ class CudaOps final : public ops::Backend {
     });
   }
 
+  // The dense GEMMs apply gelu (tanh) or the residual add as they store (dense_gemm.h); other activations, the
+  // decoder's matmuls and a layer with both take the default, linear then act or add.
+  void linear_epilogue(const Linear& l, const float* x, float* y, int64_t n, Precision p,
+                       const LinearEpilogue& e) override {
+    const bool fast = p == Precision::Fast;
+    if ((e.act && (e.accumulate || *e.act != ops::VAct::GeluTanh)) || (decoder_matmuls_ && dev_weight(l, fast))) {
+      Backend::linear_epilogue(l, x, y, n, p, e);
+      return;
+    }
+    const DevLinear& d = dev_linear(l, fast);
+    const GemmEpilogue ep{e.act ? int(*e.act) : -1, e.accumulate};
+    timed(kGemm, 2.0 * double(n) * double(l.out()) * double(l.in()), [&] {
+      if (fast) gemm_bf16(x, l.in(), static_cast<const uint16_t*>(d.w), d.bias, y, l.out(), n, l.out(), l.in(), stream_, ep);
+      else gemm_f32(x, l.in(), static_cast<const float*>(d.w), d.bias, y, l.out(), n, l.out(), l.in(), stream_, ep);
+    });
+  }
+
   // ---- norms ----------------------------------------------------------------------------------
   void rms_norm(const float* x, float* y, int64_t rows, const NormWeight& w) override {
     if (rows > 0) cuda::rms_norm(x, y, rows, w.dim(), dev_vec(w.w), w.eps, stream_);

@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <stdexcept>
+#include <type_traits>
 #include "cuda/cuda_kernels.h"
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
@@ -70,9 +72,32 @@ __device__ __forceinline__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat
   }
 }
 
+// The epilogue as a kernel template argument, so a plain GEMM carries no epilogue code (a runtime switch over every
+// activation in each kernel made them 1.2-1.5x slower on the H100). Fused: gelu (tanh), the towers' MLP activation,
+// and the residual add; other activations take the default (linear, then act).
+constexpr int kEpiNone = 0, kEpiResidual = 1, kEpiGeluTanh = 2;
+
+// Outputs v0 (column c) and v1 (column c + 1, if two) of row p = y + r * ldy + c, through epilogue EPI; vec2: p is
+// 8-byte aligned, so a pair goes out as one float2.
+template <int EPI>
+__device__ __forceinline__ void store_pair(float* p, float v0, float v1, bool two, bool vec2) {
+  if constexpr (EPI == kEpiGeluTanh) v0 = vision_act(v0, 1), v1 = vision_act(v1, 1);
+  if (vec2 && two) {
+    float2* q = reinterpret_cast<float2*>(p);
+    if constexpr (EPI == kEpiResidual) {
+      const float2 o = *q;
+      v0 = o.x + v0, v1 = o.y + v1;  // tower::add's y + x
+    }
+    *q = make_float2(v0, v1);
+  } else {
+    p[0] = EPI == kEpiResidual ? p[0] + v0 : v0;
+    if (two) p[1] = EPI == kEpiResidual ? p[1] + v1 : v1;
+  }
+}
+
 // xb [n, ldw] bf16 (zero beyond in), w [rows_pad(out), ldw] bf16; block BM = 32 * MI rows x 128 cols, 8 warps as
 // 2 (rows, 16 * MI each) x 4 (cols, 32 each). Dynamic shared memory: kV2Stages x (BM + 128) x 64 bf16.
-template <int MI>
+template <int MI, int EPI>
 __global__ void __launch_bounds__(kThreads, 2) gemm_bf16_v2_kernel(const __nv_bfloat16* __restrict__ xb,
                                                                  const __nv_bfloat16* __restrict__ w, int64_t ldw,
                                                                  const float* __restrict__ bias, float* __restrict__ y,
@@ -135,27 +160,21 @@ __global__ void __launch_bounds__(kThreads, 2) gemm_bf16_v2_kernel(const __nv_bf
       for (int h = 0; h < 2; ++h) {
         const int64_t r = bm + wm * 16 * MI + mi * 16 + g + 8 * h;
         if (r >= n) continue;
-        float* p = y + r * ldy + c;
-        if (y2 && c + 1 < out) {
-          *reinterpret_cast<float2*>(p) = make_float2(acc[mi][ni][2 * h] + b0, acc[mi][ni][2 * h + 1] + b1);
-        } else {
-          p[0] = acc[mi][ni][2 * h] + b0;
-          if (c + 1 < out) p[1] = acc[mi][ni][2 * h + 1] + b1;
-        }
+        store_pair<EPI>(y + r * ldy + c, acc[mi][ni][2 * h] + b0, acc[mi][ni][2 * h + 1] + b1, c + 1 < out, y2);
       }
     }
 }
 
-template <int MI>
+template <int MI, int EPI>
 void launch_bf16_v2(const __nv_bfloat16* xb, const uint16_t* w, int64_t ldw, const float* bias, float* y, int64_t ldy,
                     int64_t n, int64_t out, bool y2, cudaStream_t s) {
   constexpr int bytes = kV2Stages * (32 * MI + kV2BN) * kV2BK * 2;
   static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_bf16_v2_kernel<MI>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      cudaFuncSetAttribute(gemm_bf16_v2_kernel<MI, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   check(attr, "gemm_bf16 v2 shared memory attribute");
   const dim3 grid(unsigned((out + kV2BN - 1) / kV2BN), unsigned((n + 32 * MI - 1) / (32 * MI)));
-  gemm_bf16_v2_kernel<MI><<<grid, kThreads, bytes, s>>>(xb, reinterpret_cast<const __nv_bfloat16*>(w), ldw, bias, y,
-                                                         ldy, n, out, y2);
+  gemm_bf16_v2_kernel<MI, EPI><<<grid, kThreads, bytes, s>>>(xb, reinterpret_cast<const __nv_bfloat16*>(w), ldw, bias,
+                                                              y, ldy, n, out, y2);
 }
 
 // ---- v3 (sm_90a): the v2 tile layout (rows of 64 bf16, 128-byte XOR swizzle) is exactly wgmma's 128-byte-swizzled
@@ -170,7 +189,7 @@ constexpr int v3_smem_bytes() {
 }
 
 // xb [n, ldw] bf16 (zero beyond in), w [wrows, ldw] bf16 (wrows = gemm_rows_pad(out)); y [n, ldy] = xb · wᵀ + bias.
-template <int BN>
+template <int BN, int EPI>
 __global__ void __launch_bounds__(kThreads, 1) gemm_bf16_v3_kernel(const __nv_bfloat16* __restrict__ xb,
                                                                  const __nv_bfloat16* __restrict__ w, int64_t ldw,
                                                                  int64_t wrows, const float* __restrict__ bias,
@@ -232,14 +251,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_bf16_v3_kernel(const __nv_bf
     for (int h = 0; h < 2; ++h) {
       const int64_t r = r0 + 8 * h;
       if (r >= n) continue;
-      float* p = y + r * ldy + c;
-      const float v0 = acc[4 * j + 2 * h] + b0, v1 = acc[4 * j + 2 * h + 1] + b1;
-      if (y2 && c + 1 < out) {
-        *reinterpret_cast<float2*>(p) = make_float2(v0, v1);
-      } else {
-        p[0] = v0;
-        if (c + 1 < out) p[1] = v1;
-      }
+      store_pair<EPI>(y + r * ldy + c, acc[4 * j + 2 * h] + b0, acc[4 * j + 2 * h + 1] + b1, c + 1 < out, y2);
     }
   }
 #else
@@ -247,16 +259,16 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_bf16_v3_kernel(const __nv_bf
 #endif
 }
 
-template <int BN>
+template <int BN, int EPI>
 void launch_bf16_v3(const __nv_bfloat16* xb, const uint16_t* w, int64_t ldw, const float* bias, float* y, int64_t ldy,
                     int64_t n, int64_t out, bool y2, cudaStream_t s) {
   constexpr int bytes = v3_smem_bytes<BN>();
   static const cudaError_t attr =
-      cudaFuncSetAttribute(gemm_bf16_v3_kernel<BN>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+      cudaFuncSetAttribute(gemm_bf16_v3_kernel<BN, EPI>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
   check(attr, "gemm_bf16 v3 shared memory attribute");
   const dim3 grid(unsigned((out + BN - 1) / BN), unsigned((n + kV3BM - 1) / kV3BM));
-  gemm_bf16_v3_kernel<BN><<<grid, kThreads, bytes, s>>>(xb, reinterpret_cast<const __nv_bfloat16*>(w), ldw,
-                                                         gemm_rows_pad(out), bias, y, ldy, n, out, y2);
+  gemm_bf16_v3_kernel<BN, EPI><<<grid, kThreads, bytes, s>>>(xb, reinterpret_cast<const __nv_bfloat16*>(w), ldw,
+                                                              gemm_rows_pad(out), bias, y, ldy, n, out, y2);
 }
 
 // The v3 tile widths and their speed per output relative to 128 (a wider tile reads fewer bytes per product; H100,
@@ -290,6 +302,7 @@ int v3_width(int64_t n, int64_t out) {
 
 constexpr int kFM = 64, kFN = 64, kFK = 16;
 
+template <int EPI>
 __global__ void __launch_bounds__(kThreads) gemm_f32_kernel(const float* __restrict__ x, int64_t ldx,
                                                              const float* __restrict__ w, int64_t ldw,
                                                              const float* __restrict__ bias, float* __restrict__ y,
@@ -336,15 +349,25 @@ __global__ void __launch_bounds__(kThreads) gemm_f32_kernel(const float* __restr
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int64_t c = bn + tx + 16 * j;
-      if (c < out) y[r * ldy + c] = acc[i][j] + (bias ? bias[c] : 0.f);
+      if (c < out) store_pair<EPI>(y + r * ldy + c, acc[i][j] + (bias ? bias[c] : 0.f), 0.f, false, false);
     }
   }
+}
+
+// Calls f(std::integral_constant<int, EPI>) for the epilogue `ep` asks for (dense_gemm.h: gelu (tanh) or a residual).
+template <class F>
+void with_epilogue(GemmEpilogue ep, F&& f) {
+  if ((ep.act >= 0 && ep.accumulate) || (ep.act != -1 && ep.act != 1))
+    throw std::invalid_argument("dense GEMM epilogue: gelu (tanh) or a residual add, one at a time");
+  if (ep.accumulate) f(std::integral_constant<int, kEpiResidual>{});
+  else if (ep.act == 1) f(std::integral_constant<int, kEpiGeluTanh>{});
+  else f(std::integral_constant<int, kEpiNone>{});
 }
 
 }  // namespace
 
 void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias, float* y, int64_t ldy, int64_t n,
-               int64_t out, int64_t in, cudaStream_t s) {
+               int64_t out, int64_t in, cudaStream_t s, GemmEpilogue ep) {
   if (n <= 0 || out <= 0) return;
   const int64_t ldw = gemm_k_pad(in);
   const bool vec = in % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
@@ -358,14 +381,17 @@ void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias
   else stage_bf16_kernel<false><<<sblocks, 256, 0, s>>>(x, ldx, in, xbh, ldw, n);
   const bool y2 = ldy % 2 == 0 && reinterpret_cast<uintptr_t>(y) % 8 == 0;
   const int choice = gemm_choice();
-  if (choice != 0) {
-    switch (choice > 0 ? choice : v3_width(n, out)) {
-      case 64: launch_bf16_v3<64>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
-      case 96: launch_bf16_v3<96>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
-      case 192: launch_bf16_v3<192>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
-      default: launch_bf16_v3<128>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+  with_epilogue(ep, [&](auto epi) {
+    constexpr int E = decltype(epi)::value;
+    if (choice != 0) {
+      switch (choice > 0 ? choice : v3_width(n, out)) {
+        case 64: launch_bf16_v3<64, E>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+        case 96: launch_bf16_v3<96, E>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+        case 192: launch_bf16_v3<192, E>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+        default: launch_bf16_v3<128, E>(xbh, w, ldw, bias, y, ldy, n, out, y2, s); break;
+      }
+      return;
     }
-  } else {
     // Row tile of least estimated time: waves of two blocks per multiprocessor x rows per block, 64-row tiles ~15%
     // slower per row (fewer mma per fragment load). 4096 x 1152 on 132 SMs: 288 blocks of 128 rows take 2 waves.
     const int64_t col_blocks = (out + kV2BN - 1) / kV2BN;
@@ -373,19 +399,21 @@ void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias
       const int64_t blocks = col_blocks * ((n + bm - 1) / bm), slots = 2 * int64_t(sm_count());
       return double((blocks + slots - 1) / slots) * double(bm) * per_row;
     };
-    if (cost(128, 1.0) <= cost(64, 1.15)) launch_bf16_v2<4>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
-    else launch_bf16_v2<2>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
-  }
+    if (cost(128, 1.0) <= cost(64, 1.15)) launch_bf16_v2<4, E>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
+    else launch_bf16_v2<2, E>(xbh, w, ldw, bias, y, ldy, n, out, y2, s);
+  });
   const cudaError_t launched = cudaGetLastError();
   check(cudaFreeAsync(xb, s), "cudaFreeAsync (gemm_bf16 staging)");
   check(launched, "gemm_bf16 launch");
 }
 
 void gemm_f32(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy, int64_t n,
-              int64_t out, int64_t in, cudaStream_t s) {
+              int64_t out, int64_t in, cudaStream_t s, GemmEpilogue ep) {
   if (n <= 0 || out <= 0) return;
   const dim3 grid(unsigned((out + kFN - 1) / kFN), unsigned((n + kFM - 1) / kFM));
-  gemm_f32_kernel<<<grid, kThreads, 0, s>>>(x, ldx, w, gemm_k_pad(in), bias, y, ldy, n, out, in);
+  with_epilogue(ep, [&](auto epi) {
+    gemm_f32_kernel<decltype(epi)::value><<<grid, kThreads, 0, s>>>(x, ldx, w, gemm_k_pad(in), bias, y, ldy, n, out, in);
+  });
   check(cudaGetLastError(), "gemm_f32 launch");
 }
 

@@ -27,13 +27,21 @@ inline std::vector<std::string> gemm_kernel_names() {
   return names;
 }
 
+// What a GEMM does with v = x · Wᵀ + b as it stores it: act 1: y = gelu_tanh(v) (vision_act, device_math.cuh); accumulate:
+// y = y + v (a residual); -1 / false: neither. Bitwise the GEMM followed by tower::act or tower::add. Other
+// activations, or both at once, throw std::invalid_argument (callers run tower::act after the GEMM instead).
+struct GemmEpilogue {
+  int act = -1;
+  bool accumulate = false;
+};
+
 // w: bf16 bits [gemm_rows_pad(out), gemm_k_pad(in)]; x [n, ldx] f32 (ldx >= in); bias [out] or null;
 // y [n, ldy] f32 (ldy >= out). y must not overlap x.
 void gemm_bf16(const float* x, int64_t ldx, const uint16_t* w, const float* bias, float* y, int64_t ldy, int64_t n,
-               int64_t out, int64_t in, cudaStream_t s);
+               int64_t out, int64_t in, cudaStream_t s, GemmEpilogue ep = {});
 
 // w: f32 [gemm_rows_pad(out), gemm_k_pad(in)]; otherwise as gemm_bf16.
 void gemm_f32(const float* x, int64_t ldx, const float* w, const float* bias, float* y, int64_t ldy, int64_t n,
-              int64_t out, int64_t in, cudaStream_t s);
+              int64_t out, int64_t in, cudaStream_t s, GemmEpilogue ep = {});
 
 }  // namespace rapid::cuda

@@ -114,6 +114,14 @@ __device__ __forceinline__ float glu_act(float g, int act) {
   return __fmul_rn(__fmul_rn(0.5f, g), __fadd_rn(1.0f, tanhf(inner)));
 }
 
+// The towers' activations (ops::VAct order): silu, gelu (tanh), gelu (erf), quick_gelu; the CPU's formulas
+// (vision_blocks.cpp). One definition for the pointwise kernel and the GEMM epilogues, so both give the same bits.
+__device__ __forceinline__ float vision_act(float x, int a) {
+  if (a <= 1) return glu_act(x, a);                                       // silu, gelu (tanh)
+  if (a == 2) return x * 0.5f * (1.0f + erff(x * 0.70710678118654752f));  // gelu (erf)
+  return x / (1.0f + expf(-1.702f * x));                                  // quick_gelu
+}
+
 }  // namespace rapid::cuda
 
 namespace rapid::cuda {

@@ -1,6 +1,6 @@
 // Row and pointwise kernels of the tower ops (tower_rows.h). Norm rows take a block (LayerNorm, kNormThreads
 // threads, f64 sums like layers/layer_norm.cpp) or a warp (per-head RMSNorm); elementwise kernels a grid-stride
-// loop. Activation formulas are the CPU's (vision_blocks.cpp, device_math.cuh glu_act).
+// loop. Activation formulas are the CPU's (vision_blocks.cpp, device_math.cuh vision_act).
 #include "cuda/tower_rows.h"
 #include <algorithm>
 #include "cuda/cuda_kernels.h"
@@ -13,20 +13,14 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(int64_t n) { return unsigned(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 65536)); }
 
-__device__ __forceinline__ float act_of(float x, int a) {
-  if (a <= 1) return glu_act(x, a);                                       // silu, gelu (tanh)
-  if (a == 2) return x * 0.5f * (1.0f + erff(x * 0.70710678118654752f));  // gelu (erf)
-  return x / (1.0f + expf(-1.702f * x));                                  // quick_gelu
-}
-
 __global__ void act_kernel(float* x, int64_t n, int a) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = act_of(x[i], a);
+    x[i] = vision_act(x[i], a);
 }
 
 __global__ void act_mul_kernel(float* g, const float* __restrict__ u, int64_t n, int a) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    g[i] = act_of(g[i], a) * u[i];
+    g[i] = vision_act(g[i], a) * u[i];
 }
 
 __global__ void add_kernel(float* y, const float* __restrict__ x, int64_t n) {

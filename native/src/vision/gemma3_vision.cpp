@@ -144,11 +144,9 @@ class Gemma3Vision final : public VisionEncoder {
       be.linear(l.v, hn.data(), hidden_, q + 2 * hidden_, ld, n, prec);
       be.attention(q, ld, q + hidden_, q + 2 * hidden_, ld, att.data(), hidden_, int(heads_), int(heads_), int(hd_),
                    scale, cu, prec);
-      be.linear(l.o, att.data(), hn.data(), n, prec);
-      be.add(x.data(), hn.data(), n * hidden_);
+      be.linear_epilogue(l.o, att.data(), x.data(), n, prec, ops::Backend::LinearEpilogue::residual(hn.data()));
       be.layer_norm(x.data(), hn.data(), n, l.ln2);
-      plain_mlp(be, l.fc1, l.fc2, hn.data(), f1.data(), n, act_, prec);
-      be.add(x.data(), hn.data(), n * hidden_);
+      plain_mlp(be, l.fc1, l.fc2, hn.data(), f1.data(), x.data(), n, act_, prec);
     }
     be.layer_norm(x.data(), x.data(), n, post_ln_);
 

@@ -150,9 +150,8 @@ class Qwen25VLVision final : public VisionEncoder {
       const Qwen25Block& b = blocks_[li];
       const bool full = std::find(fullatt_.begin(), fullatt_.end(), int(li)) != fullatt_.end();
       be.rms_norm(x.data(), hn.data(), n, b.norm1);
-      fused_qkv_attention(be, b.qkv, b.proj, hn.data(), qs, n, hidden_, int(heads_), int(hd_), rope,
+      fused_qkv_attention(be, b.qkv, b.proj, hn.data(), x.data(), qs, n, hidden_, int(heads_), int(hd_), rope,
                           full ? cu_full : cu_win, prec);
-      be.add(x.data(), hn.data(), n * hidden_);
       be.rms_norm(x.data(), hn.data(), n, b.norm2);
       be.gated_mlp(b.gate, b.up, b.down, hn.data(), hn.data(), g.data(), u.data(), n, act_, prec);  // in place
       be.add(x.data(), hn.data(), n * hidden_);

@@ -144,11 +144,10 @@ class Qwen3VLVision final : public VisionEncoder {
     for (size_t li = 0; li < blocks_.size(); ++li) {
       const Qwen3Block& b = blocks_[li];
       be.layer_norm(x.data(), hn.data(), n, b.norm1);
-      fused_qkv_attention(be, b.qkv, b.proj, hn.data(), qs, n, hidden_, int(heads_), int(hd_), rope, cu, prec);
-      be.add(x.data(), hn.data(), n * hidden_);
+      fused_qkv_attention(be, b.qkv, b.proj, hn.data(), x.data(), qs, n, hidden_, int(heads_), int(hd_), rope, cu,
+                          prec);
       be.layer_norm(x.data(), hn.data(), n, b.norm2);
-      plain_mlp(be, b.fc1, b.fc2, hn.data(), f1.data(), n, act_, prec);
-      be.add(x.data(), hn.data(), n * hidden_);
+      plain_mlp(be, b.fc1, b.fc2, hn.data(), f1.data(), x.data(), n, act_, prec);
       for (size_t k = 0; k < ds_.size(); ++k)
         if (ds_layer_[k] == int64_t(li)) run_merger(be, ds_[k], x.data(), n, ds.data() + int64_t(k) * per, prec);
     }

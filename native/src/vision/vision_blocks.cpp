@@ -217,7 +217,7 @@ void merge_block_positions(int64_t t, int64_t h, int64_t w, int64_t merge, std::
 
 // ---- attention ---------------------------------------------------------------------------------
 
-void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear& out_proj, float* hn,
+void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear& out_proj, float* hn, float* x,
                          const QkvScratch& s, int64_t n, int64_t hidden, int heads, int head_dim, const RopeBufs& rope,
                          const std::vector<int64_t>& cu, Precision p) {
   const int64_t ld = 3 * hidden;
@@ -227,16 +227,15 @@ void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear&
   rope_heads(be, qkv + hidden, ld, n, heads, rope);
   be.attention(qkv, ld, qkv + hidden, qkv + 2 * hidden, ld, s.att.data(), hidden, heads, heads, head_dim,
                1.0f / std::sqrt(float(head_dim)), cu, p);
-  be.linear(out_proj, s.att.data(), hn, n, p);
+  be.linear_epilogue(out_proj, s.att.data(), x, n, p, ops::Backend::LinearEpilogue::residual(hn));
 }
 
 // ---- MLP ---------------------------------------------------------------------------------------
 
-void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, int64_t n, VAct act,
-               Precision p) {
-  be.linear(fc1, hn, f1, n, p);
-  be.act(f1, n, fc1.out(), act);
-  be.linear(fc2, f1, hn, n, p);
+void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, float* x, int64_t n,
+               VAct act, Precision p) {
+  be.linear_epilogue(fc1, hn, f1, n, p, ops::Backend::LinearEpilogue::activation(act));
+  be.linear_epilogue(fc2, f1, x, n, p, ops::Backend::LinearEpilogue::residual(hn));
 }
 
 // ---- input checks ------------------------------------------------------------------------------

@@ -113,17 +113,18 @@ struct QkvScratch {
 };
 
 // The attention half of a Qwen-style block with a fused qkv projection: hn [n, hidden] (the normed input)
-// -> qkv [n, 3, heads, hd], RoPE on q and k, segment attention over `cu` into att [n, hidden], then
-// hn = proj(att). Scale 1/sqrt(hd).
-void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear& out_proj, float* hn,
+// -> qkv [n, 3, heads, hd], RoPE on q and k, segment attention over `cu` into att [n, hidden], then the residual
+// x [n, hidden] += proj(att) (hn: the default epilogue's scratch). Scale 1/sqrt(hd).
+void fused_qkv_attention(ops::Backend& be, const Linear& qkv_proj, const Linear& out_proj, float* hn, float* x,
                          const QkvScratch& s, int64_t n, int64_t hidden, int heads, int head_dim, const RopeBufs& rope,
                          const std::vector<int64_t>& cu, Precision p);
 
 // ---- MLP ---------------------------------------------------------------------------------------
 
-// Plain MLP in place: hn [n, hidden] = fc2(act(fc1(hn))); f1: scratch [n, ffn].
-void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, int64_t n, VAct act,
-               Precision p);
+// Plain MLP onto the residual: x [n, hidden] += fc2(act(fc1(hn))), the activation and the add in the GEMMs'
+// epilogues (ops::Backend::linear_epilogue); f1: scratch [n, ffn]; hn is overwritten (scratch).
+void plain_mlp(ops::Backend& be, const Linear& fc1, const Linear& fc2, float* hn, float* f1, float* x, int64_t n,
+               VAct act, Precision p);
 
 // ---- input checks ------------------------------------------------------------------------------
 
