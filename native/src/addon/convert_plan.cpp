@@ -267,6 +267,12 @@ std::unordered_map<std::string, std::vector<uint32_t>> masks_from_js(const Napi:
   return out;
 }
 
+Napi::Float32Array float32_array(Napi::Env env, const std::vector<float>& v) {
+  Napi::Float32Array a = Napi::Float32Array::New(env, v.size());
+  std::memcpy(a.Data(), v.data(), v.size() * sizeof(float));
+  return a;
+}
+
 Napi::Object result_to_js(Napi::Env env, StepResult& r) {
   Napi::Object out = Napi::Object::New(env);
   Napi::Array rows = Napi::Array::New(env, r.rows.size());
@@ -290,16 +296,8 @@ Napi::Object result_to_js(Napi::Env env, StepResult& r) {
         o.Set("topLogprobs", top);
       }
     }
-    if (!rr.logits.empty()) {
-      Napi::Float32Array a = Napi::Float32Array::New(env, rr.logits.size());
-      std::memcpy(a.Data(), rr.logits.data(), rr.logits.size() * sizeof(float));
-      o.Set("logits", a);
-    }
-    if (!rr.hidden.empty()) {
-      Napi::Float32Array a = Napi::Float32Array::New(env, rr.hidden.size());
-      std::memcpy(a.Data(), rr.hidden.data(), rr.hidden.size() * sizeof(float));
-      o.Set("hidden", a);
-    }
+    if (!rr.logits.empty()) o.Set("logits", float32_array(env, rr.logits));
+    if (!rr.hidden.empty()) o.Set("hidden", float32_array(env, rr.hidden));
     rows.Set(uint32_t(i), o);
   }
   out.Set("rows", rows);

@@ -13,6 +13,9 @@ StepPlan plan_from_js(const Napi::Value& v);
 
 Napi::Object result_to_js(Napi::Env env, StepResult& r);
 
+// A copy of `v` as a JS Float32Array (logits, hidden states, image embeddings).
+Napi::Float32Array float32_array(Napi::Env env, const std::vector<float>& v);
+
 // supplyMasks' [{ requestId, bitmask: Int32Array | null }] -> requestId -> words (null: empty).
 std::unordered_map<std::string, std::vector<uint32_t>> masks_from_js(const Napi::Value& v);
 

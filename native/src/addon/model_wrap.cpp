@@ -1,7 +1,6 @@
 #include "addon/model_wrap.h"
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <stdexcept>
 #include "addon/convert_plan.h"
 #include "step/error_text.h"
@@ -98,14 +97,8 @@ class EncodeWorker : public Napi::AsyncWorker {
       const ImageEmbedding& e = out_[i];
       Napi::Object o = Napi::Object::New(env);
       o.Set("tokens", Napi::Number::New(env, double(e.tokens)));
-      Napi::Float32Array f = Napi::Float32Array::New(env, e.embeddings.size());
-      std::memcpy(f.Data(), e.embeddings.data(), e.embeddings.size() * sizeof(float));
-      o.Set("embeddings", f);
-      if (!e.deepstack.empty()) {
-        Napi::Float32Array d = Napi::Float32Array::New(env, e.deepstack.size());
-        std::memcpy(d.Data(), e.deepstack.data(), e.deepstack.size() * sizeof(float));
-        o.Set("deepstack", d);
-      }
+      o.Set("embeddings", float32_array(env, e.embeddings));
+      if (!e.deepstack.empty()) o.Set("deepstack", float32_array(env, e.deepstack));
       o.Set("ms", Napi::Number::New(env, ms_));  // the whole call's time: a batch is one forward
       all.Set(uint32_t(i), o);
     }
