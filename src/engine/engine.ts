@@ -725,10 +725,7 @@ export class Engine implements EngineLike {
     const { promises: batched, all } = this.batchImageEncodes ? this.startBatch(out) : { promises: new Map<string, Promise<NativeImageEmbedding>>(), all: null };
     for (const row of out.rows) {
       const req = row.request;
-      const from = row.contextLen;
-      const to = from + row.numTokens;
-      for (const [i, span] of req.imageSpans.entries()) {
-        if (span.end <= from || span.start >= to || req.imageEmbeddings.has(i)) continue;
+      for (const [i, span] of unencodedSpans(row)) {
         if (req.status !== 'running') break; // ended while an earlier image was encoded
         const work = batched.get(span.key) ?? this.encoderCache.get(span.key, () => this.encodeOne(span));
         let e: NativeImageEmbedding;
@@ -776,14 +773,9 @@ export class Engine implements EngineLike {
    */
   private startBatch(out: SchedulerOutput): { promises: Map<string, Promise<NativeImageEmbedding>>; all: Promise<unknown> | null } {
     const now = new Map<string, ImageSpan>();
-    for (const row of out.rows) {
-      const req = row.request;
-      if (req.status !== 'running') continue;
-      const from = row.contextLen;
-      const to = from + row.numTokens;
-      for (const [i, span] of req.imageSpans.entries())
-        if (span.end > from && span.start < to && !req.imageEmbeddings.has(i) && !this.encoderCache.knows(span.key)) now.set(span.key, span);
-    }
+    for (const row of out.rows)
+      if (row.request.status === 'running')
+        for (const [, span] of unencodedSpans(row)) if (!this.encoderCache.knows(span.key)) now.set(span.key, span);
     const promises = new Map<string, Promise<NativeImageEmbedding>>();
     if (now.size === 0) return { promises, all: null };
     const spans = new Map(now);
@@ -1045,6 +1037,14 @@ export class Engine implements EngineLike {
 }
 
 /** Throws when the encoder's output does not match the image's placeholder span. */
+/** The image spans (index, span) this row's tokens cover whose embeddings its request does not have yet. */
+function* unencodedSpans(row: ScheduledRow): Generator<[number, ImageSpan]> {
+  const req = row.request;
+  const from = row.contextLen;
+  const to = from + row.numTokens;
+  for (const [i, span] of req.imageSpans.entries()) if (span.end > from && span.start < to && !req.imageEmbeddings.has(i)) yield [i, span];
+}
+
 function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number): void {
   const n = span.image.embedAt?.length ?? span.end - span.start; // Pixtral: only its [IMG] tokens take rows
   if (e.tokens !== n) throw new Error(`the image encodes to ${e.tokens} tokens but the prompt has ${n} placeholder tokens for it`);

@@ -50,6 +50,12 @@ export interface FakeModelOptions {
 
 const HIDDEN = 8;
 
+/** The fake tower's simulated encode time (0: resolves on setImmediate). */
+function encodeDelay(v: FakeVisionOptions): Promise<void> {
+  const ms = v.encodeMs ?? 0;
+  return new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+}
+
 const FNV_OFFSET = 0x811c9dc5;
 
 function fnv(h: number, x: number): number {
@@ -126,26 +132,27 @@ export class FakeModel implements NativeModel {
   }
 
   async encodeImage(input: NativeImageInput): Promise<NativeImageEmbedding> {
-    if (this.closed) throw new Error('model is closed');
-    const v = this.vision;
-    if (v === null) throw new Error('FakeForCausalLM has no vision tower');
+    const v = this.tower();
     this.encodeCalls.push(input);
-    const ms = v.encodeMs ?? 0;
-    await new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+    await encodeDelay(v);
     if (v.failOn?.(input)) throw new Error('fake vision tower: this image makes it fail');
     return this.embed(input);
   }
 
   /** A batched encode, as the native one: one call, rejected as a whole when any image fails. */
   async encodeImages(inputs: NativeImageInput[]): Promise<NativeImageEmbedding[]> {
-    if (this.closed) throw new Error('model is closed');
-    const v = this.vision;
-    if (v === null) throw new Error('FakeForCausalLM has no vision tower');
+    const v = this.tower();
     this.batchCalls.push(inputs);
-    const ms = v.encodeMs ?? 0;
-    await new Promise<void>((resolve) => (ms > 0 ? setTimeout(resolve, ms) : setImmediate(resolve)));
+    await encodeDelay(v);
     if (inputs.some((i) => v.failOn?.(i))) throw new Error('fake vision tower: an image of this batch makes it fail');
     return inputs.map((i) => this.embed(i));
+  }
+
+  /** The fake tower's options; throws when the model is closed or has none. */
+  private tower(): FakeVisionOptions {
+    if (this.closed) throw new Error('model is closed');
+    if (this.vision === null) throw new Error('FakeForCausalLM has no vision tower');
+    return this.vision;
   }
 
   /** What the fake tower returns for `input` (also the oracle for tests). */
