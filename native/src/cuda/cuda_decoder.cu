@@ -478,7 +478,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
       d.bo = upload_floats(L.o.bias);
       d.is_moe = L.is_moe;
       if (L.is_moe) {
-        d.moe = upload_moe(L.moe, allocations_);
+        d.moe = upload_moe(L.moe, allocations_, precision_ == Precision::Fast);
         layers_.push_back(d);
         continue;
       }
@@ -955,7 +955,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
       }
       if (L.is_moe) {  // h += moe(rms_norm(h)) (unsupported_reason: no sandwich norms with MoE)
         rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
-        moe_forward(L.moe, xn, T, h, moe_scratch_.as<void>(), s);
+        moe_forward(L.moe, xn, T, h, mode, moe_scratch_.as<void>(), s);
       } else {
         const bool fuse_post = !d.sandwich_norms && L.glu_fused && can_fuse_glu_norm(L.gate, L.up, T, mode);
         if (!d.sandwich_norms && !fuse_post) rms_norm(h, xn, T, H, L.post_attn_norm, d.rms_eps, s);
@@ -1052,7 +1052,7 @@ class CudaDecoder final : public Model, public DeviceLogits {
 std::unique_ptr<Model> make_cuda_model(std::unique_ptr<Model> host, const KvPool& geometry, Precision precision) {
   const std::string why = unsupported_reason(*host);
   if (!why.empty()) throw std::runtime_error("CUDA backend: " + why);
-  if (host->ops_model()) return make_cuda_ops_model(std::move(host));  // families written over ops (Gemma 4)
+  if (host->ops_model()) return make_cuda_ops_model(std::move(host), precision);  // families written over ops (Gemma 4)
   return std::make_unique<CudaDecoder>(std::move(host), geometry, precision);
 }
 

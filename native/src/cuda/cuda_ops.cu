@@ -227,19 +227,22 @@ class CudaOps final : public ops::Backend {
   }
   int64_t kv_bytes() const { return kv_ ? kv_->bytes() : 0; }
 
-  // The block on cuda/moe.h's kernels (f32 arithmetic under both precisions, as the CPU's router; the experts read
-  // their stored format). out is overwritten. Of the stats only routed_rows: the rest needs the routing on the host.
+  // The block on cuda/moe.h's kernels (the router in f32 as the CPU's; under Fast, 4-bit experts on tensor cores; the
+  // experts read their stored format). out is overwritten. Of the stats only routed_rows: the rest needs the routing on the host.
   bool moe_supported() const override { return true; }
-  void preload_moe(const MoeRouter& router, const MoeExperts& experts) { dev_moe(router, experts); }
+  void preload_moe(const MoeRouter& router, const MoeExperts& experts, Precision p) {
+    dev_moe(router, experts, p == Precision::Fast);
+  }
   void moe(const MoeRouter& router, const MoeExperts& experts, const float* route_x, const float* expert_x, float* out,
-           int64_t T, int top_k, Precision, MoeStats* stats) override {
+           int64_t T, int top_k, Precision p, MoeStats* stats) override {
     if (top_k != router.opt.top_k)
       throw std::runtime_error("moe: top_k " + std::to_string(top_k) + " differs from the router's " +
                                std::to_string(router.opt.top_k));
     if (T <= 0) return;
-    const DevMoe& m = dev_moe(router, experts);
+    const DevMoe& m = dev_moe(router, experts, p == Precision::Fast);
     PoolBuf<char> scratch(*this, int64_t(moe_scratch_bytes(m, T)));  // 256-byte aligned, as moe_forward needs
-    cuda::moe_forward(m, route_x, expert_x, T, out, /*accumulate=*/false, scratch.p, stream_);
+    cuda::moe_forward(m, route_x, expert_x, T, out, /*accumulate=*/false,
+                      p == Precision::Fast ? MathMode::Fast : MathMode::Exact, scratch.p, stream_);
     if (stats) stats->routed_rows += T * top_k;
   }
 
@@ -402,15 +405,15 @@ class CudaOps final : public ops::Backend {
     return &cache.emplace(key, d).first->second;
   }
 
-  // A MoE block's device copy (cuda/moe.h's stacked layout, not the matmul's tiles), made on first use and kept:
-  // the experts are uploaded once, never per call.
-  const DevMoe& dev_moe(const MoeRouter& r, const MoeExperts& ex) {
+  // A MoE block's device copy (cuda/moe.h's stacked layout; fast: 4-bit experts as tensor-core tiles), made on first
+  // use and kept: the experts are uploaded once per precision (a model runs one), never per call.
+  const DevMoe& dev_moe(const MoeRouter& r, const MoeExperts& ex, bool fast) {
     std::lock_guard<std::mutex> lk(mu_);
-    const std::array<const void*, 3> key{&r, &ex, ex.gate.empty() ? nullptr : ex.gate.front().data};
+    const MoeKey key{{&r, &ex, ex.gate.empty() ? nullptr : ex.gate.front().data}, fast};
     auto it = moes_.find(key);
     if (it != moes_.end()) return it->second;
     if (const std::string why = moe_unsupported(r, ex); !why.empty()) throw std::runtime_error("cuda moe: " + why);
-    DevMoe d = upload_moe(r, ex, weights_);  // complete on return: its copies are synchronized
+    DevMoe d = upload_moe(r, ex, weights_, fast);  // complete on return: its copies are synchronized
     weight_bytes_ += int64_t(rapid::weight_bytes(r.gate.w)) +
                      int64_t((r.opt.input_scale.size() + r.opt.per_expert_scale.size()) * sizeof(float));
     for (int64_t e = 0; e < ex.n_experts; ++e) weight_bytes_ += int64_t(ex.expert_bytes(e));
@@ -489,15 +492,16 @@ class CudaOps final : public ops::Backend {
   std::map<Key, DevWeight> mm_fast_, mm_exact_;  // decoder_matmuls: the fused matmul's uploads
   const bool decoder_matmuls_;
   std::map<Key, const float*> vecs_, tables_;
-  std::map<std::array<const void*, 3>, DevMoe> moes_;  // (router, experts, first expert's data)
+  using MoeKey = std::pair<std::array<const void*, 3>, bool>;  // (router, experts, first expert's data), fast
+  std::map<MoeKey, DevMoe> moes_;
   std::vector<void*> weights_;  // every weight allocation, freed with the backend
   int64_t weight_bytes_ = 0;
 };
 
 std::unique_ptr<ops::Backend> make_cuda_ops(bool decoder_matmuls) { return std::make_unique<CudaOps>(decoder_matmuls); }
 
-void preload_moe(ops::Backend& be, const MoeRouter& router, const MoeExperts& experts) {
-  if (auto* c = dynamic_cast<CudaOps*>(&be)) c->preload_moe(router, experts);
+void preload_moe(ops::Backend& be, const MoeRouter& router, const MoeExperts& experts, Precision p) {
+  if (auto* c = dynamic_cast<CudaOps*>(&be)) c->preload_moe(router, experts, p);
 }
 
 int64_t uploaded_weight_bytes(const ops::Backend& be) {

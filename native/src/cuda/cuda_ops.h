@@ -22,8 +22,9 @@ std::unique_ptr<ops::Backend> make_cuda_ops(bool decoder_matmuls = false);
 
 // Uploads a MoE block's router and experts to a CudaOps backend now (what its first moe() call would do), so a
 // model's experts (most of a MoE checkpoint) take their GPU memory at load and a shortage is a load error. Throws
-// when cuda/moe.h cannot run the block; another backend: nothing.
-void preload_moe(ops::Backend& be, const MoeRouter& router, const MoeExperts& experts);
+// when cuda/moe.h cannot run the block; another backend: nothing. p: the precision the model runs (Fast stores
+// 4-bit experts as tensor-core tiles).
+void preload_moe(ops::Backend& be, const MoeRouter& router, const MoeExperts& experts, Precision p);
 
 // Device bytes of the weights a CudaOps backend has uploaded so far (0 for another backend).
 int64_t uploaded_weight_bytes(const ops::Backend& be);

@@ -11,10 +11,10 @@ namespace {
 
 class CudaOpsModel final : public Model {
  public:
-  explicit CudaOpsModel(std::unique_ptr<Model> host) : host_(std::move(host)), family_(host_->ops_model()) {
+  CudaOpsModel(std::unique_ptr<Model> host, Precision precision) : host_(std::move(host)), family_(host_->ops_model()) {
     if (!family_) throw std::logic_error("CUDA ops model: " + host_->info().family + " has no op-level forward");
     ops_ = make_cuda_ops(/*decoder_matmuls=*/true);
-    for (const MoeBlockRef& m : family_->moe_blocks()) preload_moe(*ops_, *m.router, *m.experts);
+    for (const MoeBlockRef& m : family_->moe_blocks()) preload_moe(*ops_, *m.router, *m.experts, precision);
   }
 
   const ModelInfo& info() const override { return host_->info(); }
@@ -47,8 +47,8 @@ class CudaOpsModel final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_cuda_ops_model(std::unique_ptr<Model> host) {
-  return std::make_unique<CudaOpsModel>(std::move(host));
+std::unique_ptr<Model> make_cuda_ops_model(std::unique_ptr<Model> host, Precision precision) {
+  return std::make_unique<CudaOpsModel>(std::move(host), precision);
 }
 
 }  // namespace rapid::cuda

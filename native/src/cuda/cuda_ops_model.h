@@ -7,7 +7,8 @@
 
 namespace rapid::cuda {
 
-// host->ops_model() must be non-null. Logits come back to the host (no DeviceLogits).
-std::unique_ptr<Model> make_cuda_ops_model(std::unique_ptr<Model> host);
+// host->ops_model() must be non-null. Logits come back to the host (no DeviceLogits). precision: the one the model
+// runs (its MoE experts are uploaded for it).
+std::unique_ptr<Model> make_cuda_ops_model(std::unique_ptr<Model> host, Precision precision);
 
 }  // namespace rapid::cuda

@@ -7,7 +7,9 @@
 #include <type_traits>
 #include "cuda/device_math.cuh"
 #include "cuda/launch.cuh"
+#include "cuda/mma.cuh"
 #include "cuda/moe.h"
+#include "cuda/tiled_codes.h"
 #include "quant/mlx_quant.h"
 #include "tensor/dtype.h"
 
@@ -26,6 +28,14 @@ constexpr int kMaxTopK = 32;
 // down projection fused with the weighted sum (two launches less; the same arithmetic per slot, bit for bit). 8: at 8
 // tokens of different sequences (64 slots over ~51 experts) the tiles hold ~1 slot and cost more (H100: 326 -> 252 µs).
 constexpr int64_t kSlotMajorTokens = 8;
+// The fast tiles (MathMode::Fast, 4-bit experts): a warp multiplies 16 weight rows (the mma's M) by a tile's 8 slots
+// (its N), 4 warps a block; a warp loads the codes and scales of kMmaAhead groups before it multiplies them, so
+// enough bytes are in flight to stream the experts near the memory's bandwidth.
+constexpr int kMmaWarps = 4;
+constexpr int kMmaThreads = kMmaWarps * 32;
+constexpr int kMmaRows = 16;
+constexpr int64_t kMmaBlockRows = int64_t(kMmaWarps) * kMmaRows;
+static_assert(kTileSlots == 8, "a fast tile is one m16n8k16 B operand: 8 slots");
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
 
@@ -368,6 +378,216 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
+// The fast tiles' arithmetic. A 4-bit group's codes enter the tensor cores exactly as bf16 and the tile's slots of
+// x rounded to bf16: Σ x·q over the group from zero (m16n8k16, f32 sums), then y = s·Σx·q + b·Σx in group order,
+// Σx the group's rounded x in a fixed tree. So each (slot, row) value is one fixed chain whatever shares its tile,
+// and every step size takes these kernels (no slot-major path): a row's bits do not depend on the batch.
+
+// Two codes of a 4-bit word as a bf16 pair: nibbles `shift` and `shift + 16` (pair (n0, n4) at shift 0), exact:
+// 0x4300 | n is bf16 128 + n, less 128.
+__device__ __forceinline__ uint32_t code_pair(uint32_t q, int shift) {
+  const uint32_t v = ((q >> shift) & 0x000F000Fu) | 0x43004300u;
+  const __nv_bfloat162 h = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(128.0f));
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// kWords consecutive 32-bit code words at p (aligned to min(kWords, 4) words).
+template <int kWords>
+__device__ __forceinline__ void load_words(const uint32_t* __restrict__ p, uint32_t (&q)[kWords]) {
+  if constexpr (kWords >= 4) {
+#pragma unroll
+    for (int i = 0; i < kWords; i += 4) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p + i));
+      q[i] = v.x; q[i + 1] = v.y; q[i + 2] = v.z; q[i + 3] = v.w;
+    }
+  } else if constexpr (kWords == 2) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    q[0] = v.x; q[1] = v.y;
+  } else {
+    q[0] = __ldg(p);
+  }
+}
+
+// Four scale-dtype elements at p[i .. i + 4) (i a multiple of 4) as f32: tile_scales' s(a), b(a), s(b), b(b).
+__device__ __forceinline__ void load_quad(const void* __restrict__ p, int64_t i, int sdt, float (&v)[4]) {
+  if (sdt == 0) {
+    const float4 f = __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(p) + i));
+    v[0] = f.x; v[1] = f.y; v[2] = f.z; v[3] = f.w;
+    return;
+  }
+  const uint2 u = __ldg(reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(p) + i));
+  const uint16_t h[4] = {uint16_t(u.x & 0xffffu), uint16_t(u.x >> 16), uint16_t(u.y & 0xffffu), uint16_t(u.y >> 16)};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) v[k] = sdt == 1 ? f16_bits_to_float(h[k]) : bf16_bits_to_float(h[k]);
+}
+
+// The tile's n slots of x in shared memory for the B operands: xs[i·stride + w] = x_i[8w .. 8w + 8) rounded to bf16
+// in the fragments' order (0,4 | 1,5 | 2,6 | 3,7: code_pair's pairs); xsum[i·groups + g] = the sum of group g's rounded
+// values (8 in order per word, then a shuffle tree over the group's gw = group / 8 words, which never straddle a
+// warp or a slot). Slots n .. 7 are left as they are: their B columns only reach outputs that are never written.
+__device__ void stage_slots(const float* __restrict__ x, const int64_t (&xoff)[kTileSlots], int n, int64_t in, int gw,
+                            uint4* xs, int64_t stride, float* xsum) {
+  constexpr int kU = 4;  // chunks a thread loads before it converts them (loads in flight)
+  const int64_t words = in / 8, groups = words / gw, total = int64_t(n) * words;
+  const int lane = threadIdx.x % 32;
+  for (int64_t f0 = 0; f0 < total; f0 += int64_t(kU) * kMmaThreads) {  // uniform: every lane reaches the shuffles
+    float v[kU][8];
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t f = f0 + u * kMmaThreads + threadIdx.x;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) v[u][j] = 0.0f;
+      if (f >= total) continue;
+      const int i = int(f / words);
+      int64_t off = xoff[0];
+#pragma unroll
+      for (int k = 1; k < kTileSlots; ++k) off = i == k ? xoff[k] : off;  // registers, not a local array
+      load_x8(x + off + 8 * (f - i * words), v[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int64_t f = f0 + u * kMmaThreads + threadIdx.x;
+      float r[8], sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sum = __fadd_rn(sum, r[j] = __bfloat162float(__float2bfloat16_rn(v[u][j])));
+      for (int o = 1; o < gw; o <<= 1) {
+        const float t = __shfl_down_sync(0xffffffffu, sum, o);
+        if (lane % (2 * o) == 0) sum = __fadd_rn(sum, t);
+      }
+      if (f >= total) continue;
+      const int64_t i = f / words, w = f - i * words;
+      xs[i * stride + w] = make_uint4(pack_bf16(r[0], r[4]), pack_bf16(r[1], r[5]), pack_bf16(r[2], r[6]),
+                                      pack_bf16(r[3], r[7]));
+      if (lane % gw == 0) xsum[i * groups + w / gw] = sum;
+    }
+  }
+}
+
+// The four group chains of a fast tile (group g feeds chain g % 4), summed ((c0 + c1) + c2) + c3 at the end: one warp
+// may run all four, or four warps one each (kSplit), with the same bits.
+constexpr int kChains = 4;
+
+// Shared memory of expert_mma_kernel for inputs of width `in`: the slots' bf16 rows (padded by 16 bytes, against
+// bank conflicts between slots), their group sums, and the split warps' chains.
+size_t mma_smem_bytes(int64_t in, int group) {
+  return size_t(kTileSlots) * size_t(in / 8 + 1) * sizeof(uint4) + size_t(kTileSlots) * size_t(in / group) * sizeof(float) +
+         size_t(kChains) * 32 * 8 * sizeof(float);
+}
+
+// The fast sorted path over tiled experts (tile_codes / tile_scales of the stacked [E·out, in], out % 16 == 0): block
+// (x, y) takes tile y (up to 8 slots of expert e). kSplit 1: weight rows [x·64, x·64 + 64), a 16-row code tile and
+// all four chains a warp; kSplit 4 (steps of few slots, where the GPU would otherwise idle): rows [x·16, x·16 + 16),
+// warp w running chain w, the chains summed through shared memory. Fragments: rows lane / 4 and lane / 4 + 8, slots
+// 2 (lane % 4) and 2 (lane % 4) + 1. Per group a lane reads its 2·kWords code words (row a's quarter, then row b's:
+// one contiguous 512-byte warp load at g64) and its four scale and bias elements. GLU: out[slot, r] =
+// act(x_t·A_e[r]) · (x_t·B_e[r]), t = slot / top_k; else x_slot·A_e[r].
+template <bool kGlu, int kWords, int kSplit>
+__global__ void __launch_bounds__(kMmaThreads)
+    expert_mma_kernel(WView a, WView b, const float* __restrict__ x, int top_k, const int32_t* __restrict__ order,
+                      const int32_t* __restrict__ tiles, int64_t out_rows, int act, float* __restrict__ out) {
+  static_assert(kSplit == 1 || kSplit == kChains, "a warp runs every chain, or one");
+  constexpr int kAhead = kChains;   // groups loaded before they are multiplied
+  constexpr int kStep = kSplit;     // from one of a warp's groups to its next
+  constexpr int kLane = 2 * kWords;  // code words per lane per group
+  extern __shared__ uint4 smem[];
+  pdl_wait();
+  pdl_trigger();
+  if (int(blockIdx.y) >= tiles[0]) return;
+  const int e = tiles[1 + 3 * blockIdx.y], first = tiles[2 + 3 * blockIdx.y], n = tiles[3 + 3 * blockIdx.y];
+  const int64_t in = a.in, words = in / 8, groups = a.row_groups, stride = words + 1;
+  uint4* xs = smem;                                                             // [kTileSlots][stride]
+  float* xsum = reinterpret_cast<float*>(smem + int64_t(kTileSlots) * stride);  // [kTileSlots][groups]
+  float* red = xsum + int64_t(kTileSlots) * groups;                             // [kChains][32 lanes][8]
+  int64_t xoff[kTileSlots];
+#pragma unroll
+  for (int i = 0; i < kTileSlots; ++i) {
+    const int32_t slot = order[first + min(i, n - 1)];
+    xoff[i] = int64_t(kGlu ? slot / top_k : slot) * in;
+  }
+  stage_slots(x, xoff, n, in, 4 * kWords, xs, stride, xsum);  // a group is 4·kWords words
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
+  const int64_t row0 = kSplit == 1 ? int64_t(blockIdx.x) * kMmaBlockRows + int64_t(warp) * kMmaRows
+                                    : int64_t(blockIdx.x) * kMmaRows;
+  if (row0 >= out_rows) return;  // kSplit: the whole block (one row0)
+  const int64_t tile = (int64_t(e) * out_rows + row0) / 16;  // the warp's code tile
+  const uint32_t* const pa = static_cast<const uint32_t*>(a.data) + (tile * groups * 32 + lane) * kLane;
+  const uint32_t* const pb = static_cast<const uint32_t*>(b.data) + (tile * groups * 32 + lane) * kLane;
+  const int64_t sq = tile * groups * 32 + 4 * gq;           // this lane's scale quad of group 0
+  const uint4* const xrow = xs + int64_t(gq) * stride + tq * kWords;  // this lane's B operand: slot gq
+  // ya[chain][c], c0..c3: (row gq, slot 2tq), (row gq, 2tq + 1), (row gq + 8, 2tq), (gq + 8, 2tq + 1). kSplit: this
+  // warp's chain in ya[0]. Group g0 + kStep·j of a batch feeds chain j (kSplit 1) or the warp's (g0 = warp mod 4).
+  float ya[kChains][4] = {}, yb[kChains][4] = {};
+  for (int64_t g0 = kSplit == 1 ? 0 : warp; g0 < groups; g0 += int64_t(kAhead) * kStep) {
+    uint32_t qa[kAhead][kLane], qb[kAhead][kLane];
+    float sa[kAhead][4], sb[kAhead][4];  // s(a), b(a), s(b), b(b)
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int64_t g = min(g0 + kStep * j, groups - 1);  // past the end: the last group again (never used)
+      load_words<kLane>(pa + g * 32 * kLane, qa[j]);
+      load_quad(a.scales, sq + g * 32, a.sdt, sa[j]);
+      if constexpr (kGlu) {
+        load_words<kLane>(pb + g * 32 * kLane, qb[j]);
+        load_quad(b.scales, sq + g * 32, b.sdt, sb[j]);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      const int64_t g = g0 + kStep * j;
+      if (g >= groups) break;
+      constexpr int kOne = kSplit == 1 ? 1 : 0;
+      const int ch = j * kOne;  // the chain this group feeds in ya
+      float da[4] = {}, db[4] = {};
+#pragma unroll
+      for (int i = 0; i < kWords; ++i) {
+        const uint4 xv = xrow[g * 4 * kWords + i];
+        const uint32_t wa = qa[j][i], wb = qa[j][kWords + i];  // rows a and b
+        const uint32_t a0[4] = {code_pair(wa, 0), code_pair(wb, 0), code_pair(wa, 4), code_pair(wb, 4)};
+        const uint32_t a1[4] = {code_pair(wa, 8), code_pair(wb, 8), code_pair(wa, 12), code_pair(wb, 12)};
+        mma_bf16(da, a0, xv.x, xv.y);
+        mma_bf16(da, a1, xv.z, xv.w);
+        if constexpr (kGlu) {
+          const uint32_t ua = qb[j][i], ub = qb[j][kWords + i];
+          const uint32_t b0[4] = {code_pair(ua, 0), code_pair(ub, 0), code_pair(ua, 4), code_pair(ub, 4)};
+          const uint32_t b1[4] = {code_pair(ua, 8), code_pair(ub, 8), code_pair(ua, 12), code_pair(ub, 12)};
+          mma_bf16(db, b0, xv.x, xv.y);
+          mma_bf16(db, b1, xv.z, xv.w);
+        }
+      }
+      const float x0 = xsum[int64_t(2 * tq) * groups + g], x1 = xsum[int64_t(2 * tq + 1) * groups + g];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int h = 2 * (c >> 1);  // row a: s, b at 0, 1; row b: at 2, 3
+        const float xg = (c & 1) ? x1 : x0;
+        ya[ch][c] = fmaf(sa[j][h + 1], xg, fmaf(sa[j][h], da[c], ya[ch][c]));
+        if constexpr (kGlu) yb[ch][c] = fmaf(sb[j][h + 1], xg, fmaf(sb[j][h], db[c], yb[ch][c]));
+      }
+    }
+  }
+  if constexpr (kSplit != 1) {  // warp w's chain to chain slot w of warp 0
+    for (int c = 0; c < 4; ++c) {
+      red[(warp * 32 + lane) * 8 + c] = ya[0][c];
+      red[(warp * 32 + lane) * 8 + 4 + c] = yb[0][c];
+    }
+    __syncthreads();
+    if (warp != 0) return;
+    for (int k = 0; k < kChains; ++k)
+      for (int c = 0; c < 4; ++c) {
+        ya[k][c] = red[(k * 32 + lane) * 8 + c];
+        yb[k][c] = red[(k * 32 + lane) * 8 + 4 + c];
+      }
+  }
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    const int i = 2 * tq + (c & 1);
+    const int64_t r = row0 + gq + (c >> 1) * 8;
+    if (i >= n || r >= out_rows) continue;
+    const float ga = __fadd_rn(__fadd_rn(__fadd_rn(ya[0][c], ya[1][c]), ya[2][c]), ya[3][c]);
+    const float gb = __fadd_rn(__fadd_rn(__fadd_rn(yb[0][c], yb[1][c]), yb[2][c]), yb[3][c]);
+    out[int64_t(order[first + i]) * out_rows + r] = kGlu ? __fmul_rn(glu_act(ga, act), gb) : ga;
+  }
+}
+
 // Steps of few tokens, down: block (x, t), a warp per output row of token t: y_j = inter[t·k + j]·D_{idx}[row] (the
 // chain above; four slots at a time for loads in flight), then h[t, row] (+)= Σ_j w_j·y_j as combine_kernel sums it.
 __global__ void __launch_bounds__(kThreads, 2)
@@ -456,10 +676,31 @@ void* device_alloc(size_t bytes, std::vector<void*>& allocations) {
   return p;
 }
 
-// The E expert views `ws` (one format) as one stacked device weight [E * out, in].
-DevWeight upload_stacked(const std::vector<Weight>& ws, std::vector<void*>& allocations) {
+// The E expert views `ws` (one format) as one stacked device weight [E * out, in]; tiled: in the tensor-core tiles'
+// layout (tile_codes, tile_scales), expert by expert (out % 16 == 0: no tile spans two experts).
+DevWeight upload_stacked(const std::vector<Weight>& ws, std::vector<void*>& allocations, bool tiled = false) {
   const Weight& w0 = ws.front();
-  const size_t code = weight_data_bytes(w0), sb = weight_scale_bytes(w0), E = ws.size();
+  const size_t E = ws.size();
+  if (tiled) {
+    const int esz = int(dtype_size(w0.dtype));
+    const int64_t ng = w0.in / w0.group;
+    const size_t words = tiled_words(w0.out, w0.in, w0.bits), sbytes = tiled_scale_bytes(w0.out, ng, esz);
+    char* data = static_cast<char*>(device_alloc(words * 4 * E, allocations));
+    char* quads = static_cast<char*>(device_alloc(sbytes * E, allocations));
+    std::vector<uint32_t> t(words);
+    std::vector<uint8_t> q(sbytes);
+    for (size_t e = 0; e < E; ++e) {  // synchronous copies: the host buffers are reused for the next expert
+      tile_codes(static_cast<const uint32_t*>(ws[e].data), w0.out, w0.in, w0.bits, w0.group, t.data());
+      tile_scales(ws[e].scales, ws[e].biases, w0.out, ng, esz, q.data());
+      check(cudaMemcpy(data + e * words * 4, t.data(), words * 4, cudaMemcpyHostToDevice), "upload expert tiles");
+      check(cudaMemcpy(quads + e * sbytes, q.data(), sbytes, cudaMemcpyHostToDevice), "upload expert scale tiles");
+    }
+    DevWeight d = device_view(w0, data, quads, quads);
+    d.out = w0.out * int64_t(E);
+    d.tiled = true;
+    return d;
+  }
+  const size_t code = weight_data_bytes(w0), sb = weight_scale_bytes(w0);
   char* data = static_cast<char*>(device_alloc(code * E, allocations));
   char* scales = sb ? static_cast<char*>(device_alloc(sb * E, allocations)) : nullptr;
   char* biases = sb ? static_cast<char*>(device_alloc(sb * E, allocations)) : nullptr;
@@ -484,6 +725,46 @@ std::string format_problem(const Weight& w) {
   if (w.bits != 4 && w.bits != 8) return w.name + " is " + std::to_string(w.bits) + "-bit (the MoE kernels take 4 and 8)";
   if (w.group != 32 && w.group != 64 && w.group != 128) return w.name + " has group size " + std::to_string(w.group);
   return "";
+}
+
+// RAPID_CUDA_MOE_MMA=0 keeps the f32 chains under Fast too (the A/B switch of docs/cuda.md); read once per process,
+// so every step of a model takes the same arithmetic.
+bool mma_tiles_on() {
+  static const bool v = env_long("RAPID_CUDA_MOE_MMA", 1) != 0;
+  return v;
+}
+
+// Whether the fast tiles take experts of format w: MLX affine 4-bit in groups of 32, 64 or 128, whole 16-row tiles.
+bool mma_tiles_take(const Weight& w) {
+  return w.kind == WeightKind::Affine && w.bits == 4 && (w.group == 32 || w.group == 64 || w.group == 128) &&
+         w.in % w.group == 0 && w.out % 16 == 0;
+}
+
+// expert_mma_kernel<kGlu, words a lane takes per group, split> over grid (row blocks, tiles) with its shared memory.
+// split (steps of at most kSplitSlots slots, top-8: up to 4 tokens): four warps per 16-row tile; the bits are the same
+// either way. H100, block of the 30B-A3B shape: T=1 41.9 -> 35.2 us split; T=4 even; T=8 104 unsplit, 136 split.
+constexpr int64_t kSplitSlots = 32;
+template <bool kGlu>
+void launch_mma(const DevWeight& a, const DevWeight& b, const float* x, int top_k, const int32_t* order,
+                const int32_t* tiles, unsigned n_tiles, int64_t out_rows, int act, float* out, bool split,
+                cudaStream_t s) {
+  const size_t smem = mma_smem_bytes(a.in, a.group);
+  const int64_t block_rows = split ? kMmaRows : kMmaBlockRows;
+  const dim3 grid(unsigned((out_rows + block_rows - 1) / block_rows), n_tiles);
+  const auto go = [&](auto kernel) {
+    if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, 0))
+      throw std::runtime_error("moe: expert inputs of width " + std::to_string(a.in) + " exceed the shared memory");
+    launch(kernel, grid, dim3(kMmaThreads), smem, s, kGlu ? "moe gate/up (mma)" : "moe down (mma)", view_of(a),
+           view_of(b), x, top_k, order, tiles, out_rows, act, out);
+  };
+  const auto pick = [&](auto words) {
+    constexpr int kW = decltype(words)::value;
+    if (split) go(expert_mma_kernel<kGlu, kW, kChains>);
+    else go(expert_mma_kernel<kGlu, kW, 1>);
+  };
+  if (a.group == 32) pick(std::integral_constant<int, 1>{});
+  else if (a.group == 64) pick(std::integral_constant<int, 2>{});
+  else pick(std::integral_constant<int, 4>{});
 }
 
 // A host vector's device copy (null when empty).
@@ -514,12 +795,15 @@ std::string moe_unsupported(const MoeRouter& r, const MoeExperts& ex) {
   return why;
 }
 
-DevMoe upload_moe(const MoeRouter& r, const MoeExperts& ex, std::vector<void*>& allocations) {
+DevMoe upload_moe(const MoeRouter& r, const MoeExperts& ex, std::vector<void*>& allocations, bool tensor_cores) {
   DevMoe m;
+  const bool tc = tensor_cores && mma_tiles_on();
+  const Weight &g0 = ex.gate.front(), &u0 = ex.up.front();
+  const bool glu_tiles = tc && mma_tiles_take(g0) && mma_tiles_take(u0) && g0.group == u0.group && g0.dtype == u0.dtype;
   m.router = upload_stacked({r.gate.w}, allocations);
-  m.gate = upload_stacked(ex.gate, allocations);
-  m.up = upload_stacked(ex.up, allocations);
-  m.down = upload_stacked(ex.down, allocations);
+  m.gate = upload_stacked(ex.gate, allocations, glu_tiles);
+  m.up = upload_stacked(ex.up, allocations, glu_tiles);
+  m.down = upload_stacked(ex.down, allocations, tc && mma_tiles_take(ex.down.front()));
   m.n_experts = ex.n_experts;
   m.hidden = ex.hidden;
   m.ffn = ex.ffn;
@@ -574,7 +858,7 @@ void moe_route_dev(const DevMoe& m, const float* x, int64_t T, int32_t* idx, flo
 }
 
 void moe_forward(const DevMoe& m, const float* route_x, const float* x, int64_t T, float* h, bool accumulate,
-                 void* scratch, cudaStream_t s) {
+                 MathMode mode, void* scratch, cudaStream_t s) {
   if (T <= 0) return;
   const Layout L(m, T);
   char* base = static_cast<char*>(scratch);
@@ -587,7 +871,12 @@ void moe_forward(const DevMoe& m, const float* route_x, const float* x, int64_t 
   float* yo = reinterpret_cast<float*>(base + L.yo);        // [T·k, hidden] by slot
   const int64_t S = T * m.top_k;
   float* logits = reinterpret_cast<float*>(base + L.logits);  // [T, E]
-  if (T <= kSlotMajorTokens) {
+  // Experts uploaded as tensor-core tiles take the fast tiles at every step size (their arithmetic differs from the
+  // f32 chains'), so a row's bits never depend on the batch.
+  const bool mma_glu = m.gate.tiled, mma_down = m.down.tiled;
+  if ((mma_glu || mma_down) && mode != MathMode::Fast)
+    throw std::logic_error("moe_forward: experts uploaded for the Fast precision, run in Exact");
+  if (T <= kSlotMajorTokens && !mma_glu && !mma_down) {
     route(m, route_x, T, xin, logits, idx, w, nullptr, nullptr, s);
     launch(slot_gate_up_kernel, dim3(unsigned((m.ffn + kWarps - 1) / kWarps), unsigned(S)), dim3(kThreads), 0, s,
            "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(idx), m.ffn, m.act,
@@ -601,12 +890,18 @@ void moe_forward(const DevMoe& m, const float* route_x, const float* x, int64_t 
   const unsigned gy = unsigned(max_tiles(m, T));
   constexpr int64_t kBlockRows = int64_t(kWarps) * kTileRows;
   route(m, route_x, T, xin, logits, idx, w, order, tiles, s);
-  launch(expert_tile_kernel<true>, dim3(unsigned((m.ffn + kBlockRows - 1) / kBlockRows), gy), dim3(kThreads), 0, s,
-         "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order),
-         static_cast<const int32_t*>(tiles), m.ffn, m.act, inter);
-  launch(expert_tile_kernel<false>, dim3(unsigned((m.hidden + kBlockRows - 1) / kBlockRows), gy), dim3(kThreads), 0, s,
-         "moe down", view_of(m.down), view_of(m.down), static_cast<const float*>(inter), m.top_k,
-         static_cast<const int32_t*>(order), static_cast<const int32_t*>(tiles), m.hidden, m.act, yo);
+  if (mma_glu)
+    launch_mma<true>(m.gate, m.up, x, m.top_k, order, tiles, gy, m.ffn, m.act, inter, S <= kSplitSlots, s);
+  else
+    launch(expert_tile_kernel<true>, dim3(unsigned((m.ffn + kBlockRows - 1) / kBlockRows), gy), dim3(kThreads), 0, s,
+           "moe gate/up", view_of(m.gate), view_of(m.up), x, m.top_k, static_cast<const int32_t*>(order),
+           static_cast<const int32_t*>(tiles), m.ffn, m.act, inter);
+  if (mma_down)
+    launch_mma<false>(m.down, m.down, inter, m.top_k, order, tiles, gy, m.hidden, m.act, yo, S <= kSplitSlots, s);
+  else
+    launch(expert_tile_kernel<false>, dim3(unsigned((m.hidden + kBlockRows - 1) / kBlockRows), gy), dim3(kThreads), 0,
+           s, "moe down", view_of(m.down), view_of(m.down), static_cast<const float*>(inter), m.top_k,
+           static_cast<const int32_t*>(order), static_cast<const int32_t*>(tiles), m.hidden, m.act, yo);
   launch(combine_kernel, dim3(unsigned((m.hidden + 255) / 256), unsigned(T)), dim3(256), 0, s, "moe combine",
          static_cast<const float*>(yo), static_cast<const float*>(w), m.top_k, m.hidden, accumulate, h);
 }
