@@ -1036,7 +1036,6 @@ export class Engine implements EngineLike {
   }
 }
 
-/** Throws when the encoder's output does not match the image's placeholder span. */
 /** The image spans (index, span) this row's tokens cover whose embeddings its request does not have yet. */
 function* unencodedSpans(row: ScheduledRow): Generator<[number, ImageSpan]> {
   const req = row.request;
@@ -1045,6 +1044,7 @@ function* unencodedSpans(row: ScheduledRow): Generator<[number, ImageSpan]> {
   for (const [i, span] of req.imageSpans.entries()) if (span.end > from && span.start < to && !req.imageEmbeddings.has(i)) yield [i, span];
 }
 
+/** Throws when the encoder's output does not match the image's placeholder span. */
 function checkEmbedding(e: NativeImageEmbedding, span: ImageSpan, hidden: number): void {
   const n = span.image.embedAt?.length ?? span.end - span.start; // Pixtral: only its [IMG] tokens take rows
   if (e.tokens !== n) throw new Error(`the image encodes to ${e.tokens} tokens but the prompt has ${n} placeholder tokens for it`);
