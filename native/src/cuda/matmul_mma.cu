@@ -137,8 +137,8 @@ __device__ __forceinline__ void a_pairs(const uint32_t (&w)[WPT], int s, uint32_
       p0 = and_or(u >> sh, 0x000F000Fu, 0x43004300u);
       p1 = and_or(u >> (sh + 4), 0x000F000Fu, 0x43004300u);
     } else {
-      p0 = ((u >> sh) & 0x000F000Fu) | 0x43004300u;
-      p1 = ((u >> (sh + 4)) & 0x000F000Fu) | 0x43004300u;
+      p0 = code_pair_128(u, sh);
+      p1 = code_pair_128(u, sh + 4);
     }
   } else {
     const uint32_t u = w[s];
@@ -148,22 +148,6 @@ __device__ __forceinline__ void a_pairs(const uint32_t (&w)[WPT], int s, uint32_
     const float f3 = __uint_as_float(__byte_perm(u, 0x4B000000u, 0x7443u)) - 8388608.0f;
     p0 = pack_bf16(f0, f1);
     p1 = pack_bf16(f2, f3);
-  }
-}
-
-template <int WPT>
-__device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[WPT]) {
-  if constexpr (WPT == 1) {
-    w[0] = __ldg(p);
-  } else if constexpr (WPT == 2) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-    w[0] = v.x, w[1] = v.y;
-  } else {
-#pragma unroll
-    for (int i = 0; i < WPT / 4; ++i) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
-      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
-    }
   }
 }
 

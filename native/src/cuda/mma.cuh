@@ -17,6 +17,27 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Two 4-bit codes of word u as a bf16 pair (128 + n_lo, 128 + n_hi), exact (the code under bf16 128's exponent):
+// nibbles `shift` and `shift + 16`, so shift 4p gives the pair (p, p + 4) of the word's 8 codes.
+__device__ __forceinline__ uint32_t code_pair_128(uint32_t u, int shift) { return ((u >> shift) & 0x000F000Fu) | 0x43004300u; }
+
+// N consecutive 32-bit code words at p (aligned to min(N, 4) words): one 4-, 8- or 16-byte load per 4 words.
+template <int N>
+__device__ __forceinline__ void load_words(const uint32_t* p, uint32_t (&w)[N]) {
+  if constexpr (N == 1) {
+    w[0] = __ldg(p);
+  } else if constexpr (N == 2) {
+    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
+    w[0] = v.x, w[1] = v.y;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
+    }
+  }
+}
+
 // (lo, hi) rounded to bf16 (nearest even), lo in the low half: one operand register.
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);

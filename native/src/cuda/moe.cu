@@ -383,29 +383,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 // Σx the group's rounded x in a fixed tree. So each (slot, row) value is one fixed chain whatever shares its tile,
 // and every step size takes these kernels (no slot-major path): a row's bits do not depend on the batch.
 
-// Two codes of a 4-bit word as a bf16 pair: nibbles `shift` and `shift + 16` (pair (n0, n4) at shift 0), exact:
-// 0x4300 | n is bf16 128 + n, less 128.
+// Two codes of a 4-bit word as the bf16 pair (n_lo, n_hi), exact: code_pair_128's 128 + n, less 128 (pair (n0, n4) at
+// shift 0).
 __device__ __forceinline__ uint32_t code_pair(uint32_t q, int shift) {
-  const uint32_t v = ((q >> shift) & 0x000F000Fu) | 0x43004300u;
+  const uint32_t v = code_pair_128(q, shift);
   const __nv_bfloat162 h = __hsub2(*reinterpret_cast<const __nv_bfloat162*>(&v), __float2bfloat162_rn(128.0f));
   return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// kWords consecutive 32-bit code words at p (aligned to min(kWords, 4) words).
-template <int kWords>
-__device__ __forceinline__ void load_words(const uint32_t* __restrict__ p, uint32_t (&q)[kWords]) {
-  if constexpr (kWords >= 4) {
-#pragma unroll
-    for (int i = 0; i < kWords; i += 4) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p + i));
-      q[i] = v.x; q[i + 1] = v.y; q[i + 2] = v.z; q[i + 3] = v.w;
-    }
-  } else if constexpr (kWords == 2) {
-    const uint2 v = __ldg(reinterpret_cast<const uint2*>(p));
-    q[0] = v.x; q[1] = v.y;
-  } else {
-    q[0] = __ldg(p);
-  }
 }
 
 // Four scale-dtype elements at p[i .. i + 4) (i a multiple of 4) as f32: tile_scales' s(a), b(a), s(b), b(b).
@@ -682,16 +665,13 @@ DevWeight upload_stacked(const std::vector<Weight>& ws, std::vector<void*>& allo
   const Weight& w0 = ws.front();
   const size_t E = ws.size();
   if (tiled) {
-    const int esz = int(dtype_size(w0.dtype));
-    const int64_t ng = w0.in / w0.group;
-    const size_t words = tiled_words(w0.out, w0.in, w0.bits), sbytes = tiled_scale_bytes(w0.out, ng, esz);
+    const size_t words = tiled_words(w0.out, w0.in, w0.bits), sbytes = tiled_weight_scale_bytes(w0);
     char* data = static_cast<char*>(device_alloc(words * 4 * E, allocations));
     char* quads = static_cast<char*>(device_alloc(sbytes * E, allocations));
     std::vector<uint32_t> t(words);
     std::vector<uint8_t> q(sbytes);
     for (size_t e = 0; e < E; ++e) {  // synchronous copies: the host buffers are reused for the next expert
-      tile_codes(static_cast<const uint32_t*>(ws[e].data), w0.out, w0.in, w0.bits, w0.group, t.data());
-      tile_scales(ws[e].scales, ws[e].biases, w0.out, ng, esz, q.data());
+      tile_weight(ws[e], t.data(), q.data());
       check(cudaMemcpy(data + e * words * 4, t.data(), words * 4, cudaMemcpyHostToDevice), "upload expert tiles");
       check(cudaMemcpy(quads + e * sbytes, q.data(), sbytes, cudaMemcpyHostToDevice), "upload expert scale tiles");
     }

@@ -1,4 +1,5 @@
 #include "cuda/tiled_codes.h"
+#include "tensor/dtype.h"
 #include <algorithm>
 #include <thread>
 #include <vector>
@@ -74,6 +75,15 @@ void tile_scales(const void* scales, const void* biases, int64_t out, int64_t ng
   };
   if (esz == 4) run(uint32_t{});
   else run(uint16_t{});
+}
+
+size_t tiled_weight_scale_bytes(const Weight& w) {
+  return tiled_scale_bytes(w.out, w.in / w.group, int(dtype_size(w.dtype)));
+}
+
+void tile_weight(const Weight& w, uint32_t* codes, void* quads) {
+  tile_codes(static_cast<const uint32_t*>(w.data), w.out, w.in, w.bits, w.group, codes);
+  tile_scales(w.scales, w.biases, w.out, w.in / w.group, int(dtype_size(w.dtype)), quads);
 }
 
 }  // namespace rapid::cuda

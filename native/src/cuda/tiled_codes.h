@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include "tensor/weight.h"
 
 namespace rapid::cuda {
 
@@ -24,5 +25,10 @@ size_t tiled_scale_bytes(int64_t out, int64_t ng, int esz);
 // tile repeats row out-1). The thread of C rows (r, r + 8) reads its group's four as one 8-byte (16-bit) or 16-byte
 // (f32) load, in the order the kernels pack them. Threads as tile_codes.
 void tile_scales(const void* scales, const void* biases, int64_t out, int64_t ng, int esz, void* dst, int threads = 0);
+
+// One MLX affine weight's tiled form: codes [tiled_words(w.out, w.in, w.bits)] and scale/bias quadruples
+// [tiled_weight_scale_bytes(w)] (tile_codes and tile_scales of w).
+size_t tiled_weight_scale_bytes(const Weight& w);
+void tile_weight(const Weight& w, uint32_t* codes, void* quads);
 
 }  // namespace rapid::cuda

@@ -4,7 +4,6 @@
 #include "cuda/cuda_kernels.h"
 #include "cuda/tiled_codes.h"
 #include "quant/mlx_quant.h"
-#include "tensor/dtype.h"
 
 namespace rapid::cuda {
 
@@ -12,14 +11,12 @@ DevWeight upload_for_matmul(const Weight& w, bool tiled, const std::function<voi
   DevWeight d = device_view(w, nullptr, w.scales, w.biases);
   d.tiled = tiled;
   if (tiled) {
-    const size_t words = tiled_words(w.out, w.in, w.bits);
-    const auto t = std::make_unique_for_overwrite<uint32_t[]>(words);  // every word is written: no zero fill first
-    tile_codes(static_cast<const uint32_t*>(w.data), w.out, w.in, w.bits, w.group, t.get());
-    d.data = copy(t.get(), words * sizeof(uint32_t));
-    const int esz = int(dtype_size(w.dtype));
-    const size_t bytes = tiled_scale_bytes(w.out, w.in / w.group, esz);
+    const size_t words = tiled_words(w.out, w.in, w.bits), bytes = tiled_weight_scale_bytes(w);
+    // every word and byte is written: no zero fill first
+    const auto t = std::make_unique_for_overwrite<uint32_t[]>(words);
     const auto q = std::make_unique_for_overwrite<uint8_t[]>(bytes);
-    tile_scales(w.scales, w.biases, w.out, w.in / w.group, esz, q.get());
+    tile_weight(w, t.get(), q.get());
+    d.data = copy(t.get(), words * sizeof(uint32_t));
     d.scales = d.biases = copy(q.get(), bytes);
   } else {
     d.data = copy(w.data, weight_data_bytes(w));
