@@ -446,21 +446,26 @@ __device__ void stage_slots(const float* __restrict__ x, const int64_t (&xoff)[k
   }
 }
 
-// The four group chains of a fast tile (group g feeds chain g % 4), summed ((c0 + c1) + c2) + c3 at the end: one warp
-// may run all four, or four warps one each (kSplit), with the same bits.
-constexpr int kChains = 4;
+// A fast tile's value is the sum of its groups' terms in group order; the terms of a 16-row tile come from one warp,
+// or, split, from kSplitWarps warps (group g from warp g % 4) through shared memory, with the same bits. A warp loads
+// kMmaAhead groups before it multiplies them; split, a round of kMmaAhead·kSplitWarps groups' terms is summed at once.
+constexpr int kSplitWarps = 4;
+constexpr int kMmaAhead = 4;
+constexpr int kSplitRound = kMmaAhead * kSplitWarps;
 
 // Shared memory of expert_mma_kernel for inputs of width `in`: the slots' bf16 rows (padded by 16 bytes, against
-// bank conflicts between slots), their group sums, and the split warps' chains.
-size_t mma_smem_bytes(int64_t in, int group) {
-  return size_t(kTileSlots) * size_t(in / 8 + 1) * sizeof(uint4) + size_t(kTileSlots) * size_t(in / group) * sizeof(float) +
-         size_t(kChains) * 32 * 8 * sizeof(float);
+// bank conflicts between slots), their group sums, and (split) a round's terms, [kSplitRound][8][32 lanes].
+size_t mma_smem_bytes(int64_t in, int group, bool split) {
+  const size_t groups = size_t(in / group);
+  return size_t(kTileSlots) * size_t(in / 8 + 1) * sizeof(uint4) + size_t(kTileSlots) * groups * sizeof(float) +
+         (split ? size_t(kSplitRound) * 32 * 8 * sizeof(float) : 0);
 }
 
 // The fast sorted path over tiled experts (tile_codes / tile_scales of the stacked [E·out, in], out % 16 == 0): block
-// (x, y) takes tile y (up to 8 slots of expert e). kSplit 1: weight rows [x·64, x·64 + 64), a 16-row code tile and
-// all four chains a warp; kSplit 4 (steps of few slots, where the GPU would otherwise idle): rows [x·16, x·16 + 16),
-// warp w running chain w, the chains summed through shared memory. Fragments: rows lane / 4 and lane / 4 + 8, slots
+// (x, y) takes tile y (up to 8 slots of expert e). kSplit 1: weight rows [x·64, x·64 + 64), a 16-row code tile a
+// warp; kSplit 4 (steps of few slots, where the GPU would otherwise idle): rows [x·16, x·16 + 16), warp w making the
+// terms of groups w, w + 4, ..., warp 0 summing them. Group g's term is s·Σx·q + b·Σx (one product, one fma), the
+// value the sum of the terms in group order either way. Fragments: rows lane / 4 and lane / 4 + 8, slots
 // 2 (lane % 4) and 2 (lane % 4) + 1. Per group a lane reads its 2·kWords code words (row a's quarter, then row b's:
 // one contiguous 512-byte warp load at g64) and its four scale and bias elements. GLU: out[slot, r] =
 // act(x_t·A_e[r]) · (x_t·B_e[r]), t = slot / top_k; else x_slot·A_e[r].
@@ -468,9 +473,10 @@ template <bool kGlu, int kWords, int kSplit>
 __global__ void __launch_bounds__(kMmaThreads)
     expert_mma_kernel(WView a, WView b, const float* __restrict__ x, int top_k, const int32_t* __restrict__ order,
                       const int32_t* __restrict__ tiles, int64_t out_rows, int act, float* __restrict__ out) {
-  static_assert(kSplit == 1 || kSplit == kChains, "a warp runs every chain, or one");
-  constexpr int kAhead = kChains;   // groups loaded before they are multiplied
-  constexpr int kStep = kSplit;     // from one of a warp's groups to its next
+  static_assert(kSplit == 1 || kSplit == kSplitWarps, "a warp makes every group's terms, or every fourth");
+  constexpr int kAhead = kMmaAhead;
+  constexpr int kStep = kSplit;             // from one of a warp's groups to its next
+  constexpr int kRound = kAhead * kSplit;  // the groups of a round
   constexpr int kLane = 2 * kWords;  // code words per lane per group
   extern __shared__ uint4 smem[];
   pdl_wait();
@@ -480,7 +486,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   const int64_t in = a.in, words = in / 8, groups = a.row_groups, stride = words + 1;
   uint4* xs = smem;                                                             // [kTileSlots][stride]
   float* xsum = reinterpret_cast<float*>(smem + int64_t(kTileSlots) * stride);  // [kTileSlots][groups]
-  float* red = xsum + int64_t(kTileSlots) * groups;                             // [kChains][32 lanes][8]
+  float* terms = xsum + int64_t(kTileSlots) * groups;                           // split: [kRound][8][32 lanes]
   int64_t xoff[kTileSlots];
 #pragma unroll
   for (int i = 0; i < kTileSlots; ++i) {
@@ -498,10 +504,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   const uint32_t* const pb = static_cast<const uint32_t*>(b.data) + (tile * groups * 32 + lane) * kLane;
   const int64_t sq = tile * groups * 32 + 4 * gq;           // this lane's scale quad of group 0
   const uint4* const xrow = xs + int64_t(gq) * stride + tq * kWords;  // this lane's B operand: slot gq
-  // ya[chain][c], c0..c3: (row gq, slot 2tq), (row gq, 2tq + 1), (row gq + 8, 2tq), (gq + 8, 2tq + 1). kSplit: this
-  // warp's chain in ya[0]. Group g0 + kStep·j of a batch feeds chain j (kSplit 1) or the warp's (g0 = warp mod 4).
-  float ya[kChains][4] = {}, yb[kChains][4] = {};
-  for (int64_t g0 = kSplit == 1 ? 0 : warp; g0 < groups; g0 += int64_t(kAhead) * kStep) {
+  // c0..c3: (row gq, slot 2tq), (row gq, 2tq + 1), (row gq + 8, 2tq), (gq + 8, 2tq + 1). Round r0 takes groups
+  // [r0, r0 + kRound), this warp g0 + kStep·j of them (kSplit: g0 = r0 + warp).
+  float ya[4] = {}, yb[4] = {};
+  for (int64_t r0 = 0; r0 < groups; r0 += kRound) {
+    const int64_t g0 = r0 + (kSplit == 1 ? 0 : warp);
     uint32_t qa[kAhead][kLane], qb[kAhead][kLane];
     float sa[kAhead][4], sb[kAhead][4];  // s(a), b(a), s(b), b(b)
 #pragma unroll
@@ -518,8 +525,6 @@ __global__ void __launch_bounds__(kMmaThreads)
     for (int j = 0; j < kAhead; ++j) {
       const int64_t g = g0 + kStep * j;
       if (g >= groups) break;
-      constexpr int kOne = kSplit == 1 ? 1 : 0;
-      const int ch = j * kOne;  // the chain this group feeds in ya
       float da[4] = {}, db[4] = {};
 #pragma unroll
       for (int i = 0; i < kWords; ++i) {
@@ -542,32 +547,36 @@ __global__ void __launch_bounds__(kMmaThreads)
       for (int c = 0; c < 4; ++c) {
         const int h = 2 * (c >> 1);  // row a: s, b at 0, 1; row b: at 2, 3
         const float xg = (c & 1) ? x1 : x0;
-        ya[ch][c] = fmaf(sa[j][h + 1], xg, fmaf(sa[j][h], da[c], ya[ch][c]));
-        if constexpr (kGlu) yb[ch][c] = fmaf(sb[j][h + 1], xg, fmaf(sb[j][h], db[c], yb[ch][c]));
+        const float ta = fmaf(sa[j][h + 1], xg, __fmul_rn(sa[j][h], da[c]));
+        const float tb = kGlu ? fmaf(sb[j][h + 1], xg, __fmul_rn(sb[j][h], db[c])) : 0.0f;
+        if constexpr (kSplit == 1) {
+          ya[c] = __fadd_rn(ya[c], ta);
+          yb[c] = __fadd_rn(yb[c], tb);
+        } else {
+          terms[((g - r0) * 8 + c) * 32 + lane] = ta;  // lanes consecutive: no bank conflicts
+          terms[((g - r0) * 8 + 4 + c) * 32 + lane] = tb;
+        }
       }
     }
-  }
-  if constexpr (kSplit != 1) {  // warp w's chain to chain slot w of warp 0
-    for (int c = 0; c < 4; ++c) {
-      red[(warp * 32 + lane) * 8 + c] = ya[0][c];
-      red[(warp * 32 + lane) * 8 + 4 + c] = yb[0][c];
+    if constexpr (kSplit != 1) {  // warp 0 adds the round's terms in group order
+      __syncthreads();
+      if (warp == 0)
+        for (int64_t g = r0; g < min(r0 + kRound, groups); ++g)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) {
+            ya[c] = __fadd_rn(ya[c], terms[((g - r0) * 8 + c) * 32 + lane]);
+            yb[c] = __fadd_rn(yb[c], terms[((g - r0) * 8 + 4 + c) * 32 + lane]);
+          }
+      __syncthreads();  // before the next round's terms
     }
-    __syncthreads();
-    if (warp != 0) return;
-    for (int k = 0; k < kChains; ++k)
-      for (int c = 0; c < 4; ++c) {
-        ya[k][c] = red[(k * 32 + lane) * 8 + c];
-        yb[k][c] = red[(k * 32 + lane) * 8 + 4 + c];
-      }
   }
+  if (kSplit != 1 && warp != 0) return;
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     const int i = 2 * tq + (c & 1);
     const int64_t r = row0 + gq + (c >> 1) * 8;
     if (i >= n || r >= out_rows) continue;
-    const float ga = __fadd_rn(__fadd_rn(__fadd_rn(ya[0][c], ya[1][c]), ya[2][c]), ya[3][c]);
-    const float gb = __fadd_rn(__fadd_rn(__fadd_rn(yb[0][c], yb[1][c]), yb[2][c]), yb[3][c]);
-    out[int64_t(order[first + i]) * out_rows + r] = kGlu ? __fmul_rn(glu_act(ga, act), gb) : ga;
+    out[int64_t(order[first + i]) * out_rows + r] = kGlu ? __fmul_rn(glu_act(ya[c], act), yb[c]) : ya[c];
   }
 }
 
@@ -722,25 +731,27 @@ bool mma_tiles_take(const Weight& w) {
 
 // expert_mma_kernel<kGlu, words a lane takes per group, split> over grid (row blocks, tiles) with its shared memory.
 // split (steps of at most kSplitSlots slots, top-8: up to 4 tokens): four warps per 16-row tile; the bits are the same
-// either way. H100, block of the 30B-A3B shape: T=1 41.9 -> 35.2 us split; T=4 even; T=8 104 unsplit, 136 split.
+// either way. H100, block of the 30B-A3B shape (docs/cuda.md): split T=1 37 us, T=4 88; unsplit T=8 105, T=64 267.
 constexpr int64_t kSplitSlots = 32;
 template <bool kGlu>
 void launch_mma(const DevWeight& a, const DevWeight& b, const float* x, int top_k, const int32_t* order,
                 const int32_t* tiles, unsigned n_tiles, int64_t out_rows, int act, float* out, bool split,
                 cudaStream_t s) {
-  const size_t smem = mma_smem_bytes(a.in, a.group);
-  const int64_t block_rows = split ? kMmaRows : kMmaBlockRows;
-  const dim3 grid(unsigned((out_rows + block_rows - 1) / block_rows), n_tiles);
-  const auto go = [&](auto kernel) {
-    if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, 0))
-      throw std::runtime_error("moe: expert inputs of width " + std::to_string(a.in) + " exceed the shared memory");
+  const auto go = [&](auto kernel, bool split_kernel) {
+    const size_t smem = mma_smem_bytes(a.in, a.group, split_kernel);
+    if (!allow_dynamic_smem(reinterpret_cast<const void*>(kernel), smem, 0)) return false;
+    const int64_t block_rows = split_kernel ? kMmaRows : kMmaBlockRows;
+    const dim3 grid(unsigned((out_rows + block_rows - 1) / block_rows), n_tiles);
     launch(kernel, grid, dim3(kMmaThreads), smem, s, kGlu ? "moe gate/up (mma)" : "moe down (mma)", view_of(a),
            view_of(b), x, top_k, order, tiles, out_rows, act, out);
+    return true;
   };
+  // A split whose terms exceed the shared memory runs unsplit: the same bits.
   const auto pick = [&](auto words) {
     constexpr int kW = decltype(words)::value;
-    if (split) go(expert_mma_kernel<kGlu, kW, kChains>);
-    else go(expert_mma_kernel<kGlu, kW, 1>);
+    if (split && go(expert_mma_kernel<kGlu, kW, kSplitWarps>, true)) return;
+    if (!go(expert_mma_kernel<kGlu, kW, 1>, false))
+      throw std::runtime_error("moe: expert inputs of width " + std::to_string(a.in) + " exceed the shared memory");
   };
   if (a.group == 32) pick(std::integral_constant<int, 1>{});
   else if (a.group == 64) pick(std::integral_constant<int, 2>{});
