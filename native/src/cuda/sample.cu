@@ -300,26 +300,65 @@ __device__ __forceinline__ float value_of(uint32_t k) {
   return __uint_as_float((k & 0x80000000u) ? (k & 0x7fffffffu) : ~k);
 }
 
-// Sorts entries (key << 32 | ~id) [0, n) of sm (n <= kSmemWords) descending, so key descending, id ascending
-// (bitonic; the padding up to a power of two is 0, below every entry). Ends with a barrier.
-__device__ void sort_entries(uint64_t* sm, int n) {
-  const int tid = threadIdx.x;
+// Bitonic step of element i against its partner i ^ j in runs of k: runs where (i & k) == 0 descend, so the lower
+// position keeps the larger entry there and the smaller one in ascending runs.
+__device__ __forceinline__ uint64_t bitonic_keep(int i, int j, int k, uint64_t mine, uint64_t other) {
+  const bool larger = ((i & j) == 0) == ((i & k) == 0);
+  return larger ? (mine > other ? mine : other) : (mine < other ? mine : other);
+}
+
+// Sorts entries (key << 32 | ~id) [0, n) of data (n <= kSmemWords) descending, so key descending, id ascending:
+// bitonic over n rounded up to a power of two np2 (the padding is 0, below every entry). Thread t holds elements
+// 4t .. 4t + 3 in registers: partners 1 and 2 apart are its own, 4 to 64 apart a lane's of its warp (shuffles, by the
+// warps that hold entries), 128 and more another warp's, through xchg [np2] (which may be data itself when data has
+// room for np2). data past n is untouched. Ends with a barrier.
+static_assert(kSmemWords == 4 * kThreads, "four entries per thread");
+__device__ void sort_entries(uint64_t* data, int n, uint64_t* xchg) {
+  const int tid = threadIdx.x, base = 4 * tid;
   int np2 = 1;
   while (np2 < n) np2 <<= 1;
-  __syncthreads();
-  for (int i = n + tid; i < np2; i += kThreads) sm[i] = 0;
-  __syncthreads();
+  const bool mine = base < np2;                    // whether this thread holds entries of the sort
+  const bool live = (tid & ~31) * 4 < np2;         // whether its warp does
+  __syncthreads();                                 // the entries were written by other threads
+  uint64_t v[4];
+#pragma unroll
+  for (int r = 0; r < 4; ++r) v[r] = base + r < n ? data[base + r] : 0;
   for (int k = 2; k <= np2; k <<= 1)
     for (int j = k >> 1; j > 0; j >>= 1) {
-      for (int i = tid; i < np2; i += kThreads) {
-        const int o = i ^ j;
-        if (o > i) {
-          const uint64_t a = sm[i], b = sm[o];
-          if (((i & k) == 0) == (a < b)) sm[i] = b, sm[o] = a;  // descending runs where (i & k) == 0
+      if (j >= 128) {  // the partner is another warp's
+        __syncthreads();  // the last step's reads of xchg are done
+        if (mine)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) xchg[base + r] = v[r];
+        __syncthreads();
+        if (mine)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) v[r] = bitonic_keep(base + r, j, k, v[r], xchg[(base + r) ^ j]);
+      } else if (!live) {
+        continue;
+      } else if (j >= 4) {  // lane ^ j / 4 of this warp
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+          const uint64_t other = __shfl_xor_sync(0xffffffffu, v[r], j >> 2);
+          v[r] = bitonic_keep(base + r, j, k, v[r], other);
         }
+      } else {  // this thread's own (j spelled out: register indices must be constants)
+        uint64_t w[4];
+        if (j == 2)
+#pragma unroll
+          for (int r = 0; r < 4; ++r) w[r] = bitonic_keep(base + r, 2, k, v[r], v[r ^ 2]);
+        else
+#pragma unroll
+          for (int r = 0; r < 4; ++r) w[r] = bitonic_keep(base + r, 1, k, v[r], v[r ^ 1]);
+#pragma unroll
+        for (int r = 0; r < 4; ++r) v[r] = w[r];
       }
-      __syncthreads();
     }
+  __syncthreads();  // the last step's reads of xchg are done
+#pragma unroll
+  for (int r = 0; r < 4; ++r)
+    if (base + r < n) data[base + r] = v[r];
+  __syncthreads();
 }
 
 constexpr int kCuts = 6;           // top-p: log-weight distances from the top at which each thread counts
@@ -423,7 +462,7 @@ __device__ int64_t sorted_compact(const RowView& r, const SampleRow& R, const We
   });
   __syncthreads();
   const int n = int(sh.n_comp);
-  sort_entries(sm, n);
+  sort_entries(sm, n, sm);
 
   // Each thread owns up to kPer consecutive entries of the sorted list.
   constexpr int kPer = (kSmemWords + kThreads - 1) / kThreads;
@@ -526,15 +565,16 @@ __device__ int64_t whole_row_truncate(const RowView& rv, const SampleRow& R, con
 // the top, d = max/T - v/T (bins of 1/64 up to 32, beyond which a weight is below 2^-40, fixed-point 0), with each
 // bin's count and fixed-point weight, exact and so the same whatever the split. Bins follow the sorted order (d
 // rises along it), so the top-k cut, the nucleus' end and the draw each fall in a bin found from the bins' sums;
-// only those bins' logits are compacted into one list, sorted in shared memory and walked. The same weights,
-// targets and order as the whole-row path: the same token.
+// only those bins' logits are compacted into one list, placed by bin (the bins' counts give each its segment), and
+// only the segments walked in order are sorted, in shared memory. The same weights, targets and order as the
+// whole-row path: the same token.
 constexpr int kMaxCluster = 8;                 // blocks per row (portable cluster size)
 constexpr int kDistBins = 2048;
 constexpr float kDistPerUnit = 64.0f;
 constexpr float kDistMax = 32.0f;              // e^-32 < 2^-40: a weight's fixed point is 0 beyond
 constexpr int kList = kSmemWords;              // the compacted list's capacity
 constexpr int kPer = kList / kThreads;         // list entries (and bins) per thread in the block scans
-constexpr size_t kDynBytes = size_t(kDistBins) * 16 + size_t(kList) * 8 + size_t(kDistBins) * 4;
+constexpr size_t kDynBytes = size_t(kDistBins) * 16 + size_t(kList) * 16 + size_t(kDistBins) * 8;
 
 // What a block of a cluster shares with its peers.
 struct Peer {
@@ -545,7 +585,6 @@ struct Peer {
   int32_t op;         // rank 0's command: 1 compact the bins lo[r]..hi[r] (r < nr) into rank 0's list, 0 done
   int32_t nr;
   int32_t lo[2], hi[2];
-  uint32_t list_n;    // rank 0: entries in its list
 };
 
 template <class T>
@@ -585,6 +624,16 @@ __device__ int scan_find(int n, V&& val, uint64_t base, uint64_t target, Shared&
   before = sh.sel_before;
   __syncthreads();  // sh is written again by the next step
   return i;
+}
+
+// A u64 shared-memory sum by two native 32-bit atomics (a 64-bit add is a compare-and-swap loop; this halved the
+// histogram pass on an H100): the adder that carries out of the low word adds the carry to the high one.
+__device__ __forceinline__ void add_u64_shared(uint64_t* p, uint64_t f) {
+  uint32_t* w = reinterpret_cast<uint32_t*>(p);  // [0] low, [1] high (little-endian)
+  const uint32_t lo = uint32_t(f), hi = uint32_t(f >> 32);
+  const uint32_t old = atomicAdd(w, lo);
+  const uint32_t up = hi + (old + lo < old ? 1u : 0u);
+  if (up != 0) atomicAdd(w + 1, up);
 }
 
 // The bin of a valid logit, kDistBins when beyond kDistMax (or when the distance is not a number).
@@ -632,7 +681,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   uint64_t* mass = dyn;                 // [kDistBins] fixed-point weight per bin
   uint64_t* massd = dyn + kDistBins;    // [kDistBins] the same over the weights that pass min-p
   uint64_t* list = dyn + 2 * kDistBins; // [kList] compacted entries; the whole-row path's scratch; group sums
-  uint32_t* cnt = reinterpret_cast<uint32_t*>(list + kList);  // [kDistBins] logits per bin
+  uint64_t* xchg = list + kList;        // [kList] sort_entries' exchange
+  uint32_t* cnt = reinterpret_cast<uint32_t*>(xchg + kList);  // [kDistBins] logits per bin
+  uint32_t* fill = cnt + kDistBins;     // [kDistBins] rank 0: the list position of a bin's next entry
   __shared__ Shared sh;
   __shared__ Peer me;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -749,8 +800,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         const float w = W.real(v[j]);
         const uint64_t f = W.fixed(w);
         if (f == 0) continue;
-        atomicAdd(reinterpret_cast<unsigned long long*>(mass + b), (unsigned long long)f);
-        if (mp && w >= min_p) atomicAdd(reinterpret_cast<unsigned long long*>(massd + b), (unsigned long long)f);
+        add_u64_shared(mass + b, f);
+        if (mp && w >= min_p) add_u64_shared(massd + b, f);
       }
     }, g_begin, g_end);
   csync(C);
@@ -765,14 +816,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     }
     cnt[b] = c, mass[b] = m, massd[b] = mp ? md : m;
   }
-  if (tid == 0) me.list_n = 0;
   csync(C);
 
-  // Compacts this slice's logits of bins lo[r]..hi[r] (r < nr, as `me` says) into rank 0's list.
+  // Compacts this slice's logits of bins lo[r]..hi[r] (r < nr, as `me` says) into rank 0's list, each at its bin's
+  // next position (rank 0's fill).
   const auto compact = [&]() {
     const int nr = me.nr;
     const int lo0 = me.lo[0], hi0 = me.hi[0], lo1 = nr > 1 ? me.lo[1] : 1, hi1 = nr > 1 ? me.hi[1] : 0;
-    uint32_t* n0 = at_rank(&me.list_n, 0, C);
+    uint32_t* fill0 = at_rank(fill, 0, C);
     uint64_t* list0 = at_rank(list, 0, C);
     for_each_group(rv, [&](int64_t, int64_t i0, const float* v) {
 #pragma unroll
@@ -780,7 +831,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
         if (!valid(v[j])) continue;
         const int b = dist_bin(W, v[j]);
         if (!((lo0 <= b && b <= hi0) || (lo1 <= b && b <= hi1))) continue;
-        const uint32_t slot = atomicAdd(n0, 1u);
+        const uint32_t slot = atomicAdd(fill0 + b, 1u);
         list0[slot] = (uint64_t(key_of(v[j])) << 32) | uint32_t(~uint32_t(i0 + j));
       }
     }, g_begin, g_end);
@@ -831,9 +882,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   };
   const auto bins_count = [&](int lo, int hi) { return cum(cnt, hi) - cum(cnt, lo - 1); };
 
-  // A compaction round adds bins to the sorted list.
-  int list_n = 0, n_had = 0;
-  int had_lo[6], had_hi[6];
+  // A compaction round adds bins to the list: range r's bins lo..hi from had_start[r] on, a bin's segment after the
+  // counts of the range's bins before it. A segment is sorted when it is first walked in order (at most 3 are).
+  int list_n = 0, n_had = 0, n_sorted = 0;
+  int had_lo[6], had_hi[6], had_start[6], sorted_bin[3];
   bool peers_live = true;
   const auto finish_peers = [&]() {
     if (!peers_live) return;
@@ -851,12 +903,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       p->op = 1, p->nr = nr;
       for (int r = 0; r < nr; ++r) p->lo[r] = lo[r], p->hi[r] = hi[r];
     }
-    for (int r = 0; r < nr; ++r) had_lo[n_had] = lo[r], had_hi[n_had++] = hi[r];
-    csync(C);
+    for (int r = 0; r < nr; ++r) {
+      for (int b = lo[r] + tid; b <= hi[r]; b += kThreads)
+        fill[b] = uint32_t(list_n + int(cum(cnt, b - 1) - cum(cnt, lo[r] - 1)));
+      had_lo[n_had] = lo[r], had_hi[n_had] = hi[r], had_start[n_had++] = list_n;
+      list_n += int(bins_count(lo[r], hi[r]));
+    }
+    csync(C);  // fill is set
     compact();
     csync(C);
-    list_n = int(me.list_n);
-    sort_entries(list, list_n);
     return true;
   };
   const auto ensure = [&](int b) -> bool {
@@ -867,14 +922,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   };
   const auto value = [&](int i) { return value_of(uint32_t(list[i] >> 32)); };
   const auto fixed_at = [&](int i) { return W.fixed(W.real(value(i))); };
-  const auto seg_begin = [&](int b) {  // the list's first entry of bin b or later (entries ascend in bin)
-    int lo = 0, hi = list_n;
-    while (lo < hi) {
-      const int mid = (lo + hi) >> 1;
-      if (dist_bin(W, value(mid)) >= b) hi = mid;
-      else lo = mid + 1;
-    }
-    return lo;
+  const auto seg_begin = [&](int b) {  // the list position of listed bin b's segment
+    for (int r = 0; r < n_had; ++r)
+      if (had_lo[r] <= b && b <= had_hi[r]) return had_start[r] + int(cum(cnt, b - 1) - cum(cnt, had_lo[r] - 1));
+    return list_n;  // not listed: callers ensure() it first
+  };
+  const auto seg_end = [&](int b) { return seg_begin(b) + int(bins_count(b, b)); };
+  const auto sort_bin = [&](int b) {  // listed bin b's segment into the sorted order (again is harmless)
+    for (int q = 0; q < n_sorted; ++q)
+      if (sorted_bin[q] == b) return;
+    if (n_sorted < 3) sorted_bin[n_sorted++] = b;
+    const int s0 = seg_begin(b);
+    sort_entries(list + s0, seg_end(b) - s0, xchg);
   };
 
   int64_t token = -2;  // -2: the whole-row path decides
@@ -922,6 +981,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     int k_end = -1;
     if (cut) {
       if (!ensure(bk)) break;
+      sort_bin(bk);
       const int s = seg_begin(bk);
       k_end = s + int(kk) - 1;
       z_bk = block_sum(list_n, [&](int i) -> uint64_t { return i >= s && i <= k_end ? fixed_at(i) : 0; }, sh);
@@ -934,7 +994,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       const uint64_t t = nucleus_target(R.top_p, z) - 1;  // < z
       be = cut && t >= cum(mass, bk - 1) ? bk : find(mass, t);
       if (be < 0 || !ensure(be)) break;
-      const int s = seg_begin(be), e = cut && be == bk ? k_end + 1 : seg_begin(be + 1);
+      sort_bin(be);
+      const int s = seg_begin(be), e = cut && be == bk ? k_end + 1 : seg_end(be);
       const int j = scan_find(e - s, [&](int q) { return fixed_at(s + q); }, cum(mass, be - 1), t, sh, tmp);
       if (j < 0) break;
       e_end = s + j;
@@ -953,7 +1014,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const uint64_t target = draw_target(R.u, total);
     const int bd = has_end && target >= cum(massd, be - 1) ? be : find(massd, target);
     if (bd < 0 || !ensure(bd)) break;
-    const int s = seg_begin(bd), e = has_end && bd == be ? e_end + 1 : seg_begin(bd + 1);
+    sort_bin(bd);
+    const int s = seg_begin(bd), e = has_end && bd == be ? e_end + 1 : seg_end(bd);
     const int j = scan_find(e - s, [&](int q) { return draw_w(s + q); }, cum(massd, bd - 1), target, sh, tmp);
     if (j >= 0) token = int64_t(~uint32_t(list[s + j]));
   } while (false);
