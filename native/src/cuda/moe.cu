@@ -35,6 +35,7 @@ constexpr int kMmaWarps = 4;
 constexpr int kMmaThreads = kMmaWarps * 32;
 constexpr int kMmaRows = 16;
 constexpr int64_t kMmaBlockRows = int64_t(kMmaWarps) * kMmaRows;
+constexpr int kMmaAhead = 4;
 static_assert(kTileSlots == 8, "a fast tile is one m16n8k16 B operand: 8 slots");
 
 size_t align_up(size_t n) { return (n + 255) / 256 * 256; }
@@ -447,10 +448,9 @@ __device__ void stage_slots(const float* __restrict__ x, const int64_t (&xoff)[k
 }
 
 // A fast tile's value is the sum of its groups' terms in group order; the terms of a 16-row tile come from one warp,
-// or, split, from kSplitWarps warps (group g from warp g % 4) through shared memory, with the same bits. A warp loads
-// kMmaAhead groups before it multiplies them; split, a round of kMmaAhead·kSplitWarps groups' terms is summed at once.
+// or, split, from kSplitWarps warps (group g from warp g % 4) through shared memory, with the same bits; split, a
+// round of kMmaAhead·kSplitWarps groups' terms is summed at once.
 constexpr int kSplitWarps = 4;
-constexpr int kMmaAhead = 4;
 constexpr int kSplitRound = kMmaAhead * kSplitWarps;
 
 // Shared memory of expert_mma_kernel for inputs of width `in`: the slots' bf16 rows (padded by 16 bytes, against

@@ -310,8 +310,8 @@ __device__ __forceinline__ uint64_t bitonic_keep(int i, int j, int k, uint64_t m
 // Sorts entries (key << 32 | ~id) [0, n) of data (n <= kSmemWords) descending, so key descending, id ascending:
 // bitonic over n rounded up to a power of two np2 (the padding is 0, below every entry). Thread t holds elements
 // 4t .. 4t + 3 in registers: partners 1 and 2 apart are its own, 4 to 64 apart a lane's of its warp (shuffles, by the
-// warps that hold entries), 128 and more another warp's, through xchg [np2] (which may be data itself when data has
-// room for np2). data past n is untouched. Ends with a barrier.
+// warps that hold entries), 128 and more another warp's, through xchg [np2]. xchg may be data itself when data has
+// room for np2 (then data [n, np2) is overwritten); otherwise data past n is untouched. Ends with a barrier.
 static_assert(kSmemWords == 4 * kThreads, "four entries per thread");
 __device__ void sort_entries(uint64_t* data, int n, uint64_t* xchg) {
   const int tid = threadIdx.x, base = 4 * tid;
