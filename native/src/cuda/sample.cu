@@ -636,6 +636,83 @@ __device__ __forceinline__ void add_u64_shared(uint64_t* p, uint64_t f) {
   if (up != 0) atomicAdd(w + 1, up);
 }
 
+// The entry of seg [0, m) (m <= kList) at which the running sum of wt(entry) over the sorted order (entries
+// descending) passes target (the sum before it <= target < the sum through it), without sorting seg: radix selects
+// on the entries' bits below those all share, 8 a round, each round's digits' weights and counts summed in scratch
+// ([256] u64, then [256] u32) and the digit the target falls in kept, until one entry is left. 0 when target is at or
+// past the segment's sum. All threads call.
+template <class Wt>
+__device__ uint64_t select_in_segment(const uint64_t* seg, int m, Wt&& wt, uint64_t target, uint64_t* scratch,
+                                      Shared& sh) {
+  const int tid = threadIdx.x, lane = tid & 31, e0 = tid * kPer;
+  uint64_t v[kPer], w[kPer], any = 0, all = ~0ull;
+#pragma unroll
+  for (int q = 0; q < kPer; ++q) {
+    const bool in = e0 + q < m;
+    v[q] = in ? seg[e0 + q] : 0;
+    w[q] = in ? wt(v[q]) : 0;
+    if (in) any |= v[q], all &= v[q];
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    any |= __shfl_xor_sync(0xffffffffu, any, o);
+    all &= __shfl_xor_sync(0xffffffffu, all, o);
+  }
+  uint64_t* wsum = scratch;                                   // [256] a digit's weight
+  uint32_t* count = reinterpret_cast<uint32_t*>(scratch + 256);  // [256] a digit's entries
+  __syncthreads();  // scratch and sh may still be read by a previous step
+  if (tid == 0) wsum[0] = 0, wsum[1] = ~0ull;
+  __syncthreads();
+  if (lane == 0) {
+    atomicOr(reinterpret_cast<unsigned long long*>(wsum), (unsigned long long)any);
+    atomicAnd(reinterpret_cast<unsigned long long*>(wsum + 1), (unsigned long long)all);
+  }
+  __syncthreads();
+  uint64_t cur = wsum[1];                                     // the bits every candidate has, as far as fixed
+  const uint64_t differ = wsum[0] ^ wsum[1];
+  int hi = differ == 0 ? 0 : 64 - __clzll((long long)differ);  // bits [hi, 64) are fixed
+  const auto above = [](uint64_t x, int h) { return h >= 64 ? 0ull : x >> h; };
+  uint32_t left = uint32_t(m);
+  while (hi > 0 && left > 1) {
+    const int shift = hi > 8 ? hi - 8 : 0;
+    const uint64_t digits = (uint64_t(1) << (hi - shift)) - 1;
+    __syncthreads();  // this round's scratch is free
+    if (tid < 256) wsum[tid] = 0, count[tid] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < kPer; ++q) {
+      if (e0 + q >= m || above(v[q], hi) != above(cur, hi)) continue;
+      const int d = int((v[q] >> shift) & digits);
+      atomicAdd(count + d, 1u);
+      if (w[q] != 0) add_u64_shared(wsum + d, w[q]);
+    }
+    __syncthreads();
+    const int d = 255 - tid;  // thread t takes digit 255 - t: the scan runs in the sorted order
+    const uint64_t mine = tid < 256 ? wsum[d] : 0;
+    uint64_t total;
+    const uint64_t before = block_scan(mine, sh, total);
+    if (target >= total) return 0;  // the same for every thread
+    if (tid < 256 && before <= target && target < before + mine) {
+      sh.sel_index = d;
+      sh.sel_before = before;
+      sh.n_comp = count[d];
+    }
+    __syncthreads();
+    target -= sh.sel_before;
+    cur = (cur & ~(digits << shift)) | (uint64_t(sh.sel_index) << shift);
+    left = sh.n_comp;
+    hi = shift;
+  }
+  if (left == 0) return 0;  // m == 0
+  __syncthreads();  // sh is read above
+#pragma unroll
+  for (int q = 0; q < kPer; ++q)
+    if (e0 + q < m && above(v[q], hi) == above(cur, hi)) sh.total = v[q], sh.sel_before = w[q];  // the one left
+  __syncthreads();
+  const uint64_t e = sh.total, we = sh.sel_before;
+  __syncthreads();  // sh is written again by the next step
+  return target < we ? e : 0;  // (m == 1: no round checked the target)
+}
+
 // The bin of a valid logit, kDistBins when beyond kDistMax (or when the distance is not a number).
 __device__ __forceinline__ int dist_bin(const Weights& W, float v) {
   const float d = __fsub_rn(W.mx_t, __fmul_rn(v, W.inv_t));
@@ -928,9 +1005,13 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     return list_n;  // not listed: callers ensure() it first
   };
   const auto seg_end = [&](int b) { return seg_begin(b) + int(bins_count(b, b)); };
-  const auto sort_bin = [&](int b) {  // listed bin b's segment into the sorted order (again is harmless)
+  const auto is_sorted = [&](int b) {
     for (int q = 0; q < n_sorted; ++q)
-      if (sorted_bin[q] == b) return;
+      if (sorted_bin[q] == b) return true;
+    return false;
+  };
+  const auto sort_bin = [&](int b) {  // listed bin b's segment into the sorted order (again is harmless)
+    if (is_sorted(b)) return;
     if (n_sorted < 3) sorted_bin[n_sorted++] = b;
     const int s0 = seg_begin(b);
     sort_entries(list + s0, seg_end(b) - s0, xchg);
@@ -1014,7 +1095,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const uint64_t target = draw_target(R.u, total);
     const int bd = has_end && target >= cum(massd, be - 1) ? be : find(massd, target);
     if (bd < 0 || !ensure(bd)) break;
-    sort_bin(bd);
+    if (!is_sorted(bd)) {  // a bin before the end (or with none), drawn from whole: a select, no sort
+      const int s = seg_begin(bd);
+      const uint64_t base = cum(massd, bd - 1);
+      if (target < base) break;
+      const auto wt = [&](uint64_t entry) -> uint64_t {
+        const float w = W.real(value_of(uint32_t(entry >> 32)));
+        return w >= min_p ? W.fixed(w) : 0;
+      };
+      const uint64_t e = select_in_segment(list + s, seg_end(bd) - s, wt, target - base, xchg, sh);
+      if (e != 0) token = int64_t(~uint32_t(e));
+      break;
+    }
     const int s = seg_begin(bd), e = has_end && bd == be ? e_end + 1 : seg_end(bd);
     const int j = scan_find(e - s, [&](int q) { return draw_w(s + q); }, cum(massd, bd - 1), target, sh, tmp);
     if (j >= 0) token = int64_t(~uint32_t(list[s + j]));
