@@ -1,9 +1,10 @@
 // The per-block phase marks of a profiling build (`node scripts/build-cuda.mjs --timeline`, file FILE.blocks next to
-// the timeline FILE): thread 0 of every block of the one-token matmul and attention kernels writes, at its end, when
-// it started, when its wait on the previous kernel released, and when it finished each phase. Per launch kind, the
-// phases' times after the launch's release (its earliest block's) show where a kernel's cost goes: the wait, staging
-// x, the weight walk, the epilogue, and how far the slowest block trails the median one. A launch of more blocks than
-// fit at once (the LM head) runs in waves: its later blocks start after the release, and its figures are rougher.
+// the timeline FILE): thread 0 of every block of the one-token matmul, attention and MoE kernels writes, at its end,
+// when it started, when its wait on the previous kernel released, and when it finished each phase. Per launch kind,
+// the phases' times after the launch's release (its earliest block's) show where a kernel's cost goes: the wait,
+// staging x, the weight walk, the epilogue, and how far the slowest block trails the median one. A launch of more
+// blocks than fit at once (the LM head) runs in waves: its later blocks start after the release, and its figures are
+// rougher.
 import { median } from './median.js';
 
 /** Phase names of each tag (timeline.cuh's TL_FLUSH tags): marks 0..4. */
@@ -11,6 +12,9 @@ const PHASES: Record<number, { kind: string; marks: string[] }> = {
   1: { kind: 'matmul', marks: ['start', 'released', 'x staged', 'walked', 'end'] },
   2: { kind: 'glu', marks: ['start', 'released', 'x staged', 'walked', 'end'] },
   3: { kind: 'attention', marks: ['start', 'released', 'keys done', 'counted', 'end'] },
+  4: { kind: 'moe select', marks: ['start', 'released', 'routed', 'tiles cut', 'end'] },
+  5: { kind: 'moe gate/up', marks: ['start', 'released', 'x staged', 'walked', 'end'] },
+  6: { kind: 'moe down', marks: ['start', 'released', 'x staged', 'walked', 'end'] },
 };
 
 export interface BlockRecord {

@@ -241,13 +241,17 @@ __global__ void __launch_bounds__(select_threads<kPerLane>())
                        const float* __restrict__ expert_scale, int32_t* __restrict__ idx, float* __restrict__ w,
                        int32_t* __restrict__ order, int32_t* __restrict__ tiles) {
   __shared__ int cnt[kMaxExperts], start[kMaxExperts];
+  TL_MARKS
+  TL_MARK(0);
   pdl_wait();
   pdl_trigger();
+  TL_MARK(1);
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   for (int64_t t = warp; t < T; t += warps)
     route_token<kPerLane>(logits + t * E, E, k, renormalize, expert_scale, idx + t * k, w + t * k);
   __syncthreads();  // idx (global, written by this block) is visible to the whole block after the barrier
+  TL_MARK(2);
   if (!order) return;
   const int64_t S = T * k;
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) atomicAdd(&cnt[idx[i]], 1);
@@ -282,10 +286,13 @@ __global__ void __launch_bounds__(select_threads<kPerLane>())
     if (lane == 31) tiles[0] = tiles_before;
   }
   __syncthreads();
+  TL_MARK(3);
   for (int64_t i = threadIdx.x; i < S; i += blockDim.x) {
     const int e = idx[i];
     order[start[e] + atomicSub(&cnt[e], 1) - 1] = int32_t(i);  // cnt[e] counts down: start .. start + count - 1
   }
+  TL_MARK(4);
+  TL_FLUSH(4, 0);
 }
 
 // Every expert product below, out[slot, row] = x_slot · W[row], is one f32 chain per lane (lane l: columns
@@ -479,8 +486,11 @@ __global__ void __launch_bounds__(kMmaThreads)
   constexpr int kRound = kAhead * kSplit;  // the groups of a round
   constexpr int kLane = 2 * kWords;  // code words per lane per group
   extern __shared__ uint4 smem[];
+  TL_MARKS
+  TL_MARK(0);
   pdl_wait();
   pdl_trigger();
+  TL_MARK(1);
   if (int(blockIdx.y) >= tiles[0]) return;
   const int e = tiles[1 + 3 * blockIdx.y], first = tiles[2 + 3 * blockIdx.y], n = tiles[3 + 3 * blockIdx.y];
   const int64_t in = a.in, words = in / 8, groups = a.row_groups, stride = words + 1;
@@ -495,6 +505,7 @@ __global__ void __launch_bounds__(kMmaThreads)
   }
   stage_slots(x, xoff, n, in, 4 * kWords, xs, stride, xsum);  // a group is 4·kWords words
   __syncthreads();
+  TL_MARK(2);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, gq = lane / 4, tq = lane % 4;
   const int64_t row0 = kSplit == 1 ? int64_t(blockIdx.x) * kMmaBlockRows + int64_t(warp) * kMmaRows
                                     : int64_t(blockIdx.x) * kMmaRows;
@@ -570,6 +581,7 @@ __global__ void __launch_bounds__(kMmaThreads)
       __syncthreads();  // before the next round's terms
     }
   }
+  TL_MARK(3);
   if (kSplit != 1 && warp != 0) return;
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
@@ -578,6 +590,8 @@ __global__ void __launch_bounds__(kMmaThreads)
     if (i >= n || r >= out_rows) continue;
     out[int64_t(order[first + i]) * out_rows + r] = kGlu ? __fmul_rn(glu_act(ya[c], act), yb[c]) : ya[c];
   }
+  TL_MARK(4);
+  TL_FLUSH(kGlu ? 5 : 6, 0);
 }
 
 // Steps of few tokens, down: block (x, t), a warp per output row of token t: y_j = inter[t·k + j]·D_{idx}[row] (the

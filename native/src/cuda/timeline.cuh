@@ -3,7 +3,7 @@
 // with its grid, block and dynamic shared memory. The release-to-release gaps are each kernel's cost inside the real
 // chain of a decode step (PDL overlap, graph replay), which neither ncu (it serializes) nor a micro-benchmark shows.
 // At exit the records go to the file RAPID_CUDA_TIMELINE names (`node bench/run.js timeline FILE` reads them), and the
-// per-block phase marks of the one-token matmul and attention kernels (TL_MARK / TL_FLUSH) to FILE.blocks.
+// per-block phase marks of the one-token matmul, attention and MoE kernels (TL_MARK / TL_FLUSH) to FILE.blocks.
 #pragma once
 #ifdef RAPID_CUDA_TIMELINE
 #include <cuda_runtime.h>
@@ -43,7 +43,7 @@ __device__ __forceinline__ void timeline_record(unsigned long long enter) {
                         ((smem >> 4) & 0xfffff);
 }
 
-// Per-block phase marks: thread 0 of each block of the one-token matmul and attention kernels keeps up to 5
+// Per-block phase marks: thread 0 of each block of the one-token matmul, attention and MoE kernels keeps up to 5
 // timestamps (TL_MARK) and writes them at its end (TL_FLUSH) with a tag, the weight's K groups (matmul: tells launches
 // of one grid apart), the grid's block count and the block's index, to $RAPID_CUDA_TIMELINE.blocks
 // (src/bench/timeline-blocks.ts reads them).
