@@ -172,8 +172,8 @@ __global__ void router_logits_kernel(WView r, const float* __restrict__ x, int64
 
 // One warp routes token t: softmax of its logits row, then top-k by repeated best (larger probability, then lower id:
 // moe_route's order) and the weights, renormalized over the k in j order, then times expert_scale[idx] (Gemma 4's
-// per-expert scale; null: none). Lane l holds experts l, l + 32, ... (E <= 32·kPerLane) in registers with a taken bit
-// each, so the k rounds read no memory.
+// per-expert scale; null: none). Lane l holds experts l, l + 32, ... (E <= 32·kPerLane) in registers as keys (a taken
+// one zeroed), so the k rounds read no memory.
 template <int kPerLane>
 __device__ void route_token(const float* __restrict__ logits, int64_t E, int k, bool renormalize,
                             const float* __restrict__ expert_scale, int32_t* __restrict__ idx, float* __restrict__ w) {
@@ -194,24 +194,28 @@ __device__ void route_token(const float* __restrict__ logits, int64_t E, int k, 
   sum = warp_sum(sum);
 #pragma unroll
   for (int i = 0; i < kPerLane; ++i) p[i] /= sum;
-  uint32_t taken = 0;  // bit i: expert lane + 32·i chosen
+  // A round's pick is the largest probability, then the lowest id (better_pair's order), found by two warp
+  // reductions: the largest key (a probability's bits + 1, ordered as the floats since p >= 0; 0: taken or past E),
+  // then the lowest id holding it.
+  uint32_t key[kPerLane];
+#pragma unroll
+  for (int i = 0; i < kPerLane; ++i) key[i] = lane + 32 * i < E ? __float_as_uint(p[i]) + 1u : 0u;
   float top_sum = 0.0f, my_p = 0.0f;
   int32_t my_e = 0;
 #pragma unroll
   for (int j = 0; j < kMaxTopK; ++j) {
     if (j >= k) break;
-    float bv = 0.0f;
-    int32_t bi = -1;
+    uint32_t mine = 0;
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int32_t e = lane + 32 * i;
-      if (e < E && !((taken >> i) & 1u) && better_pair(p[i], e, bv, bi)) {
-        bv = p[i];
-        bi = e;
-      }
-    }
-    warp_best(bv, bi);
-    if (bi % 32 == lane) taken |= 1u << (bi / 32);
+    for (int i = 0; i < kPerLane; ++i) mine = max(mine, key[i]);
+    const uint32_t best = __reduce_max_sync(0xffffffffu, mine);
+    int32_t cand = INT32_MAX;
+#pragma unroll
+    for (int i = kPerLane - 1; i >= 0; --i) cand = key[i] == best ? lane + 32 * i : cand;
+    const int32_t bi = best == 0 ? -1 : __reduce_min_sync(0xffffffffu, cand);
+    const float bv = best == 0 ? 0.0f : __uint_as_float(best - 1u);
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) key[i] = bi == lane + 32 * i ? 0u : key[i];
     top_sum += bv;
     if (lane == j) {  // lane j keeps pick j (k <= 32)
       my_p = bv;
