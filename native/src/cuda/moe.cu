@@ -749,7 +749,7 @@ bool mma_tiles_take(const Weight& w) {
 
 // expert_mma_kernel<kGlu, words a lane takes per group, split> over grid (row blocks, tiles) with its shared memory.
 // split (steps of at most kSplitSlots slots, top-8: up to 4 tokens): four warps per 16-row tile; the bits are the same
-// either way. H100, block of the 30B-A3B shape (docs/cuda.md): split T=1 37 us, T=4 88; unsplit T=8 105, T=64 267.
+// either way. H100, block of the 30B-A3B shape (docs/cuda.md): split T=1 33 us, T=4 84; unsplit T=8 100, T=64 255.
 constexpr int64_t kSplitSlots = 32;
 template <bool kGlu>
 void launch_mma(const DevWeight& a, const DevWeight& b, const float* x, int top_k, const int32_t* order,
