@@ -1083,7 +1083,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       has_end = true;
     }
     // The draw over the logits up to the end whose weight passes min-p.
-    const auto draw_w = [&](int i) -> uint64_t { return W.real(value(i)) >= min_p ? fixed_at(i) : 0; };
+    const auto draw_wt = [&](uint64_t entry) -> uint64_t {  // a list entry's draw weight
+      const float w = W.real(value_of(uint32_t(entry >> 32)));
+      return w >= min_p ? W.fixed(w) : 0;
+    };
+    const auto draw_w = [&](int i) { return draw_wt(list[i]); };
     uint64_t d_be = 0, total;
     if (has_end) {
       const int s = seg_begin(be);
@@ -1099,11 +1103,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       const int s = seg_begin(bd);
       const uint64_t base = cum(massd, bd - 1);
       if (target < base) break;
-      const auto wt = [&](uint64_t entry) -> uint64_t {
-        const float w = W.real(value_of(uint32_t(entry >> 32)));
-        return w >= min_p ? W.fixed(w) : 0;
-      };
-      const uint64_t e = select_in_segment(list + s, seg_end(bd) - s, wt, target - base, xchg, sh);
+      const uint64_t e = select_in_segment(list + s, seg_end(bd) - s, draw_wt, target - base, xchg, sh);
       if (e != 0) token = int64_t(~uint32_t(e));
       break;
     }
