@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PHASES = ['max', 'histogram', 'bin sums', 'prefix', 'plan', 'compact', 'sort', 'nucleus', 'draw sum', 'draw', 'finish']
+PHASES = ['max', 'histogram', 'bin sums', 'prefix', 'plan', 'compact', 'cut', 'nucleus', 'draw sum', 'draw', 'finish']
 
 # (anchor in sample.cu, the phase a stamp placed right after it closes); each anchor must occur exactly once.
 STAMPS = [
@@ -24,9 +24,9 @@ STAMPS = [
     ("    cnt[b] = c, mass[b] = m, massd[b] = mp ? md : m;\n  }\n  csync(C);\n", 'bin sums'),
     ("    massd[b0] = da + d0, massd[b0 + 1] = da + d0 + d1;\n    __syncthreads();\n  }\n", 'prefix'),
     ("    csync(C);  // fill is set\n    compact();\n    csync(C);\n", 'compact'),
-    ("    sort_entries(list + s0, seg_end(b) - s0, xchg);\n", 'sort'),
-    ("      e_end = s + j;\n      has_end = true;\n    }\n", 'nucleus'),
-    ("      total = cum(massd, be - 1) + d_be;\n", 'draw sum'),
+    ("        return list[s + q] >= k_entry ? entry_wt(list[s + q]) : 0;\n      }, sh);\n    }\n", 'cut'),
+    ("      if (end_entry == 0) break;\n      has_end = true;\n    }\n", 'nucleus'),
+    ("        return list[s + q] >= end_entry ? draw_wt(list[s + q]) : 0;\n      }, sh);\n    }\n", 'draw sum'),
     ("  } while (false);\n", 'draw'),
     ("  if (tid == 0) tokens[row] = int32_t(token);\n", 'finish'),
 ]

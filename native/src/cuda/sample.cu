@@ -4,8 +4,9 @@
 // is a pure function of its logits, parameters and u, never of the rows that share the launch nor of how many blocks
 // split the row. A row takes a cluster of up to 8 blocks on sm_90 (the cluster path, below); top-k / top-p take the
 // sorted order (logit descending, id ascending) through a histogram by log-weight distance and a short list of the
-// few bins that matter, sorted in shared memory. The whole-row path (one block: a short sorted list when the
-// candidates are few, else weighted radix selects over the row) decides the rows whose bins are too crowded.
+// few bins that matter, searched by radix selects in shared memory. The whole-row path (one block: a short sorted
+// list when the candidates are few, else weighted radix selects over the row) decides the rows whose bins are too
+// crowded.
 #include <cmath>
 #include <cstdint>
 #include <stdexcept>
@@ -566,15 +567,16 @@ __device__ int64_t whole_row_truncate(const RowView& rv, const SampleRow& R, con
 // bin's count and fixed-point weight, exact and so the same whatever the split. Bins follow the sorted order (d
 // rises along it), so the top-k cut, the nucleus' end and the draw each fall in a bin found from the bins' sums;
 // only those bins' logits are compacted into one list, placed by bin (the bins' counts give each its segment), and
-// only the segments walked in order are sorted, in shared memory. The same weights, targets and order as the
-// whole-row path: the same token.
+// the entry each needs is found by radix selects on its bin's segment, unsorted (select_in_segment). The same
+// weights, targets and order as the whole-row path: the same token.
 constexpr int kMaxCluster = 8;                 // blocks per row (portable cluster size)
 constexpr int kDistBins = 2048;
 constexpr float kDistPerUnit = 64.0f;
 constexpr float kDistMax = 32.0f;              // e^-32 < 2^-40: a weight's fixed point is 0 beyond
 constexpr int kList = kSmemWords;              // the compacted list's capacity
 constexpr int kPer = kList / kThreads;         // list entries (and bins) per thread in the block scans
-constexpr size_t kDynBytes = size_t(kDistBins) * 16 + size_t(kList) * 16 + size_t(kDistBins) * 8;
+constexpr int kSelWords = 256 + 128;           // select_in_segment's scratch: [256] u64 weights, [256] u32 counts
+constexpr size_t kDynBytes = size_t(kDistBins) * 16 + size_t(kList + kSelWords) * 8 + size_t(kDistBins) * 8;
 
 // What a block of a cluster shares with its peers.
 struct Peer {
@@ -605,25 +607,6 @@ __device__ uint64_t block_sum(int n, V&& val, Shared& sh) {
   uint64_t total;
   block_scan(s, sh, total);
   return total;
-}
-
-// The first i in [0, n) (n <= kList) with base + Σ_{j<i} val(j) <= target < base + Σ_{j<=i} val(j), and that sum
-// before it; -1 when none. All threads call and get it.
-template <class V>
-__device__ int scan_find(int n, V&& val, uint64_t base, uint64_t target, Shared& sh, uint64_t& before) {
-  const int e0 = threadIdx.x * kPer;
-  uint64_t w[kPer], s = 0;
-#pragma unroll
-  for (int q = 0; q < kPer; ++q) s += (w[q] = e0 + q < n ? val(e0 + q) : 0);
-  uint64_t total;
-  const uint64_t acc = base + block_scan(s, sh, total);
-  if (target < base || target - base >= total) return -1;  // the same for every thread
-  if (acc <= target && target < acc + s) walk_to(acc, target, 0, kPer, [&](int q) { return w[q]; }, [&](int q) { return e0 + q; }, sh);
-  __syncthreads();
-  const int i = int(sh.sel_index);
-  before = sh.sel_before;
-  __syncthreads();  // sh is written again by the next step
-  return i;
 }
 
 // A u64 shared-memory sum by two native 32-bit atomics (a 64-bit add is a compare-and-swap loop; this halved the
@@ -758,8 +741,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   uint64_t* mass = dyn;                 // [kDistBins] fixed-point weight per bin
   uint64_t* massd = dyn + kDistBins;    // [kDistBins] the same over the weights that pass min-p
   uint64_t* list = dyn + 2 * kDistBins; // [kList] compacted entries; the whole-row path's scratch; group sums
-  uint64_t* xchg = list + kList;        // [kList] sort_entries' exchange
-  uint32_t* cnt = reinterpret_cast<uint32_t*>(xchg + kList);  // [kDistBins] logits per bin
+  uint64_t* sel = list + kList;         // [kSelWords] the selects' scratch
+  uint32_t* cnt = reinterpret_cast<uint32_t*>(sel + kSelWords);  // [kDistBins] logits per bin
   uint32_t* fill = cnt + kDistBins;     // [kDistBins] rank 0: the list position of a bin's next entry
   __shared__ Shared sh;
   __shared__ Peer me;
@@ -960,9 +943,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
   const auto bins_count = [&](int lo, int hi) { return cum(cnt, hi) - cum(cnt, lo - 1); };
 
   // A compaction round adds bins to the list: range r's bins lo..hi from had_start[r] on, a bin's segment after the
-  // counts of the range's bins before it. A segment is sorted when it is first walked in order (at most 3 are).
-  int list_n = 0, n_had = 0, n_sorted = 0;
-  int had_lo[6], had_hi[6], had_start[6], sorted_bin[3];
+  // counts of the range's bins before it. Segments stay unsorted: the cut, the end and the draw are selects.
+  int list_n = 0, n_had = 0;
+  int had_lo[6], had_hi[6], had_start[6];
   bool peers_live = true;
   const auto finish_peers = [&]() {
     if (!peers_live) return;
@@ -997,31 +980,18 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const int lo[1] = {b};
     return request(1, lo, lo);
   };
-  const auto value = [&](int i) { return value_of(uint32_t(list[i] >> 32)); };
-  const auto fixed_at = [&](int i) { return W.fixed(W.real(value(i))); };
+  const auto entry_wt = [&](uint64_t e) { return W.fixed(W.real(value_of(uint32_t(e >> 32)))); };  // its weight
   const auto seg_begin = [&](int b) {  // the list position of listed bin b's segment
     for (int r = 0; r < n_had; ++r)
       if (had_lo[r] <= b && b <= had_hi[r]) return had_start[r] + int(cum(cnt, b - 1) - cum(cnt, had_lo[r] - 1));
     return list_n;  // not listed: callers ensure() it first
   };
   const auto seg_end = [&](int b) { return seg_begin(b) + int(bins_count(b, b)); };
-  const auto is_sorted = [&](int b) {
-    for (int q = 0; q < n_sorted; ++q)
-      if (sorted_bin[q] == b) return true;
-    return false;
-  };
-  const auto sort_bin = [&](int b) {  // listed bin b's segment into the sorted order (again is harmless)
-    if (is_sorted(b)) return;
-    if (n_sorted < 3) sorted_bin[n_sorted++] = b;
-    const int s0 = seg_begin(b);
-    sort_entries(list + s0, seg_end(b) - s0, xchg);
-  };
 
   int64_t token = -2;  // -2: the whole-row path decides
   do {
     if (!isfinite(W.mx_t)) break;
     const uint64_t tot_mass = mass[kDistBins - 1];
-    uint64_t tmp = 0;
     // The top-k cut: in bin bk, its first kk logits (none: the cut lies beyond the bins, among weights of 0).
     int bk = -1;
     int64_t kk = 0;
@@ -1057,29 +1027,33 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       }
       if (!request(nr, lo, hi)) break;
     }
-    // The top-k set's weight z: the bins before bk and bk's first kk logits.
-    uint64_t z = tot_mass, z_bk = 0;
-    int k_end = -1;
+    // The top-k set's weight z: the bins before bk and bk's entries down to its kk-th in the sorted order, k_entry
+    // (entries compare as the order: larger is earlier). A count select: every entry weighs 1.
+    uint64_t z = tot_mass, k_entry = 0;
     if (cut) {
       if (!ensure(bk)) break;
-      sort_bin(bk);
-      const int s = seg_begin(bk);
-      k_end = s + int(kk) - 1;
-      z_bk = block_sum(list_n, [&](int i) -> uint64_t { return i >= s && i <= k_end ? fixed_at(i) : 0; }, sh);
-      z = cum(mass, bk - 1) + z_bk;
+      const int s = seg_begin(bk), m = seg_end(bk) - s;
+      k_entry = select_in_segment(list + s, m, [](uint64_t) -> uint64_t { return 1; }, uint64_t(kk - 1), sel, sh);
+      if (k_entry == 0) break;
+      z = cum(mass, bk - 1) + block_sum(m, [&](int q) -> uint64_t {
+        return list[s + q] >= k_entry ? entry_wt(list[s + q]) : 0;
+      }, sh);
     }
-    // The nucleus' end: the first logit whose running weight reaches nucleus_target (entry e_end of bin be).
+    // The nucleus' end: the first logit whose running weight reaches nucleus_target (entry end_entry of bin be).
     bool has_end = cut;
-    int be = bk, e_end = k_end;
+    int be = bk;
+    uint64_t end_entry = k_entry;
     if (R.top_p < 1.0f) {
       const uint64_t t = nucleus_target(R.top_p, z) - 1;  // < z
       be = cut && t >= cum(mass, bk - 1) ? bk : find(mass, t);
       if (be < 0 || !ensure(be)) break;
-      sort_bin(be);
-      const int s = seg_begin(be), e = cut && be == bk ? k_end + 1 : seg_end(be);
-      const int j = scan_find(e - s, [&](int q) { return fixed_at(s + q); }, cum(mass, be - 1), t, sh, tmp);
-      if (j < 0) break;
-      e_end = s + j;
+      const uint64_t base = cum(mass, be - 1), limit = cut && be == bk ? k_entry : 0;  // entries past the cut weigh 0
+      if (t < base) break;
+      const int s = seg_begin(be);
+      end_entry = select_in_segment(list + s, seg_end(be) - s, [&](uint64_t e) -> uint64_t {
+        return e >= limit ? entry_wt(e) : 0;
+      }, t - base, sel, sh);
+      if (end_entry == 0) break;
       has_end = true;
     }
     // The draw over the logits up to the end whose weight passes min-p.
@@ -1087,29 +1061,24 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       const float w = W.real(value_of(uint32_t(entry >> 32)));
       return w >= min_p ? W.fixed(w) : 0;
     };
-    const auto draw_w = [&](int i) { return draw_wt(list[i]); };
-    uint64_t d_be = 0, total;
+    uint64_t total = massd[kDistBins - 1];
     if (has_end) {
       const int s = seg_begin(be);
-      d_be = block_sum(list_n, [&](int i) -> uint64_t { return i >= s && i <= e_end ? draw_w(i) : 0; }, sh);
-      total = cum(massd, be - 1) + d_be;
-    } else {
-      total = massd[kDistBins - 1];
+      total = cum(massd, be - 1) + block_sum(seg_end(be) - s, [&](int q) -> uint64_t {
+        return list[s + q] >= end_entry ? draw_wt(list[s + q]) : 0;
+      }, sh);
     }
     const uint64_t target = draw_target(R.u, total);
     const int bd = has_end && target >= cum(massd, be - 1) ? be : find(massd, target);
     if (bd < 0 || !ensure(bd)) break;
-    if (!is_sorted(bd)) {  // a bin before the end (or with none), drawn from whole: a select, no sort
-      const int s = seg_begin(bd);
-      const uint64_t base = cum(massd, bd - 1);
-      if (target < base) break;
-      const uint64_t e = select_in_segment(list + s, seg_end(bd) - s, draw_wt, target - base, xchg, sh);
-      if (e != 0) token = int64_t(~uint32_t(e));
-      break;
-    }
-    const int s = seg_begin(bd), e = has_end && bd == be ? e_end + 1 : seg_end(bd);
-    const int j = scan_find(e - s, [&](int q) { return draw_w(s + q); }, cum(massd, bd - 1), target, sh, tmp);
-    if (j >= 0) token = int64_t(~uint32_t(list[s + j]));
+    // The draw's bin: a select over its entries, those past the end (when it is the end's bin) weighing 0.
+    const uint64_t base = cum(massd, bd - 1), limit = has_end && bd == be ? end_entry : 0;
+    if (target < base) break;
+    const int s = seg_begin(bd);
+    const uint64_t e = select_in_segment(list + s, seg_end(bd) - s, [&](uint64_t x) -> uint64_t {
+      return x >= limit ? draw_wt(x) : 0;
+    }, target - base, sel, sh);
+    if (e != 0) token = int64_t(~uint32_t(e));
   } while (false);
   finish_peers();
   if (token == -2) token = whole_row_truncate(rv, R, W, n_valid, list, sh);
