@@ -28,6 +28,10 @@ inline __m256 il2_load8(const uint8_t* p, DType t) {
   return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
 }
 
+// Pins a running int16 sum to a register at this point of its chain. Without it GCC reassociates the chain
+// into all products first and a tree of adds, spilling the products (39-105 ymm stores per kernel).
+inline void il2_keep(__m256i& a) { __asm__("" : "+x"(a)); }
+
 inline __m256i il2_bcast(const int8_t* p) {
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -67,9 +71,11 @@ inline void il2_sums(const uint8_t* c, const int8_t* xe, const int8_t* xo, __m25
     if constexpr (SPLIT) {
       a = _mm256_add_epi16(a, pe);
       b = _mm256_add_epi16(b, po);
+      il2_keep(b);
     } else {
       a = _mm256_add_epi16(a, _mm256_add_epi16(pe, po));
     }
+    il2_keep(a);
   }
 }
 
@@ -187,6 +193,7 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
               const int8_t* x = xr[c] + u * UNIT;
               a[c] = _mm256_add_epi16(a[c], _mm256_add_epi16(_mm256_maddubs_epi16(vl, il2_bcast(x + 4 * j)),
                                                              _mm256_maddubs_epi16(vh, il2_bcast(x + 32 + 4 * j))));
+              il2_keep(a[c]);
             }
           }
 #pragma GCC unroll 8
@@ -210,6 +217,8 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
             const int8_t* x = xr[c] + u * UNIT;
             a[c] = _mm256_add_epi16(a[c], _mm256_maddubs_epi16(vl, il2_bcast(x + 4 * j)));
             b[c] = _mm256_add_epi16(b[c], _mm256_maddubs_epi16(vh, il2_bcast(x + 16 + 4 * j)));
+            il2_keep(a[c]);
+            il2_keep(b[c]);
           }
         }
 #pragma GCC unroll 8
