@@ -243,14 +243,16 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
 // The block walk of both interleaved GEMMs: y[c * ldy + r] for r in [r0, r1) and c in [0, n), each block of
 // BlockRows rows (as Halves runs of kIl2Rows) swept over the activation rows Cols at a time; the first tile of a block
 // prefetches the block kIl2PrefetchBlocks ahead. tile(blk, half, c0, C, pf, base, lanes): one tile of C <= Cols rows.
-template <int64_t BlockRows, int Halves, int Cols, class Tile>
-inline void il2_walk(const InterleavedRows& L, int64_t n, int64_t r0, int64_t r1, Tile&& tile) {
+// whole(blk, pf, base): all tiles of a block wholly inside [r0, r1) at once, or false to take the halves.
+template <int64_t BlockRows, int Halves, int Cols, class Tile, class Whole>
+inline void il2_walk(const InterleavedRows& L, int64_t n, int64_t r0, int64_t r1, Tile&& tile, Whole&& whole) {
   static_assert(BlockRows == int64_t(Halves) * kIl2Rows, "a block is whole runs of kIl2Rows");
   const int64_t b_end = (r1 + BlockRows - 1) / BlockRows;
   for (int64_t b = r0 / BlockRows; b < b_end; ++b) {
     const uint8_t* blk = L.data + size_t(b) * L.block_bytes;
     const int64_t base = b * BlockRows;
     const uint8_t* pf = b + kIl2PrefetchBlocks < b_end ? blk + kIl2PrefetchBlocks * L.block_bytes : nullptr;
+    if (base >= r0 && base + BlockRows <= r1 && whole(blk, pf, base)) continue;
     for (int h = 0; h < Halves; ++h) {
       const Il2Lanes l = il2_lanes(base + h * kIl2Rows, r0, r1);
       if (l.lo >= l.hi) continue;
@@ -262,7 +264,89 @@ inline void il2_walk(const InterleavedRows& L, int64_t n, int64_t r0, int64_t r1
   }
 }
 
-// 4-bit: each half of each 16-row block.
+template <int64_t BlockRows, int Halves, int Cols, class Tile>
+inline void il2_walk(const InterleavedRows& L, int64_t n, int64_t r0, int64_t r1, Tile&& tile) {
+  il2_walk<BlockRows, Halves, Cols>(L, n, r0, r1, tile, [](const uint8_t*, const uint8_t*, int64_t) { return false; });
+}
+
+// Both halves of a 64-element-unit block (16 rows) · activation rows c0..c0 + C into y (the block's first output
+// row): each broadcast activation dword feeds both halves' vpmaddubsw, where the half tiles broadcast it twice.
+// The same int16 sums, s·d products and FMA order per (row, half) as gemm4_il2_tile: the same bits.
+template <int UPG, int C>
+void gemm4_il2_block(const InterleavedRows& L, const uint8_t* blk, const XQuant& xq, int64_t c0, const uint8_t* pf,
+                     float* y, int64_t ldy) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  const int64_t ng = L.in / L.group;
+  const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
+  const int8_t* xr[C];  // [C] activation rows (permuted int8, xq.q)
+  const float* dr[C];   // [C] their block scales
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    xr[c] = xq.q + (c0 + c) * L.in;
+    dr[c] = xq.d + (c0 + c) * xq.nblk;
+  }
+  __m256 f[2][2][C];  // [half][dwords 0-3, 4-7][row] f32 partials
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) f[0][0][c] = f[0][1][c] = f[1][0][c] = f[1][1][c] = _mm256_setzero_ps();
+  int64_t u = 0;
+  for (int64_t g = 0; g < ng; ++g) {
+    const uint8_t* gp = blk + size_t(g) * L.group_bytes;
+    if (pf != nullptr)
+      for (size_t l = 0; l < L.group_bytes; l += 64)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + size_t(g) * L.group_bytes + l), _MM_HINT_T1);
+    const __m256 s0 = il2_load8(gp + L.code_bytes, L.dtype), s1 = il2_load8(gp + L.code_bytes + half_sb, L.dtype);
+    for (int h = 0; h < UPG; ++h, ++u) {
+      const uint8_t* cu = gp + size_t(h) * 64 * 8;
+#pragma GCC unroll 2
+      for (int k = 0; k < 2; ++k) {
+        __m256i a0[C], a1[C];  // [row] int16 sums of half 0, half 1
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) a0[c] = a1[c] = _mm256_setzero_si256();
+        const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 4
+        for (int j = 4 * k; j < 4 * k + 4; ++j) {
+          const __m256i v0 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cu + j * 64));
+          const __m256i v1 = _mm256_load_si256(reinterpret_cast<const __m256i*>(cu + j * 64 + 32));
+          const __m256i l0 = _mm256_and_si256(v0, m4), h0 = _mm256_and_si256(_mm256_srli_epi16(v0, 4), m4);
+          const __m256i l1 = _mm256_and_si256(v1, m4), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
+#pragma GCC unroll 8
+          for (int c = 0; c < C; ++c) {
+            const int8_t* x = xr[c] + u * 64;
+            const __m256i xl = il2_bcast(x + 4 * j), xh = il2_bcast(x + 32 + 4 * j);
+            a0[c] = _mm256_add_epi16(a0[c], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl), _mm256_maddubs_epi16(h0, xh)));
+            il2_keep(a0[c]);
+            a1[c] = _mm256_add_epi16(a1[c], _mm256_add_epi16(_mm256_maddubs_epi16(l1, xl), _mm256_maddubs_epi16(h1, xh)));
+            il2_keep(a1[c]);
+          }
+        }
+#pragma GCC unroll 8
+        for (int c = 0; c < C; ++c) {
+          const __m256 d = _mm256_set1_ps(dr[c][u]);
+          f[0][k][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a0[c], ones)), _mm256_mul_ps(s0, d), f[0][k][c]);
+          f[1][k][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a1[c], ones)), _mm256_mul_ps(s1, d), f[1][k][c]);
+        }
+      }
+    }
+  }
+  const size_t bias_at = L.code_bytes + size_t(kInterleaveRows) * es;  // in a group
+  for (int64_t g = 0; g < ng; ++g) {
+    const uint8_t* bp = blk + size_t(g) * L.group_bytes + bias_at;
+    const __m256 b0 = il2_load8(bp, L.dtype), b1 = il2_load8(bp + half_sb, L.dtype);
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      const __m256 sx = _mm256_set1_ps(xq.sx[(c0 + c) * xq.ngp + g]);
+      f[0][0][c] = _mm256_fmadd_ps(b0, sx, f[0][0][c]);
+      f[1][0][c] = _mm256_fmadd_ps(b1, sx, f[1][0][c]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(y + (c0 + c) * ldy, _mm256_add_ps(f[0][0][c], f[0][1][c]));
+    _mm256_storeu_ps(y + (c0 + c) * ldy + kIl2Rows, _mm256_add_ps(f[1][0][c], f[1][1][c]));
+  }
+}
+
+// 4-bit: whole 16-row blocks (units of 64), else each half.
 template <int UNIT, int UPG>
 void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0, int64_t r1, float* y, int64_t ldy) {
   using TileFn = void (*)(const InterleavedRows&, const uint8_t*, int, const XQuant&, int64_t, const uint8_t*, float*,
@@ -270,9 +354,22 @@ void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0
   static const auto fns = []<int... I>(std::integer_sequence<int, I...>) {
     return std::array<TileFn, kIl2Cols>{gemm4_il2_tile<UNIT, UPG, I + 1>...};
   }(std::make_integer_sequence<int, kIl2Cols>{});
+  using BlockFn = void (*)(const InterleavedRows&, const uint8_t*, const XQuant&, int64_t, const uint8_t*, float*, int64_t);
+  static const auto block_fns = []<int... I>(std::integer_sequence<int, I...>) {
+    return std::array<BlockFn, kIl2Cols>{gemm4_il2_block<UPG, I + 1>...};
+  }(std::make_integer_sequence<int, kIl2Cols>{});
   il2_walk<kInterleaveRows, 2, kIl2Cols>(
-      L, n, r0, r1, [&](const uint8_t* blk, int h, int64_t c0, int C, const uint8_t* pf, int64_t base, Il2Lanes l) {
+      L, n, r0, r1,
+      [&](const uint8_t* blk, int h, int64_t c0, int C, const uint8_t* pf, int64_t base, Il2Lanes l) {
         fns[size_t(C - 1)](L, blk, h, xq, c0, pf, y + base, ldy, l.lo, l.hi);
+      },
+      [&](const uint8_t* blk, const uint8_t* pf, int64_t base) {
+        if constexpr (UNIT != 64) return false;  // g32's even/odd sums take four int16 registers a row
+        for (int64_t c0 = 0; c0 < n; c0 += kIl2Cols) {
+          block_fns[size_t(std::min<int64_t>(n - c0, kIl2Cols) - 1)](L, blk, xq, c0, pf, y + base, ldy);
+          pf = nullptr;  // the first tile of the block only
+        }
+        return true;
       });
 }
 
