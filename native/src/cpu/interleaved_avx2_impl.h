@@ -365,8 +365,13 @@ void gemm4_il2(const InterleavedRows& L, const XQuant& xq, int64_t n, int64_t r0
       },
       [&](const uint8_t* blk, const uint8_t* pf, int64_t base) {
         if constexpr (UNIT != 64) return false;  // g32's even/odd sums take four int16 registers a row
-        for (int64_t c0 = 0; c0 < n; c0 += kIl2Cols) {
-          block_fns[size_t(std::min<int64_t>(n - c0, kIl2Cols) - 1)](L, blk, xq, c0, pf, y + base, ldy);
+        // As few tiles as kIl2Cols allows, of even sizes (5 rows: 3 + 2, not 4 + 1): a 1-row tile unpacks
+        // each weight line for one row.
+        const int64_t tiles = (n + kIl2Cols - 1) / kIl2Cols;
+        for (int64_t t = 0, c0 = 0; t < tiles; ++t) {
+          const int64_t C = n / tiles + (t < n % tiles ? 1 : 0);
+          block_fns[size_t(C - 1)](L, blk, xq, c0, pf, y + base, ldy);
+          c0 += C;
           pf = nullptr;  // the first tile of the block only
         }
         return true;
