@@ -71,11 +71,9 @@ inline void il2_sums(const uint8_t* c, const int8_t* xe, const int8_t* xo, __m25
     if constexpr (SPLIT) {
       a = _mm256_add_epi16(a, pe);
       b = _mm256_add_epi16(b, po);
-      il2_keep(b);
     } else {
       a = _mm256_add_epi16(a, _mm256_add_epi16(pe, po));
     }
-    il2_keep(a);
   }
 }
 
