@@ -148,6 +148,20 @@ constexpr int kIl2Cols = 4;
 // Blocks ahead that a block's first tile prefetches into L2 (as the AVX-512 GEMM's kIlPrefetchBlocks).
 constexpr int64_t kIl2PrefetchBlocks = 2;
 
+// The C activation rows of a GEMM tile from row c0: their int8 values and their block scales.
+template <int C>
+struct Il2TileRows {
+  const int8_t* q[C];  // [C] activation rows (permuted int8, xq.q)
+  const float* d[C];   // [C] their block scales
+  Il2TileRows(const XQuant& xq, int64_t in, int64_t c0) {
+#pragma GCC unroll 8
+    for (int c = 0; c < C; ++c) {
+      q[c] = xq.q + (c0 + c) * in;
+      d[c] = xq.d + (c0 + c) * xq.nblk;
+    }
+  }
+};
+
 // Half r (rows 8r..8r+8) of block `blk` · activation rows c0..c0 + C into y[(c0 + c) * ldy + 8r + i], y
 // pointing at the block's first output row, lanes [lo, hi) only. pf: a later block, prefetched meanwhile.
 template <int UNIT, int UPG, int C>
@@ -156,13 +170,9 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
   const __m256i ones = _mm256_set1_epi16(1);
   const int64_t ng = L.in / L.group;
   const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
-  const int8_t* xr[C];  // [C] activation rows (permuted int8, xq.q)
-  const float* dr[C];   // [C] their block scales
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    xr[c] = xq.q + (c0 + c) * L.in;
-    dr[c] = xq.d + (c0 + c) * xq.nblk;
-  }
+  const Il2TileRows<C> tr(xq, L.in, c0);
+  const int8_t* const* xr = tr.q;
+  const float* const* dr = tr.d;
   __m256 flo[C], fhi[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) flo[c] = fhi[c] = _mm256_setzero_ps();
@@ -277,13 +287,9 @@ void gemm4_il2_block(const InterleavedRows& L, const uint8_t* blk, const XQuant&
   const __m256i ones = _mm256_set1_epi16(1);
   const int64_t ng = L.in / L.group;
   const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
-  const int8_t* xr[C];  // [C] activation rows (permuted int8, xq.q)
-  const float* dr[C];   // [C] their block scales
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    xr[c] = xq.q + (c0 + c) * L.in;
-    dr[c] = xq.d + (c0 + c) * xq.nblk;
-  }
+  const Il2TileRows<C> tr(xq, L.in, c0);
+  const int8_t* const* xr = tr.q;
+  const float* const* dr = tr.d;
   __m256 f[2][2][C];  // [half][dwords 0-3, 4-7][row] f32 partials
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) f[0][0][c] = f[0][1][c] = f[1][0][c] = f[1][1][c] = _mm256_setzero_ps();
