@@ -151,7 +151,7 @@ constexpr int64_t kIl2PrefetchBlocks = 2;
 // The C activation rows of a GEMM tile from row c0: their int8 values and their block scales.
 template <int C>
 struct Il2TileRows {
-  const int8_t* q[C];  // [C] activation rows (permuted int8, xq.q)
+  const int8_t* q[C];  // [C] activation rows (int8, xq.q)
   const float* d[C];   // [C] their block scales
   Il2TileRows(const XQuant& xq, int64_t in, int64_t c0) {
 #pragma GCC unroll 8
@@ -171,8 +171,6 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
   const int64_t ng = L.in / L.group;
   const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
   const Il2TileRows<C> tr(xq, L.in, c0);
-  const int8_t* const* xr = tr.q;
-  const float* const* dr = tr.d;
   __m256 flo[C], fhi[C];
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) flo[c] = fhi[c] = _mm256_setzero_ps();
@@ -199,7 +197,7 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
             const __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 8
             for (int c = 0; c < C; ++c) {
-              const int8_t* x = xr[c] + u * UNIT;
+              const int8_t* x = tr.q[c] + u * UNIT;
               a[c] = _mm256_add_epi16(a[c], _mm256_add_epi16(_mm256_maddubs_epi16(vl, il2_bcast(x + 4 * j)),
                                                              _mm256_maddubs_epi16(vh, il2_bcast(x + 32 + 4 * j))));
               il2_keep(a[c]);
@@ -207,7 +205,7 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
           }
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
-            const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(dr[c][u]));
+            const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(tr.d[c][u]));
             __m256& f = k == 0 ? flo[c] : fhi[c];
             f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a[c], ones)), m, f);
           }
@@ -223,7 +221,7 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
           const __m256i vl = _mm256_and_si256(v, m4), vh = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
-            const int8_t* x = xr[c] + u * UNIT;
+            const int8_t* x = tr.q[c] + u * UNIT;
             a[c] = _mm256_add_epi16(a[c], _mm256_maddubs_epi16(vl, il2_bcast(x + 4 * j)));
             b[c] = _mm256_add_epi16(b[c], _mm256_maddubs_epi16(vh, il2_bcast(x + 16 + 4 * j)));
             il2_keep(a[c]);
@@ -232,7 +230,7 @@ void gemm4_il2_tile(const InterleavedRows& L, const uint8_t* blk, int r, const X
         }
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(dr[c][u]));
+          const __m256 m = _mm256_mul_ps(s, _mm256_set1_ps(tr.d[c][u]));
           flo[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a[c], ones)), m, flo[c]);
           fhi[c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(b[c], ones)), m, fhi[c]);
         }
@@ -288,8 +286,6 @@ void gemm4_il2_block(const InterleavedRows& L, const uint8_t* blk, const XQuant&
   const int64_t ng = L.in / L.group;
   const size_t es = dtype_size(L.dtype), half_sb = size_t(kIl2Rows) * es;
   const Il2TileRows<C> tr(xq, L.in, c0);
-  const int8_t* const* xr = tr.q;
-  const float* const* dr = tr.d;
   __m256 f[2][2][C];  // [half][dwords 0-3, 4-7][row] f32 partials
 #pragma GCC unroll 8
   for (int c = 0; c < C; ++c) f[0][0][c] = f[0][1][c] = f[1][0][c] = f[1][1][c] = _mm256_setzero_ps();
@@ -316,7 +312,7 @@ void gemm4_il2_block(const InterleavedRows& L, const uint8_t* blk, const XQuant&
           const __m256i l1 = _mm256_and_si256(v1, m4), h1 = _mm256_and_si256(_mm256_srli_epi16(v1, 4), m4);
 #pragma GCC unroll 8
           for (int c = 0; c < C; ++c) {
-            const int8_t* x = xr[c] + u * 64;
+            const int8_t* x = tr.q[c] + u * 64;
             const __m256i xl = il2_bcast(x + 4 * j), xh = il2_bcast(x + 32 + 4 * j);
             a0[c] = _mm256_add_epi16(a0[c], _mm256_add_epi16(_mm256_maddubs_epi16(l0, xl), _mm256_maddubs_epi16(h0, xh)));
             il2_keep(a0[c]);
@@ -326,7 +322,7 @@ void gemm4_il2_block(const InterleavedRows& L, const uint8_t* blk, const XQuant&
         }
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const __m256 d = _mm256_set1_ps(dr[c][u]);
+          const __m256 d = _mm256_set1_ps(tr.d[c][u]);
           f[0][k][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a0[c], ones)), _mm256_mul_ps(s0, d), f[0][k][c]);
           f[1][k][c] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(a1[c], ones)), _mm256_mul_ps(s1, d), f[1][k][c]);
         }
@@ -488,13 +484,7 @@ void gemm8_il2_tile(const InterleavedRows& L, const uint8_t* blk, const XQuant& 
                     float* y, int64_t ldy, int lo, int hi) {
   const int64_t ng = L.in / L.group;
   const __m256i ones = _mm256_set1_epi16(1);
-  const int8_t* xr[C];  // [C] activation rows (int8, natural order)
-  const float* dr[C];   // [C] their block scales
-#pragma GCC unroll 8
-  for (int c = 0; c < C; ++c) {
-    xr[c] = xq.q + (c0 + c) * L.in;
-    dr[c] = xq.d + (c0 + c) * xq.nblk;
-  }
+  const Il2TileRows<C> tr(xq, L.in, c0);  // activation rows in natural order
   // The s·d products of every (x block, activation row), [nblk][C][8 rows]: computed once, read by 8 passes.
   thread_local std::vector<float> mbuf;
   if (mbuf.size() < size_t(xq.nblk * C * 8)) mbuf.resize(size_t(xq.nblk * C * 8));
@@ -507,7 +497,7 @@ void gemm8_il2_tile(const InterleavedRows& L, const uint8_t* blk, const XQuant& 
     const __m256 s = il2_load8(gp + L.code_bytes, L.dtype);
     for (int k = 0; k < BPG; ++k, ++u)
 #pragma GCC unroll 8
-      for (int c = 0; c < C; ++c) _mm256_storeu_ps(mv + (u * C + c) * 8, _mm256_mul_ps(s, _mm256_set1_ps(dr[c][u])));
+      for (int c = 0; c < C; ++c) _mm256_storeu_ps(mv + (u * C + c) * 8, _mm256_mul_ps(s, _mm256_set1_ps(tr.d[c][u])));
   }
   __m256 part[8][C];  // [partial][activation row]
   for (int l = 0; l < 8; ++l) {
@@ -527,7 +517,7 @@ void gemm8_il2_tile(const InterleavedRows& L, const uint8_t* blk, const XQuant& 
         }
 #pragma GCC unroll 8
         for (int c = 0; c < C; ++c) {
-          const int8_t* x = xr[c] + u * XB + 4 * l;
+          const int8_t* x = tr.q[c] + u * XB + 4 * l;
           __m256i t = _mm256_madd_epi16(_mm256_maddubs_epi16(a0, _mm256_sign_epi8(il2_bcast(x), w0)), ones);
           if constexpr (XB == 64)
             t = _mm256_add_epi32(t, _mm256_madd_epi16(_mm256_maddubs_epi16(a1, _mm256_sign_epi8(il2_bcast(x + 32), w1)), ones));
