@@ -987,6 +987,15 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     return list_n;  // not listed: callers ensure() it first
   };
   const auto seg_end = [&](int b) { return seg_begin(b) + int(bins_count(b, b)); };
+  // On a bin's segment list[s, s + m): entries past `limit` in the sorted order (entries compare as the order,
+  // larger is earlier; 0: none past it) weigh 0, the others wt(entry). Their sum, and the select at target.
+  const auto seg_sum = [&](int s, int m, uint64_t limit, auto&& wt) {
+    return block_sum(m, [&](int q) -> uint64_t { return list[s + q] >= limit ? wt(list[s + q]) : 0; }, sh);
+  };
+  const auto seg_select = [&](int s, int m, uint64_t limit, auto&& wt, uint64_t target) {
+    const auto w = [&](uint64_t e) -> uint64_t { return e >= limit ? wt(e) : 0; };
+    return select_in_segment(list + s, m, w, target, sel, sh);
+  };
 
   int64_t token = -2;  // -2: the whole-row path decides
   do {
@@ -1033,11 +1042,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     if (cut) {
       if (!ensure(bk)) break;
       const int s = seg_begin(bk), m = seg_end(bk) - s;
-      k_entry = select_in_segment(list + s, m, [](uint64_t) -> uint64_t { return 1; }, uint64_t(kk - 1), sel, sh);
+      k_entry = seg_select(s, m, 0, [](uint64_t) -> uint64_t { return 1; }, uint64_t(kk - 1));
       if (k_entry == 0) break;
-      z = cum(mass, bk - 1) + block_sum(m, [&](int q) -> uint64_t {
-        return list[s + q] >= k_entry ? entry_wt(list[s + q]) : 0;
-      }, sh);
+      z = cum(mass, bk - 1) + seg_sum(s, m, k_entry, entry_wt);
     }
     // The nucleus' end: the first logit whose running weight reaches nucleus_target (entry end_entry of bin be).
     bool has_end = cut;
@@ -1050,9 +1057,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
       const uint64_t base = cum(mass, be - 1), limit = cut && be == bk ? k_entry : 0;  // entries past the cut weigh 0
       if (t < base) break;
       const int s = seg_begin(be);
-      end_entry = select_in_segment(list + s, seg_end(be) - s, [&](uint64_t e) -> uint64_t {
-        return e >= limit ? entry_wt(e) : 0;
-      }, t - base, sel, sh);
+      end_entry = seg_select(s, seg_end(be) - s, limit, entry_wt, t - base);
       if (end_entry == 0) break;
       has_end = true;
     }
@@ -1064,9 +1069,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     uint64_t total = massd[kDistBins - 1];
     if (has_end) {
       const int s = seg_begin(be);
-      total = cum(massd, be - 1) + block_sum(seg_end(be) - s, [&](int q) -> uint64_t {
-        return list[s + q] >= end_entry ? draw_wt(list[s + q]) : 0;
-      }, sh);
+      total = cum(massd, be - 1) + seg_sum(s, seg_end(be) - s, end_entry, draw_wt);
     }
     const uint64_t target = draw_target(R.u, total);
     const int bd = has_end && target >= cum(massd, be - 1) ? be : find(massd, target);
@@ -1075,9 +1078,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* __restric
     const uint64_t base = cum(massd, bd - 1), limit = has_end && bd == be ? end_entry : 0;
     if (target < base) break;
     const int s = seg_begin(bd);
-    const uint64_t e = select_in_segment(list + s, seg_end(bd) - s, [&](uint64_t x) -> uint64_t {
-      return x >= limit ? draw_wt(x) : 0;
-    }, target - base, sel, sh);
+    const uint64_t e = seg_select(s, seg_end(bd) - s, limit, draw_wt, target - base);
     if (e != 0) token = int64_t(~uint32_t(e));
   } while (false);
   finish_peers();
