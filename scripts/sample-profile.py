@@ -24,9 +24,9 @@ STAMPS = [
     ("    cnt[b] = c, mass[b] = m, massd[b] = mp ? md : m;\n  }\n  csync(C);\n", 'bin sums'),
     ("    massd[b0] = da + d0, massd[b0 + 1] = da + d0 + d1;\n    __syncthreads();\n  }\n", 'prefix'),
     ("    csync(C);  // fill is set\n    compact();\n    csync(C);\n", 'compact'),
-    ("        return list[s + q] >= k_entry ? entry_wt(list[s + q]) : 0;\n      }, sh);\n    }\n", 'cut'),
+    ("      z = cum(mass, bk - 1) + seg_sum(s, m, k_entry, entry_wt);\n    }\n", 'cut'),
     ("      if (end_entry == 0) break;\n      has_end = true;\n    }\n", 'nucleus'),
-    ("        return list[s + q] >= end_entry ? draw_wt(list[s + q]) : 0;\n      }, sh);\n    }\n", 'draw sum'),
+    ("      total = cum(massd, be - 1) + seg_sum(s, seg_end(be) - s, end_entry, draw_wt);\n    }\n", 'draw sum'),
     ("  } while (false);\n", 'draw'),
     ("  if (tid == 0) tokens[row] = int32_t(token);\n", 'finish'),
 ]
