@@ -33,6 +33,34 @@ describe('NgramDraftSource', () => {
   });
 });
 
+describe('DraftPolicy', () => {
+  // A source that always proposes k copies of 1; the test decides what verification keeps.
+  const ones = { name: 'ones', propose: (_t: readonly number[], k: number) => Array<number>(k).fill(1) };
+  const lengths = (p: DraftPolicy, steps: number, kept: (k: number) => number): number[] => {
+    const out: number[] = [];
+    for (let i = 0; i < steps; i++) {
+      const d = p.next([1, 1, 1], 100);
+      out.push(d.length);
+      if (d.length > 0) p.record(d.length, kept(d.length));
+    }
+    return out;
+  };
+  it('grows k to 2k + 1 while whole drafts are kept, up to maxDraft, and returns to minDraft after a miss', () => {
+    const p = new DraftPolicy(ones);
+    expect(lengths(p, 4, (k) => k)).toEqual([3, 7, 7, 7]);
+    expect(lengths(p, 2, (k) => k - 1)).toEqual([7, 3]);
+  });
+  it('pauses a request whose drafts keep failing for 2 steps, doubling each time, and back to 2 after a keep', () => {
+    // Nothing kept: the next draft comes 2 steps later, then 4, 8, 16 (the skipped steps draft nothing).
+    expect(lengths(new DraftPolicy(ones), 31, () => 0).join(' ')).toBe('3 0 3 0 0 0 3 0 0 0 0 0 0 0 3 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 3');
+    const q = new DraftPolicy(ones);
+    expect(lengths(q, 6, () => 0)).toEqual([3, 0, 3, 0, 0, 0]);
+    // A whole draft kept: k grows, and the pause after the next failures starts again at 2 steps.
+    expect(lengths(q, 1, (k) => k)).toEqual([3]);
+    expect(lengths(q, 3, () => 0)).toEqual([7, 0, 3]);
+  });
+});
+
 const fixtures = ['qwen2-f32', 'gemma3-q4', 'qwen3-q8'];
 
 describe.skipIf(!nativeAvailable()).each(fixtures)('speculative decoding on %s', (name) => {

@@ -13,12 +13,13 @@ export interface SpeculatorOptions {
   minDraft: number;
   /** Below this share of drafted tokens kept (over the last drafts of a request), it pauses drafting. */
   minAcceptance: number;
-  /** Steps a request first pauses for; doubles on each pause, up to maxPause. */
+  /** Steps a request first pauses for; doubles on each pause, up to maxPause. Short: a workload that
+   *  alternates between new text and copying loses the start of each copy while paused. */
   pauseSteps: number;
   maxPause: number;
 }
 
-export const SPECULATOR_DEFAULTS: SpeculatorOptions = { maxDraft: 7, minDraft: 3, minAcceptance: 0.25, pauseSteps: 8, maxPause: 256 };
+export const SPECULATOR_DEFAULTS: SpeculatorOptions = { maxDraft: 7, minDraft: 3, minAcceptance: 0.25, pauseSteps: 2, maxPause: 256 };
 
 /**
  * One sequence's drafting: adaptive k, and a pause after drafts keep failing. Used per request by the
