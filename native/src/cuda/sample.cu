@@ -619,14 +619,39 @@ __device__ __forceinline__ void add_u64_shared(uint64_t* p, uint64_t f) {
   if (up != 0) atomicAdd(w + 1, up);
 }
 
+// select_in_segment for a short segment (m <= kSmallSelect): thread t takes entry t and sums the weights of the
+// entries above it, a pass over the segment (cheaper than the radix rounds' barriers while m is small).
+constexpr int kSmallSelect = 256;  // <= kThreads, and its weights fit the scratch's [256] u64
+static_assert(kSmallSelect <= kThreads && kSmallSelect <= 256, "one entry per thread, weights in the scratch");
+template <class Wt>
+__device__ uint64_t select_small(const uint64_t* seg, int m, Wt&& wt, uint64_t target, uint64_t* scratch,
+                                 Shared& sh) {
+  const int tid = threadIdx.x;
+  __syncthreads();  // scratch and sh may still be read by a previous step
+  const uint64_t e = tid < m ? seg[tid] : 0, w = tid < m ? wt(e) : 0;
+  if (tid < m) scratch[tid] = w;  // [m] the entries' weights
+  if (tid == 0) sh.total = 0;
+  __syncthreads();
+  if (w != 0) {
+    uint64_t before = 0;
+    for (int j = 0; j < m; ++j) before += seg[j] > e ? scratch[j] : 0;
+    if (before <= target && target < before + w) sh.total = e;  // one entry at most
+  }
+  __syncthreads();
+  const uint64_t r = sh.total;
+  __syncthreads();  // sh is written again by the next step
+  return r;
+}
+
 // The entry of seg [0, m) (m <= kList) at which the running sum of wt(entry) over the sorted order (entries
 // descending) passes target (the sum before it <= target < the sum through it), without sorting seg: radix selects
 // on the entries' bits below those all share, 8 a round, each round's digits' weights and counts summed in scratch
-// ([256] u64, then [256] u32) and the digit the target falls in kept, until one entry is left. 0 when target is at or
-// past the segment's sum. All threads call.
+// ([256] u64, then [256] u32) and the digit the target falls in kept, until one entry is left (a short segment:
+// select_small). 0 when target is at or past the segment's sum. All threads call.
 template <class Wt>
 __device__ uint64_t select_in_segment(const uint64_t* seg, int m, Wt&& wt, uint64_t target, uint64_t* scratch,
                                       Shared& sh) {
+  if (m <= kSmallSelect) return select_small(seg, m, wt, target, scratch, sh);
   const int tid = threadIdx.x, lane = tid & 31, e0 = tid * kPer;
   uint64_t v[kPer], w[kPer], any = 0, all = ~0ull;
 #pragma unroll
