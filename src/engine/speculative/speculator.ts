@@ -6,9 +6,9 @@ import type { EngineRequest } from '../request.js';
 import type { DraftSource } from './draft-source.js';
 
 export interface SpeculatorOptions {
-  /** Draft tokens per row at most, and after a miss. The CPU matmul takes rows in blocks of 4, so a row of
-   *  4 or 8 tokens costs about what 2 or 5 do (0.5B, 2 threads: 1.49x and 2.41x a decode, against 3.17x
-   *  for 9): k + 1 a multiple of 4. */
+  /** Draft tokens per row at most, and after a miss. k + 1 a multiple of 4: on the CPU a row of 4 tokens
+   *  hides under the weights' streaming (0.5B, 2 threads, Zen 3: 1.40x a decode, 5 tokens 1.76x) and a row
+   *  of 8 costs 2.33x (docs/speculative.md). */
   maxDraft: number;
   minDraft: number;
   /** Below this share of drafted tokens kept (over the last drafts of a request), it pauses drafting. */
